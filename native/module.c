@@ -1,0 +1,335 @@
+/* Python bindings of oocarray._native: manager nodes, handler activation, block queries. */
+#define OC_MODULE_MAIN
+#include "oc_core.h"
+
+typedef struct {
+    PyObject_HEAD
+    oc_node *node;
+    PyObject *handler; /* the "mem_handler" capsule NumPy stores in every array it allocates */
+} NodeObject;
+
+static PyTypeObject NodeType;
+
+static void capsule_destructor(PyObject *capsule)
+{
+    oc_node *n = PyCapsule_GetContext(capsule);
+    if (n != NULL) {
+        oc_node_struct_decref(n);
+    }
+}
+
+static PyObject *Node_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"parent", "max_bytes", NULL};
+    PyObject *parent = Py_None;
+    long long max_bytes = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OL", kwlist, &parent, &max_bytes)) {
+        return NULL;
+    }
+    if (parent != Py_None && !PyObject_TypeCheck(parent, &NodeType)) {
+        PyErr_SetString(PyExc_TypeError, "parent must be a Node or None");
+        return NULL;
+    }
+    NodeObject *self = (NodeObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->node = oc_node_new(parent == Py_None ? NULL : ((NodeObject *)parent)->node, max_bytes);
+    if (self->node == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->handler = PyCapsule_New(&self->node->handler, "mem_handler", capsule_destructor);
+    if (self->handler == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    oc_node_struct_incref(self->node);
+    PyCapsule_SetContext(self->handler, self->node);
+    return (PyObject *)self;
+}
+
+static void Node_dealloc(NodeObject *self)
+{
+    Py_XDECREF(self->handler);
+    if (self->node != NULL) {
+        oc_node_struct_decref(self->node);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Node_close(NodeObject *self, PyObject *Py_UNUSED(ignored))
+{
+    atomic_store(&self->node->closed, 1);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Node_reset_peak(NodeObject *self, PyObject *Py_UNUSED(ignored))
+{
+    atomic_store(&self->node->peak_bytes, atomic_load(&self->node->current_bytes));
+    Py_RETURN_NONE;
+}
+
+static PyObject *Node_counters(NodeObject *self, PyObject *Py_UNUSED(ignored))
+{
+    oc_node *n = self->node;
+    long long live = (long long)(atomic_load(&n->refcnt) - atomic_load(&n->structural));
+    return Py_BuildValue("{sLsLsLsLsLsLsLsLsL}", "current_bytes", (long long)atomic_load(&n->current_bytes),
+                         "peak_bytes", (long long)atomic_load(&n->peak_bytes), "total_bytes",
+                         (long long)oc_total_bytes(n), "total_count", (long long)oc_total_count(n), "live_count", live, "kept_count",
+                         (long long)atomic_load(&n->kept_count), "kept_bytes",
+                         (long long)atomic_load(&n->kept_bytes), "region_bytes",
+                         (long long)atomic_load(&n->region_bytes), "region_count",
+                         (long long)atomic_load(&n->region_count));
+}
+
+static PyObject *Node_get_id(NodeObject *self, void *Py_UNUSED(c)) { return PyLong_FromUnsignedLongLong(self->node->id); }
+
+static PyObject *Node_get_closed(NodeObject *self, void *Py_UNUSED(c)) { return PyBool_FromLong(atomic_load(&self->node->closed)); }
+
+static PyObject *Node_get_handler(NodeObject *self, void *Py_UNUSED(c)) { return Py_NewRef(self->handler); }
+
+static PyObject *Node_get_max_bytes(NodeObject *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromLongLong((long long)atomic_load(&self->node->max_bytes));
+}
+
+static int Node_set_max_bytes(NodeObject *self, PyObject *value, void *Py_UNUSED(c))
+{
+    long long v = value ? PyLong_AsLongLong(value) : -1;
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    atomic_store(&self->node->max_bytes, v);
+    return 0;
+}
+
+static PyMethodDef Node_methods[] = {
+    {"close", (PyCFunction)Node_close, METH_NOARGS, "Refuse further allocations through this node."},
+    {"reset_peak", (PyCFunction)Node_reset_peak, METH_NOARGS, "Set the peak to the current bytes."},
+    {"counters", (PyCFunction)Node_counters, METH_NOARGS, "A dict of the node's counters."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Node_getset[] = {
+    {"id", (getter)Node_get_id, NULL, "process-unique node id", NULL},
+    {"closed", (getter)Node_get_closed, NULL, "whether close() was called", NULL},
+    {"handler", (getter)Node_get_handler, NULL, "the NEP 49 handler capsule", NULL},
+    {"max_bytes", (getter)Node_get_max_bytes, (setter)Node_set_max_bytes, "budget, -1 unlimited", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject NodeType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "oocarray._native.Node",
+    .tp_basicsize = sizeof(NodeObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One manager of the tree: counters, budget and the NumPy handler routed to it.",
+    .tp_new = Node_new,
+    .tp_dealloc = (destructor)Node_dealloc,
+    .tp_methods = Node_methods,
+    .tp_getset = Node_getset,
+};
+
+/* ---- module functions ---- */
+
+static PyObject *set_handler(PyObject *Py_UNUSED(m), PyObject *capsule)
+{
+    if (capsule != Py_None && !PyCapsule_IsValid(capsule, "mem_handler")) {
+        PyErr_SetString(PyExc_TypeError, "expected a mem_handler capsule or None");
+        return NULL;
+    }
+    return PyDataMem_SetHandler(capsule == Py_None ? NULL : capsule);
+}
+
+static PyObject *get_handler(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) { return PyDataMem_GetHandler(); }
+
+/* The array that owns the memory under `obj` (an array, a view, or a memoryview of one). */
+static PyArrayObject *owning_array(PyObject *obj)
+{
+    for (int depth = 0; obj != NULL && depth < 4096; depth++) {
+        if (PyArray_Check(obj)) {
+            PyArrayObject *a = (PyArrayObject *)obj;
+            if (PyArray_CHKFLAGS(a, NPY_ARRAY_OWNDATA)) {
+                return a;
+            }
+            obj = PyArray_BASE(a);
+        }
+        else if (PyMemoryView_Check(obj)) {
+            obj = PyMemoryView_GET_BUFFER(obj)->obj;
+        }
+        else {
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static oc_header *managed_header(PyObject *obj)
+{
+    PyArrayObject *a = owning_array(obj);
+    if (a == NULL || !oc_is_our_handler(PyArray_HANDLER(a)) || PyArray_DATA(a) == NULL) {
+        return NULL;
+    }
+    oc_header *h = oc_header_of(PyArray_DATA(a));
+    return h->magic == OC_MAGIC ? h : NULL;
+}
+
+static PyObject *block_info(PyObject *Py_UNUSED(m), PyObject *obj)
+{
+    oc_header *h = managed_header(obj);
+    if (h == NULL) {
+        Py_RETURN_NONE;
+    }
+    oc_node *owner = atomic_load(&h->owner);
+    return Py_BuildValue("(KKnIK)", (unsigned long long)owner->id, (unsigned long long)h->id,
+                         (Py_ssize_t)h->size, (unsigned)atomic_load(&h->flags),
+                         (unsigned long long)(uintptr_t)((char *)h + OC_HEADER_BYTES));
+}
+
+/* Moves the block under `obj` to `node` (budget permitting) and sets or clears its kept flag.
+ * Returns None, or (refused_node_id, limit, used) when a budget on the way refused. */
+static PyObject *transfer(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    PyObject *obj;
+    NodeObject *target;
+    int kept;
+    if (!PyArg_ParseTuple(args, "OO!p", &obj, &NodeType, &target, &kept)) {
+        return NULL;
+    }
+    oc_header *h = managed_header(obj);
+    if (h == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the array's memory was not allocated by oocarray");
+        return NULL;
+    }
+    oc_node *from = atomic_load(&h->owner);
+    oc_node *to = target->node;
+    int64_t size = (int64_t)h->size;
+    unsigned flags = atomic_load(&h->flags);
+    if (from != to) {
+        oc_node *common = oc_common_ancestor(from, to);
+        oc_node *refused = oc_reserve_until(to, common, size);
+        if (refused != NULL) {
+            return Py_BuildValue("(KLL)", (unsigned long long)refused->id,
+                                 (long long)atomic_load(&refused->max_bytes),
+                                 (long long)atomic_load(&refused->current_bytes));
+        }
+        oc_release_until(from, common, size);
+        if (flags & OC_FLAG_KEPT) {
+            atomic_fetch_sub(&from->kept_count, 1);
+            atomic_fetch_sub(&from->kept_bytes, size);
+            atomic_fetch_and(&h->flags, ~OC_FLAG_KEPT);
+            flags &= ~OC_FLAG_KEPT;
+        }
+        if (flags & OC_FLAG_REGION) {
+            atomic_fetch_sub(&from->region_bytes, size);
+            atomic_fetch_sub(&from->region_count, 1);
+            atomic_fetch_add(&to->region_bytes, size);
+            atomic_fetch_add(&to->region_count, 1);
+        }
+        oc_node_incref(to);
+        atomic_store(&h->owner, to);
+        oc_node_decref(from);
+    }
+    if (kept && !(flags & OC_FLAG_KEPT)) {
+        atomic_fetch_or(&h->flags, OC_FLAG_KEPT);
+        atomic_fetch_add(&to->kept_count, 1);
+        atomic_fetch_add(&to->kept_bytes, size);
+    }
+    else if (!kept && (flags & OC_FLAG_KEPT)) {
+        atomic_fetch_and(&h->flags, ~OC_FLAG_KEPT);
+        atomic_fetch_sub(&to->kept_count, 1);
+        atomic_fetch_sub(&to->kept_bytes, size);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *take_failure(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    oc_failure f = oc_take_failure();
+    if (f.kind == OC_FAIL_NONE) {
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(iiKKLLL)", f.kind, f.err, (unsigned long long)f.node_id,
+                         (unsigned long long)f.refused_id, (long long)f.requested, (long long)f.limit,
+                         (long long)f.used);
+}
+
+static PyObject *set_trace(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    PyObject *on_alloc, *on_free;
+    if (!PyArg_ParseTuple(args, "OO", &on_alloc, &on_free)) {
+        return NULL;
+    }
+    int enable = on_alloc != Py_None;
+    if (enable && (!PyCallable_Check(on_alloc) || !PyCallable_Check(on_free))) {
+        PyErr_SetString(PyExc_TypeError, "trace callbacks must be callable");
+        return NULL;
+    }
+    atomic_store(&oc_trace_enabled, 0);
+    /* The free callback stays installed once set, so that traced blocks still get untraced. */
+    Py_XSETREF(oc_trace_alloc_cb, enable ? Py_NewRef(on_alloc) : NULL);
+    if (enable) {
+        Py_XSETREF(oc_trace_free_cb, Py_NewRef(on_free));
+    }
+    atomic_store(&oc_trace_enabled, enable);
+    Py_RETURN_NONE;
+}
+
+static PyObject *get_large_threshold(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    return PyLong_FromSize_t(atomic_load(&oc_large_threshold));
+}
+
+static PyObject *set_large_threshold(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    size_t v = PyLong_AsSize_t(arg);
+    if (v == (size_t)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    atomic_store(&oc_large_threshold, v);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"set_handler", set_handler, METH_O, "Install a handler capsule (None: NumPy's default); return the old one."},
+    {"get_handler", get_handler, METH_NOARGS, "The handler capsule of the current context."},
+    {"block_info", block_info, METH_O, "(owner_id, alloc_id, size, flags, address) or None."},
+    {"transfer", transfer, METH_VARARGS, "Move a block to a node; None or (refused_id, limit, used)."},
+    {"take_failure", take_failure, METH_NOARGS, "This thread's last allocation failure, cleared."},
+    {"set_trace", set_trace, METH_VARARGS, "Install (on_alloc, on_free) callbacks, or (None, None)."},
+    {"get_large_threshold", get_large_threshold, METH_NOARGS, "Bytes from which blocks are regions."},
+    {"set_large_threshold", set_large_threshold, METH_O, "Set the region threshold in bytes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "oocarray._native",
+    .m_doc = "oocarray's native NEP 49 allocation handler.",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void)
+{
+    import_array();
+    if (PyType_Ready(&NodeType) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&native_module);
+    if (m == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(m, "Node", (PyObject *)&NodeType) < 0 ||
+        PyModule_AddIntConstant(m, "HEADER_BYTES", OC_HEADER_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "FLAG_REGION", OC_FLAG_REGION) < 0 ||
+        PyModule_AddIntConstant(m, "FLAG_KEPT", OC_FLAG_KEPT) < 0 ||
+        PyModule_AddIntConstant(m, "FLAG_TRACED", OC_FLAG_TRACED) < 0 ||
+        PyModule_AddIntConstant(m, "FAIL_BUDGET", OC_FAIL_BUDGET) < 0 ||
+        PyModule_AddIntConstant(m, "FAIL_CLOSED", OC_FAIL_CLOSED) < 0 ||
+        PyModule_AddIntConstant(m, "FAIL_OS", OC_FAIL_OS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,186 @@
+/* Manager nodes: reference counts and reserve-and-rollback budget accounting. */
+#include "oc_core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- per-thread slot indices, recycled when a thread exits ---- */
+
+static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
+static int free_slots[OC_THREAD_SLOTS];
+static int free_slot_count = -1; /* -1: not yet filled */
+static OC_TLS int thread_slot = -1;
+static pthread_key_t slot_key;
+
+static void slot_release(void *p)
+{
+    int slot = (int)(intptr_t)p - 1;
+    pthread_mutex_lock(&slot_lock);
+    free_slots[free_slot_count++] = slot;
+    pthread_mutex_unlock(&slot_lock);
+}
+
+int oc_thread_slot(void)
+{
+    if (thread_slot >= 0) {
+        return thread_slot;
+    }
+    pthread_mutex_lock(&slot_lock);
+    if (free_slot_count < 0) {
+        pthread_key_create(&slot_key, slot_release);
+        for (int i = 0; i < OC_THREAD_SLOTS; i++) {
+            free_slots[i] = OC_THREAD_SLOTS - 1 - i;
+        }
+        free_slot_count = OC_THREAD_SLOTS;
+    }
+    if (free_slot_count > 0) {
+        thread_slot = free_slots[--free_slot_count];
+        pthread_setspecific(slot_key, (void *)(intptr_t)(thread_slot + 1));
+    }
+    else {
+        thread_slot = OC_THREAD_SLOTS; /* shared, atomic */
+    }
+    pthread_mutex_unlock(&slot_lock);
+    return thread_slot;
+}
+
+void oc_count_allocation(oc_node *n, int64_t bytes, int64_t count)
+{
+    int s = oc_thread_slot();
+    oc_slot *slot = &n->slots[s];
+    if (s < OC_THREAD_SLOTS) {
+        atomic_store_explicit(&slot->total_bytes,
+                              atomic_load_explicit(&slot->total_bytes, memory_order_relaxed) + bytes,
+                              memory_order_relaxed);
+        atomic_store_explicit(&slot->total_count,
+                              atomic_load_explicit(&slot->total_count, memory_order_relaxed) + count,
+                              memory_order_relaxed);
+    }
+    else {
+        atomic_fetch_add_explicit(&slot->total_bytes, bytes, memory_order_relaxed);
+        atomic_fetch_add_explicit(&slot->total_count, count, memory_order_relaxed);
+    }
+}
+
+int64_t oc_total_bytes(oc_node *n)
+{
+    int64_t sum = 0;
+    for (int i = 0; i <= OC_THREAD_SLOTS; i++) {
+        sum += atomic_load_explicit(&n->slots[i].total_bytes, memory_order_relaxed);
+    }
+    return sum;
+}
+
+int64_t oc_total_count(oc_node *n)
+{
+    int64_t sum = 0;
+    for (int i = 0; i <= OC_THREAD_SLOTS; i++) {
+        sum += atomic_load_explicit(&n->slots[i].total_count, memory_order_relaxed);
+    }
+    return sum;
+}
+
+static atomic_uint_fast64_t next_node_id = 1;
+
+oc_node *oc_node_new(oc_node *parent, int64_t max_bytes)
+{
+    oc_node *n = calloc(1, sizeof(oc_node));
+    if (n == NULL) {
+        return NULL;
+    }
+    n->slots = aligned_alloc(64, sizeof(oc_slot) * (OC_THREAD_SLOTS + 1));
+    if (n->slots == NULL) {
+        free(n);
+        return NULL;
+    }
+    memset(n->slots, 0, sizeof(oc_slot) * (OC_THREAD_SLOTS + 1));
+    n->parent = parent;
+    if (parent != NULL) {
+        oc_node_struct_incref(parent);
+    }
+    n->id = atomic_fetch_add(&next_node_id, 1);
+    atomic_init(&n->refcnt, 1);
+    atomic_init(&n->structural, 1);
+    atomic_init(&n->max_bytes, max_bytes);
+    oc_handler_init(&n->handler, n);
+    return n;
+}
+
+void oc_node_incref(oc_node *n) { atomic_fetch_add_explicit(&n->refcnt, 1, memory_order_relaxed); }
+
+void oc_node_decref(oc_node *n)
+{
+    /* Iterative so that a long chain of dead ancestors does not recurse. */
+    while (n != NULL && atomic_fetch_sub_explicit(&n->refcnt, 1, memory_order_acq_rel) == 1) {
+        oc_node *parent = n->parent;
+        if (parent != NULL) {
+            atomic_fetch_sub_explicit(&parent->structural, 1, memory_order_relaxed);
+        }
+        free(n->slots);
+        free(n);
+        n = parent;
+    }
+}
+
+void oc_node_struct_incref(oc_node *n)
+{
+    atomic_fetch_add_explicit(&n->structural, 1, memory_order_relaxed);
+    oc_node_incref(n);
+}
+
+void oc_node_struct_decref(oc_node *n)
+{
+    atomic_fetch_sub_explicit(&n->structural, 1, memory_order_relaxed);
+    oc_node_decref(n);
+}
+
+static inline void raise_peak(oc_node *p, int64_t now)
+{
+    int64_t peak = atomic_load_explicit(&p->peak_bytes, memory_order_relaxed);
+    while (now > peak &&
+           !atomic_compare_exchange_weak_explicit(&p->peak_bytes, &peak, now, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+    }
+}
+
+/* Adds `bytes` to n and each ancestor below `stop`.  On a budget refusal everything added is
+ * rolled back and the refusing node is returned; NULL means success. */
+oc_node *oc_reserve_until(oc_node *n, oc_node *stop, int64_t bytes)
+{
+    for (oc_node *p = n; p != stop; p = p->parent) {
+        int64_t now = atomic_fetch_add_explicit(&p->current_bytes, bytes, memory_order_relaxed) + bytes;
+        int64_t limit = atomic_load_explicit(&p->max_bytes, memory_order_relaxed);
+        if (limit >= 0 && now > limit && bytes > 0) {
+            atomic_fetch_sub_explicit(&p->current_bytes, bytes, memory_order_relaxed);
+            for (oc_node *q = n; q != p; q = q->parent) {
+                atomic_fetch_sub_explicit(&q->current_bytes, bytes, memory_order_relaxed);
+            }
+            return p;
+        }
+        raise_peak(p, now);
+    }
+    return NULL;
+}
+
+void oc_release_until(oc_node *n, oc_node *stop, int64_t bytes)
+{
+    for (oc_node *p = n; p != stop; p = p->parent) {
+        atomic_fetch_sub_explicit(&p->current_bytes, bytes, memory_order_relaxed);
+    }
+}
+
+oc_node *oc_reserve(oc_node *n, int64_t bytes) { return oc_reserve_until(n, NULL, bytes); }
+
+void oc_release(oc_node *n, int64_t bytes) { oc_release_until(n, NULL, bytes); }
+
+oc_node *oc_common_ancestor(oc_node *a, oc_node *b)
+{
+    for (oc_node *p = a; p != NULL; p = p->parent) {
+        for (oc_node *q = b; q != NULL; q = q->parent) {
+            if (p == q) {
+                return p;
+            }
+        }
+    }
+    return NULL;
+}

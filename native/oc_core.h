@@ -1,0 +1,129 @@
+/*
+ * oocarray native core: the manager-node tree and the allocation headers.
+ *
+ * Every block the handler hands to NumPy is preceded by an oc_header (64 bytes, directly
+ * before the data).  Small blocks come from malloc; large ones from anonymous page-aligned
+ * mappings ("regions") whose first page holds the header, so the data pages can later be
+ * remapped to a file at the same address.
+ *
+ * Counting is lock-free: each node keeps atomic counters; an allocation reserves its size on
+ * every ancestor (reserve-and-rollback against max_bytes) and holds one reference on its
+ * owner node, so a node outlives every block it owns, even after its Python manager closed.
+ */
+#ifndef OC_CORE_H
+#define OC_CORE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+
+#define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
+#define NPY_TARGET_VERSION NPY_2_0_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL oc_ARRAY_API
+#ifndef OC_MODULE_MAIN
+#define NO_IMPORT_ARRAY
+#endif
+#include <Python.h>
+#include <numpy/arrayobject.h>
+
+#define OC_HEADER_BYTES 64
+#define OC_MAGIC 0x0CA11C0Du
+
+/* header flags */
+#define OC_FLAG_REGION 1u  /* block is a page-aligned mapping, not a malloc block */
+#define OC_FLAG_KEPT 2u    /* intended escape: handed to the parent when the owner closes */
+#define OC_FLAG_TRACED 4u  /* an allocation traceback was recorded for it */
+
+/* failure kinds recorded for the thread that got NULL */
+#define OC_FAIL_NONE 0
+#define OC_FAIL_BUDGET 1
+#define OC_FAIL_CLOSED 2
+#define OC_FAIL_OS 3
+
+/* Thread-locals read on the hot path: initial-exec avoids a __tls_get_addr call per access. */
+#define OC_TLS _Thread_local __attribute__((tls_model("initial-exec")))
+
+typedef struct oc_node oc_node;
+
+/* Cumulative counters are split into per-thread slots: a slot has a single writer (the thread
+ * holding that index), so the hot path updates it without a locked instruction.  Readers sum
+ * the slots; threads beyond OC_THREAD_SLOTS share the last slot with atomic adds. */
+#define OC_THREAD_SLOTS 64
+
+typedef struct {
+    _Alignas(64) atomic_int_fast64_t total_bytes;
+    atomic_int_fast64_t total_count;
+} oc_slot;
+
+struct oc_node {
+    PyDataMem_Handler handler; /* ctx points back at this node */
+    oc_node *parent;           /* holds one reference on the parent */
+    uint64_t id;
+    atomic_int_fast64_t refcnt;     /* structural references + one per live block */
+    atomic_int_fast64_t structural; /* references that are not live blocks */
+    atomic_int_fast64_t max_bytes;  /* < 0: unlimited */
+    atomic_int closed;
+    /* subtree counters: every block owned here or below */
+    atomic_int_fast64_t current_bytes;
+    atomic_int_fast64_t peak_bytes;
+    /* own counters: blocks whose owner is this node */
+    oc_slot *slots; /* OC_THREAD_SLOTS + 1 */
+    atomic_int_fast64_t kept_count;
+    atomic_int_fast64_t kept_bytes;
+    atomic_int_fast64_t region_bytes;
+    atomic_int_fast64_t region_count;
+};
+
+typedef struct oc_header {
+    _Atomic(oc_node *) owner;
+    size_t size;       /* bytes counted: exactly what NumPy asked for */
+    uint64_t id;       /* allocation id, process-wide, increasing */
+    atomic_uint flags;
+    uint32_t magic;
+    size_t map_bytes;  /* regions: length of the whole mapping, header page included */
+    struct oc_header *prev, *next; /* regions: the registry list */
+    uint64_t _pad;
+} oc_header;
+
+_Static_assert(sizeof(oc_header) == OC_HEADER_BYTES, "header must be 64 bytes");
+
+typedef struct {
+    int kind;
+    int err;
+    uint64_t node_id;      /* node whose handler was asked */
+    uint64_t refused_id;   /* node whose budget refused */
+    int64_t requested;
+    int64_t limit;
+    int64_t used;
+} oc_failure;
+
+/* node.c */
+int oc_thread_slot(void);
+void oc_count_allocation(oc_node *n, int64_t bytes, int64_t count);
+int64_t oc_total_bytes(oc_node *n);
+int64_t oc_total_count(oc_node *n);
+oc_node *oc_node_new(oc_node *parent, int64_t max_bytes);
+void oc_node_incref(oc_node *n);
+void oc_node_decref(oc_node *n);
+void oc_node_struct_incref(oc_node *n);
+void oc_node_struct_decref(oc_node *n);
+oc_node *oc_reserve(oc_node *n, int64_t bytes);
+void oc_release(oc_node *n, int64_t bytes);
+oc_node *oc_common_ancestor(oc_node *a, oc_node *b);
+oc_node *oc_reserve_until(oc_node *n, oc_node *stop, int64_t bytes);
+void oc_release_until(oc_node *n, oc_node *stop, int64_t bytes);
+
+/* alloc.c */
+extern atomic_size_t oc_large_threshold;
+extern atomic_int oc_trace_enabled;
+extern PyObject *oc_trace_alloc_cb;
+extern PyObject *oc_trace_free_cb;
+void oc_handler_init(PyDataMem_Handler *h, oc_node *ctx);
+int oc_is_our_handler(PyObject *capsule);
+oc_header *oc_header_of(void *data);
+oc_failure oc_take_failure(void);
+void oc_record_failure(int kind, int err, oc_node *asked, oc_node *refused, int64_t requested);
+uint64_t oc_next_alloc_id(void);
+
+#endif

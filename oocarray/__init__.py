@@ -1,0 +1,58 @@
+"""oocarray: ordinary NumPy code on data larger than RAM.
+
+A tree of memory managers owns, counts and budgets every NumPy allocation made while one is
+active, through a native NEP 49 allocation handler.
+
+Examples
+--------
+>>> import numpy as np
+>>> import oocarray as oc
+>>> with oc.Manager("etl", max_bytes="1G") as m:
+...     a = np.ones((1024, 1024))
+...     m.stats().current_bytes
+8388608
+"""
+
+from oocarray import _failures
+from oocarray._config import Config, config, configure
+from oocarray._manager import Manager, MemoryStats, detach, location, owner, system
+from oocarray._units import parse_size
+from oocarray.errors import (
+    ClosedError,
+    MemoryBudgetError,
+    OOCArrayError,
+    ReadOnlyError,
+    ScopeLeakError,
+    SpillError,
+    StoreNotFoundError,
+    WorkspaceFullError,
+    WorkspaceLeakError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClosedError",
+    "Config",
+    "Manager",
+    "MemoryBudgetError",
+    "MemoryStats",
+    "OOCArrayError",
+    "ReadOnlyError",
+    "ScopeLeakError",
+    "SpillError",
+    "StoreNotFoundError",
+    "WorkspaceFullError",
+    "WorkspaceLeakError",
+    "__version__",
+    "config",
+    "configure",
+    "detach",
+    "location",
+    "owner",
+    "parse_size",
+    "system",
+]
+
+_failures.install()
+system()

@@ -1,0 +1,69 @@
+"""The ``oocarray`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["main"]
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import oocarray as oc
+    from oocarray._units import format_bytes
+
+    budget = oc.parse_size(args.budget, "--budget")
+    assert budget is not None
+    rows = max(budget // (8 * 1024 * 16), 1)  # one batch is a sixteenth of the budget
+    print(f"oocarray {oc.__version__} demo: a manager tree with a {format_bytes(budget)} budget\n")
+    with oc.Manager("etl", max_bytes=budget) as etl:
+        totals = np.zeros(1024)
+        for step in range(4):
+            with etl.sub(f"batch-{step}") as batch:
+                x = np.random.default_rng(step).standard_normal((rows, 1024))
+                y = np.tanh(x) * 2 + 1  # x, y and the temporaries are owned by the batch scope
+                totals += y.sum(axis=0)
+                if step == 3:
+                    print("Inside the last batch scope, every NumPy allocation is counted:")
+                    print(etl.debug_dump(), "\n")
+                    batch.keep(y)  # an intended escape, handed to 'etl' when the batch closes
+                    del x
+                else:
+                    del x, y  # nothing escapes this batch
+        print(f"After four batches: {etl.stats().current_bytes:,} bytes live in 'etl' "
+              f"(the kept batch and the running totals), peak {etl.stats().peak_bytes:,}.")
+        try:
+            np.ones(budget // 8 + 1)
+        except oc.MemoryBudgetError as error:
+            first_line = str(error).splitlines()[0]
+            print(f"\nAsking for more than the budget raises MemoryBudgetError:\n  {first_line}")
+    print(f"\nClosed: etl.closed={etl.closed}; the arrays it handed on stay valid "
+          f"(totals[:3]={np.round(totals[:3], 2)}).")
+    print("\nThe whole tree now:")
+    print(oc.system().debug_dump())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``oocarray`` command line."""
+    import oocarray as oc
+
+    parser = argparse.ArgumentParser(prog="oocarray", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"oocarray {oc.__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="run a small demonstration of managed memory")
+    demo.add_argument("--budget", default="256M", help="RAM budget of the demo (default 256M)")
+    demo.set_defaults(run=_demo)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except (ValueError, TypeError) as error:
+        print(f"oocarray: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

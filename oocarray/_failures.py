@@ -1,0 +1,86 @@
+"""Turns NumPy's out-of-memory error into oocarray's, when the native handler refused.
+
+When the handler returns NULL, NumPy raises its private ``_ArrayMemoryError``.  The handler
+records why in a thread-local; here the creation of that exception consults the record and,
+when it matches the request, makes a :class:`MemoryBudgetError` (or :class:`ClosedError`)
+instead: still an instance of NumPy's class and of ``MemoryError``, with a message that says
+which budget refused and carries the debug dump.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from oocarray import _native
+from oocarray._manager import _budget_message, manager_by_node_id
+from oocarray.errors import ClosedError, MemoryBudgetError
+
+__all__ = ["install"]
+
+_installed = False
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    try:
+        from numpy._core._exceptions import _ArrayMemoryError
+    except ImportError:  # a NumPy without the private class: errors stay plain MemoryError
+        return
+
+    class ArrayBudgetError(MemoryBudgetError, _ArrayMemoryError):  # type: ignore[misc]
+        def __init__(self, shape: Any, dtype: Any) -> None:
+            _ArrayMemoryError.__init__(self, shape, dtype)
+
+        def __str__(self) -> str:
+            return str(getattr(self, "_oc_message", ""))
+
+    class ArrayClosedError(ClosedError, _ArrayMemoryError):  # type: ignore[misc]
+        def __init__(self, shape: Any, dtype: Any) -> None:
+            _ArrayMemoryError.__init__(self, shape, dtype)
+
+        def __str__(self) -> str:
+            return str(getattr(self, "_oc_message", ""))
+
+    ArrayBudgetError.__name__ = ArrayBudgetError.__qualname__ = "MemoryBudgetError"
+    ArrayClosedError.__name__ = ArrayClosedError.__qualname__ = "ClosedError"
+    ArrayBudgetError.__module__ = ArrayClosedError.__module__ = "oocarray.errors"
+    base_new = MemoryError.__new__
+
+    def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
+        if cls is _ArrayMemoryError and len(args) == 2:
+            failure = _native.take_failure()
+            if failure is not None and _matches(failure, *args):
+                kind, _err, node_id, refused_id, requested, limit, used = failure
+                asked = manager_by_node_id(node_id)
+                if kind == _native.FAIL_BUDGET:
+                    error = Exception.__new__(ArrayBudgetError, *args)
+                    error._oc_message = _budget_message(
+                        requested, asked, manager_by_node_id(refused_id), limit, used
+                    )
+                    return error
+                if kind == _native.FAIL_CLOSED:
+                    error = Exception.__new__(ArrayClosedError, *args)
+                    name = asked.name if asked else "?"
+                    error._oc_message = (
+                        f"manager {name!r} is closed but still active in this thread; NumPy "
+                        "allocations need an open manager (leave its `with` block or activate "
+                        "another one)"
+                    )
+                    return error
+        return base_new(cls, *args)
+
+    _ArrayMemoryError.__new__ = __new__  # type: ignore[method-assign]
+    _installed = True
+
+
+def _matches(failure: tuple[int, ...], shape: Any, dtype: Any) -> bool:
+    """Whether the recorded failure is the one this error reports (not a stale record)."""
+    try:
+        nbytes = math.prod(int(d) for d in shape) * int(dtype.itemsize)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    requested = failure[4]
+    return requested == nbytes or (nbytes == 0 and requested <= max(int(dtype.itemsize), 1))

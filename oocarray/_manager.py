@@ -1,0 +1,710 @@
+"""The tree of memory managers.
+
+A :class:`Manager` owns, counts and budgets every NumPy allocation made while it is active in
+the current thread or context (through the native NEP 49 handler), and everything allocated
+explicitly with ``m.empty()`` and friends.  Managers form a tree under :func:`system`; a
+budget (``max_bytes``) covers a manager and everything below it.
+
+Closing a manager never frees memory under a live array.  Arrays still referenced then are
+*escapes*: they stay valid, and count as memory of the parent (``on_close="keep"``) or make
+the close raise :class:`ScopeLeakError` (``on_close="raise"``).  Internally the closed manager
+stays in the tree as a *ghost* that keeps owning those blocks until they are freed, so no
+counter has to move and frees racing with the close stay exact.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import gc
+import sys
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from oocarray import _config, _native, _tracing
+from oocarray._units import format_bytes, parse_size
+from oocarray.errors import ClosedError, MemoryBudgetError, ScopeLeakError
+
+__all__ = [
+    "Manager",
+    "MemoryStats",
+    "active_manager",
+    "detach",
+    "location",
+    "manager_by_node_id",
+    "owner",
+    "system",
+]
+
+OnClose = Literal["keep", "raise"]
+_ON_CLOSE: tuple[str, ...] = ("keep", "raise")
+
+# Garbage collection before a budget refusal or an escape report is throttled to this interval.
+_GC_MIN_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStats:
+    """Counters of a manager and its subtree; bytes are exact, as NumPy requested them.
+
+    Attributes
+    ----------
+    name
+        The manager's name.
+    current_bytes, current_count
+        Bytes and number of live arrays owned by the manager or its descendants.
+    peak_bytes
+        Highest ``current_bytes`` since creation or :meth:`Manager.reset_peak`.
+    total_bytes, total_count
+        Everything ever allocated in the subtree.
+    own_bytes, own_count
+        Live arrays owned by this manager itself, including those that escaped into it from
+        closed children.
+    max_bytes
+        The budget, or ``None``.
+    ram_bytes, mmap_bytes, spilled_bytes
+        Where the live bytes are: anonymous RAM, file-backed maps, or moved to disk.
+    escaped, escaped_bytes
+        Arrays that were still alive when a child scope closed and were handed to this manager.
+    kept, kept_bytes
+        Arrays marked with :meth:`Manager.keep` and still alive.
+    """
+
+    name: str
+    current_bytes: int
+    current_count: int
+    peak_bytes: int
+    total_bytes: int
+    total_count: int
+    own_bytes: int
+    own_count: int
+    max_bytes: int | None
+    ram_bytes: int
+    mmap_bytes: int
+    spilled_bytes: int
+    escaped: int
+    escaped_bytes: int
+    kept: int
+    kept_bytes: int
+
+
+_registry: weakref.WeakValueDictionary[int, Manager] = weakref.WeakValueDictionary()
+_active: contextvars.ContextVar[Manager | None] = contextvars.ContextVar(
+    "oocarray_active_manager", default=None
+)
+_entered: contextvars.ContextVar[tuple[_Activation, ...]] = contextvars.ContextVar(
+    "oocarray_entered", default=()
+)
+_tree_lock = threading.RLock()
+_last_gc = 0.0
+
+
+def _collect_garbage_throttled() -> None:
+    global _last_gc
+    import time
+
+    now = time.monotonic()
+    if now - _last_gc >= _GC_MIN_INTERVAL_S:
+        _last_gc = now
+        gc.collect()
+
+
+def _parse_shape(shape: object) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        dims: Sequence[object] = (shape,)
+    elif isinstance(shape, Sequence) and not isinstance(shape, (str, bytes)):
+        dims = shape
+    else:
+        raise TypeError(f"shape must be an int or a sequence of ints, e.g. (1024, 64); got {shape!r}")
+    result = []
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+            raise TypeError(f"shape entries must be ints, e.g. (1024, 64); got {shape!r}")
+        if d < 0:
+            raise ValueError(f"shape entries must not be negative; got {tuple(dims)!r}")
+        result.append(int(d))
+    return tuple(result)
+
+
+class _Activation:
+    """Routes NumPy allocations of the current thread/context to a manager until exit."""
+
+    __slots__ = ("_manager", "_previous_handler", "_token")
+
+    def __init__(self, manager: Manager) -> None:
+        self._manager = manager
+
+    def __enter__(self) -> Manager:
+        manager = self._manager
+        if manager.closed:
+            raise ClosedError(
+                f"manager {manager.name!r} is closed and cannot be activated; "
+                "create a new manager or use its parent"
+            )
+        self._token = _active.set(manager)
+        self._previous_handler = _native.set_handler(manager._node.handler)
+        _native.take_failure()
+        return manager
+
+    def __exit__(self, *exc: object) -> None:
+        _native.set_handler(self._previous_handler)
+        _active.reset(self._token)
+
+
+class Manager:
+    """A scope that owns, counts and budgets NumPy memory.
+
+    Parameters
+    ----------
+    name
+        A name for dumps and errors; defaults to ``"manager-<id>"``.
+    parent
+        The parent manager; defaults to the active manager of this thread, else :func:`system`.
+    max_bytes
+        RAM budget of this manager and its subtree (int or ``"2G"``-style string), or ``None``.
+        A child never gets more than its parent has left.
+    on_close
+        What happens to arrays still referenced when the manager closes: ``"keep"`` hands them
+        to the parent (counted in ``stats().escaped``), ``"raise"`` raises
+        :class:`ScopeLeakError` naming them.  Either way the arrays stay valid.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import oocarray as oc
+    >>> with oc.Manager("etl", max_bytes="64M") as m:
+    ...     a = np.ones((256, 256))
+    ...     oc.owner(a) is m
+    True
+    >>> m.closed, float(a.sum())
+    (True, 65536.0)
+    """
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        parent: Manager | None = None,
+        max_bytes: int | str | None = None,
+        on_close: OnClose = "keep",
+    ) -> None:
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {name!r}")
+        if parent is not None and not isinstance(parent, Manager):
+            raise TypeError(f"parent must be a Manager or None, got {parent!r}")
+        if not isinstance(on_close, str) or on_close not in _ON_CLOSE:
+            raise ValueError(f"on_close must be one of {_ON_CLOSE}, got {on_close!r}")
+        budget = parse_size(max_bytes, "max_bytes", allow_none=True)
+        if parent is None:
+            parent = _active.get() or system()
+        if parent.closed:
+            raise ClosedError(f"cannot create a manager under closed manager {parent.name!r}")
+        self._init(name, parent, budget, on_close)
+
+    def _init(
+        self, name: str | None, parent: Manager | None, budget: int | None, on_close: str
+    ) -> None:
+        self._node = _native.Node(parent._node if parent else None, -1 if budget is None else budget)
+        self._name = name if name is not None else f"manager-{self._node.id}"
+        self._parent = parent
+        self._on_close = on_close
+        self._children: list[Manager] = []
+        self._escaped = 0
+        self._escaped_bytes = 0
+        self._pruned_total_bytes = 0
+        self._pruned_total_count = 0
+        _registry[self._node.id] = self
+        if parent is not None:
+            with _tree_lock:
+                parent._prune_children()
+                parent._children.append(self)
+
+    # ---- identity and tree ----
+
+    @property
+    def name(self) -> str:
+        """The manager's name."""
+        return self._name
+
+    @property
+    def parent(self) -> Manager | None:
+        """The parent manager (``None`` for the system manager)."""
+        return self._parent
+
+    @property
+    def children(self) -> tuple[Manager, ...]:
+        """Open child managers."""
+        return tuple(c for c in self._children if not c.closed)
+
+    @property
+    def closed(self) -> bool:
+        """Whether the manager has closed."""
+        return bool(self._node.closed)
+
+    @property
+    def max_bytes(self) -> int | None:
+        """The budget of this manager and its subtree, or ``None``."""
+        value = int(self._node.max_bytes)
+        return None if value < 0 else value
+
+    @max_bytes.setter
+    def max_bytes(self, value: int | str | None) -> None:
+        budget = parse_size(value, "max_bytes", allow_none=True)
+        self._node.max_bytes = -1 if budget is None else budget
+
+    @property
+    def on_close(self) -> str:
+        """The close policy: ``"keep"`` or ``"raise"``."""
+        return self._on_close
+
+    def _subtree(self) -> Iterator[Manager]:
+        yield self
+        for child in list(self._children):
+            yield from child._subtree()
+
+    def _prune_children(self) -> None:
+        """Forget closed children that own nothing any more, keeping their totals."""
+        keep = []
+        for child in self._children:
+            if child.closed and child._node.counters()["current_bytes"] == 0 and not child._children:
+                counters = child._node.counters()
+                self._pruned_total_bytes += counters["total_bytes"] + child._pruned_total_bytes
+                self._pruned_total_count += counters["total_count"] + child._pruned_total_count
+            else:
+                keep.append(child)
+        self._children = keep
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedError(
+                f"manager {self.name!r} is closed; allocate in an open manager "
+                "(its parent, or a new one)"
+            )
+
+    # ---- activation ----
+
+    def activate(self) -> _Activation:
+        """Make this manager active in the current thread without closing it on exit.
+
+        Examples
+        --------
+        >>> import threading, numpy as np, oocarray as oc
+        >>> m = oc.Manager("shared")
+        >>> def work():
+        ...     with m.activate():
+        ...         np.ones(1000)
+        >>> t = threading.Thread(target=work); t.start(); t.join()
+        >>> m.stats().total_bytes
+        8000
+        >>> m.close()
+        """
+        return _Activation(self)
+
+    def __enter__(self) -> Self:
+        activation = _Activation(self)
+        activation.__enter__()
+        _entered.set((*_entered.get(), activation))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack = _entered.get()
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i]._manager is self:
+                stack[i].__exit__()
+                _entered.set(stack[:i] + stack[i + 1 :])
+                break
+        # An escape report must not hide the exception that is already propagating.
+        self._close(raise_leaks=exc_type is None)
+
+    def sub(self, name: str | None = None, **kwargs: Any) -> Manager:
+        """Create a child scope: ``with m.sub("batch") as s: ...``."""
+        return Manager(name, parent=self, **kwargs)
+
+    # ---- explicit allocation ----
+
+    def empty(self, shape: object, dtype: npt.DTypeLike = float, *, order: str = "C") -> np.ndarray:
+        """A new uninitialised array owned by this manager (like :func:`numpy.empty`)."""
+        dims = _parse_shape(shape)
+        self._check_open()
+        with self.activate():
+            return np.empty(dims, dtype=dtype, order=order)  # type: ignore[call-overload,no-any-return]
+
+    def zeros(self, shape: object, dtype: npt.DTypeLike = float, *, order: str = "C") -> np.ndarray:
+        """A new zero-filled array owned by this manager (like :func:`numpy.zeros`)."""
+        dims = _parse_shape(shape)
+        self._check_open()
+        with self.activate():
+            return np.zeros(dims, dtype=dtype, order=order)  # type: ignore[call-overload,no-any-return]
+
+    def full(
+        self, shape: object, fill_value: object, dtype: npt.DTypeLike = None, *, order: str = "C"
+    ) -> np.ndarray:
+        """A new array filled with ``fill_value``, owned by this manager (like :func:`numpy.full`)."""
+        dims = _parse_shape(shape)
+        self._check_open()
+        with self.activate():
+            return np.full(dims, fill_value, dtype=dtype, order=order)  # type: ignore[call-overload,no-any-return]
+
+    def asarray(self, obj: object, dtype: npt.DTypeLike = None) -> np.ndarray:
+        """``obj`` as an array owned by this manager: the array itself if it already is one,
+        else a copy made in this manager."""
+        self._check_open()
+        if isinstance(obj, np.ndarray) and (dtype is None or obj.dtype == np.dtype(dtype)):
+            info = _native.block_info(obj)
+            if info is not None and info[0] == self._node.id:
+                return obj
+        with self.activate():
+            return np.array(obj, dtype=dtype, copy=True)
+
+    # ---- ownership ----
+
+    def _owns_in_subtree(self, node_id: int) -> bool:
+        return any(m._node.id == node_id for m in self._subtree())
+
+    def _transfer(self, arr: np.ndarray, *, kept: bool) -> None:
+        refused = _native.transfer(arr, self._node, kept)
+        if refused is not None:
+            refused_id, limit, used = refused
+            info = _native.block_info(arr)
+            size = info[2] if info else arr.nbytes
+            raise MemoryBudgetError(
+                _budget_message(size, self, manager_by_node_id(refused_id), limit, used)
+            )
+        info = _native.block_info(arr)
+        if info is not None:
+            _tracing.set_owner(info[1], self._node.id)
+
+    def attach(self, arr: np.ndarray) -> np.ndarray:
+        """Take ownership of a managed array (counted against this manager's budget).
+
+        Raises
+        ------
+        ValueError
+            ``arr`` was not allocated by oocarray; copy it in with :meth:`asarray`.
+        MemoryBudgetError
+            The array does not fit in this manager's budget.
+        """
+        _require_array(arr, "attach")
+        self._check_open()
+        if _native.block_info(arr) is None:
+            raise ValueError(
+                "attach() takes arrays allocated by oocarray; this one was not, "
+                "so copy it in with m.asarray(arr)"
+            )
+        self._transfer(arr, kept=False)
+        return arr
+
+    def keep(self, arr: np.ndarray) -> np.ndarray:
+        """Mark ``arr`` as an intended escape: it is handed to the parent when this manager
+        closes, without counting as a leak.
+
+        Raises
+        ------
+        ValueError
+            ``arr`` is not owned by this manager or one of its descendants.
+        """
+        _require_array(arr, "keep")
+        info = _native.block_info(arr)
+        if info is None or not self._owns_in_subtree(info[0]):
+            holder = owner(arr)
+            raise ValueError(
+                f"keep() takes arrays owned by manager {self.name!r} or its children; this one "
+                f"is owned by {holder.name if holder else 'no manager'!r}"
+            )
+        self._transfer(arr, kept=True)
+        return arr
+
+    # ---- accounting ----
+
+    def stats(self) -> MemoryStats:
+        """Counters of this manager and its subtree (see :class:`MemoryStats`)."""
+        with _tree_lock:
+            counters = self._node.counters()
+            total_bytes = self._pruned_total_bytes
+            total_count = self._pruned_total_count
+            current_count = 0
+            for m in self._subtree():
+                c = m._node.counters()
+                total_bytes += c["total_bytes"] + (m._pruned_total_bytes if m is not self else 0)
+                total_count += c["total_count"] + (m._pruned_total_count if m is not self else 0)
+                current_count += c["live_count"]
+            open_children = [c._node.counters() for c in self._children if not c.closed]
+            own_bytes = counters["current_bytes"] - sum(c["current_bytes"] for c in open_children)
+            own_count = current_count - sum(
+                sum(d._node.counters()["live_count"] for d in c._subtree())
+                for c in self._children
+                if not c.closed
+            )
+            return MemoryStats(
+                name=self.name,
+                current_bytes=counters["current_bytes"],
+                current_count=current_count,
+                peak_bytes=counters["peak_bytes"],
+                total_bytes=total_bytes,
+                total_count=total_count,
+                own_bytes=own_bytes,
+                own_count=own_count,
+                max_bytes=self.max_bytes,
+                ram_bytes=counters["current_bytes"],
+                mmap_bytes=0,
+                spilled_bytes=0,
+                escaped=self._escaped,
+                escaped_bytes=self._escaped_bytes,
+                kept=counters["kept_count"],
+                kept_bytes=counters["kept_bytes"],
+            )
+
+    def reset_peak(self) -> None:
+        """Restart peak tracking from the current bytes."""
+        self._node.reset_peak()
+
+    def debug_dump(self) -> str:
+        """The subtree as text: per manager, its state, bytes, counts and budget.
+
+        With ``oc.configure(trace=True)``, live traced allocations are listed with the place
+        they were made.
+        """
+        lines: list[str] = []
+        tracing = _config.config().trace
+        with _tree_lock:
+            self._dump_into(lines, "", "", tracing)
+        return "\n".join(lines)
+
+    def _dump_into(self, lines: list[str], first: str, rest: str, tracing: bool) -> None:
+        s = self.stats()
+        state = "closed" if self.closed else "open"
+        budget = "" if s.max_bytes is None else f" / budget {format_bytes(s.max_bytes)}"
+        extra = ""
+        if s.escaped:
+            extra += f", escaped into it {s.escaped} ({format_bytes(s.escaped_bytes)})"
+        if s.kept:
+            extra += f", kept {s.kept}"
+        lines.append(
+            f"{first}{self.name} [{state}] {format_bytes(s.current_bytes)}{budget} in "
+            f"{s.current_count} arrays (own {format_bytes(s.own_bytes)} in {s.own_count}), "
+            f"peak {format_bytes(s.peak_bytes)}, total {format_bytes(s.total_bytes)} in "
+            f"{s.total_count}{extra}"
+        )
+        if tracing:
+            for record in _tracing.records_owned_by({self._node.id})[:10]:
+                lines.append(f"{rest}  * {format_bytes(record.size)} allocated at:")
+                lines.append(record.format(rest + "      "))
+        children = list(self._children)
+        for i, child in enumerate(children):
+            last = i == len(children) - 1
+            child._dump_into(
+                lines, rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "), tracing
+            )
+
+    # ---- closing ----
+
+    def close(self) -> None:
+        """Close the manager (and its open children): it refuses new allocations, and arrays
+        still referenced are handled per ``on_close``.  Closing twice does nothing."""
+        self._close(raise_leaks=True)
+
+    def _close(self, *, raise_leaks: bool) -> None:
+        if self._parent is None:
+            raise ValueError("the system manager cannot be closed")
+        with _tree_lock:
+            if self.closed:
+                return
+            child_errors: list[ScopeLeakError] = []
+            for child in self.children:
+                try:
+                    child._close(raise_leaks=raise_leaks)
+                except ScopeLeakError as error:
+                    child_errors.append(error)
+            self._node.close()
+            escaped, escaped_bytes = self._escapes()
+            if escaped and self._on_close == "raise":
+                _collect_garbage_throttled()
+                escaped, escaped_bytes = self._escapes()
+            parent = self._parent
+            parent._escaped += escaped
+            parent._escaped_bytes += escaped_bytes
+            parent._prune_children()
+        if raise_leaks and escaped and self._on_close == "raise":
+            raise ScopeLeakError(self._leak_message(escaped, escaped_bytes))
+        if raise_leaks and child_errors:
+            raise child_errors[0]
+
+    def _escapes(self) -> tuple[int, int]:
+        """Live arrays of this closed manager and its closed subtree, less those it keeps."""
+        count = 0
+        nbytes = 0
+        for m in self._subtree():
+            c = m._node.counters()
+            own = c["current_bytes"] - sum(ch._node.counters()["current_bytes"] for ch in m._children)
+            count += c["live_count"]
+            nbytes += own
+            if m is self:
+                count -= c["kept_count"]
+                nbytes -= c["kept_bytes"]
+        return count, nbytes
+
+    def _leak_message(self, escaped: int, escaped_bytes: int) -> str:
+        node_ids = {m._node.id for m in self._subtree()}
+        lines = [
+            f"manager {self.name!r} closed while {escaped} array(s) of "
+            f"{format_bytes(escaped_bytes)} it owns were still referenced. The arrays stay valid; "
+            "mark intended escapes with m.keep(arr) or oc.detach(arr), or delete them before the "
+            "scope ends."
+        ]
+        for arr, info in _find_arrays(node_ids):
+            if info[3] & _native.FLAG_KEPT and info[0] == self._node.id:
+                continue
+            lines.append(f"  - array shape={arr.shape} dtype={arr.dtype} bytes={info[2]}")
+            record = _tracing.record_for(info[1])
+            if record is not None:
+                lines.append("    allocated at:")
+                lines.append(record.format("      "))
+        if not _config.config().trace:
+            lines.append("  (oc.configure(trace=True) records where each array was allocated)")
+        return "\n".join(lines)
+
+    # ---- presentation ----
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        state = "closed" if self.closed else "open"
+        budget = "" if s.max_bytes is None else f", max_bytes={format_bytes(s.max_bytes)}"
+        return (
+            f"<oocarray.Manager {self.name!r} {state}: {format_bytes(s.current_bytes)} in "
+            f"{s.current_count} arrays{budget}>"
+        )
+
+
+def _find_arrays(node_ids: set[int]) -> list[tuple[np.ndarray, tuple[int, int, int, int, int]]]:
+    """Arrays still referenced whose memory is owned by one of ``node_ids`` (best effort: it
+    searches everything the garbage collector and the threads' frames can reach)."""
+    found: dict[int, tuple[np.ndarray, tuple[int, int, int, int, int]]] = {}
+    holders: list[object] = gc.get_objects()
+    for frame in sys._current_frames().values():
+        f: Any = frame
+        while f is not None:
+            holders.append(f)
+            f = f.f_back
+    for holder in holders:
+        for ref in gc.get_referents(holder):
+            if type(ref) is np.ndarray or isinstance(ref, np.ndarray):
+                info = _native.block_info(ref)
+                if info is not None and info[0] in node_ids and info[1] not in found:
+                    found[info[1]] = (ref, info)
+    return list(found.values())
+
+
+def _require_array(arr: object, what: str) -> None:
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"{what}() takes a numpy.ndarray, got {type(arr).__name__}")
+
+
+def _budget_message(
+    size: int, asked: Manager | None, refused: Manager | None, limit: int, used: int
+) -> str:
+    who = refused.name if refused else "an ancestor"
+    where = asked.name if asked else "a manager"
+    message = (
+        f"cannot allocate {format_bytes(size)} in manager {where!r}: the budget of {who!r} is "
+        f"{format_bytes(limit)} and {format_bytes(used)} of it is in use. Free or oc.spill() "
+        f"arrays, raise max_bytes, or process the data in smaller pieces."
+    )
+    tree = refused or asked
+    if tree is not None:
+        message += "\n" + tree.debug_dump()
+    return message
+
+
+def manager_by_node_id(node_id: int) -> Manager | None:
+    return _registry.get(node_id)
+
+
+_system: Manager | None = None
+_system_lock = threading.Lock()
+
+
+def system() -> Manager:
+    """The root ("System") manager; its budget is ``oc.config().max_bytes``.
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> oc.system().name
+    'System'
+    """
+    global _system
+    if _system is None:
+        with _system_lock:
+            if _system is None:
+                root = Manager.__new__(Manager)
+                root._init("System", None, None, "keep")
+                _system = root
+                _config.on_change(_apply_config)
+    return _system
+
+
+def _apply_config(settings: _config.Config) -> None:
+    root = system()
+    root._node.max_bytes = -1 if settings.max_bytes is None else settings.max_bytes
+    if settings.trace:
+        _tracing.enable()
+    else:
+        _tracing.disable()
+
+
+def active_manager() -> Manager | None:
+    """The manager active in the current thread/context, or ``None``."""
+    return _active.get()
+
+
+def _open_owner(node_id: int) -> Manager | None:
+    m = manager_by_node_id(node_id)
+    while m is not None and m.closed:
+        m = m.parent
+    return m
+
+
+def owner(arr: np.ndarray) -> Manager | None:
+    """The manager that owns the memory under ``arr`` (a view's base counts), or ``None``.
+
+    Arrays that escaped a closed scope report the open manager they were handed to.
+    """
+    _require_array(arr, "owner")
+    info = _native.block_info(arr)
+    return None if info is None else _open_owner(info[0])
+
+
+def location(arr: np.ndarray) -> str | None:
+    """Where the memory under ``arr`` lives: ``"ram"``, ``"mmap"``, ``"workspace"``, or
+    ``None`` when oocarray does not manage it."""
+    _require_array(arr, "location")
+    return None if _native.block_info(arr) is None else "ram"
+
+
+def detach(arr: np.ndarray) -> np.ndarray:
+    """Release ``arr`` from every scope: it is owned by the system manager from now on and is
+    never reported as an escape.  Unmanaged arrays are returned unchanged.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> with oc.Manager(on_close="raise"):
+    ...     kept = oc.detach(np.arange(10))
+    >>> oc.owner(kept) is oc.system()
+    True
+    """
+    _require_array(arr, "detach")
+    if _native.block_info(arr) is not None:
+        system()._transfer(arr, kept=False)
+    return arr

@@ -1,0 +1,77 @@
+"""The exceptions oocarray raises.
+
+Every exception derives from :class:`OOCArrayError` and also from the builtin exception a user
+would catch anyway, so ``except MemoryError`` still sees a budget refusal.
+
+Examples
+--------
+>>> import oocarray as oc
+>>> issubclass(oc.MemoryBudgetError, MemoryError)
+True
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+
+__all__ = [
+    "ClosedError",
+    "MemoryBudgetError",
+    "OOCArrayError",
+    "ReadOnlyError",
+    "ScopeLeakError",
+    "SpillError",
+    "StoreNotFoundError",
+    "WorkspaceFullError",
+    "WorkspaceLeakError",
+]
+
+
+class OOCArrayError(Exception):
+    """Root of every error raised by oocarray."""
+
+
+class MemoryBudgetError(OOCArrayError, MemoryError):
+    """An allocation would exceed the ``max_bytes`` budget of a manager or one of its ancestors.
+
+    The message names the refusing manager, the request, and carries the debug dump of the tree.
+    """
+
+
+class SpillError(OOCArrayError, OSError):
+    """Moving an array to or from disk failed; ``errno`` says why (``ENOSPC`` for a full disk)."""
+
+    def __init__(self, err: int, message: str, filename: str | None = None) -> None:
+        super().__init__(err, message)
+        self.errno = err
+        self.strerror = message
+        self.filename = filename
+
+    def __str__(self) -> str:
+        name = _errno.errorcode.get(self.errno, str(self.errno))
+        where = f" ({self.filename})" if self.filename else ""
+        return f"[{name}] {self.strerror}{where}"
+
+
+class WorkspaceFullError(OOCArrayError, MemoryError):
+    """A workspace with ``spill="fail"`` has no room left in its arena."""
+
+
+class WorkspaceLeakError(OOCArrayError, RuntimeError):
+    """Arrays allocated in a workspace cycle were still alive when the cycle ended."""
+
+
+class ScopeLeakError(OOCArrayError, RuntimeError):
+    """A manager with ``on_close="raise"`` closed while arrays it owns were still referenced."""
+
+
+class ClosedError(OOCArrayError, ValueError):
+    """The manager (or store) is closed and refuses the operation."""
+
+
+class StoreNotFoundError(OOCArrayError, FileNotFoundError):
+    """No array store exists at the given path."""
+
+
+class ReadOnlyError(OOCArrayError, ValueError):
+    """A write was attempted on an array opened read-only."""

@@ -1,0 +1,16 @@
+"""Declares the required C extension; all other metadata lives in pyproject.toml."""
+
+import numpy
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "oocarray._native",
+            sources=["native/module.c", "native/node.c", "native/alloc.c"],
+            depends=["native/oc_core.h"],
+            include_dirs=[numpy.get_include(), "native"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-D_GNU_SOURCE"],
+        )
+    ],
+)
