@@ -19,7 +19,7 @@ import gc
 import sys
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -590,18 +590,22 @@ def _find_arrays(node_ids: set[int]) -> list[tuple[np.ndarray, tuple[int, int, i
     """Arrays still referenced whose memory is owned by one of ``node_ids`` (best effort: it
     searches everything the garbage collector and the threads' frames can reach)."""
     found: dict[int, tuple[np.ndarray, tuple[int, int, int, int, int]]] = {}
-    holders: list[object] = gc.get_objects()
-    for frame in sys._current_frames().values():
-        f: Any = frame
-        while f is not None:
-            holders.append(f)
-            f = f.f_back
-    for holder in holders:
-        for ref in gc.get_referents(holder):
-            if type(ref) is np.ndarray or isinstance(ref, np.ndarray):
+
+    def consider(candidates: Iterable[object]) -> None:
+        for ref in candidates:
+            if isinstance(ref, np.ndarray):
                 info = _native.block_info(ref)
                 if info is not None and info[0] in node_ids and info[1] not in found:
                     found[info[1]] = (ref, info)
+
+    # Running frames do not show their locals to the garbage collector: read them directly.
+    for frame in sys._current_frames().values():
+        f: Any = frame
+        while f is not None:
+            consider(f.f_locals.values())
+            f = f.f_back
+    for holder in gc.get_objects():
+        consider(gc.get_referents(holder))
     return list(found.values())
 
 
