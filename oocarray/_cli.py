@@ -33,15 +33,19 @@ def _demo(args: argparse.Namespace) -> int:
                     del x
                 else:
                     del x, y  # nothing escapes this batch
-        print(f"After four batches: {etl.stats().current_bytes:,} bytes live in 'etl' "
-              f"(the kept batch and the running totals), peak {etl.stats().peak_bytes:,}.")
+        print(
+            f"After four batches: {etl.stats().current_bytes:,} bytes live in 'etl' "
+            f"(the kept batch and the running totals), peak {etl.stats().peak_bytes:,}."
+        )
         try:
             np.ones(budget // 8 + 1)
         except oc.MemoryBudgetError as error:
             first_line = str(error).splitlines()[0]
             print(f"\nAsking for more than the budget raises MemoryBudgetError:\n  {first_line}")
-    print(f"\nClosed: etl.closed={etl.closed}; the arrays it handed on stay valid "
-          f"(totals[:3]={np.round(totals[:3], 2)}).")
+    print(
+        f"\nClosed: etl.closed={etl.closed}; the arrays it handed on stay valid "
+        f"(totals[:3]={np.round(totals[:3], 2)})."
+    )
     print("\nThe whole tree now:")
     print(oc.system().debug_dump())
     return 0

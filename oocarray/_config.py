@@ -66,7 +66,9 @@ def _parse_dir(value: object, setting: str) -> str | None:
         raise TypeError(f"{setting} must be a directory path or None, got {value!r}")
     path = os.fspath(value)
     if not isinstance(path, str) or not path:
-        raise ValueError(f"{setting} must be a non-empty directory path (e.g. '/scratch'), got {value!r}")
+        raise ValueError(
+            f"{setting} must be a non-empty directory path (e.g. '/scratch'), got {value!r}"
+        )
     return path
 
 
@@ -79,9 +81,11 @@ def _from_environment() -> Config:
         ("OOCARRAY_MAX_SPILL_BYTES", "max_spill_bytes"),
     ):
         if env.get(name, "").strip():
-            settings = replace(settings, **{field: parse_size(env[name], name)})
+            settings = replace(settings, **{field: parse_size(env[name], name)})  # type: ignore[arg-type]
     if env.get("OOCARRAY_SPILL_DIR", "").strip():
-        settings = replace(settings, spill_dir=_parse_dir(env["OOCARRAY_SPILL_DIR"], "OOCARRAY_SPILL_DIR"))
+        settings = replace(
+            settings, spill_dir=_parse_dir(env["OOCARRAY_SPILL_DIR"], "OOCARRAY_SPILL_DIR")
+        )
     if "OOCARRAY_TRACE" in env:
         settings = replace(settings, trace=_parse_flag(env["OOCARRAY_TRACE"], "OOCARRAY_TRACE"))
     return settings

@@ -30,14 +30,18 @@ def install() -> None:
     except ImportError:  # a NumPy without the private class: errors stay plain MemoryError
         return
 
-    class ArrayBudgetError(MemoryBudgetError, _ArrayMemoryError):  # type: ignore[misc]
+    class ArrayBudgetError(MemoryBudgetError, _ArrayMemoryError):
+        _oc_message: str
+
         def __init__(self, shape: Any, dtype: Any) -> None:
             _ArrayMemoryError.__init__(self, shape, dtype)
 
         def __str__(self) -> str:
             return str(getattr(self, "_oc_message", ""))
 
-    class ArrayClosedError(ClosedError, _ArrayMemoryError):  # type: ignore[misc]
+    class ArrayClosedError(ClosedError, _ArrayMemoryError):
+        _oc_message: str
+
         def __init__(self, shape: Any, dtype: Any) -> None:
             _ArrayMemoryError.__init__(self, shape, dtype)
 
@@ -56,20 +60,20 @@ def install() -> None:
                 kind, _err, node_id, refused_id, requested, limit, used = failure
                 asked = manager_by_node_id(node_id)
                 if kind == _native.FAIL_BUDGET:
-                    error = Exception.__new__(ArrayBudgetError, *args)
-                    error._oc_message = _budget_message(
+                    budget_error = Exception.__new__(ArrayBudgetError, *args)
+                    budget_error._oc_message = _budget_message(
                         requested, asked, manager_by_node_id(refused_id), limit, used
                     )
-                    return error
+                    return budget_error
                 if kind == _native.FAIL_CLOSED:
-                    error = Exception.__new__(ArrayClosedError, *args)
+                    closed_error = Exception.__new__(ArrayClosedError, *args)
                     name = asked.name if asked else "?"
-                    error._oc_message = (
+                    closed_error._oc_message = (
                         f"manager {name!r} is closed but still active in this thread; NumPy "
                         "allocations need an open manager (leave its `with` block or activate "
                         "another one)"
                     )
-                    return error
+                    return closed_error
         return base_new(cls, *args)
 
     _ArrayMemoryError.__new__ = __new__  # type: ignore[method-assign]

@@ -121,7 +121,9 @@ def _parse_shape(shape: object) -> tuple[int, ...]:
     elif isinstance(shape, Sequence) and not isinstance(shape, (str, bytes)):
         dims = shape
     else:
-        raise TypeError(f"shape must be an int or a sequence of ints, e.g. (1024, 64); got {shape!r}")
+        raise TypeError(
+            f"shape must be an int or a sequence of ints, e.g. (1024, 64); got {shape!r}"
+        )
     result = []
     for d in dims:
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
@@ -136,6 +138,9 @@ class _Activation:
     """Routes NumPy allocations of the current thread/context to a manager until exit."""
 
     __slots__ = ("_manager", "_previous_handler", "_token")
+
+    _previous_handler: object
+    _token: contextvars.Token[Manager | None]
 
     def __init__(self, manager: Manager) -> None:
         self._manager = manager
@@ -186,6 +191,12 @@ class Manager:
     (True, 65536.0)
     """
 
+    _node: _native.Node
+    _name: str
+    _parent: Manager | None
+    _on_close: str
+    _children: list[Manager]
+
     def __init__(
         self,
         name: str | None = None,
@@ -210,7 +221,9 @@ class Manager:
     def _init(
         self, name: str | None, parent: Manager | None, budget: int | None, on_close: str
     ) -> None:
-        self._node = _native.Node(parent._node if parent else None, -1 if budget is None else budget)
+        self._node = _native.Node(
+            parent._node if parent else None, -1 if budget is None else budget
+        )
         self._name = name if name is not None else f"manager-{self._node.id}"
         self._parent = parent
         self._on_close = on_close
@@ -272,7 +285,11 @@ class Manager:
         """Forget closed children that own nothing any more, keeping their totals."""
         keep = []
         for child in self._children:
-            if child.closed and child._node.counters()["current_bytes"] == 0 and not child._children:
+            if (
+                child.closed
+                and child._node.counters()["current_bytes"] == 0
+                and not child._children
+            ):
                 counters = child._node.counters()
                 self._pruned_total_bytes += counters["total_bytes"] + child._pruned_total_bytes
                 self._pruned_total_count += counters["total_count"] + child._pruned_total_count
@@ -348,15 +365,20 @@ class Manager:
             return np.zeros(dims, dtype=dtype, order=order)  # type: ignore[call-overload,no-any-return]
 
     def full(
-        self, shape: object, fill_value: object, dtype: npt.DTypeLike = None, *, order: str = "C"
+        self,
+        shape: object,
+        fill_value: object,
+        dtype: npt.DTypeLike | None = None,
+        *,
+        order: str = "C",
     ) -> np.ndarray:
-        """A new array filled with ``fill_value``, owned by this manager (like :func:`numpy.full`)."""
+        """A new array filled with ``fill_value``, owned by this manager."""
         dims = _parse_shape(shape)
         self._check_open()
         with self.activate():
             return np.full(dims, fill_value, dtype=dtype, order=order)  # type: ignore[call-overload,no-any-return]
 
-    def asarray(self, obj: object, dtype: npt.DTypeLike = None) -> np.ndarray:
+    def asarray(self, obj: object, dtype: npt.DTypeLike | None = None) -> np.ndarray:
         """``obj`` as an array owned by this manager: the array itself if it already is one,
         else a copy made in this manager."""
         self._check_open()
@@ -546,7 +568,9 @@ class Manager:
         nbytes = 0
         for m in self._subtree():
             c = m._node.counters()
-            own = c["current_bytes"] - sum(ch._node.counters()["current_bytes"] for ch in m._children)
+            own = c["current_bytes"] - sum(
+                ch._node.counters()["current_bytes"] for ch in m._children
+            )
             count += c["live_count"]
             nbytes += own
             if m is self:

@@ -50,8 +50,11 @@ def parse_size(value: object, setting: str = "size", *, allow_none: bool = False
     if isinstance(value, Integral):
         result = int(value)
     elif isinstance(value, Real):
+        value = float(value)
         if not math.isfinite(value) or value != int(value):
-            raise ValueError(f"{setting} must be a whole number of bytes ({example}), got {value!r}")
+            raise ValueError(
+                f"{setting} must be a whole number of bytes ({example}), got {value!r}"
+            )
         result = int(value)
     else:
         match = _SIZE_RE.match(value)

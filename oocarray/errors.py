@@ -48,7 +48,7 @@ class SpillError(OOCArrayError, OSError):
         self.filename = filename
 
     def __str__(self) -> str:
-        name = _errno.errorcode.get(self.errno, str(self.errno))
+        name = _errno.errorcode.get(self.errno or 0, str(self.errno))
         where = f" ({self.filename})" if self.filename else ""
         return f"[{name}] {self.strerror}{where}"
 
