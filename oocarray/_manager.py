@@ -315,7 +315,7 @@ class Manager:
         >>> m = oc.Manager("shared")
         >>> def work():
         ...     with m.activate():
-        ...         np.ones(1000)
+        ...         np.empty(1000)
         >>> t = threading.Thread(target=work); t.start(); t.join()
         >>> m.stats().total_bytes
         8000
