@@ -7,7 +7,13 @@ setup(
     ext_modules=[
         Extension(
             "oocarray._native",
-            sources=["native/module.c", "native/node.c", "native/alloc.c"],
+            sources=[
+                "native/module.c",
+                "native/node.c",
+                "native/alloc.c",
+                "native/regions.c",
+                "native/spill.c",
+            ],
             depends=["native/oc_core.h"],
             include_dirs=[numpy.get_include(), "native"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-D_GNU_SOURCE"],

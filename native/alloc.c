@@ -1,7 +1,8 @@
 /*
  * The NEP 49 data-memory handler.  Every function here may run on any thread, with or without
- * the GIL: counting is atomic and the region registry has its own mutex.  Only tracing (off by
- * default) takes the GIL, to call back into Python.
+ * the GIL: counting is atomic, and the region registry has its own mutex.  Only tracing (off by
+ * default) and the memory-pressure callback (before a budget refusal) take the GIL, to call
+ * back into Python.
  */
 #include "oc_core.h"
 
@@ -11,22 +12,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* Measured in BENCHMARKS.md: below this, malloc (plus a 64-byte header) is the faster home. */
+/* Measured in BENCHMARKS.md (threshold sweep): see there for why this value. */
 atomic_size_t oc_large_threshold = 256 * 1024;
 atomic_int oc_trace_enabled = 0;
 PyObject *oc_trace_alloc_cb = NULL;
 PyObject *oc_trace_free_cb = NULL;
-
-#define HUGE_PAGE_BYTES ((size_t)2 << 20)
-/* Regions at least this large are 2 MiB aligned and advised to use transparent huge pages,
- * as NumPy's own allocator does from 4 MiB. */
-#define HUGE_REGION_MIN_BYTES ((size_t)4 << 20)
+PyObject *oc_pressure_cb = NULL;
 
 static atomic_uint_fast64_t next_alloc_id = 1;
 static OC_TLS oc_failure last_failure;
-
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static oc_header registry = {.prev = &registry, .next = &registry};
 
 /* Ids are handed to each thread in batches, so that the hot path needs no shared atomic. */
 #define ALLOC_ID_BATCH 4096
@@ -39,15 +33,6 @@ uint64_t oc_next_alloc_id(void)
         thread_id_end = thread_next_id + ALLOC_ID_BATCH;
     }
     return thread_next_id++;
-}
-
-static size_t page_bytes(void)
-{
-    static size_t cached;
-    if (cached == 0) {
-        cached = (size_t)sysconf(_SC_PAGESIZE);
-    }
-    return cached;
 }
 
 void oc_record_failure(int kind, int err, oc_node *asked, oc_node *refused, int64_t requested)
@@ -69,60 +54,6 @@ oc_failure oc_take_failure(void)
 }
 
 oc_header *oc_header_of(void *data) { return (oc_header *)((char *)data - OC_HEADER_BYTES); }
-
-/* ---- regions: page-aligned anonymous mappings with the header in the page before the data ---- */
-
-static void *region_map(size_t size, size_t *map_bytes, void **map_base)
-{
-    size_t page = page_bytes();
-    size_t data_bytes = (size + page - 1) / page * page;
-    if (data_bytes == 0) {
-        data_bytes = page;
-    }
-    size_t align = data_bytes >= HUGE_REGION_MIN_BYTES ? HUGE_PAGE_BYTES : page;
-    size_t slack = align > page ? align : 0;
-    size_t want = page + data_bytes + slack;
-    char *base = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) {
-        return NULL;
-    }
-    char *data = base + page;
-    if (slack) {
-        /* Put the data on a huge-page boundary and give back the unused ends. */
-        data = (char *)(((uintptr_t)base + page + align - 1) & ~(uintptr_t)(align - 1));
-        char *start = data - page;
-        char *end = data + data_bytes;
-        if (start > base) {
-            munmap(base, (size_t)(start - base));
-        }
-        if (base + want > end) {
-            munmap(end, (size_t)(base + want - end));
-        }
-        base = start;
-        madvise(data, data_bytes, MADV_HUGEPAGE);
-    }
-    *map_bytes = page + data_bytes;
-    *map_base = base;
-    return data;
-}
-
-static void registry_link(oc_header *h)
-{
-    pthread_mutex_lock(&registry_lock);
-    h->prev = registry.prev;
-    h->next = &registry;
-    registry.prev->next = h;
-    registry.prev = h;
-    pthread_mutex_unlock(&registry_lock);
-}
-
-static void registry_unlink(oc_header *h)
-{
-    pthread_mutex_lock(&registry_lock);
-    h->prev->next = h->next;
-    h->next->prev = h->prev;
-    pthread_mutex_unlock(&registry_lock);
-}
 
 /* ---- small blocks: malloc behind a per-thread cache of recently freed blocks ----
  * NumPy's default allocator caches small blocks too; without a cache of our own, each tiny
@@ -267,50 +198,118 @@ static void trace_free(oc_header *h)
     PyGILState_Release(g);
 }
 
+/* Asks Python to free memory (a throttled garbage collection) before a budget refusal.
+ * Returns whether it is worth trying the reservation again. */
+static int relieve_pressure(oc_node *asked, int64_t size)
+{
+    if (oc_pressure_cb == NULL || !Py_IsInitialized()) {
+        return 0;
+    }
+    PyGILState_STATE g = PyGILState_Ensure();
+    int retry = 0;
+    PyObject *cb = oc_pressure_cb;
+    if (cb != NULL) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        Py_INCREF(cb);
+        PyObject *r = PyObject_CallFunction(cb, "KL", (unsigned long long)asked->id, (long long)size);
+        if (r == NULL) {
+            PyErr_WriteUnraisable(cb);
+        }
+        else {
+            retry = PyObject_IsTrue(r) == 1;
+            Py_DECREF(r);
+        }
+        Py_DECREF(cb);
+        PyErr_Restore(et, ev, tb);
+    }
+    PyGILState_Release(g);
+    return retry;
+}
+
 /* ---- allocation ---- */
 
-static void *block_new(oc_node *owner, size_t size, int zero)
+static void header_init(oc_header *h, oc_node *owner, size_t size, unsigned flags, size_t map_bytes)
 {
-    oc_header *h;
-    void *data;
-    unsigned flags = 0;
-    if (size >= atomic_load_explicit(&oc_large_threshold, memory_order_relaxed)) {
-        size_t map_bytes;
-        void *base;
-        data = region_map(size, &map_bytes, &base);
-        if (data == NULL) {
-            return NULL;
-        }
-        h = oc_header_of(data);
-        h->map_bytes = map_bytes;
-        flags = OC_FLAG_REGION;
-    }
-    else {
-        h = small_get(size, zero);
-        if (h == NULL) {
-            return NULL;
-        }
-        data = (char *)h + OC_HEADER_BYTES;
-    }
     h->size = size;
+    h->map_bytes = map_bytes;
     h->id = oc_next_alloc_id();
     h->magic = OC_MAGIC;
     atomic_init(&h->flags, flags);
     atomic_init(&h->owner, owner);
     oc_node_incref(owner);
     oc_count_allocation(owner, (int64_t)size, 1);
-    if (flags & OC_FLAG_REGION) {
-        atomic_fetch_add_explicit(&owner->region_bytes, (int64_t)size, memory_order_relaxed);
-        atomic_fetch_add_explicit(&owner->region_count, 1, memory_order_relaxed);
-        registry_link(h);
-    }
     if (atomic_load_explicit(&oc_trace_enabled, memory_order_relaxed) && trace_alloc(h, owner)) {
         atomic_fetch_or(&h->flags, OC_FLAG_TRACED);
+    }
+}
+
+static void region_registered(oc_header *h, oc_node *owner)
+{
+    atomic_fetch_add_explicit(&owner->region_bytes, (int64_t)h->size, memory_order_relaxed);
+    atomic_fetch_add_explicit(&owner->region_count, 1, memory_order_relaxed);
+    oc_registry_lock();
+    oc_registry_link(h);
+    oc_registry_unlock();
+}
+
+/* A block in RAM; its size is already reserved on the owner's budget chain. */
+static void *block_new(oc_node *owner, size_t size, int zero)
+{
+    if (size >= atomic_load_explicit(&oc_large_threshold, memory_order_relaxed)) {
+        size_t map_bytes;
+        void *data = oc_region_map(size, zero, &map_bytes);
+        if (data == NULL) {
+            return NULL;
+        }
+        oc_header *h = oc_header_of(data);
+        header_init(h, owner, size, OC_FLAG_REGION, map_bytes);
+        region_registered(h, owner);
+        return data;
+    }
+    oc_header *h = small_get(size, zero);
+    if (h == NULL) {
+        return NULL;
+    }
+    header_init(h, owner, size, 0, h->map_bytes);
+    return (char *)h + OC_HEADER_BYTES;
+}
+
+/* A block whose data lives in a temporary file from the start: not counted as RAM. */
+static void *block_new_on_disk(oc_node *owner, size_t size, int *err)
+{
+    size_t map_bytes;
+    void *data = oc_region_map(size, 0, &map_bytes);
+    if (data == NULL) {
+        *err = errno ? errno : ENOMEM;
+        return NULL;
+    }
+    oc_header *h = oc_header_of(data);
+    h->map_bytes = map_bytes;
+    atomic_init(&h->flags, 0);
+    *err = oc_map_region_to_file(h);
+    if (*err) {
+        munmap((char *)data - oc_page_bytes(), map_bytes);
+        return NULL;
+    }
+    header_init(h, owner, size, OC_FLAG_REGION | OC_FLAG_MAPPED, map_bytes);
+    atomic_fetch_add(&owner->mapped_bytes, (int64_t)size);
+    region_registered(h, owner);
+    return data;
+}
+
+static void *place_on_disk(oc_node *owner, size_t size, oc_node *refused)
+{
+    int err = 0;
+    void *data = block_new_on_disk(owner, size, &err);
+    if (data == NULL) {
+        oc_record_failure(refused ? OC_FAIL_SPILL : OC_FAIL_OS, err, owner, refused, (int64_t)size);
     }
     return data;
 }
 
-/* Allocates `size` bytes owned by `owner`: reserve on the budget chain, then get the memory. */
+/* Allocates `size` bytes owned by `owner`: reserve on the budget chain, then get the memory.
+ * Over budget: collect garbage once, then follow the owner's spill policy. */
 static void *alloc_owned(oc_node *owner, size_t size, int zero, int refuse_closed)
 {
     if (refuse_closed && atomic_load_explicit(&owner->closed, memory_order_relaxed)) {
@@ -321,10 +320,30 @@ static void *alloc_owned(oc_node *owner, size_t size, int zero, int refuse_close
         oc_record_failure(OC_FAIL_OS, ENOMEM, owner, NULL, INT64_MAX);
         return NULL;
     }
+    if (atomic_load_explicit(&owner->location, memory_order_relaxed) == OC_LOCATION_MMAP &&
+        size >= oc_page_bytes()) {
+        return place_on_disk(owner, size, NULL);
+    }
     oc_node *refused = oc_reserve(owner, (int64_t)size);
     if (refused != NULL) {
-        oc_record_failure(OC_FAIL_BUDGET, 0, owner, refused, (int64_t)size);
-        return NULL;
+        if (relieve_pressure(owner, (int64_t)size)) {
+            refused = oc_reserve(owner, (int64_t)size);
+        }
+        int policy = atomic_load(&owner->spill_policy);
+        if (refused != NULL && policy == OC_SPILL_EVICT) {
+            int err;
+            oc_registry_lock();
+            oc_evict(refused, (int64_t)size, &err);
+            oc_registry_unlock();
+            refused = oc_reserve(owner, (int64_t)size);
+        }
+        if (refused != NULL) {
+            if (policy == OC_SPILL_FAIL) {
+                oc_record_failure(OC_FAIL_BUDGET, 0, owner, refused, (int64_t)size);
+                return NULL;
+            }
+            return place_on_disk(owner, size, refused);
+        }
     }
     void *data = block_new(owner, size, zero);
     if (data == NULL) {
@@ -343,20 +362,29 @@ static void block_free(oc_header *h)
     if (flags & OC_FLAG_TRACED) {
         trace_free(h);
     }
-    oc_release(owner, size);
     if (flags & OC_FLAG_KEPT) {
         atomic_fetch_sub_explicit(&owner->kept_count, 1, memory_order_relaxed);
         atomic_fetch_sub_explicit(&owner->kept_bytes, size, memory_order_relaxed);
     }
-    h->magic = 0;
     if (flags & OC_FLAG_REGION) {
+        /* Under the registry lock: an eviction may be moving this very block to disk. */
+        oc_registry_lock();
+        if (atomic_load(&h->flags) & OC_FLAG_ON_DISK) {
+            oc_disk_release(h);
+        }
+        else {
+            oc_release(owner, size);
+        }
+        oc_registry_unlink(h);
+        oc_registry_unlock();
         atomic_fetch_sub_explicit(&owner->region_bytes, size, memory_order_relaxed);
         atomic_fetch_sub_explicit(&owner->region_count, 1, memory_order_relaxed);
-        registry_unlink(h);
-        size_t page = page_bytes();
-        munmap((char *)h + OC_HEADER_BYTES - page, h->map_bytes);
+        h->magic = 0;
+        oc_region_unmap(h);
     }
     else {
+        oc_release(owner, size);
+        h->magic = 0;
         small_put(h);
     }
     oc_node_decref(owner);
@@ -370,7 +398,7 @@ static void *oc_calloc(void *ctx, size_t nelem, size_t elsize)
         oc_record_failure(OC_FAIL_OS, ENOMEM, (oc_node *)ctx, NULL, INT64_MAX);
         return NULL;
     }
-    /* Fresh mappings are already zero: only malloc blocks get cleared. */
+    /* Fresh mappings and files are already zero: only reused memory gets cleared. */
     return alloc_owned((oc_node *)ctx, nelem * elsize, 1, 1);
 }
 
@@ -383,76 +411,93 @@ static void oc_free(void *ctx, void *ptr, size_t size)
     }
 }
 
+/* Resizes a block without moving it when it has room; returns 0, or an OC_FAIL_* kind. */
+static int resize_in_place(oc_header *h, size_t new_size, int reserved)
+{
+    oc_node *owner = atomic_load(&h->owner);
+    int64_t delta = (int64_t)new_size - (int64_t)h->size;
+    unsigned flags = atomic_load(&h->flags);
+    int on_disk = (flags & OC_FLAG_ON_DISK) != 0;
+    if (!on_disk && delta > 0 && !reserved) {
+        oc_node *refused = oc_reserve(owner, delta);
+        if (refused != NULL) {
+            oc_record_failure(OC_FAIL_BUDGET, 0, owner, refused, delta);
+            return OC_FAIL_BUDGET;
+        }
+    }
+    if (on_disk) {
+        atomic_fetch_add((flags & OC_FLAG_SPILLED) ? &owner->spilled_bytes : &owner->mapped_bytes, delta);
+    }
+    else if (delta < 0) {
+        oc_release(owner, -delta);
+    }
+    if (flags & OC_FLAG_REGION) {
+        atomic_fetch_add_explicit(&owner->region_bytes, delta, memory_order_relaxed);
+    }
+    if (flags & OC_FLAG_KEPT) {
+        atomic_fetch_add_explicit(&owner->kept_bytes, delta, memory_order_relaxed);
+    }
+    if (delta > 0) {
+        oc_count_allocation(owner, delta, 0);
+    }
+    h->size = new_size;
+    return 0;
+}
+
 static void *oc_realloc(void *ctx, void *ptr, size_t new_size)
 {
     if (ptr == NULL) {
         return oc_malloc(ctx, new_size);
     }
     oc_header *h = oc_header_of(ptr);
-    oc_node *owner = atomic_load(&h->owner);
     unsigned flags = atomic_load(&h->flags);
     size_t old_size = h->size;
-    int64_t delta = (int64_t)new_size - (int64_t)old_size;
-    int fits_in_place;
+    size_t threshold = atomic_load_explicit(&oc_large_threshold, memory_order_relaxed);
     if (flags & OC_FLAG_REGION) {
-        size_t page = page_bytes();
-        fits_in_place = new_size <= h->map_bytes - page && new_size >= old_size / 2;
-    }
-    else {
-        fits_in_place = new_size < atomic_load_explicit(&oc_large_threshold, memory_order_relaxed);
-    }
-    if (!(flags & OC_FLAG_REGION) && fits_in_place && new_size <= h->map_bytes) {
-        fits_in_place = 2; /* within the block's capacity: nothing to move */
-    }
-    if (!fits_in_place) {
-        /* Move to a block of the right kind; the owner stays the same even if it has closed. */
-        void *data = alloc_owned(owner, new_size, 0, 0);
-        if (data == NULL) {
-            return NULL;
+        if (new_size <= oc_region_data_bytes(h) && new_size >= old_size / 2 && new_size >= threshold / 2) {
+            oc_registry_lock();
+            int failed = resize_in_place(h, new_size, 0);
+            oc_registry_unlock();
+            return failed ? NULL : ptr;
         }
-        memcpy(data, ptr, old_size < new_size ? old_size : new_size);
-        oc_header *nh = oc_header_of(data);
-        if (flags & OC_FLAG_KEPT) {
-            atomic_fetch_or(&nh->flags, OC_FLAG_KEPT);
-            atomic_fetch_add_explicit(&owner->kept_count, 1, memory_order_relaxed);
-            atomic_fetch_add_explicit(&owner->kept_bytes, (int64_t)new_size, memory_order_relaxed);
-        }
-        block_free(h);
-        return data;
     }
-    if (delta > 0) {
+    else if (new_size < threshold) {
+        if (new_size <= h->map_bytes) {
+            return resize_in_place(h, new_size, 0) ? NULL : ptr;
+        }
+        /* Grow the malloc block: reserve first so that a refusal leaves it untouched. */
+        oc_node *owner = atomic_load(&h->owner);
+        int64_t delta = (int64_t)new_size - (int64_t)old_size;
         oc_node *refused = oc_reserve(owner, delta);
         if (refused != NULL) {
             oc_record_failure(OC_FAIL_BUDGET, 0, owner, refused, delta);
             return NULL;
         }
-    }
-    if (!(flags & OC_FLAG_REGION) && fits_in_place != 2) {
         oc_header *nh = realloc(h, OC_HEADER_BYTES + new_size);
         if (nh == NULL) {
-            if (delta > 0) {
-                oc_release(owner, delta);
-            }
+            oc_release(owner, delta);
             oc_record_failure(OC_FAIL_OS, ENOMEM, owner, NULL, delta);
             return NULL;
         }
-        h = nh;
-        h->map_bytes = new_size;
+        nh->map_bytes = new_size;
+        resize_in_place(nh, new_size, 1);
+        return (char *)nh + OC_HEADER_BYTES;
     }
-    else {
-        atomic_fetch_add_explicit(&owner->region_bytes, delta, memory_order_relaxed);
+    /* Move to a new block of the right kind; the owner stays the same even if it has closed. */
+    oc_node *owner = atomic_load(&h->owner);
+    void *data = alloc_owned(owner, new_size, 0, 0);
+    if (data == NULL) {
+        return NULL;
     }
-    if (delta < 0) {
-        oc_release(owner, -delta);
-    }
-    if (delta > 0) {
-        oc_count_allocation(owner, delta, 0);
-    }
+    memcpy(data, ptr, old_size < new_size ? old_size : new_size);
     if (flags & OC_FLAG_KEPT) {
-        atomic_fetch_add_explicit(&owner->kept_bytes, delta, memory_order_relaxed);
+        oc_header *nh = oc_header_of(data);
+        atomic_fetch_or(&nh->flags, OC_FLAG_KEPT);
+        atomic_fetch_add_explicit(&owner->kept_count, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&owner->kept_bytes, (int64_t)new_size, memory_order_relaxed);
     }
-    h->size = new_size;
-    return (char *)h + OC_HEADER_BYTES;
+    block_free(h);
+    return data;
 }
 
 void oc_handler_init(PyDataMem_Handler *h, oc_node *ctx)

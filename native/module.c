@@ -74,13 +74,14 @@ static PyObject *Node_counters(NodeObject *self, PyObject *Py_UNUSED(ignored))
 {
     oc_node *n = self->node;
     long long live = (long long)(atomic_load(&n->refcnt) - atomic_load(&n->structural));
-    return Py_BuildValue("{sLsLsLsLsLsLsLsLsL}", "current_bytes", (long long)atomic_load(&n->current_bytes),
-                         "peak_bytes", (long long)atomic_load(&n->peak_bytes), "total_bytes",
-                         (long long)oc_total_bytes(n), "total_count", (long long)oc_total_count(n), "live_count", live, "kept_count",
-                         (long long)atomic_load(&n->kept_count), "kept_bytes",
-                         (long long)atomic_load(&n->kept_bytes), "region_bytes",
-                         (long long)atomic_load(&n->region_bytes), "region_count",
-                         (long long)atomic_load(&n->region_count));
+#define COUNTER(name) #name, (long long)atomic_load(&n->name)
+    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsL}", COUNTER(current_bytes), COUNTER(peak_bytes),
+                         "total_bytes", (long long)oc_total_bytes(n), "total_count",
+                         (long long)oc_total_count(n), "live_count", live, COUNTER(kept_count),
+                         COUNTER(kept_bytes), COUNTER(region_bytes), COUNTER(region_count),
+                         COUNTER(spilled_bytes), COUNTER(mapped_bytes), COUNTER(spill_count),
+                         COUNTER(spill_moved_bytes), COUNTER(unspill_count), COUNTER(unspill_moved_bytes));
+#undef COUNTER
 }
 
 static PyObject *Node_get_id(NodeObject *self, void *Py_UNUSED(c)) { return PyLong_FromUnsignedLongLong(self->node->id); }
@@ -104,6 +105,34 @@ static int Node_set_max_bytes(NodeObject *self, PyObject *value, void *Py_UNUSED
     return 0;
 }
 
+static int set_choice(atomic_int *field, PyObject *value, long lo, long hi)
+{
+    long v = value ? PyLong_AsLong(value) : -1;
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        PyErr_SetString(PyExc_ValueError, "out of range");
+        return -1;
+    }
+    atomic_store(field, (int)v);
+    return 0;
+}
+
+static PyObject *Node_get_spill_policy(NodeObject *self, void *Py_UNUSED(c)) { return PyLong_FromLong(atomic_load(&self->node->spill_policy)); }
+
+static int Node_set_spill_policy(NodeObject *self, PyObject *value, void *Py_UNUSED(c))
+{
+    return set_choice(&self->node->spill_policy, value, OC_SPILL_FAIL, OC_SPILL_EVICT);
+}
+
+static PyObject *Node_get_location(NodeObject *self, void *Py_UNUSED(c)) { return PyLong_FromLong(atomic_load(&self->node->location)); }
+
+static int Node_set_location(NodeObject *self, PyObject *value, void *Py_UNUSED(c))
+{
+    return set_choice(&self->node->location, value, OC_LOCATION_RAM, OC_LOCATION_MMAP);
+}
+
 static PyMethodDef Node_methods[] = {
     {"close", (PyCFunction)Node_close, METH_NOARGS, "Refuse further allocations through this node."},
     {"reset_peak", (PyCFunction)Node_reset_peak, METH_NOARGS, "Set the peak to the current bytes."},
@@ -116,6 +145,8 @@ static PyGetSetDef Node_getset[] = {
     {"closed", (getter)Node_get_closed, NULL, "whether close() was called", NULL},
     {"handler", (getter)Node_get_handler, NULL, "the NEP 49 handler capsule", NULL},
     {"max_bytes", (getter)Node_get_max_bytes, (setter)Node_set_max_bytes, "budget, -1 unlimited", NULL},
+    {"spill_policy", (getter)Node_get_spill_policy, (setter)Node_set_spill_policy, "SPILL_* constant", NULL},
+    {"location", (getter)Node_get_location, (setter)Node_set_location, "LOCATION_* constant", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -205,15 +236,31 @@ static PyObject *transfer(PyObject *Py_UNUSED(m), PyObject *args)
     oc_node *to = target->node;
     int64_t size = (int64_t)h->size;
     unsigned flags = atomic_load(&h->flags);
+    int region = (flags & OC_FLAG_REGION) != 0;
+    if (region) {
+        oc_registry_lock(); /* the block's place (RAM or disk) must not change meanwhile */
+        flags = atomic_load(&h->flags);
+    }
     if (from != to) {
-        oc_node *common = oc_common_ancestor(from, to);
-        oc_node *refused = oc_reserve_until(to, common, size);
-        if (refused != NULL) {
-            return Py_BuildValue("(KLL)", (unsigned long long)refused->id,
-                                 (long long)atomic_load(&refused->max_bytes),
-                                 (long long)atomic_load(&refused->current_bytes));
+        if (flags & OC_FLAG_ON_DISK) {
+            atomic_int_fast64_t *from_disk = (flags & OC_FLAG_SPILLED) ? &from->spilled_bytes : &from->mapped_bytes;
+            atomic_int_fast64_t *to_disk = (flags & OC_FLAG_SPILLED) ? &to->spilled_bytes : &to->mapped_bytes;
+            atomic_fetch_sub(from_disk, size);
+            atomic_fetch_add(to_disk, size);
         }
-        oc_release_until(from, common, size);
+        else {
+            oc_node *common = oc_common_ancestor(from, to);
+            oc_node *refused = oc_reserve_until(to, common, size);
+            if (refused != NULL) {
+                if (region) {
+                    oc_registry_unlock();
+                }
+                return Py_BuildValue("(KLL)", (unsigned long long)refused->id,
+                                     (long long)atomic_load(&refused->max_bytes),
+                                     (long long)atomic_load(&refused->current_bytes));
+            }
+            oc_release_until(from, common, size);
+        }
         if (flags & OC_FLAG_KEPT) {
             atomic_fetch_sub(&from->kept_count, 1);
             atomic_fetch_sub(&from->kept_bytes, size);
@@ -240,7 +287,206 @@ static PyObject *transfer(PyObject *Py_UNUSED(m), PyObject *args)
         atomic_fetch_sub(&to->kept_count, 1);
         atomic_fetch_sub(&to->kept_bytes, size);
     }
+    if (region) {
+        oc_registry_unlock();
+    }
     Py_RETURN_NONE;
+}
+
+/* ---- spill ---- */
+
+static PyObject *errno_error(int err)
+{
+    errno = err;
+    return PyErr_SetFromErrno(PyExc_OSError);
+}
+
+/* Moves the block under `obj` to disk.  Returns the bytes moved: 0 for blocks that are
+ * already on disk or too small to live in a region. */
+static PyObject *spill(PyObject *Py_UNUSED(m), PyObject *obj)
+{
+    oc_header *h = managed_header(obj);
+    if (h == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the array's memory was not allocated by oocarray");
+        return NULL;
+    }
+    if (!(atomic_load(&h->flags) & OC_FLAG_REGION)) {
+        return PyLong_FromLong(0);
+    }
+    int err;
+    long long moved = 0;
+    Py_BEGIN_ALLOW_THREADS
+    oc_registry_lock();
+    if (!(atomic_load(&h->flags) & OC_FLAG_ON_DISK)) {
+        err = oc_spill_block(h);
+        moved = err ? 0 : (long long)h->size;
+    }
+    else {
+        err = 0;
+    }
+    oc_registry_unlock();
+    Py_END_ALLOW_THREADS
+    if (err) {
+        return errno_error(err);
+    }
+    return PyLong_FromLongLong(moved);
+}
+
+/* Brings the block under `obj` back to RAM, budget permitting.  Returns the bytes moved, or
+ * (refused_node_id, limit, used) when a budget refused. */
+static PyObject *unspill(PyObject *Py_UNUSED(m), PyObject *obj)
+{
+    oc_header *h = managed_header(obj);
+    if (h == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the array's memory was not allocated by oocarray");
+        return NULL;
+    }
+    int err = 0;
+    long long moved = 0;
+    oc_node *refused = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    oc_registry_lock();
+    if (atomic_load(&h->flags) & OC_FLAG_ON_DISK) {
+        oc_node *owner = atomic_load(&h->owner);
+        refused = oc_reserve(owner, (int64_t)h->size);
+        if (refused == NULL) {
+            err = oc_unspill_block(h);
+            if (err) {
+                oc_release(owner, (int64_t)h->size);
+            }
+            else {
+                moved = (long long)h->size;
+            }
+        }
+    }
+    oc_registry_unlock();
+    Py_END_ALLOW_THREADS
+    if (refused != NULL) {
+        return Py_BuildValue("(KLL)", (unsigned long long)refused->id, (long long)atomic_load(&refused->max_bytes),
+                             (long long)atomic_load(&refused->current_bytes));
+    }
+    if (err) {
+        return errno_error(err);
+    }
+    return PyLong_FromLongLong(moved);
+}
+
+/* Spills every RAM region owned in the subtree of `node`; with skip_kept, blocks that `node`
+ * itself marked kept stay.  Returns the bytes moved. */
+static PyObject *spill_subtree(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    NodeObject *target;
+    int skip_kept;
+    if (!PyArg_ParseTuple(args, "O!p", &NodeType, &target, &skip_kept)) {
+        return NULL;
+    }
+    oc_node *scope = target->node;
+    int err = 0;
+    long long moved = 0;
+    size_t page = oc_page_bytes();
+    Py_BEGIN_ALLOW_THREADS
+    oc_registry_lock();
+    for (oc_header *h = oc_registry_first(); h != NULL; h = oc_registry_next(h)) {
+        unsigned flags = atomic_load(&h->flags);
+        oc_node *owner = atomic_load(&h->owner);
+        if ((flags & OC_FLAG_ON_DISK) || h->size < page || !oc_node_in_subtree(owner, scope) ||
+            (skip_kept && owner == scope && (flags & OC_FLAG_KEPT))) {
+            continue;
+        }
+        err = oc_spill_block(h);
+        if (err) {
+            break;
+        }
+        moved += (long long)h->size;
+    }
+    oc_registry_unlock();
+    Py_END_ALLOW_THREADS
+    if (err) {
+        return errno_error(err);
+    }
+    return PyLong_FromLongLong(moved);
+}
+
+/* Spills the oldest RAM regions of the whole process until `need` bytes are released. */
+static PyObject *evict(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    long long need = PyLong_AsLongLong(arg);
+    if (need == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    int err;
+    int64_t released;
+    Py_BEGIN_ALLOW_THREADS
+    oc_registry_lock();
+    released = oc_evict(NULL, need, &err);
+    oc_registry_unlock();
+    Py_END_ALLOW_THREADS
+    if (err && released == 0) {
+        return errno_error(err);
+    }
+    return PyLong_FromLongLong((long long)released);
+}
+
+static PyObject *drop_disk_pages(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    int n;
+    Py_BEGIN_ALLOW_THREADS
+    oc_registry_lock();
+    n = oc_drop_disk_pages();
+    oc_registry_unlock();
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(n);
+}
+
+static PyObject *set_spill_dir(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    const char *path = PyUnicode_AsUTF8(arg);
+    if (path == NULL) {
+        return NULL;
+    }
+    int err = oc_set_spill_dir(path);
+    if (err) {
+        return errno_error(err);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *set_spill_limit(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    atomic_store(&oc_spill_limit, v);
+    Py_RETURN_NONE;
+}
+
+static PyObject *spill_used(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) { return PyLong_FromLongLong((long long)atomic_load(&oc_spill_used)); }
+
+static PyObject *set_pressure_callback(PyObject *Py_UNUSED(m), PyObject *cb)
+{
+    if (cb != Py_None && !PyCallable_Check(cb)) {
+        PyErr_SetString(PyExc_TypeError, "the pressure callback must be callable or None");
+        return NULL;
+    }
+    Py_XSETREF(oc_pressure_cb, cb == Py_None ? NULL : Py_NewRef(cb));
+    Py_RETURN_NONE;
+}
+
+static PyObject *region_cache(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    long long limit = -2;
+    if (!PyArg_ParseTuple(args, "|L", &limit)) {
+        return NULL;
+    }
+    if (limit >= 0) {
+        atomic_store(&oc_region_cache_limit, (size_t)limit);
+        oc_region_cache_trim((size_t)limit);
+    }
+    else if (limit == -1) {
+        oc_region_cache_trim(0);
+    }
+    return Py_BuildValue("(nn)", (Py_ssize_t)oc_region_cache_bytes(), (Py_ssize_t)atomic_load(&oc_region_cache_limit));
 }
 
 static PyObject *take_failure(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
@@ -299,6 +545,16 @@ static PyMethodDef module_methods[] = {
     {"set_trace", set_trace, METH_VARARGS, "Install (on_alloc, on_free) callbacks, or (None, None)."},
     {"get_large_threshold", get_large_threshold, METH_NOARGS, "Bytes from which blocks are regions."},
     {"set_large_threshold", set_large_threshold, METH_O, "Set the region threshold in bytes."},
+    {"spill", spill, METH_O, "Move an array's block to disk; the bytes moved."},
+    {"unspill", unspill, METH_O, "Bring a block back to RAM; bytes moved or (refused_id, limit, used)."},
+    {"spill_subtree", spill_subtree, METH_VARARGS, "Spill every RAM region of a node's subtree."},
+    {"evict", evict, METH_O, "Spill the oldest RAM regions until the given bytes are released."},
+    {"drop_disk_pages", drop_disk_pages, METH_NOARGS, "Drop resident pages of on-disk regions."},
+    {"set_spill_dir", set_spill_dir, METH_O, "Directory for temporary files."},
+    {"set_spill_limit", set_spill_limit, METH_O, "Cap on bytes on disk (-1: none)."},
+    {"spill_used", spill_used, METH_NOARGS, "Bytes reserved on disk now."},
+    {"set_pressure_callback", set_pressure_callback, METH_O, "cb(node_id, size) -> retry?, or None."},
+    {"region_cache", region_cache, METH_VARARGS, "(cached, limit); region_cache(n) sets the limit, (-1) empties."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -327,7 +583,15 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddIntConstant(m, "FLAG_TRACED", OC_FLAG_TRACED) < 0 ||
         PyModule_AddIntConstant(m, "FAIL_BUDGET", OC_FAIL_BUDGET) < 0 ||
         PyModule_AddIntConstant(m, "FAIL_CLOSED", OC_FAIL_CLOSED) < 0 ||
-        PyModule_AddIntConstant(m, "FAIL_OS", OC_FAIL_OS) < 0) {
+        PyModule_AddIntConstant(m, "FAIL_OS", OC_FAIL_OS) < 0 ||
+        PyModule_AddIntConstant(m, "FAIL_SPILL", OC_FAIL_SPILL) < 0 ||
+        PyModule_AddIntConstant(m, "FLAG_SPILLED", OC_FLAG_SPILLED) < 0 ||
+        PyModule_AddIntConstant(m, "FLAG_MAPPED", OC_FLAG_MAPPED) < 0 ||
+        PyModule_AddIntConstant(m, "SPILL_FAIL", OC_SPILL_FAIL) < 0 ||
+        PyModule_AddIntConstant(m, "SPILL_MMAP", OC_SPILL_MMAP) < 0 ||
+        PyModule_AddIntConstant(m, "SPILL_EVICT", OC_SPILL_EVICT) < 0 ||
+        PyModule_AddIntConstant(m, "LOCATION_RAM", OC_LOCATION_RAM) < 0 ||
+        PyModule_AddIntConstant(m, "LOCATION_MMAP", OC_LOCATION_MMAP) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -34,12 +34,23 @@
 #define OC_FLAG_REGION 1u  /* block is a page-aligned mapping, not a malloc block */
 #define OC_FLAG_KEPT 2u    /* intended escape: handed to the parent when the owner closes */
 #define OC_FLAG_TRACED 4u  /* an allocation traceback was recorded for it */
+#define OC_FLAG_SPILLED 8u /* region data moved to a temporary file, same address */
+#define OC_FLAG_MAPPED 16u /* region data placed in a temporary file from the start */
+#define OC_FLAG_ON_DISK (OC_FLAG_SPILLED | OC_FLAG_MAPPED)
+
+/* spill policies and locations of a node (see Manager) */
+#define OC_SPILL_FAIL 0
+#define OC_SPILL_MMAP 1
+#define OC_SPILL_EVICT 2
+#define OC_LOCATION_RAM 0
+#define OC_LOCATION_MMAP 1
 
 /* failure kinds recorded for the thread that got NULL */
 #define OC_FAIL_NONE 0
 #define OC_FAIL_BUDGET 1
 #define OC_FAIL_CLOSED 2
 #define OC_FAIL_OS 3
+#define OC_FAIL_SPILL 4 /* over budget, and placing the block on disk failed too */
 
 /* Thread-locals read on the hot path: initial-exec avoids a __tls_get_addr call per access. */
 #define OC_TLS _Thread_local __attribute__((tls_model("initial-exec")))
@@ -64,6 +75,8 @@ struct oc_node {
     atomic_int_fast64_t structural; /* references that are not live blocks */
     atomic_int_fast64_t max_bytes;  /* < 0: unlimited */
     atomic_int closed;
+    atomic_int spill_policy; /* OC_SPILL_* */
+    atomic_int location;     /* OC_LOCATION_* */
     /* subtree counters: every block owned here or below */
     atomic_int_fast64_t current_bytes;
     atomic_int_fast64_t peak_bytes;
@@ -73,6 +86,13 @@ struct oc_node {
     atomic_int_fast64_t kept_bytes;
     atomic_int_fast64_t region_bytes;
     atomic_int_fast64_t region_count;
+    /* own on-disk bytes (not counted in current_bytes, which is RAM) and moves */
+    atomic_int_fast64_t spilled_bytes;
+    atomic_int_fast64_t mapped_bytes;
+    atomic_int_fast64_t spill_count;
+    atomic_int_fast64_t spill_moved_bytes;
+    atomic_int_fast64_t unspill_count;
+    atomic_int_fast64_t unspill_moved_bytes;
 };
 
 typedef struct oc_header {
@@ -114,11 +134,40 @@ oc_node *oc_common_ancestor(oc_node *a, oc_node *b);
 oc_node *oc_reserve_until(oc_node *n, oc_node *stop, int64_t bytes);
 void oc_release_until(oc_node *n, oc_node *stop, int64_t bytes);
 
+/* regions.c: page-aligned mappings with the header in the page before the data */
+size_t oc_page_bytes(void);
+void *oc_region_map(size_t size, int zero, size_t *map_bytes);
+void oc_region_unmap(oc_header *h);
+void oc_registry_lock(void);
+void oc_registry_unlock(void);
+void oc_registry_link(oc_header *h);
+void oc_registry_unlink(oc_header *h);
+oc_header *oc_registry_first(void);
+oc_header *oc_registry_next(oc_header *h);
+extern atomic_size_t oc_region_cache_limit;
+size_t oc_region_cache_bytes(void);
+void oc_region_cache_trim(size_t keep_bytes);
+static inline size_t oc_region_data_bytes(const oc_header *h) { return h->map_bytes - oc_page_bytes(); }
+static inline char *oc_block_data(oc_header *h) { return (char *)h + OC_HEADER_BYTES; }
+
+/* spill.c: temporary files, same-address remapping, eviction */
+int oc_set_spill_dir(const char *path);
+extern atomic_int_fast64_t oc_spill_limit; /* < 0: unlimited */
+extern atomic_int_fast64_t oc_spill_used;
+int oc_map_region_to_file(oc_header *h);   /* registry lock held; errno value or 0 */
+int oc_spill_block(oc_header *h);          /* registry lock held; errno value or 0 */
+int oc_unspill_block(oc_header *h);        /* registry lock held; errno value or 0 */
+void oc_disk_release(oc_header *h);        /* account a freed on-disk block */
+int oc_node_in_subtree(oc_node *n, oc_node *root);
+int64_t oc_evict(oc_node *scope, int64_t need_bytes, int *err);
+int oc_drop_disk_pages(void);
+
 /* alloc.c */
 extern atomic_size_t oc_large_threshold;
 extern atomic_int oc_trace_enabled;
 extern PyObject *oc_trace_alloc_cb;
 extern PyObject *oc_trace_free_cb;
+extern PyObject *oc_pressure_cb;
 void oc_handler_init(PyDataMem_Handler *h, oc_node *ctx);
 int oc_is_our_handler(PyObject *capsule);
 oc_header *oc_header_of(void *data);

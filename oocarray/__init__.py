@@ -16,6 +16,7 @@ Examples
 from oocarray import _failures
 from oocarray._config import Config, config, configure
 from oocarray._manager import Manager, MemoryStats, detach, location, owner, system
+from oocarray._spill import spill, unspill
 from oocarray._units import parse_size
 from oocarray.errors import (
     ClosedError,
@@ -51,7 +52,9 @@ __all__ = [
     "location",
     "owner",
     "parse_size",
+    "spill",
     "system",
+    "unspill",
 ]
 
 _failures.install()

@@ -18,7 +18,7 @@ def _demo(args: argparse.Namespace) -> int:
     budget = oc.parse_size(args.budget, "--budget")
     assert budget is not None
     rows = max(budget // (8 * 1024 * 16), 1)  # one batch is a sixteenth of the budget
-    print(f"oocarray {oc.__version__} demo: a manager tree with a {format_bytes(budget)} budget\n")
+    print(f"oocarray {oc.__version__} demo: NumPy code under a {format_bytes(budget)} budget\n")
     with oc.Manager("etl", max_bytes=budget) as etl:
         totals = np.zeros(1024)
         for step in range(4):
@@ -27,23 +27,37 @@ def _demo(args: argparse.Namespace) -> int:
                 y = np.tanh(x) * 2 + 1  # x, y and the temporaries are owned by the batch scope
                 totals += y.sum(axis=0)
                 if step == 3:
-                    print("Inside the last batch scope, every NumPy allocation is counted:")
+                    print("1. Inside the last batch scope, every NumPy allocation is counted:")
                     print(etl.debug_dump(), "\n")
                     batch.keep(y)  # an intended escape, handed to 'etl' when the batch closes
                     del x
                 else:
                     del x, y  # nothing escapes this batch
+        big = np.ones((budget // 8 // 1024 * 2, 1024))  # twice the whole budget
         print(
-            f"After four batches: {etl.stats().current_bytes:,} bytes live in 'etl' "
-            f"(the kept batch and the running totals), peak {etl.stats().peak_bytes:,}."
+            f"2. An array of {format_bytes(big.nbytes)}, twice the budget, was placed on disk "
+            f"instead of failing: oc.location(big) = {oc.location(big)!r}, "
+            f"big.sum() = {big.sum():,.0f}."
         )
-        try:
-            np.ones(budget // 8 + 1)
-        except oc.MemoryBudgetError as error:
-            first_line = str(error).splitlines()[0]
-            print(f"\nAsking for more than the budget raises MemoryBudgetError:\n  {first_line}")
+        moved = oc.spill(y)
+        print(
+            f"3. oc.spill(y) moved {format_bytes(moved)} to disk at the same address "
+            f"(y[0, :2] = {np.round(y[0, :2], 3)}); RAM in use now "
+            f"{format_bytes(etl.stats().ram_bytes)}."
+        )
+        oc.unspill(y)
+        with etl.sub("strict", spill="fail"):
+            try:
+                np.ones(budget // 8 + 1)
+            except oc.MemoryBudgetError as error:
+                first_line = str(error).splitlines()[0]
+                print(
+                    f"4. With spill='fail' the same request raises MemoryBudgetError:\n"
+                    f"   {first_line}"
+                )
+        del big
     print(
-        f"\nClosed: etl.closed={etl.closed}; the arrays it handed on stay valid "
+        f"\n5. Closed: etl.closed={etl.closed}; the arrays it handed on stay valid "
         f"(totals[:3]={np.round(totals[:3], 2)})."
     )
     print("\nThe whole tree now:")

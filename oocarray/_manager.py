@@ -18,6 +18,7 @@ import contextvars
 import gc
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from typing import Any, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
-from oocarray import _config, _native, _tracing
+from oocarray import _config, _native, _spill_files, _tracing
 from oocarray._units import format_bytes, parse_size
 from oocarray.errors import ClosedError, MemoryBudgetError, ScopeLeakError
 
@@ -42,8 +43,16 @@ __all__ = [
     "system",
 ]
 
-OnClose = Literal["keep", "raise"]
-_ON_CLOSE: tuple[str, ...] = ("keep", "raise")
+OnClose = Literal["keep", "spill", "raise"]
+SpillPolicy = Literal["mmap", "evict", "fail"]
+Location = Literal["ram", "mmap"]
+_ON_CLOSE: tuple[str, ...] = ("keep", "spill", "raise")
+_SPILL_POLICIES = {
+    "mmap": _native.SPILL_MMAP,
+    "evict": _native.SPILL_EVICT,
+    "fail": _native.SPILL_FAIL,
+}
+_LOCATIONS = {"ram": _native.LOCATION_RAM, "mmap": _native.LOCATION_MMAP}
 
 # Garbage collection before a budget refusal or an escape report is throttled to this interval.
 _GC_MIN_INTERVAL_S = 0.5
@@ -58,9 +67,10 @@ class MemoryStats:
     name
         The manager's name.
     current_bytes, current_count
-        Bytes and number of live arrays owned by the manager or its descendants.
+        Bytes and number of live arrays owned by the manager or its descendants, wherever
+        they are (``ram_bytes + mmap_bytes + spilled_bytes``).
     peak_bytes
-        Highest ``current_bytes`` since creation or :meth:`Manager.reset_peak`.
+        Highest ``ram_bytes`` since creation or :meth:`Manager.reset_peak`.
     total_bytes, total_count
         Everything ever allocated in the subtree.
     own_bytes, own_count
@@ -69,7 +79,11 @@ class MemoryStats:
     max_bytes
         The budget, or ``None``.
     ram_bytes, mmap_bytes, spilled_bytes
-        Where the live bytes are: anonymous RAM, file-backed maps, or moved to disk.
+        Where the live bytes are: in RAM (what ``max_bytes`` limits), placed in temporary
+        files from the start (``location="mmap"`` or the ``"mmap"`` spill policy), or moved
+        there by a spill.
+    spills, spill_moved_bytes, unspills, unspill_moved_bytes
+        How many arrays, and how many bytes, were moved to disk and back.
     escaped, escaped_bytes
         Arrays that were still alive when a child scope closed and were handed to this manager.
     kept, kept_bytes
@@ -92,7 +106,22 @@ class MemoryStats:
     escaped_bytes: int
     kept: int
     kept_bytes: int
+    spills: int
+    spill_moved_bytes: int
+    unspills: int
+    unspill_moved_bytes: int
 
+
+# Node counters that stats() adds up over a subtree.
+_SUMMED = (
+    "live_count",
+    "spilled_bytes",
+    "mapped_bytes",
+    "spill_count",
+    "spill_moved_bytes",
+    "unspill_count",
+    "unspill_moved_bytes",
+)
 
 _registry: weakref.WeakValueDictionary[int, Manager] = weakref.WeakValueDictionary()
 _active: contextvars.ContextVar[Manager | None] = contextvars.ContextVar(
@@ -105,14 +134,14 @@ _tree_lock = threading.RLock()
 _last_gc = 0.0
 
 
-def _collect_garbage_throttled() -> None:
+def _collect_garbage_throttled() -> bool:
     global _last_gc
-    import time
-
     now = time.monotonic()
-    if now - _last_gc >= _GC_MIN_INTERVAL_S:
-        _last_gc = now
-        gc.collect()
+    if now - _last_gc < _GC_MIN_INTERVAL_S:
+        return False
+    _last_gc = now
+    gc.collect()
+    return True
 
 
 def _parse_shape(shape: object) -> tuple[int, ...]:
@@ -174,10 +203,20 @@ class Manager:
     max_bytes
         RAM budget of this manager and its subtree (int or ``"2G"``-style string), or ``None``.
         A child never gets more than its parent has left.
+    location
+        Where arrays are placed: ``"ram"``, or ``"mmap"`` for temporary files from the start
+        (arrays under one page stay in RAM).
+    spill
+        What an allocation that would exceed the budget does: ``"mmap"`` places the new array
+        in a temporary file; ``"evict"`` first moves this budget's oldest arrays to disk
+        (oldest allocation first; an unspilled array counts as new), then places the new one
+        in RAM if that made room, else in a file; ``"fail"`` raises
+        :class:`MemoryBudgetError`.  Garbage is collected first (at most twice a second).
     on_close
         What happens to arrays still referenced when the manager closes: ``"keep"`` hands them
-        to the parent (counted in ``stats().escaped``), ``"raise"`` raises
-        :class:`ScopeLeakError` naming them.  Either way the arrays stay valid.
+        to the parent (counted in ``stats().escaped``), ``"spill"`` does the same and moves
+        them to disk, ``"raise"`` raises :class:`ScopeLeakError` naming them.  Either way the
+        arrays stay valid.
 
     Examples
     --------
@@ -203,6 +242,8 @@ class Manager:
         *,
         parent: Manager | None = None,
         max_bytes: int | str | None = None,
+        location: Location = "ram",
+        spill: SpillPolicy = "mmap",
         on_close: OnClose = "keep",
     ) -> None:
         if name is not None and not isinstance(name, str):
@@ -211,19 +252,33 @@ class Manager:
             raise TypeError(f"parent must be a Manager or None, got {parent!r}")
         if not isinstance(on_close, str) or on_close not in _ON_CLOSE:
             raise ValueError(f"on_close must be one of {_ON_CLOSE}, got {on_close!r}")
+        if not isinstance(location, str) or location not in _LOCATIONS:
+            raise ValueError(f"location must be one of {tuple(_LOCATIONS)}, got {location!r}")
+        if not isinstance(spill, str) or spill not in _SPILL_POLICIES:
+            raise ValueError(f"spill must be one of {tuple(_SPILL_POLICIES)}, got {spill!r}")
         budget = parse_size(max_bytes, "max_bytes", allow_none=True)
         if parent is None:
             parent = _active.get() or system()
         if parent.closed:
             raise ClosedError(f"cannot create a manager under closed manager {parent.name!r}")
-        self._init(name, parent, budget, on_close)
+        self._init(name, parent, budget, on_close, location, spill)
 
     def _init(
-        self, name: str | None, parent: Manager | None, budget: int | None, on_close: str
+        self,
+        name: str | None,
+        parent: Manager | None,
+        budget: int | None,
+        on_close: str,
+        location: str,
+        spill: str,
     ) -> None:
         self._node = _native.Node(
             parent._node if parent else None, -1 if budget is None else budget
         )
+        self._node.location = _LOCATIONS[location]
+        self._node.spill_policy = _SPILL_POLICIES[spill]
+        self._location = location
+        self._spill = spill
         self._name = name if name is not None else f"manager-{self._node.id}"
         self._parent = parent
         self._on_close = on_close
@@ -273,8 +328,18 @@ class Manager:
 
     @property
     def on_close(self) -> str:
-        """The close policy: ``"keep"`` or ``"raise"``."""
+        """The close policy: ``"keep"``, ``"spill"`` or ``"raise"``."""
         return self._on_close
+
+    @property
+    def location(self) -> str:
+        """Where new arrays are placed: ``"ram"`` or ``"mmap"``."""
+        return self._location
+
+    @property
+    def spill_policy(self) -> str:
+        """What an over-budget allocation does: ``"mmap"``, ``"evict"`` or ``"fail"``."""
+        return self._spill
 
     def _subtree(self) -> Iterator[Manager]:
         yield self
@@ -285,11 +350,7 @@ class Manager:
         """Forget closed children that own nothing any more, keeping their totals."""
         keep = []
         for child in self._children:
-            if (
-                child.closed
-                and child._node.counters()["current_bytes"] == 0
-                and not child._children
-            ):
+            if child.closed and child._node.counters()["live_count"] == 0 and not child._children:
                 counters = child._node.counters()
                 self._pruned_total_bytes += counters["total_bytes"] + child._pruned_total_bytes
                 self._pruned_total_count += counters["total_count"] + child._pruned_total_count
@@ -453,39 +514,67 @@ class Manager:
         """Counters of this manager and its subtree (see :class:`MemoryStats`)."""
         with _tree_lock:
             counters = self._node.counters()
+            totals = dict.fromkeys(_SUMMED, 0)
             total_bytes = self._pruned_total_bytes
             total_count = self._pruned_total_count
-            current_count = 0
+            open_children = [c for c in self._children if not c.closed]
+            open_below: set[int] = {id(d) for c in open_children for d in c._subtree()}
+            own_count = 0
+            own_disk = 0
             for m in self._subtree():
                 c = m._node.counters()
+                for key in _SUMMED:
+                    totals[key] += c[key]
                 total_bytes += c["total_bytes"] + (m._pruned_total_bytes if m is not self else 0)
                 total_count += c["total_count"] + (m._pruned_total_count if m is not self else 0)
-                current_count += c["live_count"]
-            open_children = [c._node.counters() for c in self._children if not c.closed]
-            own_bytes = counters["current_bytes"] - sum(c["current_bytes"] for c in open_children)
-            own_count = current_count - sum(
-                sum(d._node.counters()["live_count"] for d in c._subtree())
-                for c in self._children
-                if not c.closed
-            )
+                if id(m) not in open_below:
+                    own_count += c["live_count"]
+                    own_disk += c["spilled_bytes"] + c["mapped_bytes"]
+            ram = counters["current_bytes"]
+            own_ram = ram - sum(c._node.counters()["current_bytes"] for c in open_children)
             return MemoryStats(
                 name=self.name,
-                current_bytes=counters["current_bytes"],
-                current_count=current_count,
+                current_bytes=ram + totals["mapped_bytes"] + totals["spilled_bytes"],
+                current_count=totals["live_count"],
                 peak_bytes=counters["peak_bytes"],
                 total_bytes=total_bytes,
                 total_count=total_count,
-                own_bytes=own_bytes,
+                own_bytes=own_ram + own_disk,
                 own_count=own_count,
                 max_bytes=self.max_bytes,
-                ram_bytes=counters["current_bytes"],
-                mmap_bytes=0,
-                spilled_bytes=0,
+                ram_bytes=ram,
+                mmap_bytes=totals["mapped_bytes"],
+                spilled_bytes=totals["spilled_bytes"],
                 escaped=self._escaped,
                 escaped_bytes=self._escaped_bytes,
                 kept=counters["kept_count"],
                 kept_bytes=counters["kept_bytes"],
+                spills=totals["spill_count"],
+                spill_moved_bytes=totals["spill_moved_bytes"],
+                unspills=totals["unspill_count"],
+                unspill_moved_bytes=totals["unspill_moved_bytes"],
             )
+
+    def spill(self) -> int:
+        """Move every array of this manager's subtree to disk, at the same addresses.
+
+        Arrays under the region threshold (256 KiB) stay in RAM.  Returns the bytes moved.
+
+        Raises
+        ------
+        SpillError
+            The disk refused (``errno`` says why; ``ENOSPC`` when full); arrays moved before
+            the failure stay on disk, the others stay in RAM, all stay valid.
+        """
+        return self._spill_subtree(skip_kept=False)
+
+    def _spill_subtree(self, *, skip_kept: bool) -> int:
+        try:
+            return int(_native.spill_subtree(self._node, skip_kept))
+        except OSError as error:
+            raise _spill_files.spill_error(
+                error, f"spilling manager {self.name!r}", self.stats().ram_bytes
+            ) from error
 
     def reset_peak(self) -> None:
         """Restart peak tracking from the current bytes."""
@@ -506,15 +595,24 @@ class Manager:
     def _dump_into(self, lines: list[str], first: str, rest: str, tracing: bool) -> None:
         s = self.stats()
         state = "closed" if self.closed else "open"
-        budget = "" if s.max_bytes is None else f" / budget {format_bytes(s.max_bytes)}"
+        budget = ""
+        if s.max_bytes is not None:
+            budget = f", RAM {format_bytes(s.ram_bytes)} of budget {format_bytes(s.max_bytes)}"
         extra = ""
         if s.escaped:
             extra += f", escaped into it {s.escaped} ({format_bytes(s.escaped_bytes)})"
         if s.kept:
             extra += f", kept {s.kept}"
+        if s.mmap_bytes or s.spilled_bytes or s.spills:
+            extra += (
+                f"; RAM {format_bytes(s.ram_bytes)}, mmap {format_bytes(s.mmap_bytes)}, "
+                f"spilled {format_bytes(s.spilled_bytes)}, spills {s.spills} "
+                f"({format_bytes(s.spill_moved_bytes)}), unspills {s.unspills} "
+                f"({format_bytes(s.unspill_moved_bytes)})"
+            )
         lines.append(
-            f"{first}{self.name} [{state}] {format_bytes(s.current_bytes)}{budget} in "
-            f"{s.current_count} arrays (own {format_bytes(s.own_bytes)} in {s.own_count}), "
+            f"{first}{self.name} [{state}] {format_bytes(s.current_bytes)} in "
+            f"{s.current_count} arrays{budget} (own {format_bytes(s.own_bytes)} in {s.own_count}), "
             f"peak {format_bytes(s.peak_bytes)}, total {format_bytes(s.total_bytes)} in "
             f"{s.total_count}{extra}"
         )
@@ -553,6 +651,8 @@ class Manager:
             if escaped and self._on_close == "raise":
                 _collect_garbage_throttled()
                 escaped, escaped_bytes = self._escapes()
+            if escaped and self._on_close == "spill":
+                self._spill_subtree(skip_kept=True)
             parent = self._parent
             parent._escaped += escaped
             parent._escaped_bytes += escaped_bytes
@@ -568,11 +668,11 @@ class Manager:
         nbytes = 0
         for m in self._subtree():
             c = m._node.counters()
-            own = c["current_bytes"] - sum(
+            ram = c["current_bytes"] - sum(
                 ch._node.counters()["current_bytes"] for ch in m._children
             )
             count += c["live_count"]
-            nbytes += own
+            nbytes += ram + c["spilled_bytes"] + c["mapped_bytes"]
             if m is self:
                 count -= c["kept_count"]
                 nbytes -= c["kept_bytes"]
@@ -676,15 +776,23 @@ def system() -> Manager:
         with _system_lock:
             if _system is None:
                 root = Manager.__new__(Manager)
-                root._init("System", None, None, "keep")
+                root._init("System", None, None, "keep", "ram", "fail")
                 _system = root
+                _native.set_pressure_callback(_relieve_pressure)
                 _config.on_change(_apply_config)
     return _system
+
+
+def _relieve_pressure(node_id: int, nbytes: int) -> bool:
+    """Called by the handler before a budget refusal: collect garbage, at most twice a second;
+    True when it ran, so the reservation is worth trying again."""
+    return _collect_garbage_throttled()
 
 
 def _apply_config(settings: _config.Config) -> None:
     root = system()
     root._node.max_bytes = -1 if settings.max_bytes is None else settings.max_bytes
+    _spill_files.apply_settings(settings)
     if settings.trace:
         _tracing.enable()
     else:
@@ -717,7 +825,10 @@ def location(arr: np.ndarray) -> str | None:
     """Where the memory under ``arr`` lives: ``"ram"``, ``"mmap"``, ``"workspace"``, or
     ``None`` when oocarray does not manage it."""
     _require_array(arr, "location")
-    return None if _native.block_info(arr) is None else "ram"
+    info = _native.block_info(arr)
+    if info is None:
+        return None
+    return "mmap" if info[3] & (_native.FLAG_SPILLED | _native.FLAG_MAPPED) else "ram"
 
 
 def detach(arr: np.ndarray) -> np.ndarray:

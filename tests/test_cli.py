@@ -15,6 +15,8 @@ def test_demo_runs_and_shows_the_tree(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert "etl [open]" in out
     assert "batch-3 [open]" in out
+    assert "placed on disk" in out
+    assert "'mmap'" in out
     assert "MemoryBudgetError" in out
     assert "etl.closed=True" in out
 

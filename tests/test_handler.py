@@ -119,7 +119,7 @@ def test_realloc_through_fromiter_of_unknown_length() -> None:
 
 
 def test_realloc_over_budget_leaves_the_array_intact() -> None:
-    with oc.Manager(max_bytes=100_000) as m:
+    with oc.Manager(max_bytes=100_000, spill="fail") as m:
         a = np.arange(1000, dtype=np.int64)
         with pytest.raises(MemoryError):
             a.resize(100_000, refcheck=False)

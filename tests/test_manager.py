@@ -84,7 +84,7 @@ def test_peak_tracks_and_resets() -> None:
 
 
 def test_budget_refuses_with_memory_budget_error_and_dump() -> None:
-    with oc.Manager("tight", max_bytes="64K") as m:
+    with oc.Manager("tight", max_bytes="64K", spill="fail") as m:
         a = np.ones(4096)  # 32 KiB
         with pytest.raises(oc.MemoryBudgetError) as caught:
             np.ones(8192)
@@ -101,7 +101,7 @@ def test_budget_refuses_with_memory_budget_error_and_dump() -> None:
 def test_budget_covers_the_subtree_and_children_get_only_what_is_left() -> None:
     with oc.Manager("parent", max_bytes=100_000) as parent:
         a = np.ones(8000, np.uint8)
-        with parent.sub("child", max_bytes=1_000_000) as child:
+        with parent.sub("child", max_bytes=1_000_000, spill="fail") as child:
             b = np.ones(90_000, np.uint8)
             with pytest.raises(oc.MemoryBudgetError, match="'parent'"):
                 np.ones(3000, np.uint8)
@@ -113,7 +113,7 @@ def test_budget_covers_the_subtree_and_children_get_only_what_is_left() -> None:
 
 
 def test_explicit_allocation_over_budget() -> None:
-    m = oc.Manager(max_bytes=1000)
+    m = oc.Manager(max_bytes=1000, spill="fail")
     with pytest.raises(oc.MemoryBudgetError):
         m.empty(1000)
     assert m.stats().current_bytes == 0
@@ -255,7 +255,7 @@ def test_debug_dump_shows_the_tree() -> None:
             dump = etl.debug_dump()
         del a, b
     lines = dump.splitlines()
-    assert lines[0].startswith("etl [open] 11.7 KiB / budget 2.0 MiB in 2 arrays")
+    assert lines[0].startswith("etl [open] 11.7 KiB in 2 arrays, RAM 11.7 KiB of budget 2.0 MiB")
     assert lines[1].startswith("└─ batch [open] 3.9 KiB in 1 arrays")
 
 
@@ -289,7 +289,7 @@ def test_manager_repr_and_properties() -> None:
 def test_system_budget_comes_from_configure() -> None:
     oc.configure(max_bytes="1M")
     assert oc.system().max_bytes == 1 << 20
-    with oc.Manager(), pytest.raises(oc.MemoryBudgetError, match="'System'"):
+    with oc.Manager(spill="fail"), pytest.raises(oc.MemoryBudgetError, match="'System'"):
         np.ones(1 << 20)
     oc.configure(max_bytes=None)
     assert oc.system().max_bytes is None

@@ -1,0 +1,93 @@
+"""``oc.spill()`` and ``oc.unspill()``: move a live array to disk and back, same address.
+
+Every ``ndarray`` and view over the array keeps working throughout; reads of a spilled array
+fault its data back from the file, page by page.  Writes that other threads make while the
+array is being moved are not lost: the pages are write-protected during the copy, and a
+writing thread waits until the move has finished, then its write lands in the new pages.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oocarray import _native, _spill_files
+from oocarray._manager import _budget_message, _open_owner, _require_array, manager_by_node_id
+from oocarray.errors import MemoryBudgetError
+
+__all__ = ["spill", "unspill"]
+
+
+def _block(arr: np.ndarray, what: str) -> tuple[int, int, int, int, int]:
+    _require_array(arr, what)
+    info = _native.block_info(arr)
+    if info is None:
+        raise ValueError(
+            f"{what}() takes arrays whose memory oocarray manages; this one was allocated "
+            "outside any manager (copy it into one with m.asarray(arr))"
+        )
+    return info
+
+
+def spill(arr: np.ndarray) -> int:
+    """Move the memory under ``arr`` (or the array it views) to a temporary file, at the same
+    address, and release its RAM.
+
+    Arrays under the region threshold (256 KiB) are too small to move and stay in RAM.
+
+    Returns
+    -------
+    int
+        The bytes moved: 0 if the array was already on disk or is too small.
+
+    Raises
+    ------
+    ValueError
+        ``arr`` is not managed by oocarray.
+    SpillError
+        The disk refused (``errno`` ``ENOSPC`` when it is full or ``max_spill_bytes`` is
+        reached); the array stays in RAM, unchanged.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> with oc.Manager() as m:
+    ...     a = np.arange(1_000_000.0)
+    ...     moved = oc.spill(a)
+    ...     (moved, oc.location(a), a[123_456], m.stats().spilled_bytes)
+    (8000000, 'mmap', np.float64(123456.0), 8000000)
+    """
+    info = _block(arr, "spill")
+    try:
+        return int(_native.spill(arr))
+    except OSError as error:
+        raise _spill_files.spill_error(error, "spilling an array", info[2]) from error
+
+
+def unspill(arr: np.ndarray) -> int:
+    """Bring the memory under ``arr`` back into RAM, at the same address.
+
+    Returns
+    -------
+    int
+        The bytes moved: 0 if the array was already in RAM.
+
+    Raises
+    ------
+    MemoryBudgetError
+        RAM for it does not fit the owner's budget; the array stays on disk, valid.
+    SpillError
+        The move failed; the array stays on disk, valid.
+    """
+    info = _block(arr, "unspill")
+    try:
+        result = _native.unspill(arr)
+    except OSError as error:
+        raise _spill_files.spill_error(error, "bringing an array back", info[2]) from error
+    if isinstance(result, tuple):
+        refused_id, limit, used = result
+        raise MemoryBudgetError(
+            _budget_message(
+                info[2], _open_owner(info[0]), manager_by_node_id(refused_id), limit, used
+            )
+        )
+    return int(result)

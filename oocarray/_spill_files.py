@@ -1,0 +1,91 @@
+"""Where spilled data goes: a private directory and the disk-space cap.
+
+Files themselves are created by the native code: unnamed (``O_TMPFILE``) or created ``0600``
+and unlinked at once, with their space reserved by ``posix_fallocate`` before any page is
+written.  The directory is ``<spill_dir>/oocarray-<uid>``, mode ``0700`` and owned by the
+user; it is shared by the user's processes and holds no named file, so a crash or ``kill -9``
+leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+import threading
+
+from oocarray import _config, _native
+from oocarray._units import format_bytes
+from oocarray.errors import SpillError
+
+__all__ = ["apply_settings", "private_dir", "spill_error"]
+
+_lock = threading.Lock()
+
+
+def _path_under(base: str | None) -> str:
+    return os.path.join(base or tempfile.gettempdir(), f"oocarray-{os.getuid()}")
+
+
+def _make_private_dir(base: str | None) -> str:
+    path = _path_under(base)
+    base = os.path.dirname(path)
+    try:
+        os.makedirs(base, exist_ok=True)
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise SpillError(
+            error.errno or errno.EIO,
+            f"cannot create the spill directory: {error.strerror}; set spill_dir "
+            "(oc.configure or OOCARRAY_SPILL_DIR) to a writable directory",
+            path,
+        ) from error
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise SpillError(
+            errno.EPERM,
+            "the spill directory exists but is not a directory owned by this user; remove it "
+            "or choose another spill_dir",
+            path,
+        )
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+def private_dir() -> str:
+    """The private spill directory (created if it is missing)."""
+    with _lock:
+        path = _make_private_dir(_config.config().spill_dir)
+        _native.set_spill_dir(path)
+        return path
+
+
+def apply_settings(settings: _config.Config) -> None:
+    """Point the native code at the private directory under ``settings.spill_dir``."""
+    _native.set_spill_limit(-1 if settings.max_spill_bytes is None else settings.max_spill_bytes)
+    try:
+        with _lock:
+            _native.set_spill_dir(_make_private_dir(settings.spill_dir))
+    except SpillError:
+        # Unusable now: file creation fails there with its errno, reported as a SpillError.
+        _native.set_spill_dir(_path_under(settings.spill_dir))
+
+
+def spill_error(error: OSError, what: str, nbytes: int) -> SpillError:
+    """A :class:`SpillError` for a failed move of ``nbytes``, naming the place and the sizes."""
+    code = error.errno or errno.EIO
+    limit = _config.config().max_spill_bytes
+    used = _native.spill_used()
+    detail = f"{os.strerror(code)}"
+    if code == errno.ENOSPC:
+        cap = "" if limit is None else f" (max_spill_bytes is {format_bytes(limit)})"
+        detail = (
+            f"no space left for {format_bytes(nbytes)} in the spill directory{cap}; "
+            f"{format_bytes(used)} already spilled. Free disk space, raise max_spill_bytes or "
+            "point spill_dir at a larger disk"
+        )
+    return SpillError(code, f"{what} failed: {detail}", _path_under(_config.config().spill_dir))
