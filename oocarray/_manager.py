@@ -524,7 +524,7 @@ class Manager:
             for m in self._subtree():
                 c = m._node.counters()
                 for key in _SUMMED:
-                    totals[key] += c[key]
+                    totals[key] += c[key]  # type: ignore[literal-required]
                 total_bytes += c["total_bytes"] + (m._pruned_total_bytes if m is not self else 0)
                 total_count += c["total_count"] + (m._pruned_total_count if m is not self else 0)
                 if id(m) not in open_below:
