@@ -303,7 +303,7 @@ static void *place_on_disk(oc_node *owner, size_t size, oc_node *refused)
     int err = 0;
     void *data = block_new_on_disk(owner, size, &err);
     if (data == NULL) {
-        oc_record_failure(refused ? OC_FAIL_SPILL : OC_FAIL_OS, err, owner, refused, (int64_t)size);
+        oc_record_failure(OC_FAIL_SPILL, err, owner, refused, (int64_t)size);
     }
     return data;
 }

@@ -9,12 +9,15 @@ which budget refused and carries the debug dump.
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 from typing import Any
 
 from oocarray import _native
 from oocarray._manager import _budget_message, manager_by_node_id
-from oocarray.errors import ClosedError, MemoryBudgetError
+from oocarray._units import format_bytes
+from oocarray.errors import ClosedError, MemoryBudgetError, OOCArrayError
 
 __all__ = ["install"]
 
@@ -48,6 +51,18 @@ def install() -> None:
         def __str__(self) -> str:
             return str(getattr(self, "_oc_message", ""))
 
+    class ArrayDiskError(OOCArrayError, _ArrayMemoryError):
+        """A manager with location="mmap" could not place an array on disk."""
+
+        _oc_message: str
+        errno: int
+
+        def __init__(self, shape: Any, dtype: Any) -> None:
+            _ArrayMemoryError.__init__(self, shape, dtype)
+
+        def __str__(self) -> str:
+            return str(getattr(self, "_oc_message", ""))
+
     ArrayBudgetError.__name__ = ArrayBudgetError.__qualname__ = "MemoryBudgetError"
     ArrayClosedError.__name__ = ArrayClosedError.__qualname__ = "ClosedError"
     ArrayBudgetError.__module__ = ArrayClosedError.__module__ = "oocarray.errors"
@@ -57,13 +72,24 @@ def install() -> None:
         if cls is _ArrayMemoryError and len(args) == 2:
             failure = _native.take_failure()
             if failure is not None and _matches(failure, *args):
-                kind, _err, node_id, refused_id, requested, limit, used = failure
+                kind, err, node_id, refused_id, requested, limit, used = failure
                 asked = manager_by_node_id(node_id)
-                if kind == _native.FAIL_BUDGET:
+                if kind == _native.FAIL_SPILL and refused_id == 0:
+                    disk_error = Exception.__new__(ArrayDiskError, *args)
+                    disk_error.errno = err
+                    where = asked.name if asked else "?"
+                    disk_error._oc_message = (
+                        f"cannot place {format_bytes(requested)} on disk for manager {where!r} "
+                        f"(location='mmap')." + _disk_failure(err).replace("instead ", "")
+                    )
+                    return disk_error
+                if kind in (_native.FAIL_BUDGET, _native.FAIL_SPILL):
                     budget_error = Exception.__new__(ArrayBudgetError, *args)
                     budget_error._oc_message = _budget_message(
                         requested, asked, manager_by_node_id(refused_id), limit, used
                     )
+                    if kind == _native.FAIL_SPILL:
+                        budget_error._oc_message += _disk_failure(err)
                     return budget_error
                 if kind == _native.FAIL_CLOSED:
                     closed_error = Exception.__new__(ArrayClosedError, *args)
@@ -78,6 +104,14 @@ def install() -> None:
 
     _ArrayMemoryError.__new__ = __new__  # type: ignore[method-assign]
     _installed = True
+
+
+def _disk_failure(err: int) -> str:
+    reason = f"[{errno.errorcode.get(err, err)}] {os.strerror(err)}"
+    return (
+        f"\nPlacing the array on disk instead failed too: {reason} in the spill directory "
+        "(free disk space, raise max_spill_bytes, or point spill_dir at a larger disk)."
+    )
 
 
 def _matches(failure: tuple[int, ...], shape: Any, dtype: Any) -> bool:

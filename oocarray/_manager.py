@@ -28,7 +28,7 @@ from typing import Any, Literal, Self
 import numpy as np
 import numpy.typing as npt
 
-from oocarray import _config, _native, _spill_files, _tracing
+from oocarray import _config, _native, _physical, _spill_files, _tracing
 from oocarray._units import format_bytes, parse_size
 from oocarray.errors import ClosedError, MemoryBudgetError, ScopeLeakError
 
@@ -793,6 +793,7 @@ def _apply_config(settings: _config.Config) -> None:
     root = system()
     root._node.max_bytes = -1 if settings.max_bytes is None else settings.max_bytes
     _spill_files.apply_settings(settings)
+    _physical.apply_settings(settings)
     if settings.trace:
         _tracing.enable()
     else:

@@ -1,0 +1,120 @@
+"""The ``max_physical_bytes`` watcher: keeps the process's resident memory under a limit.
+
+A daemon thread reads the kernel's resident-set counters (``/proc/self/status``: anonymous,
+file-backed and shared-memory pages, each on its own) ten times a second.  When anonymous plus
+shared-memory residency goes over the limit it spills managed arrays, oldest first, until it
+is back under a lower watermark (90% of the limit), so it does not thrash around the limit.
+When the file-backed pages of on-disk arrays push the total over the limit it drops them from
+the process (their data stays in the files).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from oocarray import _config, _native
+
+__all__ = ["ResidentMemory", "WatcherStats", "resident_memory", "watcher_stats"]
+
+INTERVAL_S = 0.1
+LOW_WATERMARK = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class ResidentMemory:
+    """The process's resident memory in bytes, as the kernel counts it."""
+
+    anon_bytes: int
+    file_bytes: int
+    shmem_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatcherStats:
+    """What the watcher did: how often it acted, and the bytes it spilled."""
+
+    limit_bytes: int | None
+    checks: int
+    spill_rounds: int
+    spilled_bytes: int
+    page_drops: int
+
+
+def resident_memory() -> ResidentMemory:
+    """Read the process's resident memory from ``/proc/self/status``."""
+    fields = {"RssAnon": 0, "RssFile": 0, "RssShmem": 0}
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if key in fields:
+                fields[key] = int(value.split()[0]) * 1024
+    return ResidentMemory(fields["RssAnon"], fields["RssFile"], fields["RssShmem"])
+
+
+class _Watcher:
+    def __init__(self) -> None:
+        self.limit: int | None = None
+        self.checks = 0
+        self.spill_rounds = 0
+        self.spilled_bytes = 0
+        self.page_drops = 0
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def set_limit(self, limit: int | None) -> None:
+        with self._lock:
+            self.limit = limit
+            if limit is not None and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(
+                    target=self._run, name="oocarray-physical-watcher", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def check(self) -> None:
+        """One look at resident memory, acting if it is over the limit."""
+        limit = self.limit
+        if limit is None:
+            return
+        self.checks += 1
+        rss = resident_memory()
+        unreclaimable = rss.anon_bytes + rss.shmem_bytes
+        if unreclaimable > limit:
+            target = int(limit * LOW_WATERMARK)
+            _native.region_cache(-1)  # cached free regions go first: they hold no data
+            excess = resident_memory().anon_bytes + rss.shmem_bytes - target
+            if excess > 0:
+                self.spill_rounds += 1
+                try:
+                    self.spilled_bytes += _native.evict(excess)
+                except OSError:
+                    pass  # the disk refused: nothing more can be moved now
+        if rss.anon_bytes + rss.shmem_bytes + rss.file_bytes > limit:
+            self.page_drops += 1
+            _native.drop_disk_pages()
+
+    def _run(self) -> None:
+        while self.limit is not None:
+            self.check()
+            self._wake.wait(INTERVAL_S)
+            self._wake.clear()
+
+
+_watcher = _Watcher()
+
+
+def apply_settings(settings: _config.Config) -> None:
+    _watcher.set_limit(settings.max_physical_bytes)
+
+
+def watcher_stats() -> WatcherStats:
+    """Counters of the ``max_physical_bytes`` watcher."""
+    w = _watcher
+    return WatcherStats(w.limit, w.checks, w.spill_rounds, w.spilled_bytes, w.page_drops)
+
+
+def check_now() -> None:
+    """Run one check in the calling thread (tests and benchmarks use it to skip the wait)."""
+    _watcher.check()
