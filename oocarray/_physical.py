@@ -10,6 +10,7 @@ the process (their data stays in the files).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 
@@ -87,10 +88,8 @@ class _Watcher:
             excess = resident_memory().anon_bytes + rss.shmem_bytes - target
             if excess > 0:
                 self.spill_rounds += 1
-                try:
+                with contextlib.suppress(OSError):  # the disk refused: nothing more to move now
                     self.spilled_bytes += _native.evict(excess)
-                except OSError:
-                    pass  # the disk refused: nothing more can be moved now
         if rss.anon_bytes + rss.shmem_bytes + rss.file_bytes > limit:
             self.page_drops += 1
             _native.drop_disk_pages()
