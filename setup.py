@@ -13,6 +13,7 @@ setup(
                 "native/alloc.c",
                 "native/regions.c",
                 "native/spill.c",
+                "native/workspace.c",
             ],
             depends=["native/oc_core.h"],
             include_dirs=[numpy.get_include(), "native"],

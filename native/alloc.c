@@ -235,6 +235,7 @@ static void header_init(oc_header *h, oc_node *owner, size_t size, unsigned flag
     h->map_bytes = map_bytes;
     h->id = oc_next_alloc_id();
     h->magic = OC_MAGIC;
+    h->cycle = 0;
     atomic_init(&h->flags, flags);
     atomic_init(&h->owner, owner);
     oc_node_incref(owner);
@@ -310,7 +311,7 @@ static void *place_on_disk(oc_node *owner, size_t size, oc_node *refused)
 
 /* Allocates `size` bytes owned by `owner`: reserve on the budget chain, then get the memory.
  * Over budget: collect garbage once, then follow the owner's spill policy. */
-static void *alloc_owned(oc_node *owner, size_t size, int zero, int refuse_closed)
+static void *alloc_plain(oc_node *owner, size_t size, int zero, int refuse_closed)
 {
     if (refuse_closed && atomic_load_explicit(&owner->closed, memory_order_relaxed)) {
         oc_record_failure(OC_FAIL_CLOSED, 0, owner, NULL, (int64_t)size);
@@ -354,6 +355,20 @@ static void *alloc_owned(oc_node *owner, size_t size, int zero, int refuse_close
     return data;
 }
 
+void *oc_alloc_external(oc_node *owner, size_t size, int zero) { return alloc_plain(owner, size, zero, 1); }
+
+static void *alloc_owned(oc_node *owner, size_t size, int zero, int refuse_closed)
+{
+    if (owner->workspace != NULL && !(refuse_closed && atomic_load(&owner->closed))) {
+        int handled;
+        void *data = oc_workspace_alloc(owner, size, zero, &handled);
+        if (handled) {
+            return data;
+        }
+    }
+    return alloc_plain(owner, size, zero, refuse_closed);
+}
+
 static void block_free(oc_header *h)
 {
     oc_node *owner = atomic_load(&h->owner);
@@ -365,6 +380,14 @@ static void block_free(oc_header *h)
     if (flags & OC_FLAG_KEPT) {
         atomic_fetch_sub_explicit(&owner->kept_count, 1, memory_order_relaxed);
         atomic_fetch_sub_explicit(&owner->kept_bytes, size, memory_order_relaxed);
+    }
+    if (flags & OC_FLAG_ARENA) {
+        oc_arena_block_free(h);
+        oc_node_decref(owner);
+        return;
+    }
+    if (flags & OC_FLAG_CYCLE_EXTERNAL) {
+        oc_workspace_block_freed(h, owner);
     }
     if (flags & OC_FLAG_REGION) {
         /* Under the registry lock: an eviction may be moving this very block to disk. */
@@ -453,7 +476,10 @@ static void *oc_realloc(void *ctx, void *ptr, size_t new_size)
     unsigned flags = atomic_load(&h->flags);
     size_t old_size = h->size;
     size_t threshold = atomic_load_explicit(&oc_large_threshold, memory_order_relaxed);
-    if (flags & OC_FLAG_REGION) {
+    if (flags & OC_FLAG_ARENA) {
+        /* Arena blocks cannot grow in place: fall through to the move below. */
+    }
+    else if (flags & OC_FLAG_REGION) {
         if (new_size <= oc_region_data_bytes(h) && new_size >= old_size / 2 && new_size >= threshold / 2) {
             oc_registry_lock();
             int failed = resize_in_place(h, new_size, 0);

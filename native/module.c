@@ -105,6 +105,85 @@ static int Node_set_max_bytes(NodeObject *self, PyObject *value, void *Py_UNUSED
     return 0;
 }
 
+/* ---- workspaces ---- */
+
+static PyObject *Node_make_workspace(NodeObject *self, PyObject *args)
+{
+    int full_policy, location, mode;
+    if (!PyArg_ParseTuple(args, "iii", &full_policy, &location, &mode)) {
+        return NULL;
+    }
+    if (self->node->workspace != NULL) {
+        PyErr_SetString(PyExc_ValueError, "already a workspace");
+        return NULL;
+    }
+    oc_workspace *w = calloc(1, sizeof(oc_workspace));
+    if (w == NULL) {
+        return PyErr_NoMemory();
+    }
+    w->full_policy = full_policy;
+    w->location = location;
+    w->mode = mode;
+    self->node->workspace = w;
+    Py_RETURN_NONE;
+}
+
+static oc_workspace *workspace_of(NodeObject *self)
+{
+    if (self->node->workspace == NULL) {
+        PyErr_SetString(PyExc_ValueError, "not a workspace");
+    }
+    return self->node->workspace;
+}
+
+static PyObject *Node_ws_begin(NodeObject *self, PyObject *arg)
+{
+    if (workspace_of(self) == NULL) {
+        return NULL;
+    }
+    size_t bytes = PyLong_AsSize_t(arg);
+    if (bytes == (size_t)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyLong_FromLong(oc_workspace_begin(self->node, bytes));
+}
+
+static PyObject *Node_ws_end(NodeObject *self, PyObject *Py_UNUSED(a))
+{
+    if (workspace_of(self) == NULL) {
+        return NULL;
+    }
+    int64_t arena_escapes, external_escapes, requested;
+    int overflowed;
+    oc_workspace_end(self->node, &arena_escapes, &external_escapes, &requested, &overflowed);
+    return Py_BuildValue("(LLLO)", (long long)arena_escapes, (long long)external_escapes,
+                         (long long)requested, overflowed ? Py_True : Py_False);
+}
+
+static PyObject *Node_ws_stats(NodeObject *self, PyObject *Py_UNUSED(a))
+{
+    oc_workspace *w = workspace_of(self);
+    if (w == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("{snsLsLsLsLsLsLsLsK}", "arena_bytes", (Py_ssize_t)oc_workspace_arena_bytes(self->node),
+                         "pinned_bytes", (long long)atomic_load(&w->pinned_bytes), "pinned_chunks",
+                         (long long)atomic_load(&w->pinned_chunks), "reallocations", (long long)w->reallocations,
+                         "arena_allocations", (long long)w->arena_allocations, "external_allocations",
+                         (long long)w->external_allocations, "spilled_allocations",
+                         (long long)w->spilled_allocations, "in_cycle", (long long)atomic_load(&w->in_cycle),
+                         "cycle", (unsigned long long)atomic_load(&w->cycle));
+}
+
+static PyObject *Node_ws_destroy(NodeObject *self, PyObject *Py_UNUSED(a))
+{
+    if (workspace_of(self) == NULL) {
+        return NULL;
+    }
+    oc_workspace_destroy(self->node);
+    Py_RETURN_NONE;
+}
+
 static int set_choice(atomic_int *field, PyObject *value, long lo, long hi)
 {
     long v = value ? PyLong_AsLong(value) : -1;
@@ -137,6 +216,11 @@ static PyMethodDef Node_methods[] = {
     {"close", (PyCFunction)Node_close, METH_NOARGS, "Refuse further allocations through this node."},
     {"reset_peak", (PyCFunction)Node_reset_peak, METH_NOARGS, "Set the peak to the current bytes."},
     {"counters", (PyCFunction)Node_counters, METH_NOARGS, "A dict of the node's counters."},
+    {"make_workspace", (PyCFunction)Node_make_workspace, METH_VARARGS, "Turn the node into a workspace."},
+    {"ws_begin", (PyCFunction)Node_ws_begin, METH_O, "Start a cycle with an arena of at least n bytes."},
+    {"ws_end", (PyCFunction)Node_ws_end, METH_NOARGS, "End the cycle: (arena_escapes, external_escapes, requested, overflowed)."},
+    {"ws_stats", (PyCFunction)Node_ws_stats, METH_NOARGS, "The workspace's counters."},
+    {"ws_destroy", (PyCFunction)Node_ws_destroy, METH_NOARGS, "Release the arena (pinned if in use)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -212,9 +296,10 @@ static PyObject *block_info(PyObject *Py_UNUSED(m), PyObject *obj)
         Py_RETURN_NONE;
     }
     oc_node *owner = atomic_load(&h->owner);
-    return Py_BuildValue("(KKnIK)", (unsigned long long)owner->id, (unsigned long long)h->id,
+    return Py_BuildValue("(KKnIKK)", (unsigned long long)owner->id, (unsigned long long)h->id,
                          (Py_ssize_t)h->size, (unsigned)atomic_load(&h->flags),
-                         (unsigned long long)(uintptr_t)((char *)h + OC_HEADER_BYTES));
+                         (unsigned long long)(uintptr_t)((char *)h + OC_HEADER_BYTES),
+                         (unsigned long long)h->cycle);
 }
 
 /* Moves the block under `obj` to `node` (budget permitting) and sets or clears its kept flag.
@@ -236,6 +321,11 @@ static PyObject *transfer(PyObject *Py_UNUSED(m), PyObject *args)
     oc_node *to = target->node;
     int64_t size = (int64_t)h->size;
     unsigned flags = atomic_load(&h->flags);
+    if ((flags & OC_FLAG_ARENA) && from != to) {
+        PyErr_SetString(PyExc_ValueError,
+                        "arrays in a workspace arena cannot change owner; copy one out with oc.detach(arr)");
+        return NULL;
+    }
     int region = (flags & OC_FLAG_REGION) != 0;
     if (region) {
         oc_registry_lock(); /* the block's place (RAM or disk) must not change meanwhile */
@@ -591,7 +681,16 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddIntConstant(m, "SPILL_MMAP", OC_SPILL_MMAP) < 0 ||
         PyModule_AddIntConstant(m, "SPILL_EVICT", OC_SPILL_EVICT) < 0 ||
         PyModule_AddIntConstant(m, "LOCATION_RAM", OC_LOCATION_RAM) < 0 ||
-        PyModule_AddIntConstant(m, "LOCATION_MMAP", OC_LOCATION_MMAP) < 0) {
+        PyModule_AddIntConstant(m, "LOCATION_MMAP", OC_LOCATION_MMAP) < 0 ||
+        PyModule_AddIntConstant(m, "FLAG_ARENA", OC_FLAG_ARENA) < 0 ||
+        PyModule_AddIntConstant(m, "FLAG_CYCLE_EXTERNAL", OC_FLAG_CYCLE_EXTERNAL) < 0 ||
+        PyModule_AddIntConstant(m, "FAIL_WORKSPACE_FULL", OC_FAIL_WORKSPACE_FULL) < 0 ||
+        PyModule_AddIntConstant(m, "WS_EXTERNAL", OC_WS_EXTERNAL) < 0 ||
+        PyModule_AddIntConstant(m, "WS_REALLOCATE", OC_WS_REALLOCATE) < 0 ||
+        PyModule_AddIntConstant(m, "WS_FAIL", OC_WS_FAIL) < 0 ||
+        PyModule_AddIntConstant(m, "WS_MODE_NORMAL", OC_WS_MODE_NORMAL) < 0 ||
+        PyModule_AddIntConstant(m, "WS_MODE_BYPASS", OC_WS_MODE_BYPASS) < 0 ||
+        PyModule_AddIntConstant(m, "WS_MODE_SPILL_EVERYTHING", OC_WS_MODE_SPILL_EVERYTHING) < 0) {
         Py_DECREF(m);
         return NULL;
     }

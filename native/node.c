@@ -117,6 +117,7 @@ void oc_node_decref(oc_node *n)
             atomic_fetch_sub_explicit(&parent->structural, 1, memory_order_relaxed);
         }
         free(n->slots);
+        free(n->workspace);
         free(n);
         n = parent;
     }

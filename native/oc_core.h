@@ -37,6 +37,8 @@
 #define OC_FLAG_SPILLED 8u /* region data moved to a temporary file, same address */
 #define OC_FLAG_MAPPED 16u /* region data placed in a temporary file from the start */
 #define OC_FLAG_ON_DISK (OC_FLAG_SPILLED | OC_FLAG_MAPPED)
+#define OC_FLAG_ARENA 32u          /* bump-allocated in a workspace arena chunk */
+#define OC_FLAG_CYCLE_EXTERNAL 64u /* made outside the arena during a workspace cycle */
 
 /* spill policies and locations of a node (see Manager) */
 #define OC_SPILL_FAIL 0
@@ -51,11 +53,21 @@
 #define OC_FAIL_CLOSED 2
 #define OC_FAIL_OS 3
 #define OC_FAIL_SPILL 4 /* over budget, and placing the block on disk failed too */
+#define OC_FAIL_WORKSPACE_FULL 5 /* arena full and the workspace's spill policy is "fail" */
+
+/* workspace arena-full policies and debug modes */
+#define OC_WS_EXTERNAL 0
+#define OC_WS_REALLOCATE 1
+#define OC_WS_FAIL 2
+#define OC_WS_MODE_NORMAL 0
+#define OC_WS_MODE_BYPASS 1
+#define OC_WS_MODE_SPILL_EVERYTHING 2
 
 /* Thread-locals read on the hot path: initial-exec avoids a __tls_get_addr call per access. */
 #define OC_TLS _Thread_local __attribute__((tls_model("initial-exec")))
 
 typedef struct oc_node oc_node;
+typedef struct oc_workspace oc_workspace;
 
 /* Cumulative counters are split into per-thread slots: a slot has a single writer (the thread
  * holding that index), so the hot path updates it without a locked instruction.  Readers sum
@@ -75,6 +87,7 @@ struct oc_node {
     atomic_int_fast64_t structural; /* references that are not live blocks */
     atomic_int_fast64_t max_bytes;  /* < 0: unlimited */
     atomic_int closed;
+    oc_workspace *workspace; /* NULL unless this node is a workspace */
     atomic_int spill_policy; /* OC_SPILL_* */
     atomic_int location;     /* OC_LOCATION_* */
     /* subtree counters: every block owned here or below */
@@ -102,8 +115,8 @@ typedef struct oc_header {
     atomic_uint flags;
     uint32_t magic;
     size_t map_bytes;  /* regions: length of the whole mapping, header page included */
-    struct oc_header *prev, *next; /* regions: the registry list */
-    uint64_t _pad;
+    struct oc_header *prev, *next; /* regions: the registry list; arena blocks: prev = chunk */
+    uint64_t cycle; /* workspace cycle the block was made in (0: none) */
 } oc_header;
 
 _Static_assert(sizeof(oc_header) == OC_HEADER_BYTES, "header must be 64 bytes");
@@ -137,6 +150,7 @@ void oc_release_until(oc_node *n, oc_node *stop, int64_t bytes);
 /* regions.c: page-aligned mappings with the header in the page before the data */
 size_t oc_page_bytes(void);
 void *oc_region_map(size_t size, int zero, size_t *map_bytes);
+void *oc_map_fresh(size_t data_bytes, size_t *map_bytes); /* data after one spare page */
 void oc_region_unmap(oc_header *h);
 void oc_registry_lock(void);
 void oc_registry_unlock(void);
@@ -154,6 +168,9 @@ static inline char *oc_block_data(oc_header *h) { return (char *)h + OC_HEADER_B
 int oc_set_spill_dir(const char *path);
 extern atomic_int_fast64_t oc_spill_limit; /* < 0: unlimited */
 extern atomic_int_fast64_t oc_spill_used;
+int oc_open_reserved_file(size_t bytes); /* fd, or -errno */
+int oc_disk_reserve(size_t bytes);       /* against max_spill_bytes: 0 or ENOSPC */
+void oc_disk_unreserve(size_t bytes);
 int oc_map_region_to_file(oc_header *h);   /* registry lock held; errno value or 0 */
 int oc_spill_block(oc_header *h);          /* registry lock held; errno value or 0 */
 int oc_unspill_block(oc_header *h);        /* registry lock held; errno value or 0 */
@@ -162,7 +179,46 @@ int oc_node_in_subtree(oc_node *n, oc_node *root);
 int64_t oc_evict(oc_node *scope, int64_t need_bytes, int *err);
 int oc_drop_disk_pages(void);
 
+/* workspace.c: arena chunks and cycles */
+typedef struct oc_chunk {
+    char *base;
+    size_t capacity;
+    size_t offset;
+    atomic_int_fast64_t live; /* arena blocks not yet freed */
+    atomic_int retired;       /* no longer the workspace's arena: unmapped when live is 0 */
+    int on_disk;
+    oc_node *node; /* holds a reference; the capacity is reserved on its budget chain */
+} oc_chunk;
+
+struct oc_workspace {
+    oc_chunk *chunk;
+    atomic_int in_cycle;
+    atomic_uint_fast64_t cycle;
+    int mode;
+    int full_policy; /* OC_WS_* */
+    int location;    /* OC_LOCATION_* */
+    size_t cycle_requested;
+    int cycle_overflowed;
+    atomic_int_fast64_t external_live;
+    atomic_int_fast64_t pinned_bytes;
+    atomic_int_fast64_t pinned_chunks;
+    int64_t reallocations;
+    int64_t arena_allocations;
+    int64_t external_allocations;
+    int64_t spilled_allocations;
+};
+
+void *oc_workspace_alloc(oc_node *node, size_t size, int zero, int *handled);
+void oc_arena_block_free(oc_header *h);
+void oc_workspace_block_freed(oc_header *h, oc_node *owner);
+void oc_workspace_destroy(oc_node *node);
+int oc_workspace_begin(oc_node *node, size_t arena_bytes);
+void oc_workspace_end(oc_node *node, int64_t *arena_escapes, int64_t *external_escapes,
+                      int64_t *requested, int *overflowed);
+size_t oc_workspace_arena_bytes(oc_node *node);
+
 /* alloc.c */
+void *oc_alloc_external(oc_node *owner, size_t size, int zero);
 extern atomic_size_t oc_large_threshold;
 extern atomic_int oc_trace_enabled;
 extern PyObject *oc_trace_alloc_cb;

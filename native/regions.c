@@ -58,7 +58,7 @@ static void list_push_back(oc_header *list, oc_header *h)
     list->prev = h;
 }
 
-static void *map_fresh(size_t data_bytes, size_t *map_bytes)
+void *oc_map_fresh(size_t data_bytes, size_t *map_bytes)
 {
     size_t page = oc_page_bytes();
     size_t align = data_bytes >= HUGE_REGION_MIN_BYTES ? HUGE_PAGE_BYTES : page;
@@ -119,7 +119,7 @@ void *oc_region_map(size_t size, int zero, size_t *map_bytes)
             return data;
         }
     }
-    return map_fresh(data_bytes, map_bytes);
+    return oc_map_fresh(data_bytes, map_bytes);
 }
 
 void oc_region_unmap(oc_header *h)

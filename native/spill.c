@@ -44,7 +44,7 @@ int oc_set_spill_dir(const char *path)
 
 /* ---- disk space accounting against max_spill_bytes ---- */
 
-static int disk_reserve(size_t bytes)
+int oc_disk_reserve(size_t bytes)
 {
     int64_t limit = atomic_load(&oc_spill_limit);
     int64_t now = atomic_fetch_add(&oc_spill_used, (int64_t)bytes) + (int64_t)bytes;
@@ -55,10 +55,10 @@ static int disk_reserve(size_t bytes)
     return 0;
 }
 
-static void disk_unreserve(size_t bytes) { atomic_fetch_sub(&oc_spill_used, (int64_t)bytes); }
+void oc_disk_unreserve(size_t bytes) { atomic_fetch_sub(&oc_spill_used, (int64_t)bytes); }
 
 /* An unnamed temporary file with `bytes` of space reserved; -errno on failure. */
-static int open_reserved_file(size_t bytes)
+int oc_open_reserved_file(size_t bytes)
 {
     char path[PATH_MAX + 32];
     pthread_mutex_lock(&dir_mutex);
@@ -219,20 +219,20 @@ int oc_node_in_subtree(oc_node *n, oc_node *root)
 int oc_map_region_to_file(oc_header *h)
 {
     size_t bytes = oc_region_data_bytes(h);
-    int err = disk_reserve(bytes);
+    int err = oc_disk_reserve(bytes);
     if (err) {
         return err;
     }
-    int fd = open_reserved_file(bytes);
+    int fd = oc_open_reserved_file(bytes);
     if (fd < 0) {
-        disk_unreserve(bytes);
+        oc_disk_unreserve(bytes);
         return -fd;
     }
     void *p = mmap(oc_block_data(h), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
     err = p == MAP_FAILED ? errno : 0;
     close(fd);
     if (err) {
-        disk_unreserve(bytes);
+        oc_disk_unreserve(bytes);
         return err;
     }
     atomic_fetch_or(&h->flags, OC_FLAG_MAPPED);
@@ -247,13 +247,13 @@ int oc_spill_block(oc_header *h)
     }
     char *data = oc_block_data(h);
     size_t bytes = oc_region_data_bytes(h);
-    int err = disk_reserve(bytes);
+    int err = oc_disk_reserve(bytes);
     if (err) {
         return err;
     }
-    int fd = open_reserved_file(bytes);
+    int fd = oc_open_reserved_file(bytes);
     if (fd < 0) {
-        disk_unreserve(bytes);
+        oc_disk_unreserve(bytes);
         return -fd;
     }
     int slot = move_begin(data, bytes);
@@ -271,7 +271,7 @@ int oc_spill_block(oc_header *h)
     }
     close(fd);
     if (err) {
-        disk_unreserve(bytes);
+        oc_disk_unreserve(bytes);
         return err;
     }
     oc_node *owner = atomic_load(&h->owner);
@@ -310,7 +310,7 @@ int oc_unspill_block(oc_header *h)
     oc_node *owner = atomic_load(&h->owner);
     int64_t size = (int64_t)h->size;
     atomic_fetch_and(&h->flags, ~OC_FLAG_ON_DISK);
-    disk_unreserve(bytes);
+    oc_disk_unreserve(bytes);
     atomic_fetch_sub((flags & OC_FLAG_SPILLED) ? &owner->spilled_bytes : &owner->mapped_bytes, size);
     atomic_fetch_add(&owner->unspill_count, 1);
     atomic_fetch_add(&owner->unspill_moved_bytes, size);
@@ -324,7 +324,7 @@ void oc_disk_release(oc_header *h)
 {
     unsigned flags = atomic_load(&h->flags);
     oc_node *owner = atomic_load(&h->owner);
-    disk_unreserve(oc_region_data_bytes(h));
+    oc_disk_unreserve(oc_region_data_bytes(h));
     atomic_fetch_sub((flags & OC_FLAG_SPILLED) ? &owner->spilled_bytes : &owner->mapped_bytes,
                      (int64_t)h->size);
 }

@@ -18,6 +18,7 @@ from oocarray._config import Config, config, configure
 from oocarray._manager import Manager, MemoryStats, detach, location, owner, system
 from oocarray._spill import spill, unspill
 from oocarray._units import parse_size
+from oocarray._workspace import Workspace, WorkspaceConfig, WorkspaceStats, destroy_workspaces
 from oocarray.errors import (
     ClosedError,
     MemoryBudgetError,
@@ -43,11 +44,15 @@ __all__ = [
     "ScopeLeakError",
     "SpillError",
     "StoreNotFoundError",
+    "Workspace",
+    "WorkspaceConfig",
     "WorkspaceFullError",
     "WorkspaceLeakError",
+    "WorkspaceStats",
     "__version__",
     "config",
     "configure",
+    "destroy_workspaces",
     "detach",
     "location",
     "owner",

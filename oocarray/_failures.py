@@ -17,7 +17,7 @@ from typing import Any
 from oocarray import _native
 from oocarray._manager import _budget_message, manager_by_node_id
 from oocarray._units import format_bytes
-from oocarray.errors import ClosedError, MemoryBudgetError, OOCArrayError
+from oocarray.errors import ClosedError, MemoryBudgetError, OOCArrayError, WorkspaceFullError
 
 __all__ = ["install"]
 
@@ -63,6 +63,16 @@ def install() -> None:
         def __str__(self) -> str:
             return str(getattr(self, "_oc_message", ""))
 
+    class ArrayWorkspaceFullError(WorkspaceFullError, _ArrayMemoryError):
+        _oc_message: str
+
+        def __init__(self, shape: Any, dtype: Any) -> None:
+            _ArrayMemoryError.__init__(self, shape, dtype)
+
+        def __str__(self) -> str:
+            return str(getattr(self, "_oc_message", ""))
+
+    ArrayWorkspaceFullError.__name__ = ArrayWorkspaceFullError.__qualname__ = "WorkspaceFullError"
     ArrayBudgetError.__name__ = ArrayBudgetError.__qualname__ = "MemoryBudgetError"
     ArrayClosedError.__name__ = ArrayClosedError.__qualname__ = "ClosedError"
     ArrayBudgetError.__module__ = ArrayClosedError.__module__ = "oocarray.errors"
@@ -74,6 +84,15 @@ def install() -> None:
             if failure is not None and _matches(failure, *args):
                 kind, err, node_id, refused_id, requested, limit, used = failure
                 asked = manager_by_node_id(node_id)
+                if kind == _native.FAIL_WORKSPACE_FULL:
+                    full_error = Exception.__new__(ArrayWorkspaceFullError, *args)
+                    name = asked.name if asked else "?"
+                    full_error._oc_message = (
+                        f"workspace {name!r} has no room for {format_bytes(requested)} in its "
+                        "arena and its spill policy is 'fail'; raise initial_size or max_size, "
+                        "or use spill='external' or 'reallocate'"
+                    )
+                    return full_error
                 if kind == _native.FAIL_SPILL and refused_id == 0:
                     disk_error = Exception.__new__(ArrayDiskError, *args)
                     disk_error.errno = err

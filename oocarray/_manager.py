@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import gc
+import os
 import sys
 import threading
 import time
@@ -53,6 +54,8 @@ _SPILL_POLICIES = {
     "fail": _native.SPILL_FAIL,
 }
 _LOCATIONS = {"ram": _native.LOCATION_RAM, "mmap": _native.LOCATION_MMAP}
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 # Garbage collection before a budget refusal or an escape report is throttled to this interval.
 _GC_MIN_INTERVAL_S = 0.5
@@ -512,6 +515,9 @@ class Manager:
 
     def stats(self) -> MemoryStats:
         """Counters of this manager and its subtree (see :class:`MemoryStats`)."""
+        return self._memory_stats()
+
+    def _memory_stats(self) -> MemoryStats:
         with _tree_lock:
             counters = self._node.counters()
             totals = dict.fromkeys(_SUMMED, 0)
@@ -592,8 +598,11 @@ class Manager:
             self._dump_into(lines, "", "", tracing)
         return "\n".join(lines)
 
+    def _dump_extra(self) -> str:
+        return ""
+
     def _dump_into(self, lines: list[str], first: str, rest: str, tracing: bool) -> None:
-        s = self.stats()
+        s = self._memory_stats()
         state = "closed" if self.closed else "open"
         budget = ""
         if s.max_bytes is not None:
@@ -614,7 +623,7 @@ class Manager:
             f"{first}{self.name} [{state}] {format_bytes(s.current_bytes)} in "
             f"{s.current_count} arrays{budget} (own {format_bytes(s.own_bytes)} in {s.own_count}), "
             f"peak {format_bytes(s.peak_bytes)}, total {format_bytes(s.total_bytes)} in "
-            f"{s.total_count}{extra}"
+            f"{s.total_count}{extra}{self._dump_extra()}"
         )
         if tracing:
             for record in _tracing.records_owned_by({self._node.id})[:10]:
@@ -701,7 +710,7 @@ class Manager:
     # ---- presentation ----
 
     def __repr__(self) -> str:
-        s = self.stats()
+        s = self._memory_stats()
         state = "closed" if self.closed else "open"
         budget = "" if s.max_bytes is None else f", max_bytes={format_bytes(s.max_bytes)}"
         return (
@@ -710,10 +719,10 @@ class Manager:
         )
 
 
-def _find_arrays(node_ids: set[int]) -> list[tuple[np.ndarray, tuple[int, int, int, int, int]]]:
+def _find_arrays(node_ids: set[int]) -> list[tuple[np.ndarray, tuple[int, ...]]]:
     """Arrays still referenced whose memory is owned by one of ``node_ids`` (best effort: it
     searches everything the garbage collector and the threads' frames can reach)."""
-    found: dict[int, tuple[np.ndarray, tuple[int, int, int, int, int]]] = {}
+    found: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}
 
     def consider(candidates: Iterable[object]) -> None:
         for ref in candidates:
@@ -723,11 +732,22 @@ def _find_arrays(node_ids: set[int]) -> list[tuple[np.ndarray, tuple[int, int, i
                     found[info[1]] = (ref, info)
 
     # Running frames do not show their locals to the garbage collector: read them directly.
+    # Before Python 3.13 f_locals is a snapshot dict stored on the frame, which would keep the
+    # arrays alive after the user deletes them; drop the arrays from it again (every path that
+    # writes a snapshot back into the frame refreshes it first, so this changes no variable).
+    # The library's own frames are skipped: reading their locals would tie them into cycles.
     for frame in sys._current_frames().values():
         f: Any = frame
         while f is not None:
-            consider(f.f_locals.values())
+            if not f.f_code.co_filename.startswith(_PACKAGE_DIR):
+                snapshot = f.f_locals
+                consider(snapshot.values())
+                if type(snapshot) is dict:
+                    for key in [k for k, v in snapshot.items() if isinstance(v, np.ndarray)]:
+                        del snapshot[key]
+                del snapshot
             f = f.f_back
+        del f, frame
     for holder in gc.get_objects():
         consider(gc.get_referents(holder))
     return list(found.values())
@@ -829,12 +849,15 @@ def location(arr: np.ndarray) -> str | None:
     info = _native.block_info(arr)
     if info is None:
         return None
+    if info[3] & _native.FLAG_ARENA:
+        return "workspace"
     return "mmap" if info[3] & (_native.FLAG_SPILLED | _native.FLAG_MAPPED) else "ram"
 
 
 def detach(arr: np.ndarray) -> np.ndarray:
     """Release ``arr`` from every scope: it is owned by the system manager from now on and is
-    never reported as an escape.  Unmanaged arrays are returned unchanged.
+    never reported as an escape.  A workspace array is copied out to the workspace's parent
+    manager instead, and the copy is returned.  Unmanaged arrays are returned unchanged.
 
     Examples
     --------
@@ -845,6 +868,13 @@ def detach(arr: np.ndarray) -> np.ndarray:
     True
     """
     _require_array(arr, "detach")
-    if _native.block_info(arr) is not None:
-        system()._transfer(arr, kept=False)
+    info = _native.block_info(arr)
+    if info is None:
+        return arr
+    from oocarray._workspace import detach_from_workspace
+
+    copy = detach_from_workspace(arr, info)
+    if copy is not None:
+        return copy
+    system()._transfer(arr, kept=False)
     return arr

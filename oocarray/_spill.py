@@ -17,7 +17,7 @@ from oocarray.errors import MemoryBudgetError
 __all__ = ["spill", "unspill"]
 
 
-def _block(arr: np.ndarray, what: str) -> tuple[int, int, int, int, int]:
+def _block(arr: np.ndarray, what: str) -> tuple[int, ...]:
     _require_array(arr, what)
     info = _native.block_info(arr)
     if info is None:

@@ -1,0 +1,263 @@
+/*
+ * Workspaces: arena memory reused by every cycle of a loop.
+ *
+ * During a cycle, allocations routed to a workspace node are bump-allocated from its arena
+ * chunk (64-byte aligned, header first).  When the cycle ends the chunk is reset for the next
+ * one, unless an arena block is still alive: then the chunk is *retired* instead — it is never
+ * reused, and it is unmapped when its last block is freed, from whichever thread frees it.  So
+ * memory under a live array is never handed out twice.  Sizing (learning, over-allocation,
+ * growth) is decided in Python between cycles; this file only does the memory.
+ *
+ * A workspace is entered by one thread at a time (enforced in Python), so the bump pointer
+ * and the per-cycle fields need no atomics; frees may come from any thread and only touch the
+ * atomic counters.
+ */
+#include "oc_core.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define ARENA_ALIGN 64
+
+static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+static void chunk_unmap(oc_chunk *c)
+{
+    size_t page = oc_page_bytes();
+    munmap(c->base - page, c->capacity + page);
+    if (c->on_disk) {
+        oc_disk_unreserve(c->capacity);
+    }
+    oc_release(c->node, (int64_t)c->capacity);
+    oc_node_struct_decref(c->node);
+    free(c);
+}
+
+/* A new arena chunk of `capacity` bytes reserved on `node`'s budget; NULL with errno set,
+ * or with *refused set when a budget said no. */
+static oc_chunk *chunk_new(oc_node *node, size_t capacity, int location, oc_node **refused)
+{
+    capacity = align_up(capacity, oc_page_bytes());
+    *refused = oc_reserve(node, (int64_t)capacity);
+    if (*refused != NULL) {
+        return NULL;
+    }
+    oc_chunk *c = calloc(1, sizeof(oc_chunk));
+    size_t map_bytes;
+    char *base = c ? oc_map_fresh(capacity, &map_bytes) : NULL;
+    if (base == NULL) {
+        free(c);
+        oc_release(node, (int64_t)capacity);
+        errno = ENOMEM;
+        return NULL;
+    }
+    c->base = base;
+    c->capacity = capacity;
+    if (location == OC_LOCATION_MMAP) {
+        int err = oc_disk_reserve(c->capacity);
+        int fd = err ? -err : oc_open_reserved_file(c->capacity);
+        if (fd < 0 ||
+            mmap(base, c->capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+            err = fd < 0 ? -fd : errno;
+            if (fd >= 0) {
+                close(fd);
+                oc_disk_unreserve(c->capacity);
+            }
+            munmap(base - oc_page_bytes(), map_bytes);
+            free(c);
+            oc_release(node, (int64_t)capacity);
+            errno = err;
+            return NULL;
+        }
+        close(fd);
+        c->on_disk = 1;
+    }
+    c->node = node;
+    oc_node_struct_incref(node);
+    return c;
+}
+
+/* Drops the workspace's hold on its chunk: unmapped now if nothing lives in it, else pinned
+ * until its last block is freed. */
+static void chunk_retire(oc_workspace *w, oc_chunk *c)
+{
+    int64_t live = atomic_load(&c->live);
+    if (live == 0) {
+        chunk_unmap(c);
+        return;
+    }
+    atomic_fetch_add(&w->pinned_bytes, (int64_t)c->capacity);
+    atomic_fetch_add(&w->pinned_chunks, 1);
+    atomic_store(&c->retired, 1);
+    /* A free may have dropped live to 0 between the load and the store: settle it here. */
+    if (atomic_load(&c->live) == 0) {
+        int expected = 1;
+        if (atomic_compare_exchange_strong(&c->retired, &expected, 2)) {
+            atomic_fetch_sub(&w->pinned_bytes, (int64_t)c->capacity);
+            atomic_fetch_sub(&w->pinned_chunks, 1);
+            chunk_unmap(c);
+        }
+    }
+}
+
+void oc_arena_block_free(oc_header *h)
+{
+    oc_chunk *c = (oc_chunk *)h->prev;
+    oc_node *owner = atomic_load(&h->owner);
+    oc_workspace *w = owner->workspace;
+    h->magic = 0;
+    if (atomic_fetch_sub(&c->live, 1) == 1) {
+        int expected = 1;
+        /* Last block of a retired chunk: whoever flips retired 1 -> 2 unmaps it. */
+        if (atomic_load(&c->retired) == 1 && atomic_compare_exchange_strong(&c->retired, &expected, 2)) {
+            if (w != NULL) {
+                atomic_fetch_sub(&w->pinned_bytes, (int64_t)c->capacity);
+                atomic_fetch_sub(&w->pinned_chunks, 1);
+            }
+            chunk_unmap(c);
+        }
+    }
+}
+
+void oc_workspace_block_freed(oc_header *h, oc_node *owner)
+{
+    oc_workspace *w = owner->workspace;
+    if (w != NULL && h->cycle == atomic_load(&w->cycle)) {
+        atomic_fetch_sub(&w->external_live, 1);
+    }
+}
+
+/* The handler's entry for workspace nodes.  Sets *handled to 0 when the allocation should take
+ * the ordinary path (no cycle running, or bypass mode). */
+void *oc_workspace_alloc(oc_node *node, size_t size, int zero, int *handled)
+{
+    oc_workspace *w = node->workspace;
+    if (!atomic_load_explicit(&w->in_cycle, memory_order_relaxed) || w->mode == OC_WS_MODE_BYPASS) {
+        *handled = 0;
+        return NULL;
+    }
+    *handled = 1;
+    size_t need = align_up(OC_HEADER_BYTES + size, ARENA_ALIGN);
+    w->cycle_requested += need;
+    oc_chunk *c = w->chunk;
+    if (w->mode != OC_WS_MODE_SPILL_EVERYTHING && c != NULL && c->offset + need <= c->capacity) {
+        oc_header *h = (oc_header *)(c->base + c->offset);
+        c->offset += need;
+        char *data = (char *)h + OC_HEADER_BYTES;
+        if (zero) {
+            memset(data, 0, size);
+        }
+        h->size = size;
+        h->map_bytes = 0;
+        h->id = oc_next_alloc_id();
+        h->magic = OC_MAGIC;
+        h->prev = (oc_header *)c;
+        h->next = NULL;
+        h->cycle = atomic_load(&w->cycle);
+        atomic_init(&h->flags, OC_FLAG_ARENA);
+        atomic_init(&h->owner, node);
+        atomic_fetch_add(&c->live, 1);
+        oc_node_incref(node);
+        oc_count_allocation(node, (int64_t)size, 1);
+        w->arena_allocations++;
+        return data;
+    }
+    /* Outside the arena: the whole cycle's request is remembered so the next arena can fit. */
+    if (w->mode != OC_WS_MODE_SPILL_EVERYTHING) {
+        if (w->full_policy == OC_WS_FAIL) {
+            oc_record_failure(OC_FAIL_WORKSPACE_FULL, 0, node, NULL, (int64_t)size);
+            return NULL;
+        }
+        w->cycle_overflowed = 1;
+        if (c != NULL) {
+            w->spilled_allocations++; /* an arena exists but is full */
+        }
+    }
+    void *data = oc_alloc_external(node, size, zero);
+    if (data != NULL) {
+        oc_header *h = oc_header_of(data);
+        h->cycle = atomic_load(&w->cycle);
+        atomic_fetch_or(&h->flags, OC_FLAG_CYCLE_EXTERNAL);
+        atomic_fetch_add(&w->external_live, 1);
+        w->external_allocations++;
+    }
+    return data;
+}
+
+/* ---- cycles, driven from Python ---- */
+
+/* Starts a cycle with an arena of at least `arena_bytes` (0: none).  Returns 0, an errno
+ * value, or -1 when the budget refused the arena (the cycle then runs outside it). */
+int oc_workspace_begin(oc_node *node, size_t arena_bytes)
+{
+    oc_workspace *w = node->workspace;
+    int result = 0;
+    if (arena_bytes > 0 && (w->chunk == NULL || w->chunk->capacity < arena_bytes)) {
+        if (w->chunk != NULL) {
+            chunk_retire(w, w->chunk);
+            w->chunk = NULL;
+        }
+        oc_node *refused;
+        w->chunk = chunk_new(node, arena_bytes, w->location, &refused);
+        if (w->chunk == NULL) {
+            result = refused != NULL ? -1 : errno;
+        }
+        else {
+            w->reallocations++;
+        }
+    }
+    w->cycle_requested = 0;
+    w->cycle_overflowed = 0;
+    atomic_store(&w->external_live, 0);
+    atomic_fetch_add(&w->cycle, 1);
+    atomic_store(&w->in_cycle, 1);
+    return result;
+}
+
+/* Ends the cycle.  Blocks still alive are escapes: their chunk is retired (pinned) rather than
+ * reset.  Fills the escaped arena and external counts and the bytes the cycle asked for. */
+void oc_workspace_end(oc_node *node, int64_t *arena_escapes, int64_t *external_escapes,
+                      int64_t *requested, int *overflowed)
+{
+    oc_workspace *w = node->workspace;
+    atomic_store(&w->in_cycle, 0);
+    *requested = (int64_t)w->cycle_requested;
+    *overflowed = w->cycle_overflowed;
+    *external_escapes = atomic_load(&w->external_live);
+    *arena_escapes = 0;
+    oc_chunk *c = w->chunk;
+    if (c != NULL) {
+        *arena_escapes = atomic_load(&c->live);
+        if (*arena_escapes > 0) {
+            chunk_retire(w, c);
+            w->chunk = NULL;
+        }
+        else {
+            c->offset = 0;
+        }
+    }
+    /* Blocks of this cycle that are freed from now on no longer count as its escapes. */
+    atomic_fetch_add(&w->cycle, 1);
+}
+
+size_t oc_workspace_arena_bytes(oc_node *node)
+{
+    oc_chunk *c = node->workspace->chunk;
+    return c ? c->capacity : 0;
+}
+
+void oc_workspace_destroy(oc_node *node)
+{
+    oc_workspace *w = node->workspace;
+    if (w == NULL) {
+        return;
+    }
+    atomic_store(&w->in_cycle, 0);
+    if (w->chunk != NULL) {
+        chunk_retire(w, w->chunk);
+        w->chunk = NULL;
+    }
+}

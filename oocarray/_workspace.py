@@ -1,0 +1,412 @@
+"""Workspaces: arena memory reused by every cycle of a loop (ND4J's MemoryWorkspaces).
+
+Each ``with ws:`` is one cycle.  NumPy allocations inside bump-allocate from the workspace's
+arena, and the arena is reset when the cycle ends, so a loop that makes the same temporaries
+every iteration gets the same memory every iteration: no page faults, no allocator churn.
+An array from the cycle that is still alive when the cycle ends has *escaped*: its memory is
+pinned (never reused while it lives) and, with ``on_escape="raise"``, the cycle exit raises
+:class:`WorkspaceLeakError`.  Copy results out with :func:`oocarray.detach`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import numpy as np
+
+from oocarray import _config, _native, _tracing
+from oocarray._manager import (
+    Manager,
+    MemoryStats,
+    _Activation,
+    _find_arrays,
+    manager_by_node_id,
+    system,
+)
+from oocarray._units import format_bytes, parse_size
+from oocarray.errors import ClosedError, WorkspaceLeakError
+
+__all__ = ["Workspace", "WorkspaceConfig", "WorkspaceStats", "destroy_workspaces"]
+
+_ALLOCATION = ("strict", "overallocate")
+_LEARNING = ("first_loop", "over_time", "none")
+_FULL_POLICIES = {
+    "external": _native.WS_EXTERNAL,
+    "reallocate": _native.WS_REALLOCATE,
+    "fail": _native.WS_FAIL,
+}
+_LOCATIONS = {"ram": _native.LOCATION_RAM, "mmap": _native.LOCATION_MMAP}
+_ON_ESCAPE = ("raise", "pin")
+_MODES = {
+    "": _native.WS_MODE_NORMAL,
+    "bypass": _native.WS_MODE_BYPASS,
+    "spill_everything": _native.WS_MODE_SPILL_EVERYTHING,
+}
+_PAGE = os.sysconf("SC_PAGESIZE")
+
+
+def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceConfig:
+    """The policies of a :class:`Workspace`.
+
+    Attributes
+    ----------
+    initial_size
+        Arena bytes before anything is learned (int or ``"64M"``-style string).
+    max_size
+        Largest arena, or ``None``.  Requests beyond it follow ``spill``.
+    allocation
+        ``"strict"`` sizes the arena to what was learned; ``"overallocate"`` adds
+        ``overallocation`` (0.3 is 30%).
+    overallocation
+        Extra fraction for ``allocation="overallocate"``.
+    learning
+        ``"first_loop"`` sizes the arena from the first cycle; ``"over_time"`` grows it
+        whenever a cycle needs more; ``"none"`` keeps ``initial_size``.
+    spill
+        When the arena is full: ``"external"`` allocates outside it (from this workspace's
+        budget, like a plain manager); ``"reallocate"`` does the same and grows the arena for
+        the next cycle; ``"fail"`` raises :class:`WorkspaceFullError`.
+    location
+        ``"ram"``, or ``"mmap"`` for an arena backed by a temporary file.
+    on_escape
+        ``"raise"`` makes the cycle exit raise :class:`WorkspaceLeakError` naming arrays that
+        outlive their cycle; ``"pin"`` only counts them.  Either way their memory is pinned.
+    """
+
+    initial_size: int | str = 0
+    max_size: int | str | None = None
+    allocation: Literal["strict", "overallocate"] = "overallocate"
+    overallocation: float = 0.3
+    learning: Literal["first_loop", "over_time", "none"] = "first_loop"
+    spill: Literal["external", "reallocate", "fail"] = "external"
+    location: Literal["ram", "mmap"] = "ram"
+    on_escape: Literal["raise", "pin"] = "raise"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "initial_size", parse_size(self.initial_size, "initial_size"))
+        object.__setattr__(self, "max_size", parse_size(self.max_size, "max_size", allow_none=True))
+        _choice("allocation", self.allocation, _ALLOCATION)
+        _choice("learning", self.learning, _LEARNING)
+        _choice("spill", self.spill, tuple(_FULL_POLICIES))
+        _choice("location", self.location, tuple(_LOCATIONS))
+        _choice("on_escape", self.on_escape, _ON_ESCAPE)
+        if isinstance(self.overallocation, bool) or not isinstance(
+            self.overallocation, (int, float)
+        ):
+            raise TypeError(f"overallocation must be a number, got {self.overallocation!r}")
+        if not 0 <= self.overallocation <= 100:
+            raise ValueError(
+                f"overallocation must be between 0 and 100 (e.g. 0.3 for 30%), "
+                f"got {self.overallocation!r}"
+            )
+        if self.max_size is not None and int(self.initial_size) > int(self.max_size):
+            raise ValueError(
+                f"initial_size ({self.initial_size}) must not exceed max_size ({self.max_size})"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceStats:
+    """Counters of a workspace.
+
+    Attributes
+    ----------
+    size_bytes
+        The arena's size now.
+    learned_bytes
+        What the learning policy measured a cycle needs (0 before learning).
+    cycles
+        Cycles completed.
+    arena_allocations, external_allocations, spilled_allocations
+        Allocations served from the arena; outside it (any reason); outside it because the
+        arena was full.
+    escapes
+        Arrays that outlived their cycle, over all cycles.
+    pinned_bytes
+        Arena memory kept for escaped arrays that are still alive.
+    reallocations
+        Times a new arena was mapped (first one included).
+    memory
+        The workspace's :class:`MemoryStats` as a manager (the arena counts as its RAM).
+    """
+
+    name: str
+    size_bytes: int
+    learned_bytes: int
+    cycles: int
+    arena_allocations: int
+    external_allocations: int
+    spilled_allocations: int
+    escapes: int
+    pinned_bytes: int
+    reallocations: int
+    memory: MemoryStats = field(repr=False)
+
+
+_thread_workspaces = threading.local()
+
+
+def _workspaces_of_this_thread() -> list[weakref.ref[Workspace]]:
+    refs: list[weakref.ref[Workspace]] | None = getattr(_thread_workspaces, "refs", None)
+    if refs is None:
+        refs = []
+        _thread_workspaces.refs = refs
+    return refs
+
+
+def _debug_mode() -> int:
+    value = os.environ.get("OOCARRAY_WORKSPACES", "").strip().lower()
+    if value not in _MODES:
+        raise ValueError(
+            f"OOCARRAY_WORKSPACES must be 'bypass', 'spill_everything' or empty, got {value!r}"
+        )
+    return _MODES[value]
+
+
+class Workspace(Manager):
+    """A manager whose memory is an arena reused by every cycle (``with ws:``) of a loop.
+
+    Parameters
+    ----------
+    name
+        A name for dumps and errors.
+    config
+        A :class:`WorkspaceConfig`; or give its fields as keyword arguments.
+    parent
+        The parent manager (default: the active one, else :func:`system`); the arena counts
+        against its budget.
+    max_bytes
+        Budget of the workspace: arena plus external allocations.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = np.ones(1_000_000, np.float32)
+    >>> ws = oc.Workspace("step")
+    >>> for _ in range(3):
+    ...     with ws:
+    ...         y = x * 2 + 1
+    ...         total = float((y - x).sum())
+    ...         del y
+    >>> ws.stats().cycles, total
+    (3, 2000000.0)
+    >>> ws.close()
+
+    The debug switch ``OOCARRAY_WORKSPACES=bypass`` makes workspaces act as plain managers;
+    ``=spill_everything`` makes every allocation external.  Both are read when a workspace is
+    created.
+    """
+
+    def __init__(
+        self,
+        name: str | None = None,
+        config: WorkspaceConfig | None = None,
+        *,
+        parent: Manager | None = None,
+        max_bytes: int | str | None = None,
+        **policies: Any,
+    ) -> None:
+        if config is not None and not isinstance(config, WorkspaceConfig):
+            raise TypeError(f"config must be a WorkspaceConfig, got {config!r}")
+        if config is not None and policies:
+            raise TypeError("give either config or policy keyword arguments, not both")
+        unknown = set(policies) - set(WorkspaceConfig.__dataclass_fields__)
+        if unknown:
+            raise TypeError(
+                f"unknown workspace policies {sorted(unknown)}; "
+                f"expected some of {sorted(WorkspaceConfig.__dataclass_fields__)}"
+            )
+        self.config = config if config is not None else WorkspaceConfig(**policies)
+        mode = _debug_mode()
+        super().__init__(name, parent=parent, max_bytes=max_bytes)
+        self._node.make_workspace(
+            _FULL_POLICIES[self.config.spill], _LOCATIONS[self.config.location], mode
+        )
+        self._mode = mode
+        self._target_bytes = _round_page(int(self.config.initial_size))
+        self._learned_bytes = 0
+        self._cycles = 0
+        self._cycle_escapes = 0
+        self._cycle_thread: int | None = None
+        self._cycle_lock = threading.Lock()
+        self._cycle_activation: _Activation | None = None
+        self._cycle_number = 0
+        _workspaces_of_this_thread().append(weakref.ref(self))
+
+    # ---- cycles ----
+
+    def __enter__(self) -> Self:
+        if self.closed:
+            raise ClosedError(f"workspace {self.name!r} is closed; create a new one")
+        me = threading.get_ident()
+        with self._cycle_lock:
+            if self._cycle_thread is not None:
+                where = "this thread" if self._cycle_thread == me else "another thread"
+                raise RuntimeError(
+                    f"workspace {self.name!r} is already in a cycle in {where}; a workspace is "
+                    "entered by one thread at a time and cycles of one workspace do not nest "
+                    "(use a second workspace)"
+                )
+            self._cycle_thread = me
+        try:
+            activation = _Activation(self)
+            activation.__enter__()
+        except BaseException:
+            self._cycle_thread = None
+            raise
+        self._cycle_activation = activation
+        self._node.ws_begin(self._target_bytes)
+        self._cycle_number = int(self._node.ws_stats()["cycle"])
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        arena_escapes, external_escapes, requested, overflowed = self._node.ws_end()
+        assert self._cycle_activation is not None
+        self._cycle_activation.__exit__()
+        self._cycle_activation = None
+        self._cycle_thread = None
+        self._cycles += 1
+        self._learn(requested, overflowed)
+        escaped = arena_escapes + external_escapes
+        if self._mode == _native.WS_MODE_BYPASS:
+            return
+        self._cycle_escapes += escaped
+        if escaped and self.config.on_escape == "raise" and exc_type is None:
+            raise WorkspaceLeakError(self._cycle_leak_message(escaped))
+
+    def _learn(self, requested: int, overflowed: bool) -> None:
+        cfg = self.config
+        wanted = self._size_for(requested)
+        if cfg.learning == "first_loop" and self._cycles == 1:
+            self._learned_bytes = requested
+            self._target_bytes = max(self._target_bytes, wanted)
+        elif cfg.learning == "over_time" and wanted > self._target_bytes:
+            self._learned_bytes = requested
+            self._target_bytes = wanted
+        if overflowed and cfg.spill == "reallocate" and wanted > self._target_bytes:
+            self._target_bytes = wanted
+
+    def _size_for(self, requested: int) -> int:
+        cfg = self.config
+        size = requested
+        if cfg.allocation == "overallocate":
+            size = int(requested * (1 + cfg.overallocation))
+        if cfg.max_size is not None:
+            size = min(size, int(cfg.max_size))
+        return _round_page(size)
+
+    def _cycle_leak_message(self, escaped: int) -> str:
+        lines = [
+            f"{escaped} array(s) allocated in cycle {self._cycles} of workspace {self.name!r} "
+            "were still referenced when the cycle ended. Their memory is pinned and stays "
+            "valid, but it cannot be reused: copy results out with oc.detach(arr) and delete "
+            "the rest (or move the cycle body into a function) before the cycle ends."
+        ]
+        for arr, info in _find_arrays({self._node.id}):
+            if info[5] != self._cycle_number:
+                continue
+            lines.append(
+                f"  - array shape={arr.shape} dtype={arr.dtype} bytes={info[2]}"
+                f"{' (arena)' if info[3] & _native.FLAG_ARENA else ' (external)'}"
+            )
+            record = _tracing.record_for(info[1])
+            if record is not None:
+                lines.append("    allocated at:")
+                lines.append(record.format("      "))
+        if not _config.config().trace:
+            lines.append("  (oc.configure(trace=True) records where each array was allocated)")
+        return "\n".join(lines)
+
+    # ---- accounting ----
+
+    def stats(self) -> WorkspaceStats:  # type: ignore[override]
+        """The workspace's counters (see :class:`WorkspaceStats`)."""
+        ws = self._node.ws_stats()
+        return WorkspaceStats(
+            name=self.name,
+            size_bytes=ws["arena_bytes"],
+            learned_bytes=self._learned_bytes,
+            cycles=self._cycles,
+            arena_allocations=ws["arena_allocations"],
+            external_allocations=ws["external_allocations"],
+            spilled_allocations=ws["spilled_allocations"],
+            escapes=self._cycle_escapes,
+            pinned_bytes=ws["pinned_bytes"],
+            reallocations=ws["reallocations"],
+            memory=self._memory_stats(),
+        )
+
+    def _dump_extra(self) -> str:
+        s = self.stats()
+        return (
+            f"; workspace: arena {format_bytes(s.size_bytes)}, learned "
+            f"{format_bytes(s.learned_bytes)}, cycles {s.cycles}, pinned "
+            f"{format_bytes(s.pinned_bytes)}, external {s.external_allocations}"
+        )
+
+    def close(self) -> None:
+        """Release the arena (kept, pinned, while escaped arrays live) and close."""
+        self.destroy()
+
+    def destroy(self) -> None:
+        """Release the arena and close the workspace; escaped arrays stay valid."""
+        if self._cycle_thread is not None:
+            raise RuntimeError(f"workspace {self.name!r} is in a cycle; end it before closing")
+        if not self.closed:
+            self._node.ws_destroy()
+            super().close()
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        state = "closed" if self.closed else "open"
+        return (
+            f"<oocarray.Workspace {self.name!r} {state}: arena {format_bytes(s.size_bytes)}, "
+            f"{s.cycles} cycles>"
+        )
+
+
+def _round_page(n: int) -> int:
+    return (n + _PAGE - 1) // _PAGE * _PAGE
+
+
+def destroy_workspaces() -> int:
+    """Destroy every workspace created by the current thread; returns how many were open."""
+    refs = _workspaces_of_this_thread()
+    count = 0
+    for ref in list(refs):
+        ws = ref()
+        if ws is not None and not ws.closed:
+            ws.destroy()
+            count += 1
+    refs.clear()
+    return count
+
+
+def detach_from_workspace(arr: np.ndarray, info: tuple[int, ...]) -> np.ndarray | None:
+    """A copy of a workspace array in the workspace's parent manager, or None if ``arr`` is
+    not a workspace array."""
+    if not info[3] & (_native.FLAG_ARENA | _native.FLAG_CYCLE_EXTERNAL):
+        return None
+    ws = manager_by_node_id(info[0])
+    parent = ws.parent if ws is not None and ws.parent is not None else system()
+    while parent.closed and parent.parent is not None:
+        parent = parent.parent
+    with parent.activate():
+        return np.array(arr, copy=True)
