@@ -14,6 +14,7 @@ Examples
 """
 
 from oocarray import _failures
+from oocarray._chunked import ChunkedArray, create, from_dask, from_numpy, open, temp
 from oocarray._config import Config, config, configure
 from oocarray._manager import Manager, MemoryStats, detach, location, owner, system
 from oocarray._spill import spill, unspill
@@ -21,6 +22,7 @@ from oocarray._units import parse_size
 from oocarray._workspace import Workspace, WorkspaceConfig, WorkspaceStats, destroy_workspaces
 from oocarray.errors import (
     ClosedError,
+    CorruptChunkError,
     MemoryBudgetError,
     OOCArrayError,
     ReadOnlyError,
@@ -34,8 +36,10 @@ from oocarray.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ChunkedArray",
     "ClosedError",
     "Config",
+    "CorruptChunkError",
     "Manager",
     "MemoryBudgetError",
     "MemoryStats",
@@ -52,13 +56,18 @@ __all__ = [
     "__version__",
     "config",
     "configure",
+    "create",
     "destroy_workspaces",
     "detach",
+    "from_dask",
+    "from_numpy",
     "location",
+    "open",
     "owner",
     "parse_size",
     "spill",
     "system",
+    "temp",
     "unspill",
 ]
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import contextvars
 import gc
+import mmap
 import os
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -290,6 +291,7 @@ class Manager:
         self._escaped_bytes = 0
         self._pruned_total_bytes = 0
         self._pruned_total_count = 0
+        self._close_hooks: list[Callable[[], None]] = []
         _registry[self._node.id] = self
         if parent is not None:
             with _tree_lock:
@@ -561,6 +563,10 @@ class Manager:
                 unspill_moved_bytes=totals["unspill_moved_bytes"],
             )
 
+    def _add_close_hook(self, hook: Callable[[], None]) -> None:
+        """Run ``hook()`` when this manager closes (temporary arrays it owns are deleted so)."""
+        self._close_hooks.append(hook)
+
     def spill(self) -> int:
         """Move every array of this manager's subtree to disk, at the same addresses.
 
@@ -662,6 +668,9 @@ class Manager:
                 escaped, escaped_bytes = self._escapes()
             if escaped and self._on_close == "spill":
                 self._spill_subtree(skip_kept=True)
+            hooks, self._close_hooks = self._close_hooks, []
+            for hook in reversed(hooks):
+                hook()
             parent = self._parent
             parent._escaped += escaped
             parent._escaped_bytes += escaped_bytes
@@ -843,15 +852,25 @@ def owner(arr: np.ndarray) -> Manager | None:
 
 
 def location(arr: np.ndarray) -> str | None:
-    """Where the memory under ``arr`` lives: ``"ram"``, ``"mmap"``, ``"workspace"``, or
-    ``None`` when oocarray does not manage it."""
+    """Where the memory under ``arr`` lives: ``"ram"``, ``"mmap"`` (a spilled or file-placed
+    array, or a view of a memory-mapped file), ``"workspace"``, or ``None`` when oocarray does
+    not manage it."""
     _require_array(arr, "location")
     info = _native.block_info(arr)
     if info is None:
-        return None
+        return "mmap" if _is_memory_mapped(arr) else None
     if info[3] & _native.FLAG_ARENA:
         return "workspace"
     return "mmap" if info[3] & (_native.FLAG_SPILLED | _native.FLAG_MAPPED) else "ram"
+
+
+def _is_memory_mapped(arr: np.ndarray) -> bool:
+    base: object = arr
+    while base is not None:
+        if isinstance(base, (np.memmap, mmap.mmap)):
+            return True
+        base = base.base if isinstance(base, np.ndarray) else getattr(base, "obj", None)
+    return False
 
 
 def detach(arr: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ import errno as _errno
 
 __all__ = [
     "ClosedError",
+    "CorruptChunkError",
     "MemoryBudgetError",
     "OOCArrayError",
     "ReadOnlyError",
@@ -67,6 +68,11 @@ class ScopeLeakError(OOCArrayError, RuntimeError):
 
 class ClosedError(OOCArrayError, ValueError):
     """The manager (or store) is closed and refuses the operation."""
+
+
+class CorruptChunkError(OOCArrayError, ValueError):
+    """A stored chunk cannot be decoded: it is truncated or corrupt.  The message names the
+    chunk and its file."""
 
 
 class StoreNotFoundError(OOCArrayError, FileNotFoundError):

@@ -1,0 +1,374 @@
+"""``ChunkedArray``: zarr, HDF5 and ``.npy`` data on disk, indexed like a NumPy array.
+
+Reads return ``np.ndarray`` objects allocated in the active manager (or workspace), so budgets,
+spill and workspaces apply to them.  ``.npy`` files and contiguous, uncompressed HDF5
+datasets are memory-mapped: basic indexing returns views of the map, with no copy.
+"""
+
+from __future__ import annotations
+
+import atexit
+import html
+import os
+import shutil
+import tempfile
+import threading
+from types import TracebackType
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from oocarray import _spill_files
+from oocarray._indexing import Selection, parse_key
+from oocarray._manager import _parse_shape, active_manager, system
+from oocarray._stores import Store, open_store
+from oocarray._stores._base import auto_chunks, check_dtype
+from oocarray._units import format_bytes
+
+__all__ = ["ChunkedArray", "create", "from_dask", "from_numpy", "open", "temp"]
+
+_MODES_OPEN = ("r", "r+")
+_MODES_CREATE = ("w", "w-", "x")
+
+
+class ChunkedArray:
+    """An array stored in chunks on disk (zarr v3/v2, HDF5, ``.npy``).
+
+    Create one with :func:`open`, :func:`create`, :func:`temp`, :func:`from_numpy` or
+    :func:`from_dask`.  Indexing supports integers, slices with steps, ``...``, negative
+    indices and one integer-array or boolean index on an axis; results are ``np.ndarray``.
+    ``x[...] = value`` writes, with broadcasting: chunks a write covers are written without
+    being read first, partly covered ones are read, updated and written back.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "demo.zarr")
+    >>> x = oc.create(path, (1000, 8), "float32", chunks=(256, 8))
+    >>> x[:] = np.arange(8000, dtype=np.float32).reshape(1000, 8)
+    >>> x[-1, ::4]
+    array([7992., 7996.], dtype=float32)
+    >>> oc.open(path)[[0, 999], 0]
+    array([   0., 7992.], dtype=float32)
+    """
+
+    def __init__(self, store: Store, *, temporary: bool = False) -> None:
+        self._store = store
+        self._temporary = temporary
+        self._lock = threading.Lock()
+        self.chunk_reads = 0
+        self.chunk_writes = 0
+
+    # ---- description ----
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._store.shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._store.dtype
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        return self._store.chunks
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        """Logical bytes (as if in memory)."""
+        return self.size * self.dtype.itemsize
+
+    @property
+    def path(self) -> str:
+        return self._store.path
+
+    @property
+    def format(self) -> str:
+        """``"zarr"``, ``"hdf5"`` or ``"npy"``."""
+        return self._store.format
+
+    @property
+    def codec(self) -> str:
+        return self._store.codec
+
+    @property
+    def readonly(self) -> bool:
+        return self._store.readonly
+
+    @property
+    def location(self) -> str:
+        """``"mmap"`` for memory-mapped data, else ``"chunks"``."""
+        return "mmap" if self._store.memmap is not None else "chunks"
+
+    def stored_bytes(self) -> int:
+        """Bytes the data takes on disk."""
+        return self._store.stored_bytes()
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d chunked array")
+        return self.shape[0]
+
+    # ---- reading and writing ----
+
+    def __getitem__(self, key: object) -> np.ndarray:
+        selection = parse_key(key, self.shape, self.chunks)
+        memmap = self._store.memmap
+        if memmap is not None:
+            view = memmap[_numpy_key(selection)]
+            return view.view(np.ndarray) if isinstance(view, np.memmap) else np.asarray(view)
+        out = np.empty(selection.full_shape, dtype=self.dtype)
+        for piece in selection.pieces():
+            data = self._store.read_chunk(piece.chunk)
+            self.chunk_reads += 1
+            out[piece.out] = data[piece.local]
+        return out.reshape(selection.shape)
+
+    def __setitem__(self, key: object, value: object) -> None:
+        self._store.check_writable()
+        selection = parse_key(key, self.shape, self.chunks)
+        given = np.asarray(value, dtype=self.dtype)
+        try:
+            values = np.broadcast_to(given, selection.shape)
+        except ValueError as error:
+            raise ValueError(
+                f"cannot write a value of shape {given.shape} into a selection of shape "
+                f"{selection.shape}: {error}"
+            ) from None
+        values = values.reshape(selection.full_shape)
+        memmap = self._store.memmap
+        if memmap is not None:
+            memmap[_numpy_key(selection)] = values.reshape(selection.shape)
+            return
+        for piece in selection.pieces():
+            if piece.covers_chunk:
+                block = values[piece.out]
+            else:
+                block = np.array(self._store.read_chunk(piece.chunk))
+                self.chunk_reads += 1
+                block[piece.local] = values[piece.out]
+            self._store.write_chunk(piece.chunk, block)
+            self.chunk_writes += 1
+
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
+        """The whole array in memory, allocated in the active manager (its budget applies)."""
+        data = self[...]
+        return data if dtype is None else data.astype(dtype, copy=False)
+
+    def __iter__(self) -> Any:
+        for i in range(len(self)):
+            yield self[i]
+
+    # ---- interop ----
+
+    def to_dask(self) -> Any:
+        """A dask array reading this one chunk by chunk."""
+        import dask.array as da
+
+        return da.from_array(  # type: ignore[no-untyped-call]
+            self,
+            chunks=self.chunks,
+            asarray=False,
+            fancy=False,
+            lock=self.format == "hdf5",
+            meta=np.empty((0,) * self.ndim, dtype=self.dtype),
+        )
+
+    # ---- lifetime ----
+
+    def close(self) -> None:
+        """Release open files (and delete the data of a temporary array)."""
+        self._store.close()
+        if self._temporary:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ---- presentation ----
+
+    def _summary(self) -> dict[str, str]:
+        stored = self.stored_bytes()
+        return {
+            "shape": str(self.shape),
+            "dtype": str(self.dtype),
+            "chunks": str(self.chunks),
+            "codec": self.codec,
+            "logical": format_bytes(self.nbytes),
+            "on disk": format_bytes(stored),
+            "format": self.format + (" (temporary)" if self._temporary else ""),
+            "location": f"{self.location} at {self.path}",
+            "mode": "read-only" if self.readonly else "read-write",
+        }
+
+    def __repr__(self) -> str:
+        s = self._summary()
+        return (
+            f"<oocarray.ChunkedArray shape={s['shape']} dtype={s['dtype']} chunks={s['chunks']} "
+            f"codec={s['codec']} {s['logical']} logical, {s['on disk']} on disk, "
+            f"{s['format']}, {s['location']}>"
+        )
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+            for k, v in self._summary().items()
+        )
+        return f"<table><caption>oocarray.ChunkedArray</caption>{rows}</table>"
+
+
+def _numpy_key(selection: Selection) -> tuple[int | slice | np.ndarray, ...]:
+    return tuple(axis.index for axis in selection.axes)
+
+
+def open(
+    path: str | os.PathLike[str],
+    mode: str = "r",
+    dataset: str | None = None,
+    *,
+    allow_object: bool = False,
+) -> ChunkedArray:
+    """Open an array on disk; its format (zarr v3/v2, HDF5, ``.npy``) comes from its content.
+
+    Parameters
+    ----------
+    path
+        A zarr array directory, an HDF5 file or a ``.npy`` file.
+    mode
+        ``"r"`` (read-only) or ``"r+"`` (read and write).
+    dataset
+        For HDF5: the dataset's path in the file (not needed when there is only one).
+    allow_object
+        Read arrays of Python objects (which can run code when loaded): only for data you trust.
+
+    Raises
+    ------
+    StoreNotFoundError
+        Nothing is at ``path`` (or no such HDF5 dataset).
+    ValueError
+        ``path`` holds no array oocarray reads, or holds objects and ``allow_object`` is off.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
+    if mode not in _MODES_OPEN:
+        raise ValueError(f"mode must be one of {_MODES_OPEN} for oc.open, got {mode!r}")
+    return ChunkedArray(open_store(path, mode, dataset, allow_object))
+
+
+def _parse_chunks(chunks: object, shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[int, ...]:
+    if chunks is None:
+        return auto_chunks(shape, dtype.itemsize)
+    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool):
+        chunks = (int(chunks),) * len(shape)
+    if not isinstance(chunks, (tuple, list)) or len(chunks) != len(shape):
+        raise ValueError(
+            f"chunks must be None, an int, or one positive int per axis ({len(shape)}), "
+            f"got {chunks!r}"
+        )
+    result = []
+    for c in chunks:
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
+            raise ValueError(f"chunks must be positive ints, got {chunks!r}")
+        result.append(int(c))
+    return tuple(result)
+
+
+def _parse_dtype(dtype: object) -> np.dtype[Any]:
+    try:
+        parsed: np.dtype[Any] = np.dtype(dtype)  # type: ignore[call-overload]
+    except TypeError as error:
+        raise TypeError(f"dtype {dtype!r} is not a NumPy data type (e.g. 'float32')") from error
+    check_dtype(parsed, False, "a chunked array")
+    if parsed.fields is not None or parsed.subdtype is not None:
+        raise TypeError(f"structured and sub-array dtypes are not supported, got {parsed}")
+    return parsed
+
+
+def create(
+    path: str | os.PathLike[str],
+    shape: object,
+    dtype: npt.DTypeLike,
+    chunks: object = None,
+    codec: str = "zstd",
+    mode: str = "w",
+) -> ChunkedArray:
+    """Create a zarr v3 array on disk, filled with zeros, open for reading and writing.
+
+    Parameters
+    ----------
+    shape, dtype
+        As for :func:`numpy.empty`.
+    chunks
+        Chunk shape; default: about 4 MiB per chunk, trailing axes whole where they fit.
+    codec
+        ``"zstd"`` (default), ``"lz4"`` or ``"blosc"`` (both Blosc, with byte shuffle),
+        ``"gzip"``, or ``"none"``.
+    mode
+        ``"w"`` replaces what is at ``path``; ``"w-"`` (or ``"x"``) fails if it exists.
+    """
+    from oocarray._stores._zarr import CODECS, ZarrStore, create_zarr
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
+    dims = _parse_shape(shape)
+    parsed = _parse_dtype(dtype)
+    chunk_shape = _parse_chunks(chunks, dims, parsed)
+    if not isinstance(codec, str) or codec not in CODECS:
+        raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
+    if mode not in _MODES_CREATE:
+        raise ValueError(f"mode must be one of {_MODES_CREATE} for oc.create, got {mode!r}")
+    target = os.fspath(path)
+    if mode != "w" and os.path.exists(target):
+        raise FileExistsError(f"{target!r} exists; use mode='w' to replace it")
+    create_zarr(target, dims, parsed, chunk_shape, codec, overwrite=mode == "w")
+    return ChunkedArray(ZarrStore.open(target, "r+", False))
+
+
+def temp(
+    shape: object, dtype: npt.DTypeLike, chunks: object = None, codec: str = "zstd"
+) -> ChunkedArray:
+    """A zarr array in the spill directory, owned by the active manager and deleted when that
+    manager closes (or at exit, outside any manager)."""
+    directory = tempfile.mkdtemp(prefix="temp-", suffix=".zarr", dir=_spill_files.private_dir())
+    array = create(directory, shape, dtype, chunks=chunks, codec=codec, mode="w")
+    array._temporary = True
+    owner = active_manager() or system()
+    if owner.parent is None:
+        atexit.register(shutil.rmtree, directory, True)
+    else:
+        owner._add_close_hook(array.close)
+    return array
+
+
+def from_numpy(a: npt.ArrayLike, chunks: object = None, codec: str = "zstd") -> ChunkedArray:
+    """A temporary chunked copy of ``a`` (see :func:`temp`)."""
+    data = np.asarray(a)
+    result = temp(data.shape, data.dtype, chunks=chunks, codec=codec)
+    result[...] = data
+    return result
+
+
+def from_dask(d: Any, chunks: object = None, codec: str = "zstd") -> ChunkedArray:
+    """Compute a dask array into a temporary chunked array (see :func:`temp`), chunk by chunk,
+    on dask's scheduler."""
+    result = temp(d.shape, d.dtype, chunks=chunks or d.chunksize, codec=codec)
+    d.rechunk(result.chunks).store(result, lock=False)
+    return result

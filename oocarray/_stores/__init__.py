@@ -1,0 +1,61 @@
+"""Storage backends of chunked arrays.  Only the module of a backend imports that backend."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from oocarray._stores._base import Store
+from oocarray.errors import StoreNotFoundError
+
+__all__ = ["Store", "detect_format", "open_store"]
+
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+_NPY_SIGNATURE = b"\x93NUMPY"
+
+
+def detect_format(path: str) -> str:
+    """``"zarr"``, ``"hdf5"`` or ``"npy"``, from the content at ``path``."""
+    p = Path(path)
+    if not p.exists():
+        raise StoreNotFoundError(
+            f"no array store at {path!r}: the path does not exist (check it, or create one "
+            "with oc.create)"
+        )
+    if p.is_dir():
+        if (p / "zarr.json").is_file() or (p / ".zarray").is_file():
+            return "zarr"
+        if (p / ".zgroup").is_file():
+            raise ValueError(f"{path!r} is a zarr group, not an array: open an array inside it")
+        raise ValueError(f"{path!r} is a directory but not a zarr array (no zarr.json or .zarray)")
+    with open(p, "rb") as f:
+        head = f.read(8)
+    if head.startswith(_HDF5_SIGNATURE):
+        return "hdf5"
+    if head.startswith(_NPY_SIGNATURE):
+        return "npy"
+    raise ValueError(
+        f"{path!r} is not an array store oocarray reads: expected a zarr directory, an HDF5 "
+        "file or a .npy file"
+    )
+
+
+def open_store(
+    path: str | os.PathLike[str], mode: str, dataset: str | None, allow_object: bool
+) -> Store:
+    """Open the store at ``path`` with the backend its content calls for."""
+    path = os.fspath(path)
+    kind = detect_format(path)
+    if dataset is not None and kind != "hdf5":
+        raise ValueError(f"dataset= names an HDF5 dataset, but {path!r} is a {kind} store")
+    if kind == "zarr":
+        from oocarray._stores._zarr import ZarrStore
+
+        return ZarrStore.open(path, mode, allow_object)
+    if kind == "hdf5":
+        from oocarray._stores._hdf5 import HDF5Store
+
+        return HDF5Store(path, mode, dataset, allow_object)
+    from oocarray._stores._npy import NpyStore
+
+    return NpyStore(path, mode, allow_object)

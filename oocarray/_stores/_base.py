@@ -1,0 +1,82 @@
+"""The interface every storage backend implements."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from oocarray.errors import ReadOnlyError
+
+__all__ = ["Store", "auto_chunks", "check_dtype"]
+
+TARGET_CHUNK_BYTES = 4 << 20
+
+
+def auto_chunks(
+    shape: tuple[int, ...], itemsize: int, target: int = TARGET_CHUNK_BYTES
+) -> tuple[int, ...]:
+    """Chunks of about ``target`` bytes: trailing axes whole where they fit, the leading axes
+    split.  ``auto_chunks((10**6, 64), 4)`` is ``(16384, 64)``."""
+    chunks = [max(1, s) for s in shape]
+    for axis in range(len(chunks)):
+        inner = math.prod(chunks[axis + 1 :]) * itemsize
+        if math.prod(chunks) * itemsize <= target:
+            break
+        chunks[axis] = max(1, min(chunks[axis], target // max(inner, 1)))
+    return tuple(chunks)
+
+
+def check_dtype(dtype: np.dtype[Any], allow_object: bool, where: str) -> None:
+    if dtype.hasobject and not allow_object:
+        raise ValueError(
+            f"{where} holds Python objects (dtype {dtype}), which can run code when read; "
+            "pass allow_object=True only for data you trust"
+        )
+
+
+class Store:
+    """A chunked, array-shaped store.
+
+    Subclasses set ``shape``, ``dtype``, ``chunks``, ``fill_value``, ``readonly``, ``path``,
+    ``format`` and ``codec``, and implement :meth:`read_region` and :meth:`write_region` on
+    chunk-aligned regions; memory-mapped ones also set ``memmap``.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    chunks: tuple[int, ...]
+    fill_value: Any = 0
+    readonly: bool
+    path: str
+    format: str
+    codec: str
+    memmap: np.ndarray | None = None
+
+    def chunk_region(self, chunk: tuple[int, ...]) -> tuple[slice, ...]:
+        return tuple(
+            slice(c * n, min((c + 1) * n, s))
+            for c, n, s in zip(chunk, self.chunks, self.shape, strict=True)
+        )
+
+    def read_chunk(self, chunk: tuple[int, ...]) -> np.ndarray:
+        """The valid part of one chunk, allocated in the active manager."""
+        raise NotImplementedError
+
+    def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
+        """Replace the valid part of one chunk with ``data``."""
+        raise NotImplementedError
+
+    def stored_bytes(self) -> int:
+        """Bytes the data takes on disk."""
+        raise NotImplementedError
+
+    def check_writable(self) -> None:
+        if self.readonly:
+            raise ReadOnlyError(
+                f"{self.path!r} was opened read-only; open it with mode='r+' to write"
+            )
+
+    def close(self) -> None:
+        """Release files held open."""

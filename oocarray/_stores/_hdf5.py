@@ -1,0 +1,114 @@
+"""HDF5 datasets through h5py.  Contiguous, uncompressed datasets are memory-mapped at the
+dataset's file offset, so reads are views of the map with no copy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h5py
+import numpy as np
+
+from oocarray._stores._base import Store, auto_chunks, check_dtype
+from oocarray.errors import StoreNotFoundError
+
+__all__ = ["HDF5Store"]
+
+
+def _datasets(group: h5py.Group) -> list[str]:
+    names: list[str] = []
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            names.append(name)
+
+    group.visititems(visit)
+    return names
+
+
+class HDF5Store(Store):
+    format = "hdf5"
+
+    def __init__(self, path: str, mode: str, dataset: str | None, allow_object: bool) -> None:
+        self.path = path
+        self.readonly = mode == "r"
+        self.file = h5py.File(path, "r" if self.readonly else "r+")
+        try:
+            self.dataset_name = self._pick(dataset)
+            ds = self.file[self.dataset_name]
+            check_dtype(ds.dtype, allow_object, f"HDF5 dataset {self.dataset_name!r} in {path!r}")
+        except BaseException:
+            self.file.close()
+            raise
+        self.ds = ds
+        self.shape = tuple(ds.shape)
+        self.dtype = np.dtype(ds.dtype)
+        self.fill_value = ds.fillvalue
+        self.codec = ds.compression or "none"
+        offset = ds.id.get_offset()
+        if (
+            ds.chunks is None
+            and ds.compression is None
+            and offset is not None
+            and not ds.dtype.hasobject
+        ):
+            self.memmap = np.memmap(
+                path,
+                dtype=self.dtype,
+                mode="r" if self.readonly else "r+",
+                offset=offset,
+                shape=self.shape,
+            )
+            self.chunks = auto_chunks(self.shape, self.dtype.itemsize)
+        else:
+            self.chunks = (
+                tuple(ds.chunks) if ds.chunks else auto_chunks(self.shape, self.dtype.itemsize)
+            )
+
+    def _pick(self, dataset: str | None) -> str:
+        if dataset is not None:
+            if not isinstance(dataset, str):
+                raise TypeError(f"dataset must be a str, got {dataset!r}")
+            link = self.file.get(dataset, getlink=True)
+            if link is None:
+                raise StoreNotFoundError(
+                    f"no dataset {dataset!r} in {self.path!r}; it has {_datasets(self.file)}"
+                )
+            if isinstance(link, h5py.ExternalLink):
+                raise ValueError(
+                    f"dataset {dataset!r} in {self.path!r} is an external link to another "
+                    "file; open that file directly"
+                )
+            if not isinstance(self.file[dataset], h5py.Dataset):
+                raise ValueError(f"{dataset!r} in {self.path!r} is a group, not a dataset")
+            return dataset
+        names = _datasets(self.file)
+        if len(names) == 1:
+            return names[0]
+        raise ValueError(
+            f"{self.path!r} has {len(names)} datasets {names}; choose one with dataset=..."
+        )
+
+    def read_chunk(self, chunk: tuple[int, ...]) -> np.ndarray:
+        region = self.chunk_region(chunk)
+        if self.memmap is not None:
+            return self.memmap[region]
+        out = np.empty(tuple(r.stop - r.start for r in region), dtype=self.dtype)
+        self.ds.read_direct(out, source_sel=region)
+        return out
+
+    def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
+        self.check_writable()
+        region = self.chunk_region(chunk)
+        if self.memmap is not None:
+            self.memmap[region] = data
+        else:
+            self.ds[region] = data
+
+    def stored_bytes(self) -> int:
+        return int(self.ds.id.get_storage_size())
+
+    def close(self) -> None:
+        if isinstance(self.memmap, np.memmap) and not self.readonly:
+            self.memmap.flush()
+        self.memmap = None
+        self.file.close()

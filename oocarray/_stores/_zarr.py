@@ -1,0 +1,263 @@
+"""Zarr (v3 and v2) arrays.
+
+zarr-python parses metadata and creates arrays, so what is written stays plain zarr.  For the
+common layouts — a local directory, regular chunks, C order, and one compressor at most
+(zstd, blosc or gzip in v3; any numcodecs compressor in v2) — chunks are read and written
+directly: the chunk file is read and decoded straight into a buffer of the active manager,
+without zarr-python's per-call async machinery.  Anything else (sharding, filters, other
+codecs, remote stores) goes through zarr-python.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numcodecs
+import numpy as np
+import zarr
+import zarr.codecs
+
+from oocarray._stores._base import Store, check_dtype
+from oocarray.errors import CorruptChunkError, StoreNotFoundError
+
+__all__ = ["CODECS", "ZarrStore", "create_zarr"]
+
+
+def _compressors(codec: str, itemsize: int) -> Any:
+    if codec == "zstd":
+        return zarr.codecs.ZstdCodec(level=3)
+    if codec in ("lz4", "blosc"):
+        return zarr.codecs.BloscCodec(
+            cname="lz4" if codec == "lz4" else "zstd",
+            clevel=5,
+            shuffle="shuffle",
+            typesize=itemsize,
+        )
+    if codec == "gzip":
+        return zarr.codecs.GzipCodec(level=5)
+    if codec == "none":
+        return None
+    raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
+
+
+CODECS = ("zstd", "lz4", "blosc", "gzip", "none")
+
+
+def create_zarr(
+    path: str,
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    chunks: tuple[int, ...],
+    codec: str,
+    overwrite: bool,
+) -> None:
+    zarr.create_array(
+        store=path,
+        shape=shape,
+        chunks=chunks,
+        dtype=dtype,
+        compressors=_compressors(codec, dtype.itemsize),
+        fill_value=0,
+        zarr_format=3,
+        overwrite=overwrite,
+    )
+
+
+class _Direct:
+    """How to find, decode and encode one chunk without zarr-python."""
+
+    def __init__(
+        self,
+        key: Callable[[tuple[int, ...]], str],
+        codec: Any,
+        stored_dtype: np.dtype[Any],
+    ) -> None:
+        self.key = key
+        self.codec = codec  # a numcodecs codec, or None for raw bytes
+        self.stored_dtype = stored_dtype  # with the byte order of the files
+
+
+def _v3_direct(array: Any) -> _Direct | None:
+    meta: Any = array.metadata
+    codecs = list(meta.codecs)
+    if not codecs or not isinstance(codecs[0], zarr.codecs.BytesCodec):
+        return None
+    endian = codecs[0].endian
+    dtype = np.dtype(array.dtype)
+    little = endian is None or getattr(endian, "value", endian) == "little"
+    stored = dtype.newbyteorder("<" if little else ">") if dtype.itemsize > 1 else dtype
+    rest = codecs[1:]
+    codec: Any = None
+    if len(rest) > 1:
+        return None
+    if rest:
+        c = rest[0]
+        if isinstance(c, zarr.codecs.ZstdCodec):
+            codec = numcodecs.Zstd(level=c.level, checksum=c.checksum)
+        elif isinstance(c, zarr.codecs.BloscCodec):
+            shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[str(c.shuffle.value)]
+            codec = numcodecs.Blosc(
+                cname=str(c.cname.value), clevel=c.clevel, shuffle=shuffle, blocksize=c.blocksize
+            )
+        elif isinstance(c, zarr.codecs.GzipCodec):
+            codec = numcodecs.GZip(level=c.level)
+        else:
+            return None
+    encoding = meta.chunk_key_encoding
+    separator = getattr(encoding, "separator", "/")
+    if separator not in ("/", "."):
+        return None
+    if type(encoding).__name__ == "DefaultChunkKeyEncoding":
+
+        def key(chunk: tuple[int, ...]) -> str:
+            return "c" + (separator + separator.join(map(str, chunk)) if chunk else "")
+
+    elif type(encoding).__name__ == "V2ChunkKeyEncoding":
+
+        def key(chunk: tuple[int, ...]) -> str:
+            return separator.join(map(str, chunk)) if chunk else "0"
+
+    else:
+        return None
+    return _Direct(key, codec, stored)
+
+
+def _v2_direct(array: Any) -> _Direct | None:
+    meta: Any = array.metadata
+    if meta.filters or meta.order != "C":
+        return None
+    separator = meta.dimension_separator or "."
+    if separator not in ("/", "."):
+        return None
+
+    def key(chunk: tuple[int, ...]) -> str:
+        return separator.join(map(str, chunk)) if chunk else "0"
+
+    dtype = (
+        np.dtype(meta.dtype.to_native_dtype())
+        if hasattr(meta.dtype, "to_native_dtype")
+        else np.dtype(array.dtype)
+    )
+    return _Direct(key, meta.compressor, dtype)
+
+
+class ZarrStore(Store):
+    format = "zarr"
+
+    def __init__(self, array: Any, path: str, readonly: bool, allow_object: bool) -> None:
+        self.array = array
+        self.path = path
+        self.readonly = readonly
+        self.dtype = np.dtype(array.dtype)
+        check_dtype(self.dtype, allow_object, f"zarr array {path!r}")
+        self.shape = tuple(array.shape)
+        self.chunks = tuple(array.chunks)
+        self.fill_value = array.fill_value if array.fill_value is not None else 0
+        self.zarr_format = array.metadata.zarr_format
+        self.sharded = getattr(array, "shards", None) is not None
+        self._root = os.path.realpath(path)
+        direct = None
+        if not self.sharded and not self.dtype.hasobject and os.path.isdir(path):
+            direct = _v3_direct(array) if self.zarr_format == 3 else _v2_direct(array)
+        self._direct = direct
+        self.codec = self._codec_name()
+
+    @classmethod
+    def open(cls, path: str, mode: str, allow_object: bool) -> ZarrStore:
+        try:
+            array = zarr.open_array(store=path, mode="r" if mode == "r" else "r+")
+        except FileNotFoundError as error:
+            raise StoreNotFoundError(f"no zarr array at {path!r}") from error
+        return cls(array, path, mode == "r", allow_object)
+
+    def _codec_name(self) -> str:
+        meta: Any = self.array.metadata
+        if self.zarr_format == 2:
+            compressor = meta.compressor
+            return "none" if compressor is None else str(compressor.codec_id)
+        names = [type(c).__name__.removesuffix("Codec").lower() for c in meta.codecs]
+        if names[:1] == ["bytes"]:
+            names = names[1:]
+        return "+".join(names) or "none"
+
+    @property
+    def direct(self) -> bool:
+        """Whether chunks are read and written without zarr-python."""
+        return self._direct is not None
+
+    def _chunk_path(self, chunk: tuple[int, ...]) -> str:
+        assert self._direct is not None
+        # Keys are made of integers and a validated separator: they cannot leave the root.
+        return os.path.join(self._root, self._direct.key(chunk))
+
+    def read_chunk(self, chunk: tuple[int, ...]) -> np.ndarray:
+        region = self.chunk_region(chunk)
+        if self._direct is None:
+            return np.asarray(self.array[region])
+        direct = self._direct
+        path = self._chunk_path(chunk)
+        out = np.empty(self.chunks, dtype=direct.stored_dtype)
+        try:
+            with open(path, "rb") as f:
+                if direct.codec is None:
+                    got = f.readinto(memoryview(out).cast("B"))  # type: ignore[arg-type]
+                    if got != out.nbytes:
+                        raise CorruptChunkError(
+                            f"chunk {chunk} of {self.path!r} is truncated: {path} has {got} "
+                            f"bytes, expected {out.nbytes}"
+                        )
+                else:
+                    raw = f.read()
+                    try:
+                        direct.codec.decode(raw, out=out)
+                    except Exception as error:
+                        raise CorruptChunkError(
+                            f"chunk {chunk} of {self.path!r} cannot be decoded "
+                            f"({direct.codec.codec_id}): {path} is corrupt or truncated ({error})"
+                        ) from error
+        except FileNotFoundError:
+            out[...] = self.fill_value  # chunks never written hold the fill value
+        if out.dtype != self.dtype:
+            out = out.astype(self.dtype)
+        return out[tuple(slice(0, r.stop - r.start) for r in region)]
+
+    def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
+        self.check_writable()
+        region = self.chunk_region(chunk)
+        if self._direct is None:
+            self.array[region] = data
+            return
+        direct = self._direct
+        if data.shape != self.chunks:
+            full = np.full(self.chunks, self.fill_value, dtype=self.dtype)
+            full[tuple(slice(0, n) for n in data.shape)] = data
+            data = full
+        data = np.ascontiguousarray(data, dtype=direct.stored_dtype)
+        encoded = data if direct.codec is None else direct.codec.encode(data)
+        path = self._chunk_path(chunk)
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        # Write beside it and rename: readers never see half a chunk.
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(memoryview(encoded).cast("B"))  # type: ignore[arg-type]
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def stored_bytes(self) -> int:
+        total = 0
+        for directory, _, files in os.walk(self._root):
+            for name in files:
+                total += os.path.getsize(os.path.join(directory, name))
+        return total
+
+    def chunk_count(self) -> int:
+        return math.prod(-(-s // c) for s, c in zip(self.shape, self.chunks, strict=True))
