@@ -131,7 +131,7 @@ class ChunkedArray:
             data = self._store.read_chunk(piece.chunk)
             self.chunk_reads += 1
             out[piece.out] = data[piece.local]
-        return out.reshape(selection.shape)
+        return selection.to_result(out)
 
     def __setitem__(self, key: object, value: object) -> None:
         self._store.check_writable()
@@ -144,11 +144,11 @@ class ChunkedArray:
                 f"cannot write a value of shape {given.shape} into a selection of shape "
                 f"{selection.shape}: {error}"
             ) from None
-        values = values.reshape(selection.full_shape)
         memmap = self._store.memmap
         if memmap is not None:
-            memmap[_numpy_key(selection)] = values.reshape(selection.shape)
+            memmap[_numpy_key(selection)] = values
             return
+        values = selection.from_value(values)
         for piece in selection.pieces():
             if piece.covers_chunk:
                 block = values[piece.out]

@@ -59,8 +59,18 @@ class AxisSelection:
                 return []
             if step > 0:
                 return self._forward_pieces(positions)
-            # Negative steps: read forward, place backwards.
-            return self._positions_pieces(np.asarray(positions, dtype=np.intp))
+            # Negative steps: read the same positions forward, place them backwards.
+            n = len(positions)
+            return [
+                AxisPiece(
+                    p.chunk,
+                    p.local,
+                    slice(n - 1 - p.out.start, _reverse_stop(n - 1 - p.out.stop), -1),
+                    p.covers_chunk,
+                )
+                for p in self._forward_pieces(positions[::-1])
+                if isinstance(p.out, slice)
+            ]
         return self._positions_pieces(index)
 
     def _forward_pieces(self, positions: range) -> list[AxisPiece]:
@@ -87,6 +97,8 @@ class AxisSelection:
         return pieces
 
     def _positions_pieces(self, positions: np.ndarray) -> list[AxisPiece]:
+        if positions.size == 0:
+            return []
         chunk_ids = positions // self.chunk
         order = np.argsort(chunk_ids, kind="stable")
         sorted_ids = chunk_ids[order]
@@ -96,6 +108,10 @@ class AxisSelection:
             c = int(chunk_ids[group[0]])
             pieces.append(AxisPiece(c, positions[group] - c * self.chunk, group, False))
         return pieces
+
+
+def _reverse_stop(stop: int) -> int | None:
+    return None if stop < 0 else stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +131,43 @@ class Selection:
     axes: tuple[AxisSelection, ...]
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        """The shape of the result (integer-indexed axes dropped)."""
+    def _kept_shape(self) -> tuple[int, ...]:
         return tuple(a.length for a in self.axes if not a.dropped)
+
+    @property
+    def _array_position(self) -> int | None:
+        """Where NumPy moves the array-indexed axis to the front, its place among the kept
+        axes: integers next to an array index are advanced indices too, and when the advanced
+        indices are not adjacent the result's advanced axis comes first."""
+        advanced = [
+            i for i, a in enumerate(self.axes) if a.dropped or isinstance(a.index, np.ndarray)
+        ]
+        arrays = [i for i, a in enumerate(self.axes) if isinstance(a.index, np.ndarray)]
+        if not arrays or advanced == list(range(advanced[0], advanced[-1] + 1)):
+            return None
+        return sum(1 for a in self.axes[: arrays[0]] if not a.dropped)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the result, as NumPy gives it."""
+        kept = self._kept_shape
+        position = self._array_position
+        if position is None:
+            return kept
+        return (kept[position], *kept[:position], *kept[position + 1 :])
+
+    def to_result(self, full: np.ndarray) -> np.ndarray:
+        """The result from an array of :attr:`full_shape` filled piece by piece."""
+        result = full.reshape(self._kept_shape)
+        position = self._array_position
+        return result if position is None else np.moveaxis(result, position, 0)
+
+    def from_value(self, value: np.ndarray) -> np.ndarray:
+        """A value of the result's shape, laid out as :attr:`full_shape`."""
+        position = self._array_position
+        if position is not None:
+            value = np.moveaxis(value, 0, position)
+        return value.reshape(self.full_shape)
 
     @property
     def full_shape(self) -> tuple[int, ...]:
