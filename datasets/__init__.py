@@ -1,0 +1,1 @@
+"""Deterministic generators of benchmark data and small sample files."""

@@ -1,0 +1,177 @@
+"""Interop in both directions, and golden files that pin the on-disk format."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import dask.array as da
+import h5py
+import numcodecs
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+import zarr.codecs
+
+import oocarray as oc
+from datasets import golden
+
+DATA = np.random.default_rng(7).standard_normal((45, 12)).astype(np.float32)
+
+
+@pytest.fixture(params=["zstd", "lz4", "blosc", "gzip", "none"])
+def written_by_oocarray(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    path = tmp_path / "oc.zarr"
+    x = oc.create(path, DATA.shape, DATA.dtype, chunks=(10, 5), codec=request.param)
+    x[...] = DATA
+    return path
+
+
+def test_zarr_python_reads_what_oocarray_writes(written_by_oocarray: Path) -> None:
+    z = zarr.open_array(written_by_oocarray, mode="r")
+    assert z.metadata.zarr_format == 3
+    assert np.array_equal(z[...], DATA)
+    assert np.array_equal(z[7:30:3, 4], DATA[7:30:3, 4])
+
+
+def test_dask_reads_what_oocarray_writes(written_by_oocarray: Path) -> None:
+    d = da.from_zarr(str(written_by_oocarray))
+    assert d.chunksize == (10, 5)
+    assert np.allclose(d.mean(axis=0).compute(), DATA.mean(axis=0))
+
+
+def test_xarray_reads_what_oocarray_writes(tmp_path: Path) -> None:
+    group = tmp_path / "ds.zarr"
+    zarr.open_group(group, mode="w", zarr_format=3)
+    x = oc.create(group / "temperature", DATA.shape, DATA.dtype, chunks=(10, 5))
+    x[...] = DATA
+    meta_path = group / "temperature" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    meta["dimension_names"] = ["time", "station"]
+    meta_path.write_text(json.dumps(meta))
+    ds = xr.open_zarr(group, consolidated=False)
+    assert ds["temperature"].dims == ("time", "station")
+    assert np.array_equal(ds["temperature"].values, DATA)
+
+
+def test_tensorstore_reads_what_oocarray_writes(written_by_oocarray: Path) -> None:
+    ts = pytest.importorskip("tensorstore")
+    store = ts.open(
+        {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(written_by_oocarray)}}
+    ).result()
+    assert np.array_equal(store.read().result(), DATA)
+
+
+@pytest.mark.parametrize(
+    "compressors",
+    [
+        None,
+        zarr.codecs.ZstdCodec(level=1),
+        zarr.codecs.BloscCodec(cname="lz4", shuffle="bitshuffle"),
+        zarr.codecs.GzipCodec(level=1),
+    ],
+    ids=["none", "zstd", "blosc-bitshuffle", "gzip"],
+)
+def test_oocarray_reads_zarr_v3(tmp_path: Path, compressors: object) -> None:
+    z = zarr.create_array(
+        tmp_path / "v3.zarr",
+        shape=DATA.shape,
+        chunks=(8, 7),
+        dtype=DATA.dtype,
+        compressors=compressors,
+        fill_value=0,
+    )
+    z[:40] = DATA[:40]  # the last chunks are never written: they hold the fill value
+    x = oc.open(tmp_path / "v3.zarr")
+    expected = DATA.copy()
+    expected[40:] = 0
+    assert x._store.direct  # type: ignore[attr-defined]
+    assert np.array_equal(x[...], expected)
+    assert np.array_equal(x[[44, 3], 6], expected[[44, 3], 6])
+
+
+@pytest.mark.parametrize("separator", [".", "/"])
+def test_oocarray_reads_zarr_v2(tmp_path: Path, separator: str) -> None:
+    z = zarr.create_array(
+        tmp_path / "v2.zarr",
+        shape=DATA.shape,
+        chunks=(8, 7),
+        dtype=">f4",
+        compressors=numcodecs.Zstd(level=1),
+        zarr_format=2,
+        fill_value=0,
+        chunk_key_encoding={"name": "v2", "separator": separator},
+    )
+    z[...] = DATA
+    x = oc.open(tmp_path / "v2.zarr")
+    assert x._store.direct  # type: ignore[attr-defined]
+    assert np.array_equal(x[...], DATA)
+    w = oc.open(tmp_path / "v2.zarr", mode="r+")
+    w[0] = 1.0
+    assert np.array_equal(zarr.open_array(tmp_path / "v2.zarr")[0], np.ones(12, np.float32))
+
+
+def test_oocarray_reads_and_writes_sharded_zarr(tmp_path: Path) -> None:
+    z = zarr.create_array(
+        tmp_path / "sharded.zarr",
+        shape=DATA.shape,
+        chunks=(5, 4),
+        shards=(15, 12),
+        dtype=DATA.dtype,
+    )
+    z[...] = DATA
+    x = oc.open(tmp_path / "sharded.zarr", mode="r+")
+    assert not x._store.direct  # type: ignore[attr-defined]
+    assert np.array_equal(x[...], DATA)
+    assert np.array_equal(x[3:33:4, ::-2], DATA[3:33:4, ::-2])
+    x[10:20, 1] = -1.0
+    expected = DATA.copy()
+    expected[10:20, 1] = -1.0
+    assert np.array_equal(zarr.open_array(tmp_path / "sharded.zarr")[...], expected)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "chunked-gzip"])
+def test_oocarray_reads_h5py(tmp_path: Path, layout: str) -> None:
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        if layout == "contiguous":
+            f["x"] = DATA
+        else:
+            f.create_dataset("x", data=DATA, chunks=(9, 12), compression="gzip")
+    x = oc.open(path)
+    assert x.location == ("mmap" if layout == "contiguous" else "chunks")
+    assert np.array_equal(x[...], DATA)
+    assert np.array_equal(x[-5:, [0, 11]], DATA[-5:, [0, 11]])
+    x.close()
+
+
+@pytest.mark.parametrize("codec", golden.CODECS)
+def test_golden_files_read_back(codec: str) -> None:
+    x = oc.open(golden.HERE / f"{codec}.zarr")
+    assert x.shape == golden.SHAPE
+    assert x.chunks == golden.CHUNKS
+    assert np.array_equal(x[...], golden.golden_data())
+
+
+@pytest.mark.parametrize("codec", golden.CODECS)
+def test_writing_again_matches_the_golden_files(codec: str, tmp_path: Path) -> None:
+    fresh = golden.write(tmp_path, codec)
+    stored = golden.HERE / f"{codec}.zarr"
+    assert json.loads((fresh / "zarr.json").read_text()) == json.loads(
+        (stored / "zarr.json").read_text()
+    )
+    fresh_chunks = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
+    stored_chunks = sorted(p.relative_to(stored) for p in stored.rglob("*") if p.is_file())
+    assert fresh_chunks == stored_chunks
+    if codec == "none":
+        for rel in fresh_chunks:
+            assert (fresh / rel).read_bytes() == (stored / rel).read_bytes()
+
+
+def test_golden_files_are_read_by_zarr_python(tmp_path: Path) -> None:
+    for codec in golden.CODECS:
+        copy = tmp_path / f"{codec}.zarr"
+        shutil.copytree(golden.HERE / f"{codec}.zarr", copy)
+        assert np.array_equal(zarr.open_array(copy, mode="r")[...], golden.golden_data())
