@@ -563,6 +563,15 @@ static PyObject *set_pressure_callback(PyObject *Py_UNUSED(m), PyObject *cb)
     Py_RETURN_NONE;
 }
 
+static PyObject *set_huge_pages(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(atomic_exchange(&oc_huge_pages, on));
+}
+
 static PyObject *region_cache(PyObject *Py_UNUSED(m), PyObject *args)
 {
     long long limit = -2;
@@ -644,6 +653,7 @@ static PyMethodDef module_methods[] = {
     {"set_spill_limit", set_spill_limit, METH_O, "Cap on bytes on disk (-1: none)."},
     {"spill_used", spill_used, METH_NOARGS, "Bytes reserved on disk now."},
     {"set_pressure_callback", set_pressure_callback, METH_O, "cb(node_id, size) -> retry?, or None."},
+    {"set_huge_pages", set_huge_pages, METH_O, "Advise huge pages for large mappings; returns the old setting."},
     {"region_cache", region_cache, METH_VARARGS, "(cached, limit); region_cache(n) sets the limit, (-1) empties."},
     {NULL, NULL, 0, NULL},
 };

@@ -159,6 +159,7 @@ void oc_registry_unlink(oc_header *h);
 oc_header *oc_registry_first(void);
 oc_header *oc_registry_next(oc_header *h);
 extern atomic_size_t oc_region_cache_limit;
+extern atomic_int oc_huge_pages; /* advise MADV_HUGEPAGE for large regions and arenas */
 size_t oc_region_cache_bytes(void);
 void oc_region_cache_trim(size_t keep_bytes);
 static inline size_t oc_region_data_bytes(const oc_header *h) { return h->map_bytes - oc_page_bytes(); }

@@ -19,6 +19,7 @@
 #define HUGE_REGION_MIN_BYTES ((size_t)4 << 20)
 
 atomic_size_t oc_region_cache_limit = (size_t)64 << 20;
+atomic_int oc_huge_pages = 1;
 
 static pthread_mutex_t registry_mutex = PTHREAD_MUTEX_INITIALIZER;
 static oc_header registry = {.prev = &registry, .next = &registry};
@@ -80,7 +81,9 @@ void *oc_map_fresh(size_t data_bytes, size_t *map_bytes)
         if (base + want > end) {
             munmap(end, (size_t)(base + want - end));
         }
-        madvise(data, data_bytes, MADV_HUGEPAGE);
+        if (atomic_load_explicit(&oc_huge_pages, memory_order_relaxed)) {
+            madvise(data, data_bytes, MADV_HUGEPAGE);
+        }
     }
     *map_bytes = page + data_bytes;
     return data;
