@@ -33,7 +33,9 @@ def install() -> None:
     except ImportError:  # a NumPy without the private class: errors stay plain MemoryError
         return
 
-    class ArrayBudgetError(MemoryBudgetError, _ArrayMemoryError):
+    class RaisedByNumPy(_ArrayMemoryError):
+        """NumPy's out-of-memory error, with oocarray's message."""
+
         _oc_message: str
 
         def __init__(self, shape: Any, dtype: Any) -> None:
@@ -42,87 +44,69 @@ def install() -> None:
         def __str__(self) -> str:
             return str(getattr(self, "_oc_message", ""))
 
-    class ArrayClosedError(ClosedError, _ArrayMemoryError):
-        _oc_message: str
+    def variant(error: type[OOCArrayError]) -> type[Any]:
+        cls = type(error.__name__, (error, RaisedByNumPy), {})
+        cls.__module__ = "oocarray.errors"
+        return cls
 
-        def __init__(self, shape: Any, dtype: Any) -> None:
-            _ArrayMemoryError.__init__(self, shape, dtype)
-
-        def __str__(self) -> str:
-            return str(getattr(self, "_oc_message", ""))
-
-    class ArrayDiskError(OOCArrayError, _ArrayMemoryError):
-        """A manager with location="mmap" could not place an array on disk."""
-
-        _oc_message: str
-        errno: int
-
-        def __init__(self, shape: Any, dtype: Any) -> None:
-            _ArrayMemoryError.__init__(self, shape, dtype)
-
-        def __str__(self) -> str:
-            return str(getattr(self, "_oc_message", ""))
-
-    class ArrayWorkspaceFullError(WorkspaceFullError, _ArrayMemoryError):
-        _oc_message: str
-
-        def __init__(self, shape: Any, dtype: Any) -> None:
-            _ArrayMemoryError.__init__(self, shape, dtype)
-
-        def __str__(self) -> str:
-            return str(getattr(self, "_oc_message", ""))
-
-    ArrayWorkspaceFullError.__name__ = ArrayWorkspaceFullError.__qualname__ = "WorkspaceFullError"
-    ArrayBudgetError.__name__ = ArrayBudgetError.__qualname__ = "MemoryBudgetError"
-    ArrayClosedError.__name__ = ArrayClosedError.__qualname__ = "ClosedError"
-    ArrayBudgetError.__module__ = ArrayClosedError.__module__ = "oocarray.errors"
+    variants = {
+        "budget": variant(MemoryBudgetError),
+        "closed": variant(ClosedError),
+        "full": variant(WorkspaceFullError),
+        "disk": variant(OOCArrayError),
+    }
     base_new = MemoryError.__new__
 
     def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
         if cls is _ArrayMemoryError and len(args) == 2:
             failure = _native.take_failure()
-            if failure is not None and _matches(failure, *args):
-                kind, err, node_id, refused_id, requested, limit, used = failure
-                asked = manager_by_node_id(node_id)
-                if kind == _native.FAIL_WORKSPACE_FULL:
-                    full_error = Exception.__new__(ArrayWorkspaceFullError, *args)
-                    name = asked.name if asked else "?"
-                    full_error._oc_message = (
-                        f"workspace {name!r} has no room for {format_bytes(requested)} in its "
-                        "arena and its spill policy is 'fail'; raise initial_size or max_size, "
-                        "or use spill='external' or 'reallocate'"
-                    )
-                    return full_error
-                if kind == _native.FAIL_SPILL and refused_id == 0:
-                    disk_error = Exception.__new__(ArrayDiskError, *args)
-                    disk_error.errno = err
-                    where = asked.name if asked else "?"
-                    disk_error._oc_message = (
-                        f"cannot place {format_bytes(requested)} on disk for manager {where!r} "
-                        f"(location='mmap')." + _disk_failure(err).replace("instead ", "")
-                    )
-                    return disk_error
-                if kind in (_native.FAIL_BUDGET, _native.FAIL_SPILL):
-                    budget_error = Exception.__new__(ArrayBudgetError, *args)
-                    budget_error._oc_message = _budget_message(
-                        requested, asked, manager_by_node_id(refused_id), limit, used
-                    )
-                    if kind == _native.FAIL_SPILL:
-                        budget_error._oc_message += _disk_failure(err)
-                    return budget_error
-                if kind == _native.FAIL_CLOSED:
-                    closed_error = Exception.__new__(ArrayClosedError, *args)
-                    name = asked.name if asked else "?"
-                    closed_error._oc_message = (
-                        f"manager {name!r} is closed but still active in this thread; NumPy "
-                        "allocations need an open manager (leave its `with` block or activate "
-                        "another one)"
-                    )
-                    return closed_error
+            described = _describe(failure) if failure and _matches(failure, *args) else None
+            if described is not None:
+                which, message, err = described
+                error = Exception.__new__(variants[which], *args)
+                error._oc_message = message
+                error.errno = err
+                return error
         return base_new(cls, *args)
 
     _ArrayMemoryError.__new__ = __new__  # type: ignore[method-assign]
     _installed = True
+
+
+def _describe(failure: tuple[int, ...]) -> tuple[str, str, int] | None:
+    """Which error a recorded failure becomes, with its message and errno; None for a plain
+    out-of-memory failure of the system, which stays NumPy's error."""
+    kind, err, node_id, refused_id, requested, limit, used = failure
+    if kind == _native.FAIL_OS:
+        return None
+    asked = manager_by_node_id(node_id)
+    name = asked.name if asked else "?"
+    if kind == _native.FAIL_WORKSPACE_FULL:
+        return (
+            "full",
+            f"workspace {name!r} has no room for {format_bytes(requested)} in its arena and its "
+            "spill policy is 'fail'; raise initial_size or max_size, or use spill='external' "
+            "or 'reallocate'",
+            0,
+        )
+    if kind == _native.FAIL_CLOSED:
+        return (
+            "closed",
+            f"manager {name!r} is closed but still active in this thread; NumPy allocations "
+            "need an open manager (leave its `with` block or activate another one)",
+            0,
+        )
+    if kind == _native.FAIL_SPILL and refused_id == 0:
+        return (
+            "disk",
+            f"cannot place {format_bytes(requested)} on disk for manager {name!r} "
+            f"(location='mmap')." + _disk_failure(err).replace("instead ", ""),
+            err,
+        )
+    message = _budget_message(requested, asked, manager_by_node_id(refused_id), limit, used)
+    if kind == _native.FAIL_SPILL:
+        message += _disk_failure(err)
+    return "budget", message, err
 
 
 def _disk_failure(err: int) -> str:
