@@ -169,7 +169,7 @@ static inline char *oc_block_data(oc_header *h) { return (char *)h + OC_HEADER_B
 int oc_set_spill_dir(const char *path);
 extern atomic_int_fast64_t oc_spill_limit; /* < 0: unlimited */
 extern atomic_int_fast64_t oc_spill_used;
-int oc_open_reserved_file(size_t bytes); /* fd, or -errno */
+int oc_open_reserved_file(size_t bytes); /* fd counted against max_spill_bytes, or -errno */
 int oc_disk_reserve(size_t bytes);       /* against max_spill_bytes: 0 or ENOSPC */
 void oc_disk_unreserve(size_t bytes);
 int oc_map_region_to_file(oc_header *h);   /* registry lock held; errno value or 0 */

@@ -57,8 +57,24 @@ int oc_disk_reserve(size_t bytes)
 
 void oc_disk_unreserve(size_t bytes) { atomic_fetch_sub(&oc_spill_used, (int64_t)bytes); }
 
-/* An unnamed temporary file with `bytes` of space reserved; -errno on failure. */
+static int open_file(size_t bytes);
+
+/* An unnamed temporary file with `bytes` of space reserved, counted against max_spill_bytes;
+ * -errno on failure (nothing counted then).  A caller that fails later unreserves. */
 int oc_open_reserved_file(size_t bytes)
+{
+    int reserved = oc_disk_reserve(bytes);
+    if (reserved) {
+        return -reserved;
+    }
+    int fd = open_file(bytes);
+    if (fd < 0) {
+        oc_disk_unreserve(bytes);
+    }
+    return fd;
+}
+
+static int open_file(size_t bytes)
 {
     char path[PATH_MAX + 32];
     pthread_mutex_lock(&dir_mutex);
@@ -219,17 +235,12 @@ int oc_node_in_subtree(oc_node *n, oc_node *root)
 int oc_map_region_to_file(oc_header *h)
 {
     size_t bytes = oc_region_data_bytes(h);
-    int err = oc_disk_reserve(bytes);
-    if (err) {
-        return err;
-    }
     int fd = oc_open_reserved_file(bytes);
     if (fd < 0) {
-        oc_disk_unreserve(bytes);
         return -fd;
     }
     void *p = mmap(oc_block_data(h), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-    err = p == MAP_FAILED ? errno : 0;
+    int err = p == MAP_FAILED ? errno : 0;
     close(fd);
     if (err) {
         oc_disk_unreserve(bytes);
@@ -247,17 +258,12 @@ int oc_spill_block(oc_header *h)
     }
     char *data = oc_block_data(h);
     size_t bytes = oc_region_data_bytes(h);
-    int err = oc_disk_reserve(bytes);
-    if (err) {
-        return err;
-    }
     int fd = oc_open_reserved_file(bytes);
     if (fd < 0) {
-        oc_disk_unreserve(bytes);
         return -fd;
     }
     int slot = move_begin(data, bytes);
-    err = write_all(fd, data, bytes);
+    int err = write_all(fd, data, bytes);
     if (!err && fdatasync(fd) != 0) {
         err = errno;
     }

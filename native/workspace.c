@@ -57,8 +57,8 @@ static oc_chunk *chunk_new(oc_node *node, size_t capacity, int location, oc_node
     c->base = base;
     c->capacity = capacity;
     if (location == OC_LOCATION_MMAP) {
-        int err = oc_disk_reserve(c->capacity);
-        int fd = err ? -err : oc_open_reserved_file(c->capacity);
+        int err;
+        int fd = oc_open_reserved_file(c->capacity);
         if (fd < 0 ||
             mmap(base, c->capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
             err = fd < 0 ? -fd : errno;
