@@ -238,7 +238,6 @@ static void header_init(oc_header *h, oc_node *owner, size_t size, unsigned flag
     h->cycle = 0;
     atomic_init(&h->flags, flags);
     atomic_init(&h->owner, owner);
-    oc_node_incref(owner);
     oc_count_allocation(owner, (int64_t)size, 1);
     if (atomic_load_explicit(&oc_trace_enabled, memory_order_relaxed) && trace_alloc(h, owner)) {
         atomic_fetch_or(&h->flags, OC_FLAG_TRACED);
@@ -383,7 +382,7 @@ static void block_free(oc_header *h)
     }
     if (flags & OC_FLAG_ARENA) {
         oc_arena_block_free(h);
-        oc_node_decref(owner);
+        oc_live_add(owner, -1);
         return;
     }
     if (flags & OC_FLAG_CYCLE_EXTERNAL) {
@@ -410,7 +409,7 @@ static void block_free(oc_header *h)
         h->magic = 0;
         small_put(h);
     }
-    oc_node_decref(owner);
+    oc_live_add(owner, -1);
 }
 
 static void *oc_malloc(void *ctx, size_t size) { return alloc_owned((oc_node *)ctx, size, 0, 1); }

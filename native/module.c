@@ -14,7 +14,7 @@ static void capsule_destructor(PyObject *capsule)
 {
     oc_node *n = PyCapsule_GetContext(capsule);
     if (n != NULL) {
-        oc_node_struct_decref(n);
+        oc_node_decref(n);
     }
 }
 
@@ -30,6 +30,7 @@ static PyObject *Node_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "parent must be a Node or None");
         return NULL;
     }
+    oc_sweep_zombies();
     NodeObject *self = (NodeObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
         return NULL;
@@ -44,7 +45,7 @@ static PyObject *Node_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(self);
         return NULL;
     }
-    oc_node_struct_incref(self->node);
+    oc_node_incref(self->node);
     PyCapsule_SetContext(self->handler, self->node);
     return (PyObject *)self;
 }
@@ -53,7 +54,7 @@ static void Node_dealloc(NodeObject *self)
 {
     Py_XDECREF(self->handler);
     if (self->node != NULL) {
-        oc_node_struct_decref(self->node);
+        oc_node_decref(self->node);
     }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -73,7 +74,7 @@ static PyObject *Node_reset_peak(NodeObject *self, PyObject *Py_UNUSED(ignored))
 static PyObject *Node_counters(NodeObject *self, PyObject *Py_UNUSED(ignored))
 {
     oc_node *n = self->node;
-    long long live = (long long)(atomic_load(&n->refcnt) - atomic_load(&n->structural));
+    long long live = (long long)oc_live_count(n);
 #define COUNTER(name) #name, (long long)atomic_load(&n->name)
     return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsL}", COUNTER(current_bytes), COUNTER(peak_bytes),
                          "total_bytes", (long long)oc_total_bytes(n), "total_count",
@@ -363,9 +364,9 @@ static PyObject *transfer(PyObject *Py_UNUSED(m), PyObject *args)
             atomic_fetch_add(&to->region_bytes, size);
             atomic_fetch_add(&to->region_count, 1);
         }
-        oc_node_incref(to);
+        oc_live_add(to, 1);
         atomic_store(&h->owner, to);
-        oc_node_decref(from);
+        oc_live_add(from, -1);
     }
     if (kept && !(flags & OC_FLAG_KEPT)) {
         atomic_fetch_or(&h->flags, OC_FLAG_KEPT);

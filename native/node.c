@@ -55,11 +55,39 @@ void oc_count_allocation(oc_node *n, int64_t bytes, int64_t count)
         atomic_store_explicit(&slot->total_count,
                               atomic_load_explicit(&slot->total_count, memory_order_relaxed) + count,
                               memory_order_relaxed);
+        atomic_store_explicit(&slot->live_count,
+                              atomic_load_explicit(&slot->live_count, memory_order_relaxed) + count,
+                              memory_order_relaxed);
     }
     else {
         atomic_fetch_add_explicit(&slot->total_bytes, bytes, memory_order_relaxed);
         atomic_fetch_add_explicit(&slot->total_count, count, memory_order_relaxed);
+        atomic_fetch_add_explicit(&slot->live_count, count, memory_order_relaxed);
     }
+}
+
+void oc_live_add(oc_node *n, int64_t count)
+{
+    int s = oc_thread_slot();
+    oc_slot *slot = &n->slots[s];
+    if (s < OC_THREAD_SLOTS) {
+        /* Release: every earlier access to the node happens before a sweep can see zero. */
+        atomic_store_explicit(&slot->live_count,
+                              atomic_load_explicit(&slot->live_count, memory_order_relaxed) + count,
+                              memory_order_release);
+    }
+    else {
+        atomic_fetch_add_explicit(&slot->live_count, count, memory_order_release);
+    }
+}
+
+int64_t oc_live_count(oc_node *n)
+{
+    int64_t sum = 0;
+    for (int i = 0; i <= OC_THREAD_SLOTS; i++) {
+        sum += atomic_load_explicit(&n->slots[i].live_count, memory_order_acquire);
+    }
+    return sum;
 }
 
 int64_t oc_total_bytes(oc_node *n)
@@ -96,11 +124,10 @@ oc_node *oc_node_new(oc_node *parent, int64_t max_bytes)
     memset(n->slots, 0, sizeof(oc_slot) * (OC_THREAD_SLOTS + 1));
     n->parent = parent;
     if (parent != NULL) {
-        oc_node_struct_incref(parent);
+        oc_node_incref(parent);
     }
     n->id = atomic_fetch_add(&next_node_id, 1);
     atomic_init(&n->refcnt, 1);
-    atomic_init(&n->structural, 1);
     atomic_init(&n->max_bytes, max_bytes);
     oc_handler_init(&n->handler, n);
     return n;
@@ -108,14 +135,23 @@ oc_node *oc_node_new(oc_node *parent, int64_t max_bytes)
 
 void oc_node_incref(oc_node *n) { atomic_fetch_add_explicit(&n->refcnt, 1, memory_order_relaxed); }
 
+/* Unreferenced nodes that still own blocks: freed by oc_sweep_zombies once their blocks are
+ * gone (their live count only falls: nothing can allocate through them or move blocks in). */
+static pthread_mutex_t zombie_lock = PTHREAD_MUTEX_INITIALIZER;
+static oc_node *zombies;
+
 void oc_node_decref(oc_node *n)
 {
     /* Iterative so that a long chain of dead ancestors does not recurse. */
     while (n != NULL && atomic_fetch_sub_explicit(&n->refcnt, 1, memory_order_acq_rel) == 1) {
-        oc_node *parent = n->parent;
-        if (parent != NULL) {
-            atomic_fetch_sub_explicit(&parent->structural, 1, memory_order_relaxed);
+        if (oc_live_count(n) != 0) {
+            pthread_mutex_lock(&zombie_lock);
+            n->next_zombie = zombies;
+            zombies = n;
+            pthread_mutex_unlock(&zombie_lock);
+            return;
         }
+        oc_node *parent = n->parent;
         free(n->slots);
         free(n->workspace);
         free(n);
@@ -123,16 +159,33 @@ void oc_node_decref(oc_node *n)
     }
 }
 
-void oc_node_struct_incref(oc_node *n)
+void oc_sweep_zombies(void)
 {
-    atomic_fetch_add_explicit(&n->structural, 1, memory_order_relaxed);
-    oc_node_incref(n);
-}
-
-void oc_node_struct_decref(oc_node *n)
-{
-    atomic_fetch_sub_explicit(&n->structural, 1, memory_order_relaxed);
-    oc_node_decref(n);
+    oc_node *dead = NULL;
+    pthread_mutex_lock(&zombie_lock);
+    for (oc_node **link = &zombies; *link != NULL;) {
+        oc_node *z = *link;
+        if (oc_live_count(z) == 0) {
+            *link = z->next_zombie;
+            z->next_zombie = dead;
+            dead = z;
+        }
+        else {
+            link = &z->next_zombie;
+        }
+    }
+    pthread_mutex_unlock(&zombie_lock);
+    while (dead != NULL) {
+        oc_node *z = dead;
+        dead = z->next_zombie;
+        oc_node *parent = z->parent;
+        free(z->slots);
+        free(z->workspace);
+        free(z);
+        if (parent != NULL) {
+            oc_node_decref(parent);
+        }
+    }
 }
 
 static inline void raise_peak(oc_node *p, int64_t now)

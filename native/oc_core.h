@@ -7,8 +7,9 @@
  * remapped to a file at the same address.
  *
  * Counting is lock-free: each node keeps atomic counters; an allocation reserves its size on
- * every ancestor (reserve-and-rollback against max_bytes) and holds one reference on its
- * owner node, so a node outlives every block it owns, even after its Python manager closed.
+ * every ancestor (reserve-and-rollback against max_bytes).  A node outlives every block it
+ * owns, even after its Python manager closed: it is freed only when nothing refers to it and
+ * its count of live blocks (kept in per-thread slots, so the hot path takes no lock) is zero.
  */
 #ifndef OC_CORE_H
 #define OC_CORE_H
@@ -77,14 +78,15 @@ typedef struct oc_workspace oc_workspace;
 typedef struct {
     _Alignas(64) atomic_int_fast64_t total_bytes;
     atomic_int_fast64_t total_count;
+    atomic_int_fast64_t live_count; /* blocks allocated or moved in, less those freed or moved out */
 } oc_slot;
 
 struct oc_node {
     PyDataMem_Handler handler; /* ctx points back at this node */
     oc_node *parent;           /* holds one reference on the parent */
     uint64_t id;
-    atomic_int_fast64_t refcnt;     /* structural references + one per live block */
-    atomic_int_fast64_t structural; /* references that are not live blocks */
+    atomic_int_fast64_t refcnt; /* the Python object, the handler capsule, children, chunks */
+    oc_node *next_zombie;       /* on the list of unreferenced nodes that still own blocks */
     atomic_int_fast64_t max_bytes;  /* < 0: unlimited */
     atomic_int closed;
     oc_workspace *workspace; /* NULL unless this node is a workspace */
@@ -139,8 +141,9 @@ int64_t oc_total_count(oc_node *n);
 oc_node *oc_node_new(oc_node *parent, int64_t max_bytes);
 void oc_node_incref(oc_node *n);
 void oc_node_decref(oc_node *n);
-void oc_node_struct_incref(oc_node *n);
-void oc_node_struct_decref(oc_node *n);
+void oc_live_add(oc_node *n, int64_t count); /* a block's last access to its owner */
+int64_t oc_live_count(oc_node *n);
+void oc_sweep_zombies(void);
 oc_node *oc_reserve(oc_node *n, int64_t bytes);
 void oc_release(oc_node *n, int64_t bytes);
 oc_node *oc_common_ancestor(oc_node *a, oc_node *b);

@@ -32,7 +32,7 @@ static void chunk_unmap(oc_chunk *c)
         oc_disk_unreserve(c->capacity);
     }
     oc_release(c->node, (int64_t)c->capacity);
-    oc_node_struct_decref(c->node);
+    oc_node_decref(c->node);
     free(c);
 }
 
@@ -76,7 +76,7 @@ static oc_chunk *chunk_new(oc_node *node, size_t capacity, int location, oc_node
         c->on_disk = 1;
     }
     c->node = node;
-    oc_node_struct_incref(node);
+    oc_node_incref(node);
     return c;
 }
 
@@ -160,7 +160,6 @@ void *oc_workspace_alloc(oc_node *node, size_t size, int zero, int *handled)
         atomic_init(&h->flags, OC_FLAG_ARENA);
         atomic_init(&h->owner, node);
         atomic_fetch_add(&c->live, 1);
-        oc_node_incref(node);
         oc_count_allocation(node, (int64_t)size, 1);
         w->arena_allocations++;
         return data;
