@@ -316,13 +316,20 @@ static void *alloc_plain(oc_node *owner, size_t size, int zero, int refuse_close
         oc_record_failure(OC_FAIL_CLOSED, 0, owner, NULL, (int64_t)size);
         return NULL;
     }
-    if (size > (size_t)PTRDIFF_MAX / 2) {
-        oc_record_failure(OC_FAIL_OS, ENOMEM, owner, NULL, INT64_MAX);
-        return NULL;
-    }
     if (atomic_load_explicit(&owner->location, memory_order_relaxed) == OC_LOCATION_MMAP &&
         size >= oc_page_bytes()) {
         return place_on_disk(owner, size, NULL);
+    }
+    if (size > (size_t)INT64_MAX / 2) {
+        /* Beyond any machine, and too big to add to a counter: the first budget on the way
+         * refuses it, else the system does. */
+        oc_node *limited = owner;
+        while (limited != NULL && atomic_load(&limited->max_bytes) < 0) {
+            limited = limited->parent;
+        }
+        oc_record_failure(limited ? OC_FAIL_BUDGET : OC_FAIL_OS, ENOMEM, owner, limited,
+                          (int64_t)(size > (size_t)INT64_MAX ? INT64_MAX : size));
+        return NULL;
     }
     oc_node *refused = oc_reserve(owner, (int64_t)size);
     if (refused != NULL) {
@@ -345,12 +352,15 @@ static void *alloc_plain(oc_node *owner, size_t size, int zero, int refuse_close
             return place_on_disk(owner, size, refused);
         }
     }
-    void *data = block_new(owner, size, zero);
+    /* Budgets are checked first: an absurd request under a budget is the budget's refusal. */
+    void *data = size > (size_t)PTRDIFF_MAX / 2 ? NULL : block_new(owner, size, zero);
     if (data == NULL) {
-        int err = errno ? errno : ENOMEM;
+        int err = errno && size <= (size_t)PTRDIFF_MAX / 2 ? errno : ENOMEM;
         oc_release(owner, (int64_t)size);
         oc_record_failure(OC_FAIL_OS, err, owner, NULL, (int64_t)size);
+        return NULL;
     }
+    oc_raise_peaks(owner);
     return data;
 }
 
@@ -433,19 +443,16 @@ static void oc_free(void *ctx, void *ptr, size_t size)
     }
 }
 
-/* Resizes a block without moving it when it has room; returns 0, or an OC_FAIL_* kind. */
+/* Resizes a block without moving it when it has room.  Returns 0, or OC_FAIL_BUDGET when a
+ * budget refused the growth (nothing changed then). */
 static int resize_in_place(oc_header *h, size_t new_size, int reserved)
 {
     oc_node *owner = atomic_load(&h->owner);
     int64_t delta = (int64_t)new_size - (int64_t)h->size;
     unsigned flags = atomic_load(&h->flags);
     int on_disk = (flags & OC_FLAG_ON_DISK) != 0;
-    if (!on_disk && delta > 0 && !reserved) {
-        oc_node *refused = oc_reserve(owner, delta);
-        if (refused != NULL) {
-            oc_record_failure(OC_FAIL_BUDGET, 0, owner, refused, delta);
-            return OC_FAIL_BUDGET;
-        }
+    if (!on_disk && delta > 0 && !reserved && oc_reserve(owner, delta) != NULL) {
+        return OC_FAIL_BUDGET;
     }
     if (on_disk) {
         atomic_fetch_add((flags & OC_FLAG_SPILLED) ? &owner->spilled_bytes : &owner->mapped_bytes, delta);
@@ -461,9 +468,32 @@ static int resize_in_place(oc_header *h, size_t new_size, int reserved)
     }
     if (delta > 0) {
         oc_count_allocation(owner, delta, 0);
+        oc_raise_peaks(owner);
     }
     h->size = new_size;
     return 0;
+}
+
+/* Moves a block to a new one of the right kind, made under the owner's budget and spill
+ * policy; the owner stays the same even if it has closed. */
+static void *realloc_by_moving(oc_header *h, size_t new_size)
+{
+    oc_node *owner = atomic_load(&h->owner);
+    unsigned flags = atomic_load(&h->flags);
+    size_t old_size = h->size;
+    void *data = alloc_owned(owner, new_size, 0, 0);
+    if (data == NULL) {
+        return NULL;
+    }
+    memcpy(data, oc_block_data(h), old_size < new_size ? old_size : new_size);
+    if (flags & OC_FLAG_KEPT) {
+        oc_header *nh = oc_header_of(data);
+        atomic_fetch_or(&nh->flags, OC_FLAG_KEPT);
+        atomic_fetch_add_explicit(&owner->kept_count, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&owner->kept_bytes, (int64_t)new_size, memory_order_relaxed);
+    }
+    block_free(h);
+    return data;
 }
 
 static void *oc_realloc(void *ctx, void *ptr, size_t new_size)
@@ -476,52 +506,46 @@ static void *oc_realloc(void *ctx, void *ptr, size_t new_size)
     size_t old_size = h->size;
     size_t threshold = atomic_load_explicit(&oc_large_threshold, memory_order_relaxed);
     if (flags & OC_FLAG_ARENA) {
-        /* Arena blocks cannot grow in place: fall through to the move below. */
+        /* Arena blocks cannot grow in place. */
     }
     else if (flags & OC_FLAG_REGION) {
         if (new_size <= oc_region_data_bytes(h) && new_size >= old_size / 2 && new_size >= threshold / 2) {
             oc_registry_lock();
-            int failed = resize_in_place(h, new_size, 0);
+            int refused = resize_in_place(h, new_size, 0);
             oc_registry_unlock();
-            return failed ? NULL : ptr;
+            if (!refused) {
+                return ptr;
+            }
         }
     }
     else if (new_size < threshold) {
         if (new_size <= h->map_bytes) {
-            return resize_in_place(h, new_size, 0) ? NULL : ptr;
+            if (!resize_in_place(h, new_size, 0)) {
+                return ptr;
+            }
         }
-        /* Grow the malloc block: reserve first so that a refusal leaves it untouched. */
-        oc_node *owner = atomic_load(&h->owner);
-        int64_t delta = (int64_t)new_size - (int64_t)old_size;
-        oc_node *refused = oc_reserve(owner, delta);
-        if (refused != NULL) {
-            oc_record_failure(OC_FAIL_BUDGET, 0, owner, refused, delta);
-            return NULL;
+        else {
+            /* Grow the malloc block: reserve first so that a refusal leaves it untouched. */
+            oc_node *owner = atomic_load(&h->owner);
+            int64_t delta = (int64_t)new_size - (int64_t)old_size;
+            if (oc_reserve(owner, delta) == NULL) {
+                oc_header *nh = realloc(h, OC_HEADER_BYTES + new_size);
+                if (nh != NULL) {
+                    nh->map_bytes = new_size;
+                    resize_in_place(nh, new_size, 1);
+                    return (char *)nh + OC_HEADER_BYTES;
+                }
+                oc_release(owner, delta);
+            }
         }
-        oc_header *nh = realloc(h, OC_HEADER_BYTES + new_size);
-        if (nh == NULL) {
-            oc_release(owner, delta);
-            oc_record_failure(OC_FAIL_OS, ENOMEM, owner, NULL, delta);
-            return NULL;
-        }
-        nh->map_bytes = new_size;
-        resize_in_place(nh, new_size, 1);
-        return (char *)nh + OC_HEADER_BYTES;
     }
-    /* Move to a new block of the right kind; the owner stays the same even if it has closed. */
-    oc_node *owner = atomic_load(&h->owner);
-    void *data = alloc_owned(owner, new_size, 0, 0);
+    /* Over budget in place, or a change of kind: move, following the spill policy. */
+    void *data = realloc_by_moving(h, new_size);
     if (data == NULL) {
-        return NULL;
+        /* NumPy reports a failed resize with a plain MemoryError of its own, which never
+         * consults the record: drop it so that no later error is mistaken for this one. */
+        oc_take_failure();
     }
-    memcpy(data, ptr, old_size < new_size ? old_size : new_size);
-    if (flags & OC_FLAG_KEPT) {
-        oc_header *nh = oc_header_of(data);
-        atomic_fetch_or(&nh->flags, OC_FLAG_KEPT);
-        atomic_fetch_add_explicit(&owner->kept_count, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&owner->kept_bytes, (int64_t)new_size, memory_order_relaxed);
-    }
-    block_free(h);
     return data;
 }
 

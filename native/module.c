@@ -351,6 +351,7 @@ static PyObject *transfer(PyObject *Py_UNUSED(m), PyObject *args)
                                      (long long)atomic_load(&refused->current_bytes));
             }
             oc_release_until(from, common, size);
+            oc_raise_peaks(to);
         }
         if (flags & OC_FLAG_KEPT) {
             atomic_fetch_sub(&from->kept_count, 1);
@@ -446,6 +447,7 @@ static PyObject *unspill(PyObject *Py_UNUSED(m), PyObject *obj)
                 oc_release(owner, (int64_t)h->size);
             }
             else {
+                oc_raise_peaks(owner);
                 moved = (long long)h->size;
             }
         }

@@ -211,9 +211,17 @@ oc_node *oc_reserve_until(oc_node *n, oc_node *stop, int64_t bytes)
             }
             return p;
         }
-        raise_peak(p, now);
     }
     return NULL;
+}
+
+/* Called once memory is really in use: peaks never count a request that was refused or that
+ * the system could not serve. */
+void oc_raise_peaks(oc_node *n)
+{
+    for (oc_node *p = n; p != NULL; p = p->parent) {
+        raise_peak(p, atomic_load_explicit(&p->current_bytes, memory_order_relaxed));
+    }
 }
 
 void oc_release_until(oc_node *n, oc_node *stop, int64_t bytes)

@@ -77,6 +77,7 @@ static oc_chunk *chunk_new(oc_node *node, size_t capacity, int location, oc_node
     }
     c->node = node;
     oc_node_incref(node);
+    oc_raise_peaks(node);
     return c;
 }
 

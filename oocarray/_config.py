@@ -69,6 +69,11 @@ def _parse_dir(value: object, setting: str) -> str | None:
         raise ValueError(
             f"{setting} must be a non-empty directory path (e.g. '/scratch'), got {value!r}"
         )
+    if not os.path.isdir(path):
+        raise ValueError(
+            f"{setting} must be an existing directory (e.g. '/scratch'), got {value!r}: "
+            f"{'it is not a directory' if os.path.exists(path) else 'it does not exist'}"
+        )
     return path
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import gc
+import inspect
 import mmap
 import os
 import sys
@@ -116,16 +117,17 @@ class MemoryStats:
     unspill_moved_bytes: int
 
 
-# Node counters that stats() adds up over a subtree.
-_SUMMED = (
-    "live_count",
-    "spilled_bytes",
-    "mapped_bytes",
+# Node counters that only grow; a pruned child's are kept by its parent.
+_CUMULATIVE = (
+    "total_bytes",
+    "total_count",
     "spill_count",
     "spill_moved_bytes",
     "unspill_count",
     "unspill_moved_bytes",
 )
+# Node counters that stats() adds up over a subtree.
+_SUMMED = ("live_count", "spilled_bytes", "mapped_bytes", *_CUMULATIVE)
 
 _registry: weakref.WeakValueDictionary[int, Manager] = weakref.WeakValueDictionary()
 _active: contextvars.ContextVar[Manager | None] = contextvars.ContextVar(
@@ -144,7 +146,12 @@ def _collect_garbage_throttled() -> bool:
     if now - _last_gc < _GC_MIN_INTERVAL_S:
         return False
     _last_gc = now
-    gc.collect()
+    # Finalizers run by the collection allocate outside the manager that is under pressure.
+    previous = _native.set_handler(None)
+    try:
+        gc.collect()
+    finally:
+        _native.set_handler(previous)
     return True
 
 
@@ -289,8 +296,7 @@ class Manager:
         self._children: list[Manager] = []
         self._escaped = 0
         self._escaped_bytes = 0
-        self._pruned_total_bytes = 0
-        self._pruned_total_count = 0
+        self._pruned: dict[str, int] = dict.fromkeys(_CUMULATIVE, 0)
         self._close_hooks: list[Callable[[], None]] = []
         _registry[self._node.id] = self
         if parent is not None:
@@ -357,8 +363,8 @@ class Manager:
         for child in self._children:
             if child.closed and child._node.counters()["live_count"] == 0 and not child._children:
                 counters = child._node.counters()
-                self._pruned_total_bytes += counters["total_bytes"] + child._pruned_total_bytes
-                self._pruned_total_count += counters["total_count"] + child._pruned_total_count
+                for key in _CUMULATIVE:
+                    self._pruned[key] += counters[key] + child._pruned[key]  # type: ignore[literal-required]
             else:
                 keep.append(child)
         self._children = keep
@@ -523,8 +529,6 @@ class Manager:
         with _tree_lock:
             counters = self._node.counters()
             totals = dict.fromkeys(_SUMMED, 0)
-            total_bytes = self._pruned_total_bytes
-            total_count = self._pruned_total_count
             open_children = [c for c in self._children if not c.closed]
             open_below: set[int] = {id(d) for c in open_children for d in c._subtree()}
             own_count = 0
@@ -533,8 +537,8 @@ class Manager:
                 c = m._node.counters()
                 for key in _SUMMED:
                     totals[key] += c[key]  # type: ignore[literal-required]
-                total_bytes += c["total_bytes"] + (m._pruned_total_bytes if m is not self else 0)
-                total_count += c["total_count"] + (m._pruned_total_count if m is not self else 0)
+                for key in _CUMULATIVE:
+                    totals[key] += m._pruned[key]
                 if id(m) not in open_below:
                     own_count += c["live_count"]
                     own_disk += c["spilled_bytes"] + c["mapped_bytes"]
@@ -545,8 +549,8 @@ class Manager:
                 current_bytes=ram + totals["mapped_bytes"] + totals["spilled_bytes"],
                 current_count=totals["live_count"],
                 peak_bytes=counters["peak_bytes"],
-                total_bytes=total_bytes,
-                total_count=total_count,
+                total_bytes=totals["total_bytes"],
+                total_count=totals["total_count"],
                 own_bytes=own_ram + own_disk,
                 own_count=own_count,
                 max_bytes=self.max_bytes,
@@ -751,7 +755,9 @@ def _find_arrays(node_ids: set[int]) -> list[tuple[np.ndarray, tuple[int, ...]]]
             if not f.f_code.co_filename.startswith(_PACKAGE_DIR):
                 snapshot = f.f_locals
                 consider(snapshot.values())
-                if type(snapshot) is dict:
+                # Only a function's f_locals is a snapshot; a module's or class body's is the
+                # namespace itself, whose entries are the user's variables.
+                if type(snapshot) is dict and f.f_code.co_flags & inspect.CO_OPTIMIZED:
                     for key in [k for k, v in snapshot.items() if isinstance(v, np.ndarray)]:
                         del snapshot[key]
                 del snapshot

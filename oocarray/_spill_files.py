@@ -30,9 +30,7 @@ def _path_under(base: str | None) -> str:
 
 def _make_private_dir(base: str | None) -> str:
     path = _path_under(base)
-    base = os.path.dirname(path)
     try:
-        os.makedirs(base, exist_ok=True)
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass

@@ -69,10 +69,14 @@ def parse_size(value: object, setting: str = "size", *, allow_none: bool = False
             raise ValueError(f"{setting} has a malformed unit: {value!r} ({example})")
         else:
             scale = _BINARY[unit]
-        magnitude = float(number) * 10 ** int(exponent or 0) * scale
-        if not math.isfinite(magnitude):
-            raise ValueError(f"{setting} is too large: {value!r} ({example})")
-        result = int(magnitude)
+        magnitude = float(f"{number}e{exponent or 0}") * scale  # huge exponents become inf
+        if not math.isfinite(magnitude) or magnitude > 2**62:
+            raise ValueError(f"{setting} is absurdly large: {value!r} ({example})")
+        if not unit and magnitude != int(magnitude):
+            raise ValueError(
+                f"{setting} must be a whole number of bytes ({example}), got {value!r}"
+            )
+        result = round(magnitude)
     if result < 0:
         raise ValueError(f"{setting} must not be negative, got {value!r} ({example})")
     if result > 2**62:
@@ -91,8 +95,8 @@ def format_bytes(n: int | None) -> str:
     if n is None:
         return "unlimited"
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if abs(value) < 1024 or unit == "EiB":
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")

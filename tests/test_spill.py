@@ -422,3 +422,13 @@ def test_full_disk_under_location_mmap_is_a_clear_memory_error(tiny_tmpfs: Path)
     assert "cannot place 15.3 MiB on disk for manager 'ondisk'" in result.stdout
     assert "ENOSPC" in result.stdout
     assert "exited normally" in result.stdout
+
+
+def test_resize_over_budget_follows_the_spill_policy(spill_dir: Path) -> None:
+    with oc.Manager("grow", max_bytes=REGION) as m:
+        a = np.arange(1000, dtype=np.int64)
+        a.resize(REGION, refcheck=False)  # 8x the budget: moved, and placed on disk
+        assert oc.location(a) == "mmap"
+        assert a[:1000].tolist() == list(range(1000))
+        assert m.stats().ram_bytes < REGION
+        assert m.stats().mmap_bytes == a.nbytes
