@@ -130,7 +130,7 @@ void oc_region_unmap(oc_header *h)
     size_t page = oc_page_bytes();
     size_t limit = atomic_load_explicit(&oc_region_cache_limit, memory_order_relaxed);
     char *base = oc_block_data(h) - page;
-    if (!(atomic_load(&h->flags) & OC_FLAG_ON_DISK) && h->map_bytes <= limit / 4) {
+    if (!(atomic_load(&h->flags) & OC_FLAG_ON_DISK) && h->map_bytes - page <= limit / 4) {
         oc_header *evicted = NULL;
         pthread_mutex_lock(&cache_mutex);
         list_push_front(&cache, h);

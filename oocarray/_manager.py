@@ -219,7 +219,9 @@ class Manager:
         (arrays under one page stay in RAM).
     spill
         What an allocation that would exceed the budget does: ``"mmap"`` places the new array
-        in a temporary file; ``"evict"`` first moves this budget's oldest arrays to disk
+        in a temporary file (a page at least: leave the budget some headroom for small
+        temporaries, each of which would otherwise get a file); ``"evict"`` first moves this
+        budget's oldest arrays to disk
         (oldest allocation first; an unspilled array counts as new), then places the new one
         in RAM if that made room, else in a file; ``"fail"`` raises
         :class:`MemoryBudgetError`.  Garbage is collected first (at most twice a second).

@@ -1,6 +1,8 @@
 """Where spilled data goes: a private directory and the disk-space cap.
 
-Files themselves are created by the native code: unnamed (``O_TMPFILE``) or created ``0600``
+Without ``spill_dir`` the system temporary directory is used, or ``/var/tmp`` when the former
+is a tmpfs (spilling to memory would release nothing).  Files themselves are created by the
+native code: unnamed (``O_TMPFILE``) or created ``0600``
 and unlinked at once, with their space reserved by ``posix_fallocate`` before any page is
 written.  The directory is ``<spill_dir>/oocarray-<uid>``, mode ``0700`` and owned by the
 user; it is shared by the user's processes and holds no named file, so a crash or ``kill -9``
@@ -24,8 +26,33 @@ __all__ = ["apply_settings", "private_dir", "spill_error"]
 _lock = threading.Lock()
 
 
+def _is_in_memory(path: str) -> bool:
+    """Whether ``path`` is on tmpfs or ramfs, where spilled data would still take RAM."""
+    target = os.path.realpath(path)
+    best, fstype = "", ""
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as mounts:
+            for line in mounts:
+                fields = line.split()
+                point = fields[1].replace("\\040", " ")
+                inside = target == point or target.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, fstype = point, fields[2]
+    except OSError:
+        return False
+    return fstype in ("tmpfs", "ramfs")
+
+
+def default_base() -> str:
+    """The system temporary directory, unless it is in memory and /var/tmp is on a disk."""
+    base = tempfile.gettempdir()
+    if _is_in_memory(base) and os.path.isdir("/var/tmp") and not _is_in_memory("/var/tmp"):
+        return "/var/tmp"
+    return base
+
+
 def _path_under(base: str | None) -> str:
-    return os.path.join(base or tempfile.gettempdir(), f"oocarray-{os.getuid()}")
+    return os.path.join(base or default_base(), f"oocarray-{os.getuid()}")
 
 
 def _make_private_dir(base: str | None) -> str:

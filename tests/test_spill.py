@@ -432,3 +432,31 @@ def test_resize_over_budget_follows_the_spill_policy(spill_dir: Path) -> None:
         assert a[:1000].tolist() == list(range(1000))
         assert m.stats().ram_bytes < REGION
         assert m.stats().mmap_bytes == a.nbytes
+
+
+def test_small_arrays_over_budget_get_a_file_and_the_budget_holds(spill_dir: Path) -> None:
+    with oc.Manager("full", max_bytes=REGION * 2) as m:
+        old = np.ones(REGION * 2, np.uint8)  # fills the budget exactly
+        small = np.arange(100.0)
+        assert oc.location(small) == "mmap"
+        assert oc.location(old) == "ram", "the mmap policy moves nothing else out"
+        assert m.stats().ram_bytes == REGION * 2
+        assert small.sum() == 4950.0
+
+
+def test_sixteen_mib_regions_are_cached() -> None:
+    _native.region_cache(-1)
+    with oc.Manager():
+        a = np.empty(16 << 20, np.uint8)
+        del a
+    assert _native.region_cache()[0] >= 16 << 20
+
+
+def test_default_spill_directory_is_not_in_memory() -> None:
+    from oocarray import _spill_files
+
+    assert _spill_files._is_in_memory("/dev/shm") == os.path.ismount("/dev/shm")
+    base = _spill_files.default_base()
+    assert os.path.isdir(base)
+    if os.path.isdir("/var/tmp") and not _spill_files._is_in_memory("/var/tmp"):
+        assert not _spill_files._is_in_memory(base)
