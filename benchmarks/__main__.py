@@ -6,13 +6,29 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from benchmarks import large_alloc, w2_small_alloc
+from benchmarks import (
+    l3_huge_pages,
+    large_alloc,
+    w1_workspace,
+    w2_small_alloc,
+    w3_spill,
+    w4_over_budget,
+    w7_random_rows,
+)
 from benchmarks._timing import ROW_HEADERS, Result, markdown_table
 
 BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
+    "W1": ("workspace cycle vs plain NumPy and the out= floor", w1_workspace.run),
     "W2": ("small-allocation overhead inside a manager", w2_small_alloc.run),
+    "W3": ("spill a 2 GiB live array to disk vs os.write + fdatasync", w3_spill.run),
+    "W4": (
+        "4x the budget in 32 MiB arrays in Manager(max_bytes=256M): peak RSS",
+        w4_over_budget.run,
+    ),
+    "W7": ("random-row reads from an (N, 1024) float32 array", w7_random_rows.run),
     "L1": ("64 MiB allocate + first touch inside a manager", large_alloc.run_large),
     "L2": ("small/large threshold sweep, 16 KiB to 32 MiB", large_alloc.run_sweep),
+    "L3": ("workspace arenas with and without transparent huge pages", l3_huge_pages.run),
 }
 
 
@@ -53,10 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.append(BENCHMARKS[key][1](args.quick))
     rows = [row.cells() for result in results for row in result.rows]
     tables = [table for result in results for table in result.tables]
+    notes = [note for result in results for note in result.notes]
     sections = []
     if rows:
         sections.append(markdown_table(ROW_HEADERS, rows))
     sections += [table.render() for table in tables]
+    if notes:
+        sections.append("\n".join(f"- {note}" for note in notes))
     print("\n\n".join(sections))
     return 0
 

@@ -103,6 +103,13 @@ def format_bytes(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
+def format_mib(nbytes: int) -> str:
+    """A resident-memory figure: ``272.0 MiB`` (``1.02 GiB`` from 1 GiB)."""
+    if nbytes >= 1 << 30:
+        return f"{nbytes / (1 << 30):.2f} GiB"
+    return f"{nbytes / (1 << 20):.1f} MiB"
+
+
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A GitHub markdown table."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
@@ -133,6 +140,22 @@ class Row:
         return [self.id, self.workload, format_seconds(self.oocarray_s), peer, ratio, target, met]
 
 
+@dataclass(frozen=True, slots=True)
+class TextRow:
+    """A line of the main table whose cells are not times (W4 reports resident memory)."""
+
+    id: str
+    workload: str
+    oocarray: str
+    peer: str
+    ratio: str
+    target: str
+    met: str
+
+    def cells(self) -> list[str]:
+        return [self.id, self.workload, self.oocarray, self.peer, self.ratio, self.target, self.met]
+
+
 ROW_HEADERS = ("id", "workload", "oocarray", "peer", "ratio", "target", "met?")
 
 
@@ -152,5 +175,6 @@ class Table:
 class Result:
     """What one benchmark contributes: rows of the main table and extra tables."""
 
-    rows: list[Row]
+    rows: Sequence[Row | TextRow]
     tables: list[Table]
+    notes: Sequence[str] = ()

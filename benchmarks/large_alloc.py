@@ -9,6 +9,12 @@ the manager forced onto the malloc path (threshold above the size), forced onto 
 (threshold equal to the size), and with plain NumPy.  The threshold is global; it is restored
 afterwards.  Sizes from 8 MiB to 32 MiB are added to show where the region path stops
 costing more than malloc.
+
+Freed regions go to a free-region cache (native/regions.c) and are handed out again for
+requests of about the same size, so in this loop the region path normally reuses one mapping.
+The sweep reports whether a size is served from the cache, and runs a second pass with the
+cache switched off (``_native.region_cache(0)``, restored afterwards): the cost of a request
+that misses it.
 """
 
 from __future__ import annotations
@@ -102,6 +108,25 @@ def _path_at(threshold: int, elements: int) -> bool | None:
         return _is_region(elements)
 
 
+def _reused_after_free(threshold: int, elements: int) -> bool:
+    """Whether a region freed in a manager at this threshold goes into the free-region cache
+    (native/regions.c) and the next request of the same size is served from it.
+
+    Judged from the cache's byte count, not from addresses: the kernel often maps a fresh
+    region at the address just unmapped.
+    """
+    _native.set_large_threshold(threshold)
+    with oc.Manager("bench-reuse"):
+        a = np.empty(elements)
+        after_alloc = _native.region_cache()[0]
+        del a
+        after_free = _native.region_cache()[0]
+        b = np.empty(elements)
+        after_realloc = _native.region_cache()[0]
+        del b
+    return after_free > after_alloc and after_realloc < after_free
+
+
 def run_large(quick: bool = False) -> Result:
     elements = LARGE_BYTES // 8
     ops = 2
@@ -114,6 +139,7 @@ def run_large(quick: bool = False) -> Result:
             {"oocarray": _managed(elements, ops, None), "numpy": _plain(elements, ops)},
             rounds=rounds,
         )
+        faults = (_faults_per_op(elements, saved), _faults_per_op(elements, None))
     finally:
         _native.set_large_threshold(saved)
     row = Row(
@@ -124,12 +150,14 @@ def run_large(quick: bool = False) -> Result:
         peer_s=per_op(times["numpy"], ops),
         ratio=Ratio.paired(times["oocarray"], times["numpy"]),
     )
-    return Result(rows=[row], tables=[])
+    note = f"L1 minor page faults per operation: oocarray {faults[0]:g}, plain NumPy {faults[1]:g}"
+    return Result(rows=[row], tables=[], notes=[note])
 
 
 def run_sweep(quick: bool = False) -> Result:
     rounds = 5 if quick else 21
     saved = _native.get_large_threshold()
+    cache_limit = _native.region_cache()[1]
     rows: list[list[str]] = []
     try:
         for size in SWEEP_SIZES + SWEEP_SIZES_BEYOND:
@@ -152,6 +180,18 @@ def run_sweep(quick: bool = False) -> Result:
                 _faults_per_op(elements, size + 1),
                 _faults_per_op(elements, size),
             ]
+            reused = _reused_after_free(size, elements)
+            # A second pass with the free-region cache off: what a request that misses the
+            # cache (first use of a size, or more sizes in turn than the cache holds) costs.
+            _native.region_cache(0)
+            try:
+                cold = interleave(
+                    {"numpy": _plain(elements, ops), "region": _managed(elements, ops, size)},
+                    rounds=rounds,
+                )
+                cold_faults = _faults_per_op(elements, size)
+            finally:
+                _native.region_cache(cache_limit)
             default_path = "region" if size >= saved else "malloc"
             rows.append(
                 [
@@ -163,15 +203,19 @@ def run_sweep(quick: bool = False) -> Result:
                     str(Ratio.paired(times["region"], times["numpy"])),
                     str(Ratio.paired(times["region"], times["malloc"])),
                     " / ".join(f"{f:g}" for f in faults),
+                    "yes" if reused else "no",
+                    f"{Ratio.paired(cold['region'], cold['numpy'])} ({cold_faults:g} faults)",
                     default_path,
                 ]
             )
     finally:
         _native.set_large_threshold(saved)
+        _native.region_cache(cache_limit)
     table = Table(
         title=(
             "Threshold sweep (L2): allocate + `fill(1)` + free per op, float64; "
-            "ratios are medians of per-round ratios [interquartile range]"
+            "ratios are medians of per-round ratios [interquartile range]; free-region cache "
+            f"limit {format_bytes(cache_limit)}"
         ),
         headers=(
             "size",
@@ -182,6 +226,8 @@ def run_sweep(quick: bool = False) -> Result:
             "region / NumPy",
             "region / malloc",
             "minor faults/op (NumPy / malloc / region)",
+            "region reused from cache",
+            "cache off: region / NumPy (faults/op)",
             f"path at default ({format_bytes(saved)})",
         ),
         rows=rows,

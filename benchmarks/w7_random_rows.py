@@ -1,0 +1,672 @@
+"""W7: random-row reads from a (N, 1024) float32 array on disk.
+
+The array (8 GiB in PERFORMANCE.md; ``--quick`` uses 512 MiB) is written deterministically,
+block by block (:mod:`datasets.w7_data`: noise, with each row's index in column 0 so every read
+is checked), into a raw ``.npy``, an uncompressed zarr (``oc.create(..., codec="none")``), a
+zstd zarr (``oc.create(..., codec="zstd")``), and HDF5 contiguous and chunked (uncompressed;
+h5py has no zstd without a plugin).  The zarr arrays and the chunked HDF5 dataset have row
+chunks of ``CHUNK_ROWS`` rows (2 MiB).
+
+Two reads: one row ``x[i]`` at a random row, and a 256-row contiguous batch ``x[s:s+256]`` at
+a random start (fixed seeds).  Every read is timed on its own; the table gives the p50 and p90
+latency of each side.  A read must leave the data in memory: the sides that return views of a
+file map (``numpy.memmap`` and oocarray on ``.npy``) copy the view with ``np.array``, since a
+view reads nothing.
+
+Sides are measured in three phases, one per group of files, so that each group fits in the page
+cache and on disk while it is read (8 GiB per file, 16 GiB per phase): (1) ``.npy`` and
+uncompressed zarr: ``numpy.memmap`` (the floor), oocarray on the ``.npy`` (memory-mapped),
+oocarray on the uncompressed zarr; (2) the zstd zarr: oocarray, zarr-python, tensorstore (when
+importable; its default context, which caches no chunks); (3) h5py contiguous and chunked.
+oocarray's chunk-reading sides are measured twice: as a plain call, and inside an
+``oc.Manager`` (their buffers then come from oocarray's allocator instead of ``malloc``).  In
+each phase the sides run interleaved in rounds (order rotated each round); in a round each side
+reads a different block of the same list of rows, so no side reads rows another side just read.
+
+Targets (PERFORMANCE.md): oocarray's p50 within 2x of ``numpy.memmap`` on uncompressed data
+(the ``.npy`` and the uncompressed zarr are both compared), and >= 10x faster than zarr-python
+on chunked (zstd) data, i.e. a p50 ratio oocarray/zarr-python <= 0.10.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import mmap
+import os
+import resource
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import oocarray as oc
+from benchmarks._timing import (
+    Ratio,
+    Result,
+    Row,
+    Table,
+    clock,
+    format_bytes,
+    format_seconds,
+    gc_paused,
+)
+from datasets import w7_data
+
+MiB = 1 << 20
+GiB = 1 << 30
+FULL_BYTES = 8 * GiB
+QUICK_BYTES = 512 * MiB
+MIN_FREE_FOR_FULL = 40 * GiB  # PERFORMANCE.md's 8 GiB needs this much free disk
+MIN_BYTES = 256 * MiB
+CHUNK_ROWS = 512  # 2 MiB row chunks
+BATCH = 256
+MEMMAP_TARGET = 2.0
+ZARR_TARGET = 0.10  # oocarray/zarr-python p50 ratio for ">= 10x faster"
+SEED = 77
+WARM = 0.99  # fraction of a phase's file pages in the page cache to call it warm
+
+Reader = Callable[[int], np.ndarray]
+
+
+@dataclass
+class Side:
+    """One reader of one store: a single-row and a batch read, and whether to run it inside an
+    ``oc.Manager``."""
+
+    label: str
+    row: Reader
+    batch: Reader
+    managed: bool = False
+    closers: list[Callable[[], Any]] = field(default_factory=list)
+
+    def reader(self, kind: str) -> Reader:
+        return self.row if kind == "single" else self.batch
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    singles: int
+    batches: int
+    rounds: int
+
+
+@dataclass
+class Measured:
+    """Latencies of one side: per round, seconds per read."""
+
+    label: str
+    phase: str
+    single: list[np.ndarray]
+    batch: list[np.ndarray]
+    faults: dict[str, float]  # minor page faults per read, by kind
+
+    def all(self, kind: str) -> np.ndarray:
+        return np.concatenate(getattr(self, kind))
+
+    def p(self, kind: str, q: float) -> float:
+        return float(np.quantile(self.all(kind), q))
+
+    def round_p50(self, kind: str) -> list[float]:
+        return [float(np.median(r)) for r in getattr(self, kind)]
+
+
+# ---- sizes, disk and memory ----
+
+
+def _mem_available() -> int:
+    with open("/proc/meminfo", encoding="ascii") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _pick_size(directory: str, quick: bool) -> tuple[int, list[str]]:
+    """Array bytes for this run, and notes on why."""
+    free = shutil.disk_usage(directory).free
+    available = _mem_available()
+    notes = [
+        f"W7 machine: {os.cpu_count()} CPUs, {available / GiB:.1f} GiB memory available, "
+        f"{free / GiB:.0f} GiB free disk at {directory}."
+    ]
+    if quick:
+        return QUICK_BYTES, [*notes, f"W7 --quick: a {format_bytes(QUICK_BYTES)} array."]
+    size = FULL_BYTES
+    if free < MIN_FREE_FOR_FULL:
+        size = min(size, _pow2_floor(free // 5))
+        notes.append(
+            f"W7 scaled down: {free / GiB:.0f} GiB free disk is under "
+            f"{MIN_FREE_FOR_FULL // GiB} GiB, so the array is {format_bytes(size)} instead of "
+            f"{format_bytes(FULL_BYTES)}."
+        )
+    # A phase reads two files; both should fit in the page cache with room to spare.
+    if 2 * size + 2 * GiB > available:
+        size = min(size, _pow2_floor((available - 2 * GiB) // 2))
+        notes.append(
+            f"W7 scaled down to {format_bytes(size)} so that a phase's two files fit in the "
+            f"{available / GiB:.1f} GiB of available memory (page cache)."
+        )
+    if size < MIN_BYTES:
+        raise RuntimeError(
+            f"W7: not enough disk ({free / GiB:.1f} GiB free) or memory "
+            f"({available / GiB:.1f} GiB) for even a {format_bytes(MIN_BYTES)} array"
+        )
+    return size, notes
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(int(n), 1).bit_length() - 1)
+
+
+def _files(path: str) -> Iterator[str]:
+    if os.path.isdir(path):
+        for directory, _, names in os.walk(path):
+            for name in names:
+                yield os.path.join(directory, name)
+    else:
+        yield path
+
+
+def _disk_bytes(path: str) -> int:
+    return sum(os.path.getsize(p) for p in _files(path))
+
+
+def _resident_fraction(paths: Sequence[str]) -> float:
+    """Fraction of the files' pages in the page cache (``mincore`` on a read-only map)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.mincore.restype = ctypes.c_int
+    page = mmap.PAGESIZE
+    resident = total = 0
+    for path in paths:
+        for name in _files(path):
+            size = os.path.getsize(name)
+            if size == 0:
+                continue
+            pages = -(-size // page)
+            vec = np.zeros(pages, dtype=np.uint8)
+            with open(name, "rb") as f, mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
+                view = np.frombuffer(m, dtype=np.uint8)
+                try:
+                    if libc.mincore(view.ctypes.data, size, vec.ctypes.data) != 0:
+                        return float("nan")
+                finally:
+                    del view
+            resident += int(np.count_nonzero(vec & 1))
+            total += pages
+    return resident / total if total else float("nan")
+
+
+def _read_through(paths: Sequence[str]) -> None:
+    """Read the files once, sequentially, to bring evicted pages back into the page cache.
+
+    The buffer is an anonymous map, not ``malloc`` memory: freeing a multi-MiB ``malloc`` block
+    raises glibc's dynamic mmap and trim thresholds, which changes how the sides that allocate
+    chunk buffers outside a manager behave for the rest of the process (see the notes).
+    """
+    with mmap.mmap(-1, 16 * MiB) as buffer:
+        for path in paths:
+            for name in _files(path):
+                with open(name, "rb", buffering=0) as f:
+                    while f.readinto(buffer):
+                        pass
+
+
+# ---- timing ----
+
+
+def _check(result: np.ndarray, start: int, rows: int) -> None:
+    """A single row (``rows == 0``) or a batch holds the rows it should (column 0 is the row
+    index)."""
+    expected = (w7_data.COLUMNS,) if rows == 0 else (rows, w7_data.COLUMNS)
+    first = result[0] if rows == 0 else result[0, 0]
+    last = result[0] if rows == 0 else result[-1, 0]
+    end = start if rows == 0 else start + rows - 1
+    if result.shape != expected or first != start or last != end:
+        raise RuntimeError(
+            f"W7: a read at {start} returned shape {result.shape} holding rows "
+            f"{first}..{last}, expected {expected} holding {start}..{end}"
+        )
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _loop(read: Reader, starts: np.ndarray, rows: int, managed: bool) -> tuple[np.ndarray, int]:
+    """Latency of each read, and the minor page faults the loop took."""
+    latencies = np.empty(len(starts))
+    scope: contextlib.AbstractContextManager[Any] = (
+        oc.Manager("w7-reads") if managed else contextlib.nullcontext()
+    )
+    with scope:
+        result = None
+        faults = _minor_faults()
+        for j, start in enumerate(starts.tolist()):
+            t0 = clock()
+            result = read(start)
+            latencies[j] = clock() - t0
+            _check(result, start, rows)
+        faults = _minor_faults() - faults
+        del result  # before the manager closes
+    return latencies, faults
+
+
+def _interleaved(
+    sides: dict[str, Side], kind: str, starts: np.ndarray, rounds: int
+) -> tuple[dict[str, list[np.ndarray]], dict[str, float]]:
+    """Per side, per round latencies, and minor faults per read; side ``k`` reads block
+    ``(round + k) % rounds`` of ``starts``."""
+    rows = 0 if kind == "single" else BATCH
+    blocks = np.array_split(starts, rounds)
+    names = list(sides)
+    times: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    faults = dict.fromkeys(names, 0)
+    with gc_paused():
+        warm = np.random.default_rng(SEED + 1).integers(0, int(starts.max()) + 1, 20)
+        for name in names:
+            side = sides[name]
+            _loop(side.reader(kind), warm, rows, side.managed)
+        for r in range(rounds):
+            shift = r % len(names)
+            for name in names[shift:] + names[:shift]:
+                side = sides[name]
+                block = blocks[(r + names.index(name)) % rounds]
+                latencies, n = _loop(side.reader(kind), block, rows, side.managed)
+                times[name].append(latencies)
+                faults[name] += n
+    return times, {name: faults[name] / len(starts) for name in names}
+
+
+def _measure_phase(
+    phase: str, sides: dict[str, Side], n_rows: int, counts: Counts
+) -> dict[str, Measured]:
+    rng = np.random.default_rng(SEED)
+    singles = rng.integers(0, n_rows, counts.singles)
+    batches = rng.integers(0, n_rows - BATCH + 1, counts.batches)
+    single, single_faults = _interleaved(sides, "single", singles, counts.rounds)
+    batch, batch_faults = _interleaved(sides, "batch", batches, counts.rounds)
+    return {
+        name: Measured(
+            sides[name].label,
+            phase,
+            single[name],
+            batch[name],
+            {"single": single_faults[name], "batch": batch_faults[name]},
+        )
+        for name in sides
+    }
+
+
+# ---- the sides ----
+
+
+def _oc_sides(key: str, label: str, path: str) -> dict[str, Side]:
+    x = oc.open(path)
+    y = oc.open(path)
+    return {
+        key: Side(label, x.__getitem__, lambda s: x[s : s + BATCH], closers=[x.close]),
+        f"{key}+mgr": Side(
+            f"{label}, in `oc.Manager`",
+            y.__getitem__,
+            lambda s: y[s : s + BATCH],
+            managed=True,
+            closers=[y.close],
+        ),
+    }
+
+
+def _phase_uncompressed(npy: str, zarr_none: str) -> dict[str, Side]:
+    mm = np.load(npy, mmap_mode="r")
+    x = oc.open(npy)
+    sides = {
+        "memmap": Side(
+            "numpy.memmap (.npy) + copy",
+            lambda i: np.array(mm[i]),
+            lambda s: np.array(mm[s : s + BATCH]),
+        ),
+        "oc-npy": Side(
+            "oocarray .npy (memory-mapped) + copy",
+            lambda i: np.array(x[i]),
+            lambda s: np.array(x[s : s + BATCH]),
+            closers=[x.close],
+        ),
+    }
+    sides.update(_oc_sides("oc-none", "oocarray zarr, uncompressed", zarr_none))
+    return sides
+
+
+def _phase_zstd(zarr_zstd: str) -> tuple[dict[str, Side], list[str]]:
+    import zarr
+
+    notes = []
+    sides = _oc_sides("oc-zstd", "oocarray zarr, zstd", zarr_zstd)
+    z = zarr.open_array(store=zarr_zstd, mode="r")
+    sides["zarr-python"] = Side(
+        f"zarr-python {zarr.__version__}, zstd", z.__getitem__, lambda s: z[s : s + BATCH]
+    )
+    try:
+        import tensorstore as ts
+    except ImportError:
+        notes.append("W7: tensorstore is not installed: its side is missing.")
+    else:
+        t = ts.open(
+            {"driver": "zarr3", "kvstore": {"driver": "file", "path": zarr_zstd}}, read=True
+        ).result()
+        sides["tensorstore"] = Side(
+            "tensorstore, zstd (no chunk cache)",
+            lambda i: t[i].read().result(),
+            lambda s: t[s : s + BATCH].read().result(),
+        )
+    return sides, notes
+
+
+def _phase_hdf5(contiguous: str, chunked: str) -> dict[str, Side]:
+    import h5py
+
+    fc = h5py.File(contiguous, "r")
+    fk = h5py.File(chunked, "r")
+    dc = fc["data"]
+    dk = fk["data"]
+    return {
+        "h5-contiguous": Side(
+            f"h5py {h5py.__version__} contiguous",
+            dc.__getitem__,
+            lambda s: dc[s : s + BATCH],
+            closers=[fc.close],
+        ),
+        "h5-chunked": Side(
+            f"h5py chunked ({CHUNK_ROWS} rows, uncompressed)",
+            dk.__getitem__,
+            lambda s: dk[s : s + BATCH],
+            closers=[fk.close],
+        ),
+    }
+
+
+# ---- the run ----
+
+
+@dataclass
+class _Phase:
+    name: str
+    files: dict[str, str]
+    write_s: float = 0.0
+    resident_written: float = float("nan")
+    resident_before: float = float("nan")
+    resident_after: float = float("nan")
+
+
+def _write(phase: _Phase, n_rows: int) -> None:
+    start = time.perf_counter()
+    for kind, path in phase.files.items():
+        if kind == "npy":
+            w7_data.write_npy(path, n_rows)
+        elif kind in ("none", "zstd"):
+            w7_data.write_zarr(path, n_rows, CHUNK_ROWS, kind)
+        elif kind == "h5-contiguous":
+            w7_data.write_hdf5(path, n_rows)
+        elif kind == "h5-chunked":
+            w7_data.write_hdf5(path, n_rows, CHUNK_ROWS)
+    phase.write_s = time.perf_counter() - start
+
+
+def run(quick: bool = False) -> Result:
+    directory = tempfile.mkdtemp(prefix="oocarray-w7-")
+    try:
+        return _run_in(directory, quick)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _run_in(directory: str, quick: bool) -> Result:
+    size, notes = _pick_size(directory, quick)
+    n_rows = size // w7_data.ROW_BYTES
+    if quick:
+        cheap = Counts(singles=1_000, batches=1_000, rounds=5)
+        costly = Counts(singles=500, batches=500, rounds=5)
+    else:
+        cheap = Counts(singles=10_000, batches=10_000, rounds=20)
+        # Every read of the zstd store decodes one or two 2 MiB chunks (about 2-5 ms here) on
+        # four sides: 10k of each would take over 5 minutes on its own.
+        costly = Counts(singles=4_000, batches=4_000, rounds=20)
+    phases = [
+        _Phase(
+            "uncompressed",
+            {
+                "npy": os.path.join(directory, "w7.npy"),
+                "none": os.path.join(directory, "none.zarr"),
+            },
+        ),
+        _Phase("zstd", {"zstd": os.path.join(directory, "zstd.zarr")}),
+        _Phase(
+            "hdf5",
+            {
+                "h5-contiguous": os.path.join(directory, "contiguous.h5"),
+                "h5-chunked": os.path.join(directory, "chunked.h5"),
+            },
+        ),
+    ]
+    measured: dict[str, Measured] = {}
+    stores: list[list[str]] = []
+    run_counts: dict[str, Counts] = {}
+    for phase in phases:
+        _write(phase, n_rows)
+        for kind, path in phase.files.items():
+            stores.append(
+                [
+                    kind,
+                    _store_description(kind),
+                    format_bytes(size),
+                    f"{_disk_bytes(path) / MiB:,.0f} MiB ({_disk_bytes(path) / size:.2f}x)",
+                    f"{phase.write_s:.1f} s (phase)",
+                ]
+            )
+        files = list(phase.files.values())
+        if phase.name == "uncompressed":
+            sides = _phase_uncompressed(phase.files["npy"], phase.files["none"])
+            counts = cheap
+        elif phase.name == "zstd":
+            sides, extra = _phase_zstd(phase.files["zstd"])
+            notes += extra
+            counts = costly
+        else:
+            sides = _phase_hdf5(phase.files["h5-contiguous"], phase.files["h5-chunked"])
+            counts = cheap
+        phase.resident_written = _resident_fraction(files)
+        if phase.resident_written < WARM:
+            _read_through(files)
+        phase.resident_before = _resident_fraction(files)
+        try:
+            measured.update(_measure_phase(phase.name, sides, n_rows, counts))
+        finally:
+            for side in sides.values():
+                side.close()
+            del sides
+        phase.resident_after = _resident_fraction(files)
+        run_counts[phase.name] = counts
+        for path in files:
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+    return _result(measured, stores, phases, run_counts, size, n_rows, notes)
+
+
+def _store_description(kind: str) -> str:
+    chunks = f"chunks ({CHUNK_ROWS}, 1024)"
+    return {
+        "npy": "raw .npy (open_memmap)",
+        "none": f'zarr v3, oc.create(codec="none"), {chunks}',
+        "zstd": f'zarr v3, oc.create(codec="zstd"), {chunks}',
+        "h5-contiguous": "HDF5 contiguous (h5py)",
+        "h5-chunked": f"HDF5 chunked, uncompressed, {chunks}",
+    }[kind]
+
+
+def _ratio_row(
+    measured: dict[str, Measured], kind: str, ours: str, peer: str, target: float, what: str
+) -> Row | None:
+    if ours not in measured:
+        return None
+    a = measured[ours]
+    b = measured.get(peer)
+    workload = (
+        f"random {'single rows' if kind == 'single' else f'{BATCH}-row batches'}, p50: "
+        f"{a.label} vs {what}"
+    )
+    return Row(
+        id="W7",
+        workload=workload,
+        oocarray_s=a.p(kind, 0.5),
+        peer=b.label if b is not None else peer,
+        peer_s=b.p(kind, 0.5) if b is not None else None,
+        ratio=Ratio.paired(a.round_p50(kind), b.round_p50(kind)) if b is not None else None,
+        target=target,
+    )
+
+
+def _result(
+    measured: dict[str, Measured],
+    stores: list[list[str]],
+    phases: list[_Phase],
+    counts: dict[str, Counts],
+    size: int,
+    n_rows: int,
+    notes: list[str],
+) -> Result:
+    rows: list[Row] = []
+    for kind in ("single", "batch"):
+        for ours, what in (("oc-npy", "the floor"), ("oc-none", "the floor on the .npy")):
+            row = _ratio_row(measured, kind, ours, "memmap", MEMMAP_TARGET, what)
+            if row is not None:
+                rows.append(row)
+        row = _ratio_row(
+            measured, kind, "oc-zstd", "zarr-python", ZARR_TARGET, "zarr-python (>= 10x faster)"
+        )
+        if row is not None:
+            rows.append(row)
+    latency_rows = []
+    for m in measured.values():
+        latency_rows.append(
+            [
+                m.phase,
+                m.label,
+                format_seconds(m.p("single", 0.5)),
+                format_seconds(m.p("single", 0.9)),
+                format_seconds(m.p("single", 0.99)),
+                format_seconds(m.p("batch", 0.5)),
+                format_seconds(m.p("batch", 0.9)),
+                format_seconds(m.p("batch", 0.99)),
+                f"{m.faults['single']:.0f} / {m.faults['batch']:.0f}",
+                f"{len(m.all('single')):,} / {len(m.all('batch')):,}",
+            ]
+        )
+    extra_ratios = []
+    for ours, peer in (
+        ("oc-none+mgr", "memmap"),
+        ("oc-zstd+mgr", "zarr-python"),
+        ("oc-zstd", "tensorstore"),
+        ("oc-zstd+mgr", "tensorstore"),
+    ):
+        if ours in measured and peer in measured:
+            a, b = measured[ours], measured[peer]
+            extra_ratios.append(
+                [
+                    a.label,
+                    b.label,
+                    str(Ratio.paired(a.round_p50("single"), b.round_p50("single"))),
+                    str(Ratio.paired(a.round_p50("batch"), b.round_p50("batch"))),
+                ]
+            )
+    tables = [
+        Table(
+            title=(
+                f"W7 read latency by side ({format_bytes(size)} array, {n_rows:,} x 1024 "
+                f"float32; batches of {BATCH} rows)"
+            ),
+            headers=(
+                "phase",
+                "side",
+                "row p50",
+                "row p90",
+                "row p99",
+                "batch p50",
+                "batch p90",
+                "batch p99",
+                "minor faults per read (rows / batches)",
+                "reads (rows / batches)",
+            ),
+            rows=latency_rows,
+        ),
+        Table(
+            title="W7 stores (written block by block, fsynced)",
+            headers=("store", "layout", "logical", "on disk", "write time"),
+            rows=stores,
+        ),
+    ]
+    if extra_ratios:
+        tables.append(
+            Table(
+                title="W7 other p50 ratios (per-round p50s, median [IQR])",
+                headers=("side", "peer", "single rows", f"{BATCH}-row batches"),
+                rows=extra_ratios,
+            )
+        )
+    warm = "; ".join(
+        f"{p.name}: {100 * p.resident_written:.1f}% after writing"
+        + (
+            f", {100 * p.resident_before:.1f}% after reading the files through once"
+            if p.resident_written < WARM
+            else ""
+        )
+        + f", {100 * p.resident_after:.1f}% after timing"
+        for p in phases
+    )
+    count_text = "; ".join(
+        f"{name}: {c.singles:,} rows + {c.batches:,} batches per side in {c.rounds} rounds"
+        for name, c in counts.items()
+    )
+    fewer = ""
+    if "zstd" in counts and counts["zstd"] != counts.get("uncompressed"):
+        fewer = (
+            " (fewer on the zstd store: every read there decodes whole chunks, about 2-5 ms "
+            "each on this machine, on four sides)"
+        )
+    all_warm = all(p.resident_before >= WARM and p.resident_after >= WARM for p in phases)
+    notes += [
+        (
+            "W7 caches were warm: every file was just written (and fsynced), and was read "
+            "through once more where the page cache had dropped some of it"
+            if all_warm
+            else "W7 caches were NOT all warm: part of a phase's files was out of the page cache"
+        )
+        + f" (fraction of the phase's file pages resident, by mincore: {warm}). Caches were "
+        "not dropped: these are page-cache reads, not disk reads.",
+        f"W7 reads: {count_text}{fewer}. Rows and batch starts are uniform at random "
+        f"(seed {SEED}); every read is timed on its own and checked (column 0 holds the row "
+        "index). Sides that return views of a file map are copied with np.array; the others "
+        "return arrays.",
+        "W7 allocator: oocarray's chunk path allocates a whole-chunk buffer (2 MiB) per chunk "
+        "read plus the result; outside a manager these come from glibc malloc, whose dynamic "
+        "mmap/trim thresholds decide whether each batch read faults fresh pages in (hundreds "
+        "of minor faults per read, see the faults column) or reuses heap memory; that depends "
+        "on what the process freed before. Inside `oc.Manager` the buffers come from "
+        "oocarray's allocator and the figure is stable.",
+        "W7 phases: files are written and read one group at a time (uncompressed; zstd; HDF5) "
+        "and deleted after it; ratios are between sides of the same phase only.",
+        "W7 data: standard-normal float32 noise (zstd keeps about 0.92 of the bytes), chunks "
+        f"of {CHUNK_ROWS} rows ({CHUNK_ROWS * w7_data.ROW_BYTES // MiB} MiB) "
+        "for both zarr arrays and the chunked HDF5 dataset; h5py's chunk cache (1 MiB by "
+        "default) holds no chunk; tensorstore runs with its default context (no cache pool).",
+    ]
+    return Result(rows=rows, tables=tables, notes=notes)
