@@ -121,17 +121,59 @@ class ChunkedArray:
     # ---- reading and writing ----
 
     def __getitem__(self, key: object) -> np.ndarray:
-        selection = parse_key(key, self.shape, self.chunks)
         memmap = self._store.memmap
         if memmap is not None:
-            view = memmap[_numpy_key(selection)]
+            # Memory-mapped: NumPy indexes the map itself (views for basic indexing).
+            view = memmap[key]  # type: ignore[call-overload]
             return view.view(np.ndarray) if isinstance(view, np.memmap) else np.asarray(view)
+        if self._rows_fast and isinstance(key, (int, np.integer, slice)):
+            rows = self._read_rows(key)
+            if rows is not None:
+                return rows
+        selection = parse_key(key, self.shape, self.chunks)
         out = np.empty(selection.full_shape, dtype=self.dtype)
         for piece in selection.pieces():
-            data = self._store.read_chunk(piece.chunk)
+            out[piece.out] = self._store.read_piece(piece.chunk, piece.local)
             self.chunk_reads += 1
-            out[piece.out] = data[piece.local]
         return selection.to_result(out)
+
+    def _read_rows(self, key: int | np.integer[Any] | slice) -> np.ndarray | None:
+        """Rows of an array whose other axes fit one chunk: the common ``x[i]`` and
+        ``x[i:j]`` of row-wise access, without building a general selection.  None when the
+        key needs the general path."""
+        n, per_chunk = self.shape[0], self.chunks[0]
+        rest = tuple(slice(0, s) for s in self.shape[1:])
+        if isinstance(key, slice):
+            start, stop, step = key.indices(n)
+            if step != 1:
+                return None
+            stop = max(start, stop)
+        elif isinstance(key, bool):
+            return None
+        else:
+            start = int(key)
+            if not -n <= start < n:
+                raise IndexError(f"index {start} is out of bounds for axis 0 with size {n}")
+            start %= n
+            c, r = divmod(start, per_chunk)
+            piece = self._store.read_piece((c,) + (0,) * len(rest), (slice(r, r + 1), *rest))
+            self.chunk_reads += 1
+            return np.array(piece[0])
+        out = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype)
+        row = start
+        while row < stop:
+            c, r = divmod(row, per_chunk)
+            take = min(per_chunk - r, stop - row)
+            out[row - start : row - start + take] = self._store.read_piece(
+                (c,) + (0,) * len(rest), (slice(r, r + take), *rest)
+            )
+            self.chunk_reads += 1
+            row += take
+        return out
+
+    @property
+    def _rows_fast(self) -> bool:
+        return self.ndim >= 1 and self.chunks[1:] == self.shape[1:] and self._store.memmap is None
 
     def __setitem__(self, key: object, value: object) -> None:
         self._store.check_writable()

@@ -350,3 +350,35 @@ def test_metadata_is_plain_zarr_v3(zarr_array: oc.ChunkedArray) -> None:
     assert meta["chunk_grid"]["configuration"]["chunk_shape"] == list(CHUNKS)
     assert [c["name"] for c in meta["codecs"]] == ["bytes", "zstd"]
     assert os.path.isfile(Path(zarr_array.path) / "c" / "4" / "2" / "0")
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_row_reads_of_row_chunked_arrays(tmp_path: Path, codec: str) -> None:
+    """Arrays chunked by rows only take a shorter path for x[i] and x[i:j]; same results."""
+    data = np.arange(53 * 6 * 2, dtype=np.int32).reshape(53, 6, 2)
+    x = oc.create(tmp_path / "rows.zarr", data.shape, data.dtype, chunks=(8, 6, 2), codec=codec)
+    x[...] = data
+    y = oc.open(tmp_path / "rows.zarr")
+    for key in (0, 7, 8, 52, -1, -53, np.int64(30)):
+        got = y[key]
+        assert got.shape == (6, 2)
+        assert np.array_equal(got, data[key])
+    for key in (
+        slice(None),
+        slice(3, 45),
+        slice(8, 16),
+        slice(50, 100),
+        slice(40, 10),
+        slice(-5, None),
+        slice(0, 0),
+        slice(None, None, 2),
+    ):
+        assert np.array_equal(y[key], data[key])
+    for bad in (53, -54):
+        with pytest.raises(IndexError):
+            y[bad]
+    with pytest.raises(TypeError):
+        y[True]
+    with oc.Manager("rows") as m:
+        row = y[9]
+        assert oc.owner(row) is m

@@ -64,6 +64,10 @@ class Store:
         """The valid part of one chunk, allocated in the active manager."""
         raise NotImplementedError
 
+    def read_piece(self, chunk: tuple[int, ...], local: tuple[Any, ...]) -> np.ndarray:
+        """``read_chunk(chunk)[local]``; backends that can read less than a chunk do."""
+        return np.asarray(self.read_chunk(chunk)[local])
+
     def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
         """Replace the valid part of one chunk with ``data``."""
         raise NotImplementedError

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ import numpy as np
 import zarr
 import zarr.codecs
 
+from oocarray._manager import active_manager
 from oocarray._stores._base import Store, check_dtype
 from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
@@ -145,6 +147,23 @@ def _v2_direct(array: Any) -> _Direct | None:
     return _Direct(key, meta.compressor, dtype)
 
 
+_thread_buffers = threading.local()
+
+
+def _scratch(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """A decode buffer reused by this thread.  Inside a manager the buffer comes from it (and a
+    workspace's arena or the region cache makes that cheap); outside, one buffer per thread
+    spares a fresh mapping, and its page faults, for every chunk."""
+    if active_manager() is not None:
+        return np.empty(shape, dtype=dtype)
+    key = (shape, dtype.str)
+    cached: tuple[tuple[Any, ...], np.ndarray] | None = getattr(_thread_buffers, "buffer", None)
+    if cached is None or cached[0] != key:
+        cached = (key, np.empty(shape, dtype=dtype))
+        _thread_buffers.buffer = cached
+    return cached[1]
+
+
 class ZarrStore(Store):
     format = "zarr"
 
@@ -194,13 +213,55 @@ class ZarrStore(Store):
         # Keys are made of integers and a validated separator: they cannot leave the root.
         return os.path.join(self._root, self._direct.key(chunk))
 
-    def read_chunk(self, chunk: tuple[int, ...]) -> np.ndarray:
+    def read_piece(self, chunk: tuple[int, ...], local: tuple[Any, ...]) -> np.ndarray:
+        direct = self._direct
+        if direct is None or direct.codec is not None or not self.chunks:
+            # Decode the whole chunk into a buffer reused by this thread, then take the piece.
+            return np.asarray(self.read_chunk(chunk, scratch=True)[local])
+        # Uncompressed: read only the rows of the chunk's first axis that the piece touches.
+        first = local[0]
+        if isinstance(first, slice):
+            positions = range(*first.indices(self.chunks[0]))
+            lo, hi = (min(positions), max(positions) + 1) if positions else (0, 0)
+        else:
+            lo, hi = (int(first.min()), int(first.max()) + 1) if first.size else (0, 0)
+        row_bytes = math.prod(self.chunks[1:]) * direct.stored_dtype.itemsize
+        block = np.empty((hi - lo, *self.chunks[1:]), dtype=direct.stored_dtype)
+        path = self._chunk_path(chunk)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            block[...] = self.fill_value
+            got = block.nbytes
+        else:
+            try:
+                got = os.preadv(fd, [memoryview(block).cast("B")], lo * row_bytes)  # type: ignore[arg-type]
+            finally:
+                os.close(fd)
+        if got != block.nbytes:
+            raise CorruptChunkError(
+                f"chunk {chunk} of {self.path!r} is truncated: {path} ends before row {hi} "
+                f"of {self.chunks[0]}"
+            )
+        shifted = (
+            slice(first.start - lo, first.stop - lo, first.step)
+            if isinstance(first, slice)
+            else np.asarray(first) - lo
+        )
+        piece = block[(shifted, *local[1:])]
+        return piece if piece.dtype == self.dtype else piece.astype(self.dtype)
+
+    def read_chunk(self, chunk: tuple[int, ...], scratch: bool = False) -> np.ndarray:
         region = self.chunk_region(chunk)
         if self._direct is None:
             return np.asarray(self.array[region])
         direct = self._direct
         path = self._chunk_path(chunk)
-        out = np.empty(self.chunks, dtype=direct.stored_dtype)
+        out = (
+            _scratch(self.chunks, direct.stored_dtype)
+            if scratch
+            else np.empty(self.chunks, dtype=direct.stored_dtype)
+        )
         try:
             with open(path, "rb") as f:
                 if direct.codec is None:
