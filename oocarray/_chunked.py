@@ -57,6 +57,8 @@ class ChunkedArray:
         self._store = store
         self._temporary = temporary
         self._lock = threading.Lock()
+        # Chunks whole along every axis but the first: x[i] and x[i:j] take a short path.
+        self._rows_fast = bool(store.shape) and store.chunks[1:] == store.shape[1:]
         self.chunk_reads = 0
         self.chunk_writes = 0
 
@@ -155,25 +157,19 @@ class ChunkedArray:
             if not -n <= start < n:
                 raise IndexError(f"index {start} is out of bounds for axis 0 with size {n}")
             start %= n
-            c, r = divmod(start, per_chunk)
-            piece = self._store.read_piece((c,) + (0,) * len(rest), (slice(r, r + 1), *rest))
-            self.chunk_reads += 1
-            return np.array(piece[0])
+            stop = start + 1
         out = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype)
-        row = start
-        while row < stop:
-            c, r = divmod(row, per_chunk)
-            take = min(per_chunk - r, stop - row)
-            out[row - start : row - start + take] = self._store.read_piece(
-                (c,) + (0,) * len(rest), (slice(r, r + take), *rest)
-            )
-            self.chunk_reads += 1
-            row += take
-        return out
-
-    @property
-    def _rows_fast(self) -> bool:
-        return self.ndim >= 1 and self.chunks[1:] == self.shape[1:] and self._store.memmap is None
+        if not self._store.read_rows_into(start, out):
+            row = start
+            while row < stop:
+                c, r = divmod(row, per_chunk)
+                take = min(per_chunk - r, stop - row)
+                out[row - start : row - start + take] = self._store.read_piece(
+                    (c,) + (0,) * len(rest), (slice(r, r + take), *rest)
+                )
+                row += take
+        self.chunk_reads += -(-(stop - start) // per_chunk) if stop > start else 0
+        return out if isinstance(key, slice) else out[0]
 
     def __setitem__(self, key: object, value: object) -> None:
         self._store.check_writable()

@@ -68,6 +68,11 @@ class Store:
         """``read_chunk(chunk)[local]``; backends that can read less than a chunk do."""
         return np.asarray(self.read_chunk(chunk)[local])
 
+    def read_rows_into(self, start: int, out: np.ndarray) -> bool:
+        """Fill ``out`` with rows ``start:start + len(out)`` straight from storage, when the
+        backend can (rows whole in one chunk along the other axes); False when it cannot."""
+        return False
+
     def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
         """Replace the valid part of one chunk with ``data``."""
         raise NotImplementedError

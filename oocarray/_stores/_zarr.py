@@ -211,7 +211,7 @@ class ZarrStore(Store):
     def _chunk_path(self, chunk: tuple[int, ...]) -> str:
         assert self._direct is not None
         # Keys are made of integers and a validated separator: they cannot leave the root.
-        return os.path.join(self._root, self._direct.key(chunk))
+        return self._root + os.sep + self._direct.key(chunk)
 
     def read_piece(self, chunk: tuple[int, ...], local: tuple[Any, ...]) -> np.ndarray:
         direct = self._direct
@@ -250,6 +250,43 @@ class ZarrStore(Store):
         )
         piece = block[(shifted, *local[1:])]
         return piece if piece.dtype == self.dtype else piece.astype(self.dtype)
+
+    def read_rows_into(self, start: int, out: np.ndarray) -> bool:
+        direct = self._direct
+        if (
+            direct is None
+            or direct.codec is not None
+            or direct.stored_dtype != self.dtype
+            or self.chunks[1:] != self.shape[1:]
+        ):
+            return False
+        if out.size == 0:
+            return True
+        per_chunk = self.chunks[0]
+        row_bytes = out.nbytes // len(out)
+        flat = memoryview(out).cast("B")  # type: ignore[arg-type]
+        done = 0
+        while done < len(out):
+            c, r = divmod(start + done, per_chunk)
+            take = min(per_chunk - r, len(out) - done)
+            target = flat[done * row_bytes : (done + take) * row_bytes]
+            path = self._chunk_path((c,) + (0,) * (len(self.shape) - 1))
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                out[done : done + take] = self.fill_value
+            else:
+                try:
+                    got = os.preadv(fd, [target], r * row_bytes)
+                finally:
+                    os.close(fd)
+                if got != len(target):
+                    raise CorruptChunkError(
+                        f"chunk {c} of {self.path!r} is truncated: {path} ends before row "
+                        f"{r + take} of {per_chunk}"
+                    )
+            done += take
+        return True
 
     def read_chunk(self, chunk: tuple[int, ...], scratch: bool = False) -> np.ndarray:
         region = self.chunk_region(chunk)
