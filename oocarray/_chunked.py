@@ -12,7 +12,6 @@ import html
 import os
 import shutil
 import tempfile
-import threading
 from types import TracebackType
 from typing import Any, Self
 
@@ -56,7 +55,6 @@ class ChunkedArray:
     def __init__(self, store: Store, *, temporary: bool = False) -> None:
         self._store = store
         self._temporary = temporary
-        self._lock = threading.Lock()
         # Chunks whole along every axis but the first: x[i] and x[i:j] take a short path.
         self._rows_fast = bool(store.shape) and store.chunks[1:] == store.shape[1:]
         self.chunk_reads = 0

@@ -356,6 +356,3 @@ class ZarrStore(Store):
             for name in files:
                 total += os.path.getsize(os.path.join(directory, name))
         return total
-
-    def chunk_count(self) -> int:
-        return math.prod(-(-s // c) for s, c in zip(self.shape, self.chunks, strict=True))
