@@ -1,7 +1,8 @@
 """The ``max_physical_bytes`` watcher: keeps the process's resident memory under a limit.
 
 A daemon thread reads the kernel's resident-set counters (``/proc/self/status``: anonymous,
-file-backed and shared-memory pages, each on its own) ten times a second.  When anonymous plus
+file-backed and shared-memory pages, each on its own) ten times a second, and a hundred times a
+second once resident memory is above half the limit.  When anonymous plus
 shared-memory residency goes over the limit it spills managed arrays, oldest first, until it
 is back under a lower watermark (90% of the limit), so it does not thrash around the limit.
 When the file-backed pages of on-disk arrays push the total over the limit it drops them from
@@ -19,6 +20,9 @@ from oocarray import _config, _native
 __all__ = ["ResidentMemory", "WatcherStats", "resident_memory", "watcher_stats"]
 
 INTERVAL_S = 0.1
+# Near the limit the watcher looks ten times as often: memory can grow by gigabytes a second.
+NEAR_INTERVAL_S = 0.01
+NEAR_FRACTION = 0.5
 LOW_WATERMARK = 0.9
 
 
@@ -74,11 +78,12 @@ class _Watcher:
                 self._thread.start()
         self._wake.set()
 
-    def check(self) -> None:
-        """One look at resident memory, acting if it is over the limit."""
+    def check(self) -> float:
+        """One look at resident memory, acting if it is over the limit; returns the seconds
+        to wait before the next look."""
         limit = self.limit
         if limit is None:
-            return
+            return INTERVAL_S
         self.checks += 1
         rss = resident_memory()
         unreclaimable = rss.anon_bytes + rss.shmem_bytes
@@ -90,14 +95,16 @@ class _Watcher:
                 self.spill_rounds += 1
                 with contextlib.suppress(OSError):  # the disk refused: nothing more to move now
                     self.spilled_bytes += _native.evict(excess)
-        if rss.anon_bytes + rss.shmem_bytes + rss.file_bytes > limit:
+        total = rss.anon_bytes + rss.shmem_bytes + rss.file_bytes
+        if total > limit:
             self.page_drops += 1
             _native.drop_disk_pages()
+        return NEAR_INTERVAL_S if total > limit * NEAR_FRACTION else INTERVAL_S
 
     def _run(self) -> None:
         while self.limit is not None:
-            self.check()
-            self._wake.wait(INTERVAL_S)
+            wait = self.check()
+            self._wake.wait(wait)
             self._wake.clear()
 
 

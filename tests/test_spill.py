@@ -460,3 +460,12 @@ def test_default_spill_directory_is_not_in_memory() -> None:
     assert os.path.isdir(base)
     if os.path.isdir("/var/tmp") and not _spill_files._is_in_memory("/var/tmp"):
         assert not _spill_files._is_in_memory(base)
+
+
+def test_watcher_looks_more_often_near_its_limit() -> None:
+    watcher = _physical._Watcher()
+    rss = _physical.resident_memory()
+    watcher.limit = (rss.anon_bytes + rss.file_bytes + rss.shmem_bytes) * 100
+    assert watcher.check() == _physical.INTERVAL_S
+    watcher.limit = int((rss.anon_bytes + rss.file_bytes + rss.shmem_bytes) * 1.5)
+    assert watcher.check() == _physical.NEAR_INTERVAL_S
