@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import contextvars
 import gc
-import inspect
 import mmap
-import os
-import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -32,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from oocarray import _config, _native, _physical, _spill_files, _tracing
+from oocarray._escapes import describe_escapes
 from oocarray._units import format_bytes, parse_size
 from oocarray.errors import ClosedError, MemoryBudgetError, ScopeLeakError
 
@@ -56,8 +54,6 @@ _SPILL_POLICIES = {
     "fail": _native.SPILL_FAIL,
 }
 _LOCATIONS = {"ram": _native.LOCATION_RAM, "mmap": _native.LOCATION_MMAP}
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 # Garbage collection before a budget refusal or an escape report is throttled to this interval.
 _GC_MIN_INTERVAL_S = 0.5
@@ -703,24 +699,14 @@ class Manager:
         return count, nbytes
 
     def _leak_message(self, escaped: int, escaped_bytes: int) -> str:
-        node_ids = {m._node.id for m in self._subtree()}
-        lines = [
+        return describe_escapes(
             f"manager {self.name!r} closed while {escaped} array(s) of "
             f"{format_bytes(escaped_bytes)} it owns were still referenced. The arrays stay valid; "
             "mark intended escapes with m.keep(arr) or oc.detach(arr), or delete them before the "
-            "scope ends."
-        ]
-        for arr, info in _find_arrays(node_ids):
-            if info[3] & _native.FLAG_KEPT and info[0] == self._node.id:
-                continue
-            lines.append(f"  - array shape={arr.shape} dtype={arr.dtype} bytes={info[2]}")
-            record = _tracing.record_for(info[1])
-            if record is not None:
-                lines.append("    allocated at:")
-                lines.append(record.format("      "))
-        if not _config.config().trace:
-            lines.append("  (oc.configure(trace=True) records where each array was allocated)")
-        return "\n".join(lines)
+            "scope ends.",
+            {m._node.id for m in self._subtree()},
+            lambda info: not (info[3] & _native.FLAG_KEPT and info[0] == self._node.id),
+        )
 
     # ---- presentation ----
 
@@ -732,42 +718,6 @@ class Manager:
             f"<oocarray.Manager {self.name!r} {state}: {format_bytes(s.current_bytes)} in "
             f"{s.current_count} arrays{budget}>"
         )
-
-
-def _find_arrays(node_ids: set[int]) -> list[tuple[np.ndarray, tuple[int, ...]]]:
-    """Arrays still referenced whose memory is owned by one of ``node_ids`` (best effort: it
-    searches everything the garbage collector and the threads' frames can reach)."""
-    found: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}
-
-    def consider(candidates: Iterable[object]) -> None:
-        for ref in candidates:
-            if isinstance(ref, np.ndarray):
-                info = _native.block_info(ref)
-                if info is not None and info[0] in node_ids and info[1] not in found:
-                    found[info[1]] = (ref, info)
-
-    # Running frames do not show their locals to the garbage collector: read them directly.
-    # Before Python 3.13 f_locals is a snapshot dict stored on the frame, which would keep the
-    # arrays alive after the user deletes them; drop the arrays from it again (every path that
-    # writes a snapshot back into the frame refreshes it first, so this changes no variable).
-    # The library's own frames are skipped: reading their locals would tie them into cycles.
-    for frame in sys._current_frames().values():
-        f: Any = frame
-        while f is not None:
-            if not f.f_code.co_filename.startswith(_PACKAGE_DIR):
-                snapshot = f.f_locals
-                consider(snapshot.values())
-                # Only a function's f_locals is a snapshot; a module's or class body's is the
-                # namespace itself, whose entries are the user's variables.
-                if type(snapshot) is dict and f.f_code.co_flags & inspect.CO_OPTIMIZED:
-                    for key in [k for k, v in snapshot.items() if isinstance(v, np.ndarray)]:
-                        del snapshot[key]
-                del snapshot
-            f = f.f_back
-        del f, frame
-    for holder in gc.get_objects():
-        consider(gc.get_referents(holder))
-    return list(found.values())
 
 
 def _require_array(arr: object, what: str) -> None:

@@ -19,12 +19,12 @@ from typing import Any, Literal, Self
 
 import numpy as np
 
-from oocarray import _config, _native, _tracing
+from oocarray import _native
+from oocarray._escapes import describe_escapes
 from oocarray._manager import (
     Manager,
     MemoryStats,
     _Activation,
-    _find_arrays,
     manager_by_node_id,
     system,
 )
@@ -313,26 +313,15 @@ class Workspace(Manager):
         return _round_page(size)
 
     def _cycle_leak_message(self, escaped: int) -> str:
-        lines = [
+        return describe_escapes(
             f"{escaped} array(s) allocated in cycle {self._cycles} of workspace {self.name!r} "
             "were still referenced when the cycle ended. Their memory is pinned and stays "
             "valid, but it cannot be reused: copy results out with oc.detach(arr) and delete "
-            "the rest (or move the cycle body into a function) before the cycle ends."
-        ]
-        for arr, info in _find_arrays({self._node.id}):
-            if info[5] != self._cycle_number:
-                continue
-            lines.append(
-                f"  - array shape={arr.shape} dtype={arr.dtype} bytes={info[2]}"
-                f"{' (arena)' if info[3] & _native.FLAG_ARENA else ' (external)'}"
-            )
-            record = _tracing.record_for(info[1])
-            if record is not None:
-                lines.append("    allocated at:")
-                lines.append(record.format("      "))
-        if not _config.config().trace:
-            lines.append("  (oc.configure(trace=True) records where each array was allocated)")
-        return "\n".join(lines)
+            "the rest (or move the cycle body into a function) before the cycle ends.",
+            {self._node.id},
+            lambda info: info[5] == self._cycle_number,
+            lambda info: " (arena)" if info[3] & _native.FLAG_ARENA else " (external)",
+        )
 
     # ---- accounting ----
 

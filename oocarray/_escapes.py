@@ -1,0 +1,76 @@
+"""Naming the arrays that outlived a scope or a workspace cycle, for leak reports."""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from oocarray import _config, _native, _tracing
+
+__all__ = ["describe_escapes", "find_arrays"]
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def find_arrays(node_ids: set[int]) -> list[tuple[np.ndarray, tuple[int, ...]]]:
+    """Arrays still referenced whose memory is owned by one of ``node_ids`` (best effort: it
+    searches everything the garbage collector and the threads' frames can reach)."""
+    found: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}
+
+    def consider(candidates: Iterable[object]) -> None:
+        for ref in candidates:
+            if isinstance(ref, np.ndarray):
+                info = _native.block_info(ref)
+                if info is not None and info[0] in node_ids and info[1] not in found:
+                    found[info[1]] = (ref, info)
+
+    # Running frames do not show their locals to the garbage collector: read them directly.
+    # Before Python 3.13 f_locals is a snapshot dict stored on the frame, which would keep the
+    # arrays alive after the user deletes them; drop the arrays from it again (every path that
+    # writes a snapshot back into the frame refreshes it first, so this changes no variable).
+    # The library's own frames are skipped: reading their locals would tie them into cycles.
+    for frame in sys._current_frames().values():
+        f: Any = frame
+        while f is not None:
+            if not f.f_code.co_filename.startswith(_PACKAGE_DIR):
+                snapshot = f.f_locals
+                consider(snapshot.values())
+                # Only a function's f_locals is a snapshot; a module's or class body's is the
+                # namespace itself, whose entries are the user's variables.
+                if type(snapshot) is dict and f.f_code.co_flags & inspect.CO_OPTIMIZED:
+                    for key in [k for k, v in snapshot.items() if isinstance(v, np.ndarray)]:
+                        del snapshot[key]
+                del snapshot
+            f = f.f_back
+        del f, frame
+    for holder in gc.get_objects():
+        consider(gc.get_referents(holder))
+    return list(found.values())
+
+
+def describe_escapes(
+    headline: str,
+    node_ids: set[int],
+    wanted: Callable[[tuple[int, ...]], bool],
+    label: Callable[[tuple[int, ...]], str] = lambda info: "",
+) -> str:
+    """``headline``, then one line per live array owned by ``node_ids`` that ``wanted`` picks
+    (shape, dtype, bytes, and where it was allocated when tracing is on)."""
+    lines = [headline]
+    for arr, info in find_arrays(node_ids):
+        if not wanted(info):
+            continue
+        lines.append(f"  - array shape={arr.shape} dtype={arr.dtype} bytes={info[2]}{label(info)}")
+        record = _tracing.record_for(info[1])
+        if record is not None:
+            lines.append("    allocated at:")
+            lines.append(record.format("      "))
+    if not _config.config().trace:
+        lines.append("  (oc.configure(trace=True) records where each array was allocated)")
+    return "\n".join(lines)
