@@ -123,7 +123,7 @@ def test_oocarray_reads_and_writes_sharded_zarr(tmp_path: Path) -> None:
     )
     z[...] = DATA
     x = oc.open(tmp_path / "sharded.zarr", mode="r+")
-    assert not x._store.direct  # type: ignore[attr-defined]
+    assert x._store.direct  # type: ignore[attr-defined]  # reads one inner chunk at a time
     assert np.array_equal(x[...], DATA)
     assert np.array_equal(x[3:33:4, ::-2], DATA[3:33:4, ::-2])
     x[10:20, 1] = -1.0
@@ -175,3 +175,23 @@ def test_golden_files_are_read_by_zarr_python(tmp_path: Path) -> None:
         copy = tmp_path / f"{codec}.zarr"
         shutil.copytree(golden.HERE / f"{codec}.zarr", copy)
         assert np.array_equal(zarr.open_array(copy, mode="r")[...], golden.golden_data())
+
+
+def test_sharded_reads_take_only_the_inner_chunk_and_report_damage(tmp_path: Path) -> None:
+    z = zarr.create_array(
+        tmp_path / "s.zarr",
+        shape=(64, 4),
+        chunks=(4, 4),
+        shards=(32, 4),
+        dtype="i4",
+        fill_value=-1,
+    )
+    z[:20] = np.arange(80, dtype=np.int32).reshape(20, 4)
+    x = oc.open(tmp_path / "s.zarr")
+    assert np.array_equal(x[5], [20, 21, 22, 23])
+    assert np.array_equal(x[25], [-1, -1, -1, -1])  # an empty slot of a written shard
+    assert np.array_equal(x[40], [-1, -1, -1, -1])  # a shard never written
+    shard = tmp_path / "s.zarr" / "c" / "0" / "0"
+    shard.write_bytes(shard.read_bytes()[:-200])  # cut into the index at the end
+    with pytest.raises(oc.CorruptChunkError, match="shard"):
+        oc.open(tmp_path / "s.zarr")[5]

@@ -77,15 +77,54 @@ class _Direct:
         key: Callable[[tuple[int, ...]], str],
         codec: Any,
         stored_dtype: np.dtype[Any],
+        shard: _Shard | None = None,
     ) -> None:
         self.key = key
         self.codec = codec  # a numcodecs codec, or None for raw bytes
         self.stored_dtype = stored_dtype  # with the byte order of the files
+        self.shard = shard  # set when chunks are inner chunks of shards (read-only path)
+
+
+class _Shard:
+    """Where an inner chunk lies in its shard file: the shard index (one little-endian
+    (offset, nbytes) pair per inner chunk, C order, at the end or start of the file, optionally
+    followed by a CRC-32C) says."""
+
+    def __init__(self, per_shard: tuple[int, ...], index_at_end: bool, checksum: bool) -> None:
+        self.per_shard = per_shard  # inner chunks per shard, per axis
+        self.index_at_end = index_at_end
+        self.index_bytes = 16 * math.prod(per_shard) + (4 if checksum else 0)
+
+    def locate(self, chunk: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+        """The shard holding an inner chunk, and the chunk's number inside it."""
+        shard = tuple(c // n for c, n in zip(chunk, self.per_shard, strict=True))
+        within = tuple(c % n for c, n in zip(chunk, self.per_shard, strict=True))
+        return shard, int(np.ravel_multi_index(within, self.per_shard))
 
 
 def _v3_direct(array: Any) -> _Direct | None:
     meta: Any = array.metadata
     codecs = list(meta.codecs)
+    shard = None
+    if len(codecs) == 1 and isinstance(codecs[0], zarr.codecs.ShardingCodec):
+        sharding = codecs[0]
+        index_codecs = list(sharding.index_codecs)
+        little = all(
+            getattr(getattr(c, "endian", None), "value", "little") == "little"
+            for c in index_codecs
+            if isinstance(c, zarr.codecs.BytesCodec)
+        )
+        extra = [c for c in index_codecs if not isinstance(c, zarr.codecs.BytesCodec)]
+        if not little or any(not isinstance(c, zarr.codecs.Crc32cCodec) for c in extra):
+            return None
+        outer = tuple(meta.chunk_grid.chunk_shape)
+        inner = tuple(sharding.chunk_shape)
+        shard = _Shard(
+            tuple(o // i for o, i in zip(outer, inner, strict=True)),
+            str(getattr(sharding.index_location, "value", sharding.index_location)) == "end",
+            bool(extra),
+        )
+        codecs = list(sharding.codecs)
     if not codecs or not isinstance(codecs[0], zarr.codecs.BytesCodec):
         return None
     endian = codecs[0].endian
@@ -125,7 +164,7 @@ def _v3_direct(array: Any) -> _Direct | None:
 
     else:
         return None
-    return _Direct(key, codec, stored)
+    return _Direct(key, codec, stored, shard)
 
 
 def _v2_direct(array: Any) -> _Direct | None:
@@ -180,7 +219,7 @@ class ZarrStore(Store):
         self.sharded = getattr(array, "shards", None) is not None
         self._root = os.path.realpath(path)
         direct = None
-        if not self.sharded and not self.dtype.hasobject and os.path.isdir(path):
+        if not self.dtype.hasobject and os.path.isdir(path):
             direct = _v3_direct(array) if self.zarr_format == 3 else _v2_direct(array)
         self._direct = direct
         self.codec = self._codec_name()
@@ -215,7 +254,12 @@ class ZarrStore(Store):
 
     def read_piece(self, chunk: tuple[int, ...], local: tuple[Any, ...]) -> np.ndarray:
         direct = self._direct
-        if direct is None or direct.codec is not None or not self.chunks:
+        if (
+            direct is None
+            or direct.codec is not None
+            or direct.shard is not None
+            or not self.chunks
+        ):
             # Decode the whole chunk into a buffer reused by this thread, then take the piece.
             return np.asarray(self.read_chunk(chunk, scratch=True)[local])
         # Uncompressed: read only the rows of the chunk's first axis that the piece touches.
@@ -256,6 +300,7 @@ class ZarrStore(Store):
         if (
             direct is None
             or direct.codec is not None
+            or direct.shard is not None
             or direct.stored_dtype != self.dtype
             or self.chunks[1:] != self.shape[1:]
         ):
@@ -293,12 +338,17 @@ class ZarrStore(Store):
         if self._direct is None:
             return np.asarray(self.array[region])
         direct = self._direct
-        path = self._chunk_path(chunk)
         out = (
             _scratch(self.chunks, direct.stored_dtype)
             if scratch
             else np.empty(self.chunks, dtype=direct.stored_dtype)
         )
+        if direct.shard is not None:
+            self._read_inner_chunk(chunk, out)
+            if out.dtype != self.dtype:
+                out = out.astype(self.dtype)
+            return out[tuple(slice(0, r.stop - r.start) for r in region)]
+        path = self._chunk_path(chunk)
         try:
             with open(path, "rb") as f:
                 if direct.codec is None:
@@ -323,10 +373,55 @@ class ZarrStore(Store):
             out = out.astype(self.dtype)
         return out[tuple(slice(0, r.stop - r.start) for r in region)]
 
+    def _read_inner_chunk(self, chunk: tuple[int, ...], out: np.ndarray) -> None:
+        """Decode one inner chunk of a shard into ``out``: two reads, the shard's index entry
+        and the chunk's bytes, never the whole shard."""
+        direct = self._direct
+        assert direct is not None and direct.shard is not None
+        shard_key, number = direct.shard.locate(chunk)
+        path = self._chunk_path(shard_key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            out[...] = self.fill_value
+            return
+        try:
+            size = os.fstat(fd).st_size
+            base = size - direct.shard.index_bytes if direct.shard.index_at_end else 0
+            entry = os.pread(fd, 16, base + 16 * number)
+            if len(entry) != 16 or base < 0:
+                raise CorruptChunkError(
+                    f"chunk {chunk} of {self.path!r}: the index of shard {path} is truncated"
+                )
+            offset, nbytes = np.frombuffer(entry, dtype="<u8").tolist()
+            if offset == nbytes == 2**64 - 1:
+                out[...] = self.fill_value  # never written
+                return
+            if offset + nbytes > size or nbytes > 2 * out.nbytes + 4096:
+                raise CorruptChunkError(
+                    f"chunk {chunk} of {self.path!r}: the index of shard {path} points past "
+                    f"the end of the file or is corrupt (offset {offset}, {nbytes} bytes)"
+                )
+            raw = os.pread(fd, nbytes, offset)
+        finally:
+            os.close(fd)
+        try:
+            if len(raw) != nbytes:
+                raise ValueError(f"{len(raw)} of {nbytes} bytes")
+            if direct.codec is None:
+                out.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, dtype=np.uint8)
+            else:
+                direct.codec.decode(raw, out=out)
+        except Exception as error:
+            raise CorruptChunkError(
+                f"chunk {chunk} of {self.path!r} cannot be decoded from shard {path}: it is "
+                f"corrupt or truncated ({error})"
+            ) from error
+
     def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
         self.check_writable()
         region = self.chunk_region(chunk)
-        if self._direct is None:
+        if self._direct is None or self._direct.shard is not None:
             self.array[region] = data
             return
         direct = self._direct
