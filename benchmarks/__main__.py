@@ -14,6 +14,7 @@ from benchmarks import (
     w3_spill,
     w4_over_budget,
     w7_random_rows,
+    w7_sharded,
 )
 from benchmarks._timing import ROW_HEADERS, Result, markdown_table
 
@@ -26,6 +27,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
         w4_over_budget.run,
     ),
     "W7": ("random-row reads from an (N, 1024) float32 array", w7_random_rows.run),
+    "W7S": ("random-row reads from a sharded zstd zarr array vs zarr-python", w7_sharded.run),
     "L1": ("64 MiB allocate + first touch inside a manager", large_alloc.run_large),
     "L2": ("small/large threshold sweep, 16 KiB to 32 MiB", large_alloc.run_sweep),
     "L3": ("workspace arenas with and without transparent huge pages", l3_huge_pages.run),

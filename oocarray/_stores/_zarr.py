@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 import tempfile
 import threading
 from collections.abc import Callable
@@ -97,9 +98,13 @@ class _Shard:
 
     def locate(self, chunk: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
         """The shard holding an inner chunk, and the chunk's number inside it."""
-        shard = tuple(c // n for c, n in zip(chunk, self.per_shard, strict=True))
-        within = tuple(c % n for c, n in zip(chunk, self.per_shard, strict=True))
-        return shard, int(np.ravel_multi_index(within, self.per_shard))
+        shard = []
+        number = 0
+        for c, n in zip(chunk, self.per_shard, strict=True):
+            q, r = divmod(c, n)
+            shard.append(q)
+            number = number * n + r
+        return tuple(shard), number
 
 
 def _v3_direct(array: Any) -> _Direct | None:
@@ -393,7 +398,7 @@ class ZarrStore(Store):
                 raise CorruptChunkError(
                     f"chunk {chunk} of {self.path!r}: the index of shard {path} is truncated"
                 )
-            offset, nbytes = np.frombuffer(entry, dtype="<u8").tolist()
+            offset, nbytes = struct.unpack("<QQ", entry)
             if offset == nbytes == 2**64 - 1:
                 out[...] = self.fill_value  # never written
                 return
