@@ -146,7 +146,9 @@ static PyObject *Node_ws_begin(NodeObject *self, PyObject *arg)
     if (bytes == (size_t)-1 && PyErr_Occurred()) {
         return NULL;
     }
-    return PyLong_FromLong(oc_workspace_begin(self->node, bytes));
+    /* An arena the budget or the disk refused leaves the cycle outside it (size 0 in stats). */
+    oc_workspace_begin(self->node, bytes);
+    return PyLong_FromUnsignedLongLong((unsigned long long)atomic_load(&self->node->workspace->cycle));
 }
 
 static PyObject *Node_ws_end(NodeObject *self, PyObject *Py_UNUSED(a))
@@ -218,7 +220,7 @@ static PyMethodDef Node_methods[] = {
     {"reset_peak", (PyCFunction)Node_reset_peak, METH_NOARGS, "Set the peak to the current bytes."},
     {"counters", (PyCFunction)Node_counters, METH_NOARGS, "A dict of the node's counters."},
     {"make_workspace", (PyCFunction)Node_make_workspace, METH_VARARGS, "Turn the node into a workspace."},
-    {"ws_begin", (PyCFunction)Node_ws_begin, METH_O, "Start a cycle with an arena of at least n bytes."},
+    {"ws_begin", (PyCFunction)Node_ws_begin, METH_O, "Start a cycle with an arena of at least n bytes; returns the cycle number."},
     {"ws_end", (PyCFunction)Node_ws_end, METH_NOARGS, "End the cycle: (arena_escapes, external_escapes, requested, overflowed)."},
     {"ws_stats", (PyCFunction)Node_ws_stats, METH_NOARGS, "The workspace's counters."},
     {"ws_destroy", (PyCFunction)Node_ws_destroy, METH_NOARGS, "Release the arena (pinned if in use)."},

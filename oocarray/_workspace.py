@@ -267,8 +267,7 @@ class Workspace(Manager):
             self._cycle_thread = None
             raise
         self._cycle_activation = activation
-        self._node.ws_begin(self._target_bytes)
-        self._cycle_number = int(self._node.ws_stats()["cycle"])
+        self._cycle_number = self._node.ws_begin(self._target_bytes)
         return self
 
     def __exit__(

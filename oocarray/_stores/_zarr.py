@@ -364,14 +364,7 @@ class ZarrStore(Store):
                             f"bytes, expected {out.nbytes}"
                         )
                 else:
-                    raw = f.read()
-                    try:
-                        direct.codec.decode(raw, out=out)
-                    except Exception as error:
-                        raise CorruptChunkError(
-                            f"chunk {chunk} of {self.path!r} cannot be decoded "
-                            f"({direct.codec.codec_id}): {path} is corrupt or truncated ({error})"
-                        ) from error
+                    self._decode_into(f.read(), None, out, chunk, path)
         except FileNotFoundError:
             out[...] = self.fill_value  # chunks never written hold the fill value
         if out.dtype != self.dtype:
@@ -410,16 +403,25 @@ class ZarrStore(Store):
             raw = os.pread(fd, nbytes, offset)
         finally:
             os.close(fd)
+        self._decode_into(raw, nbytes, out, chunk, f"shard {path}")
+
+    def _decode_into(
+        self, raw: bytes, expected: int | None, out: np.ndarray, chunk: tuple[int, ...], where: str
+    ) -> None:
+        """Decode one chunk's stored bytes into ``out``; damage becomes a CorruptChunkError
+        naming the chunk and where its bytes came from."""
+        codec = self._direct.codec if self._direct is not None else None
         try:
-            if len(raw) != nbytes:
-                raise ValueError(f"{len(raw)} of {nbytes} bytes")
-            if direct.codec is None:
+            if expected is not None and len(raw) != expected:
+                raise ValueError(f"read {len(raw)} of {expected} bytes")
+            if codec is None:
                 out.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, dtype=np.uint8)
             else:
-                direct.codec.decode(raw, out=out)
+                codec.decode(raw, out=out)
         except Exception as error:
+            name = "raw bytes" if codec is None else codec.codec_id
             raise CorruptChunkError(
-                f"chunk {chunk} of {self.path!r} cannot be decoded from shard {path}: it is "
+                f"chunk {chunk} of {self.path!r} cannot be decoded ({name}) from {where}: it is "
                 f"corrupt or truncated ({error})"
             ) from error
 
