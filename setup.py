@@ -14,7 +14,9 @@ setup(
                 "native/regions.c",
                 "native/spill.c",
                 "native/workspace.c",
+                "native/chunks.c",
             ],
+            libraries=["dl"],  # dlopen of libzstd.so.1 (part of libc from glibc 2.34)
             depends=["native/oc_core.h"],
             include_dirs=[numpy.get_include(), "native"],
             # Hidden visibility lets calls between the files bind directly, without the PLT.

@@ -660,6 +660,8 @@ static PyMethodDef module_methods[] = {
     {"set_pressure_callback", set_pressure_callback, METH_O, "cb(node_id, size) -> retry?, or None."},
     {"set_huge_pages", set_huge_pages, METH_O, "Advise huge pages for large mappings; returns the old setting."},
     {"region_cache", region_cache, METH_VARARGS, "(cached, limit); region_cache(n) sets the limit, (-1) empties."},
+    {"read_chunks", oc_py_read_chunks, METH_VARARGS, "Run chunk jobs (read, decode) until none is left; None or (job, message)."},
+    {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -699,6 +701,8 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddIntConstant(m, "LOCATION_MMAP", OC_LOCATION_MMAP) < 0 ||
         PyModule_AddIntConstant(m, "FLAG_ARENA", OC_FLAG_ARENA) < 0 ||
         PyModule_AddIntConstant(m, "FLAG_CYCLE_EXTERNAL", OC_FLAG_CYCLE_EXTERNAL) < 0 ||
+        PyModule_AddIntConstant(m, "CODEC_RAW", OC_CODEC_RAW) < 0 ||
+        PyModule_AddIntConstant(m, "CODEC_ZSTD", OC_CODEC_ZSTD) < 0 ||
         PyModule_AddIntConstant(m, "FAIL_WORKSPACE_FULL", OC_FAIL_WORKSPACE_FULL) < 0 ||
         PyModule_AddIntConstant(m, "WS_EXTERNAL", OC_WS_EXTERNAL) < 0 ||
         PyModule_AddIntConstant(m, "WS_REALLOCATE", OC_WS_REALLOCATE) < 0 ||

@@ -236,4 +236,10 @@ oc_failure oc_take_failure(void);
 void oc_record_failure(int kind, int err, oc_node *asked, oc_node *refused, int64_t requested);
 uint64_t oc_next_alloc_id(void);
 
+/* chunks.c: reading and decoding chunks without the GIL */
+#define OC_CODEC_RAW 0
+#define OC_CODEC_ZSTD 1
+PyObject *oc_py_read_chunks(PyObject *m, PyObject *args);
+PyObject *oc_py_zstd_available(PyObject *m, PyObject *a);
+
 #endif

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from oocarray import _spill_files
-from oocarray._indexing import Selection, parse_key
+from oocarray._indexing import ChunkPiece, Selection, parse_key
 from oocarray._manager import _parse_shape, active_manager, system
 from oocarray._stores import Store, open_store
 from oocarray._stores._base import auto_chunks, check_dtype
@@ -132,9 +132,9 @@ class ChunkedArray:
                 return rows
         selection = parse_key(key, self.shape, self.chunks)
         out = np.empty(selection.full_shape, dtype=self.dtype)
-        for piece in selection.pieces():
-            out[piece.out] = self._store.read_piece(piece.chunk, piece.local)
-            self.chunk_reads += 1
+        pieces = list(selection.pieces())
+        self._store.read_into(pieces, out)
+        self.chunk_reads += len(pieces)
         return selection.to_result(out)
 
     def _read_rows(self, key: int | np.integer[Any] | slice) -> np.ndarray | None:
@@ -158,14 +158,22 @@ class ChunkedArray:
             stop = start + 1
         out = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype)
         if not self._store.read_rows_into(start, out):
+            pieces = []
             row = start
             while row < stop:
                 c, r = divmod(row, per_chunk)
                 take = min(per_chunk - r, stop - row)
-                out[row - start : row - start + take] = self._store.read_piece(
-                    (c,) + (0,) * len(rest), (slice(r, r + take), *rest)
+                covers = r == 0 and take == min(per_chunk, n - row)
+                pieces.append(
+                    ChunkPiece(
+                        (c,) + (0,) * len(rest),
+                        (slice(r, r + take), *rest),
+                        (slice(row - start, row - start + take), *rest),
+                        covers,
+                    )
                 )
                 row += take
+            self._store.read_into(pieces, out)
         self.chunk_reads += -(-(stop - start) // per_chunk) if stop > start else 0
         return out if isinstance(key, slice) else out[0]
 

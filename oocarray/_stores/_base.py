@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from oocarray._indexing import ChunkPiece
 from oocarray.errors import ReadOnlyError
 
 __all__ = ["Store", "auto_chunks", "check_dtype"]
@@ -67,6 +69,12 @@ class Store:
     def read_piece(self, chunk: tuple[int, ...], local: tuple[Any, ...]) -> np.ndarray:
         """``read_chunk(chunk)[local]``; backends that can read less than a chunk do."""
         return np.asarray(self.read_chunk(chunk)[local])
+
+    def read_into(self, pieces: Sequence[ChunkPiece], out: np.ndarray) -> None:
+        """``out[p.out] = read_piece(p.chunk, p.local)`` for every piece; backends that can
+        read several chunks at once do."""
+        for piece in pieces:
+            out[piece.out] = self.read_piece(piece.chunk, piece.local)
 
     def read_rows_into(self, start: int, out: np.ndarray) -> bool:
         """Fill ``out`` with rows ``start:start + len(out)`` straight from storage, when the

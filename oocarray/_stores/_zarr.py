@@ -1,30 +1,30 @@
 """Zarr (v3 and v2) arrays.
 
 zarr-python parses metadata and creates arrays, so what is written stays plain zarr.  For the
-common layouts — a local directory, regular chunks, C order, and one compressor at most
-(zstd, blosc or gzip in v3; any numcodecs compressor in v2) — chunks are read and written
-directly: the chunk file is read and decoded straight into a buffer of the active manager,
-without zarr-python's per-call async machinery.  Anything else (sharding, filters, other
-codecs, remote stores) goes through zarr-python.
+common layouts of a local directory (see :mod:`._zarr_layout`) chunks are read directly: their
+bytes are read and decoded straight into buffers of the active manager, on every core, without
+zarr-python's per-call async machinery (see :mod:`._chunk_jobs`); unsharded ones are written
+directly too.  Anything else (filters, other codecs, remote stores, writes into shards) goes
+through zarr-python.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import struct
 import tempfile
-import threading
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
-import numcodecs
 import numpy as np
 import zarr
 import zarr.codecs
 
-from oocarray._manager import active_manager
+from oocarray._indexing import ChunkPiece
+from oocarray._stores import _pool
 from oocarray._stores._base import Store, check_dtype
+from oocarray._stores._chunk_jobs import ChunkJobs, scratch_set
+from oocarray._stores._zarr_layout import OpenShard, layout_of
 from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
 __all__ = ["CODECS", "ZarrStore", "create_zarr"]
@@ -70,142 +70,82 @@ def create_zarr(
     )
 
 
-class _Direct:
-    """How to find, decode and encode one chunk without zarr-python."""
-
-    def __init__(
-        self,
-        key: Callable[[tuple[int, ...]], str],
-        codec: Any,
-        stored_dtype: np.dtype[Any],
-        shard: _Shard | None = None,
-    ) -> None:
-        self.key = key
-        self.codec = codec  # a numcodecs codec, or None for raw bytes
-        self.stored_dtype = stored_dtype  # with the byte order of the files
-        self.shard = shard  # set when chunks are inner chunks of shards (read-only path)
+def _basic(index: tuple[Any, ...]) -> bool:
+    return not any(isinstance(i, np.ndarray) for i in index)
 
 
-class _Shard:
-    """Where an inner chunk lies in its shard file: the shard index (one little-endian
-    (offset, nbytes) pair per inner chunk, C order, at the end or start of the file, optionally
-    followed by a CRC-32C) says."""
+class _ChunkFiles:
+    """The files one read opens, each once: where a chunk's stored bytes are."""
 
-    def __init__(self, per_shard: tuple[int, ...], index_at_end: bool, checksum: bool) -> None:
-        self.per_shard = per_shard  # inner chunks per shard, per axis
-        self.index_at_end = index_at_end
-        self.index_bytes = 16 * math.prod(per_shard) + (4 if checksum else 0)
+    def __init__(self, store: ZarrStore) -> None:
+        self._store = store
+        self._files: dict[tuple[int, ...], int | OpenShard | None] = {}
 
-    def locate(self, chunk: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
-        """The shard holding an inner chunk, and the chunk's number inside it."""
-        shard = []
-        number = 0
-        for c, n in zip(chunk, self.per_shard, strict=True):
-            q, r = divmod(c, n)
-            shard.append(q)
-            number = number * n + r
-        return tuple(shard), number
-
-
-def _v3_direct(array: Any) -> _Direct | None:
-    meta: Any = array.metadata
-    codecs = list(meta.codecs)
-    shard = None
-    if len(codecs) == 1 and isinstance(codecs[0], zarr.codecs.ShardingCodec):
-        sharding = codecs[0]
-        index_codecs = list(sharding.index_codecs)
-        little = all(
-            getattr(getattr(c, "endian", None), "value", "little") == "little"
-            for c in index_codecs
-            if isinstance(c, zarr.codecs.BytesCodec)
-        )
-        extra = [c for c in index_codecs if not isinstance(c, zarr.codecs.BytesCodec)]
-        if not little or any(not isinstance(c, zarr.codecs.Crc32cCodec) for c in extra):
+    def source(self, chunk: tuple[int, ...]) -> tuple[int, int, int] | None:
+        """(fd, offset, stored bytes or -1 for the whole file), or None: never written."""
+        store = self._store
+        layout = store._layout
+        assert layout is not None
+        if layout.shard is None:
+            opened = self._open(chunk)
+            return None if opened is None else (opened, 0, -1)  # type: ignore[return-value]
+        key, number = layout.shard.locate(chunk)
+        shard = self._open(key, chunk)
+        if shard is None:
             return None
-        outer = tuple(meta.chunk_grid.chunk_shape)
-        inner = tuple(sharding.chunk_shape)
-        shard = _Shard(
-            tuple(o // i for o, i in zip(outer, inner, strict=True)),
-            str(getattr(sharding.index_location, "value", sharding.index_location)) == "end",
-            bool(extra),
-        )
-        codecs = list(sharding.codecs)
-    if not codecs or not isinstance(codecs[0], zarr.codecs.BytesCodec):
-        return None
-    endian = codecs[0].endian
-    dtype = np.dtype(array.dtype)
-    little = endian is None or getattr(endian, "value", endian) == "little"
-    stored = dtype.newbyteorder("<" if little else ">") if dtype.itemsize > 1 else dtype
-    rest = codecs[1:]
-    codec: Any = None
-    if len(rest) > 1:
-        return None
-    if rest:
-        c = rest[0]
-        if isinstance(c, zarr.codecs.ZstdCodec):
-            codec = numcodecs.Zstd(level=c.level, checksum=c.checksum)
-        elif isinstance(c, zarr.codecs.BloscCodec):
-            shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[str(c.shuffle.value)]
-            codec = numcodecs.Blosc(
-                cname=str(c.cname.value), clevel=c.clevel, shuffle=shuffle, blocksize=c.blocksize
-            )
-        elif isinstance(c, zarr.codecs.GzipCodec):
-            codec = numcodecs.GZip(level=c.level)
+        assert isinstance(shard, OpenShard)
+        entry = shard.entry(number, chunk, store._chunk_nbytes)
+        return None if entry is None else (shard.fd, *entry)
+
+    def row_source(self, i: int) -> tuple[int, int, int] | None:
+        """:meth:`source` of chunk ``(i, 0, ...)``, the chunks of row-wise reads, with the
+        shard arithmetic done for that case."""
+        layout = self._store._layout
+        assert layout is not None
+        rest = self._store._rest
+        if layout.shard is None:
+            fd = self._open((i, *rest))
+            return None if fd is None else (fd, 0, -1)  # type: ignore[return-value]
+        per_shard = layout.shard.per_shard
+        shard = self._open((i // per_shard[0], *rest), (i, *rest))
+        if shard is None:
+            return None
+        assert isinstance(shard, OpenShard)
+        number = (i % per_shard[0]) * layout.shard.inner_per_row
+        entry = shard.entry(number, (i, *rest), self._store._chunk_nbytes)
+        return None if entry is None else (shard.fd, *entry)
+
+    def _open(
+        self, key: tuple[int, ...], chunk: tuple[int, ...] | None = None
+    ) -> int | OpenShard | None:
+        if key in self._files:
+            return self._files[key]
+        store = self._store
+        path = store._chunk_path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            opened: int | OpenShard | None = None  # chunks never written hold the fill value
         else:
-            return None
-    encoding = meta.chunk_key_encoding
-    separator = getattr(encoding, "separator", "/")
-    if separator not in ("/", "."):
-        return None
-    if type(encoding).__name__ == "DefaultChunkKeyEncoding":
+            if chunk is None:
+                opened = fd
+            else:
+                try:
+                    assert store._layout is not None and store._layout.shard is not None
+                    opened = OpenShard(fd, path, store.path, store._layout.shard, chunk)
+                except BaseException:
+                    os.close(fd)
+                    raise
+        self._files[key] = opened
+        return opened
 
-        def key(chunk: tuple[int, ...]) -> str:
-            return "c" + (separator + separator.join(map(str, chunk)) if chunk else "")
-
-    elif type(encoding).__name__ == "V2ChunkKeyEncoding":
-
-        def key(chunk: tuple[int, ...]) -> str:
-            return separator.join(map(str, chunk)) if chunk else "0"
-
-    else:
-        return None
-    return _Direct(key, codec, stored, shard)
-
-
-def _v2_direct(array: Any) -> _Direct | None:
-    meta: Any = array.metadata
-    if meta.filters or meta.order != "C":
-        return None
-    separator = meta.dimension_separator or "."
-    if separator not in ("/", "."):
-        return None
-
-    def key(chunk: tuple[int, ...]) -> str:
-        return separator.join(map(str, chunk)) if chunk else "0"
-
-    dtype = (
-        np.dtype(meta.dtype.to_native_dtype())
-        if hasattr(meta.dtype, "to_native_dtype")
-        else np.dtype(array.dtype)
-    )
-    return _Direct(key, meta.compressor, dtype)
-
-
-_thread_buffers = threading.local()
-
-
-def _scratch(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-    """A decode buffer reused by this thread.  Inside a manager the buffer comes from it (and a
-    workspace's arena or the region cache makes that cheap); outside, one buffer per thread
-    spares a fresh mapping, and its page faults, for every chunk."""
-    if active_manager() is not None:
-        return np.empty(shape, dtype=dtype)
-    key = (shape, dtype.str)
-    cached: tuple[tuple[Any, ...], np.ndarray] | None = getattr(_thread_buffers, "buffer", None)
-    if cached is None or cached[0] != key:
-        cached = (key, np.empty(shape, dtype=dtype))
-        _thread_buffers.buffer = cached
-    return cached[1]
+    def close(self) -> None:
+        for opened in self._files.values():
+            if isinstance(opened, OpenShard):
+                opened.close()
+            elif opened is not None:
+                os.close(opened)
+        self._files.clear()
 
 
 class ZarrStore(Store):
@@ -223,10 +163,10 @@ class ZarrStore(Store):
         self.zarr_format = array.metadata.zarr_format
         self.sharded = getattr(array, "shards", None) is not None
         self._root = os.path.realpath(path)
-        direct = None
-        if not self.dtype.hasobject and os.path.isdir(path):
-            direct = _v3_direct(array) if self.zarr_format == 3 else _v2_direct(array)
-        self._direct = direct
+        self._layout = layout_of(array) if os.path.isdir(path) else None
+        stored = self._layout.stored_dtype if self._layout is not None else self.dtype
+        self._chunk_nbytes = math.prod(self.chunks) * stored.itemsize
+        self._rest = (0,) * (len(self.shape) - 1)  # chunk coordinates after the first
         self.codec = self._codec_name()
 
     @classmethod
@@ -250,21 +190,32 @@ class ZarrStore(Store):
     @property
     def direct(self) -> bool:
         """Whether chunks are read and written without zarr-python."""
-        return self._direct is not None
+        return self._layout is not None
+
+    @property
+    def _plain_files(self) -> bool:
+        """Uncompressed, unsharded chunk files: rows are read in place with ``preadv``."""
+        layout = self._layout
+        return layout is not None and layout.codec is None and layout.shard is None
 
     def _chunk_path(self, chunk: tuple[int, ...]) -> str:
-        assert self._direct is not None
+        assert self._layout is not None
         # Keys are made of integers and a validated separator: they cannot leave the root.
-        return self._root + os.sep + self._direct.key(chunk)
+        return self._root + os.sep + self._layout.key(chunk)
+
+    def _describe(self, chunk: tuple[int, ...]) -> str:
+        """The file a chunk's bytes come from, for error messages."""
+        layout = self._layout
+        assert layout is not None
+        if layout.shard is None:
+            return self._chunk_path(chunk)
+        return f"shard {self._chunk_path(layout.shard.locate(chunk)[0])}"
+
+    # ---- reading ----
 
     def read_piece(self, chunk: tuple[int, ...], local: tuple[Any, ...]) -> np.ndarray:
-        direct = self._direct
-        if (
-            direct is None
-            or direct.codec is not None
-            or direct.shard is not None
-            or not self.chunks
-        ):
+        layout = self._layout
+        if layout is None or not self._plain_files or not self.chunks:
             # Decode the whole chunk into a buffer reused by this thread, then take the piece.
             return np.asarray(self.read_chunk(chunk, scratch=True)[local])
         # Uncompressed: read only the rows of the chunk's first axis that the piece touches.
@@ -274,8 +225,8 @@ class ZarrStore(Store):
             lo, hi = (min(positions), max(positions) + 1) if positions else (0, 0)
         else:
             lo, hi = (int(first.min()), int(first.max()) + 1) if first.size else (0, 0)
-        row_bytes = math.prod(self.chunks[1:]) * direct.stored_dtype.itemsize
-        block = np.empty((hi - lo, *self.chunks[1:]), dtype=direct.stored_dtype)
+        row_bytes = math.prod(self.chunks[1:]) * layout.stored_dtype.itemsize
+        block = np.empty((hi - lo, *self.chunks[1:]), dtype=layout.stored_dtype)
         path = self._chunk_path(chunk)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -301,17 +252,39 @@ class ZarrStore(Store):
         return piece if piece.dtype == self.dtype else piece.astype(self.dtype)
 
     def read_rows_into(self, start: int, out: np.ndarray) -> bool:
-        direct = self._direct
-        if (
-            direct is None
-            or direct.codec is not None
-            or direct.shard is not None
-            or direct.stored_dtype != self.dtype
-            or self.chunks[1:] != self.shape[1:]
-        ):
+        layout = self._layout
+        if layout is None or layout.stored_dtype != self.dtype or self.chunks[1:] != self.shape[1:]:
             return False
         if out.size == 0:
             return True
+        if self._plain_files:
+            self._read_plain_rows(start, out)
+            return True
+        # Every chunk's share is a run of whole rows: it decodes straight into ``out``.
+        per_chunk = self.chunks[0]
+        row_bytes = self._chunk_nbytes // per_chunk
+        jobs = self._jobs()
+        buffer = jobs.buffer(out)
+        files = _ChunkFiles(self)
+        try:
+            row, stop = start, start + len(out)
+            while row < stop:
+                c, r = divmod(row, per_chunk)
+                take = min(per_chunk - r, stop - row)
+                source = files.row_source(c)
+                if source is None:
+                    out[row - start : row - start + take] = self.fill_value
+                else:
+                    at, length = (row - start) * row_bytes, take * row_bytes
+                    jobs.add(source, r * row_bytes, buffer, at, length, (c, *self._rest))
+                row += take
+            jobs.run()
+        finally:
+            files.close()
+        return True
+
+    def _read_plain_rows(self, start: int, out: np.ndarray) -> None:
+        """Rows of uncompressed chunk files, read in place: one ``preadv`` per chunk."""
         per_chunk = self.chunks[0]
         row_bytes = out.nbytes // len(out)
         flat = memoryview(out).cast("B")  # type: ignore[arg-type]
@@ -336,108 +309,131 @@ class ZarrStore(Store):
                         f"{r + take} of {per_chunk}"
                     )
             done += take
-        return True
 
     def read_chunk(self, chunk: tuple[int, ...], scratch: bool = False) -> np.ndarray:
         region = self.chunk_region(chunk)
-        if self._direct is None:
+        if self._layout is None:
             return np.asarray(self.array[region])
-        direct = self._direct
+        stored = self._layout.stored_dtype
         out = (
-            _scratch(self.chunks, direct.stored_dtype)
+            scratch_set(1, self.chunks, stored, "read_chunk")[0]
             if scratch
-            else np.empty(self.chunks, dtype=direct.stored_dtype)
+            else np.empty(self.chunks, dtype=stored)
         )
-        if direct.shard is not None:
-            self._read_inner_chunk(chunk, out)
-            if out.dtype != self.dtype:
-                out = out.astype(self.dtype)
-            return out[tuple(slice(0, r.stop - r.start) for r in region)]
-        path = self._chunk_path(chunk)
+        files = _ChunkFiles(self)
         try:
-            with open(path, "rb") as f:
-                if direct.codec is None:
-                    got = f.readinto(memoryview(out).cast("B"))  # type: ignore[arg-type]
-                    if got != out.nbytes:
-                        raise CorruptChunkError(
-                            f"chunk {chunk} of {self.path!r} is truncated: {path} has {got} "
-                            f"bytes, expected {out.nbytes}"
-                        )
-                else:
-                    self._decode_into(f.read(), None, out, chunk, path)
-        except FileNotFoundError:
-            out[...] = self.fill_value  # chunks never written hold the fill value
+            source = files.source(chunk)
+            if source is None:
+                out[...] = self.fill_value
+            else:
+                jobs = self._jobs()
+                jobs.add(source, 0, jobs.buffer(out), 0, out.nbytes, chunk)
+                jobs.run()
+        finally:
+            files.close()
         if out.dtype != self.dtype:
             out = out.astype(self.dtype)
         return out[tuple(slice(0, r.stop - r.start) for r in region)]
 
-    def _read_inner_chunk(self, chunk: tuple[int, ...], out: np.ndarray) -> None:
-        """Decode one inner chunk of a shard into ``out``: two reads, the shard's index entry
-        and the chunk's bytes, never the whole shard."""
-        direct = self._direct
-        assert direct is not None and direct.shard is not None
-        shard_key, number = direct.shard.locate(chunk)
-        path = self._chunk_path(shard_key)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            out[...] = self.fill_value
+    def read_into(self, pieces: Sequence[ChunkPiece], out: np.ndarray) -> None:
+        """Read the chunks of a selection as chunk jobs on every core (see :mod:`._chunk_jobs`).
+        A piece that is a run of whole rows of its chunk decodes straight into ``out``, only as
+        far into the chunk as it needs; any other piece decodes its chunk into a scratch buffer
+        and is copied from there."""
+        layout = self._layout
+        if (
+            layout is None
+            or self._plain_files  # read_piece reads just the rows, in place
+            or not pieces
+            or layout.stored_dtype != self.dtype
+            # The pieces of one selection share their kinds of index; an integer-array piece is
+            # gathered from its chunk by NumPy, one chunk at a time.
+            or not _basic(pieces[0].local)
+        ):
+            super().read_into(pieces, out)
             return
+        jobs = self._jobs()
+        files = _ChunkFiles(self)
+        scratch: list[np.ndarray] = []
+        copies: list[tuple[np.ndarray, ChunkPiece]] = []
         try:
-            size = os.fstat(fd).st_size
-            base = size - direct.shard.index_bytes if direct.shard.index_at_end else 0
-            entry = os.pread(fd, 16, base + 16 * number)
-            if len(entry) != 16 or base < 0:
-                raise CorruptChunkError(
-                    f"chunk {chunk} of {self.path!r}: the index of shard {path} is truncated"
-                )
-            offset, nbytes = struct.unpack("<QQ", entry)
-            if offset == nbytes == 2**64 - 1:
-                out[...] = self.fill_value  # never written
-                return
-            if offset + nbytes > size or nbytes > 2 * out.nbytes + 4096:
-                raise CorruptChunkError(
-                    f"chunk {chunk} of {self.path!r}: the index of shard {path} points past "
-                    f"the end of the file or is corrupt (offset {offset}, {nbytes} bytes)"
-                )
-            raw = os.pread(fd, nbytes, offset)
+            for piece in pieces:
+                source = files.source(piece.chunk)
+                if source is None:
+                    out[piece.out] = self.fill_value
+                    continue
+                run = self._row_run(piece, out)
+                if run is not None:
+                    target, skip = run
+                    jobs.add(source, skip, jobs.buffer(target), 0, target.nbytes, piece.chunk)
+                    continue
+                if not scratch:
+                    limit = min(len(pieces), 2 * _pool.workers())
+                    scratch = scratch_set(limit, self.chunks, self.dtype, "read_into")
+                if len(copies) == len(scratch):  # every buffer in use: decode, copy, reuse
+                    self._finish(jobs, copies, out)
+                buffer = scratch[len(copies)]
+                copies.append((buffer, piece))
+                jobs.add(source, 0, jobs.buffer(buffer), 0, buffer.nbytes, piece.chunk)
+            self._finish(jobs, copies, out)
         finally:
-            os.close(fd)
-        self._decode_into(raw, nbytes, out, chunk, f"shard {path}")
+            files.close()
 
-    def _decode_into(
-        self, raw: bytes, expected: int | None, out: np.ndarray, chunk: tuple[int, ...], where: str
+    @staticmethod
+    def _finish(
+        jobs: ChunkJobs, copies: list[tuple[np.ndarray, ChunkPiece]], out: np.ndarray
     ) -> None:
-        """Decode one chunk's stored bytes into ``out``; damage becomes a CorruptChunkError
-        naming the chunk and where its bytes came from."""
-        codec = self._direct.codec if self._direct is not None else None
-        try:
-            if expected is not None and len(raw) != expected:
-                raise ValueError(f"read {len(raw)} of {expected} bytes")
-            if codec is None:
-                out.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, dtype=np.uint8)
-            else:
-                codec.decode(raw, out=out)
-        except Exception as error:
-            name = "raw bytes" if codec is None else codec.codec_id
-            raise CorruptChunkError(
-                f"chunk {chunk} of {self.path!r} cannot be decoded ({name}) from {where}: it is "
-                f"corrupt or truncated ({error})"
-            ) from error
+        jobs.run()
+        for buffer, piece in copies:
+            out[piece.out] = buffer[piece.local]
+        copies.clear()
+
+    def _row_run(self, piece: ChunkPiece, out: np.ndarray) -> tuple[np.ndarray, int] | None:
+        """When ``piece`` is rows ``i:j`` of its chunk, whole along every other axis, and lands
+        on a contiguous part of ``out``: that part, and the bytes of the chunk before row i."""
+        first, *rest = piece.local
+        if not isinstance(first, slice) or (first.step or 1) != 1:
+            return None
+        for index, size in zip(rest, self.chunks[1:], strict=True):
+            if not isinstance(index, slice) or (index.start, index.stop, index.step or 1) != (
+                0,
+                size,
+                1,
+            ):
+                return None
+        target = out[piece.out]
+        if not target.flags.c_contiguous:
+            return None
+        return target, first.start * (self._chunk_nbytes // self.chunks[0])
+
+    def _jobs(self) -> ChunkJobs:
+        layout = self._layout
+        assert layout is not None
+        return ChunkJobs(
+            native_codec=layout.native_codec,
+            decode=layout.decode,
+            codec_name=self.codec,
+            chunk_shape=self.chunks,
+            dtype=layout.stored_dtype,
+            array_path=self.path,
+            describe=self._describe,
+        )
+
+    # ---- writing ----
 
     def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
         self.check_writable()
         region = self.chunk_region(chunk)
-        if self._direct is None or self._direct.shard is not None:
+        if self._layout is None or self._layout.shard is not None:
             self.array[region] = data
             return
-        direct = self._direct
+        layout = self._layout
         if data.shape != self.chunks:
             full = np.full(self.chunks, self.fill_value, dtype=self.dtype)
             full[tuple(slice(0, n) for n in data.shape)] = data
             data = full
-        data = np.ascontiguousarray(data, dtype=direct.stored_dtype)
-        encoded = data if direct.codec is None else direct.codec.encode(data)
+        data = np.ascontiguousarray(data, dtype=layout.stored_dtype)
+        encoded = data if layout.codec is None else layout.codec.encode(data)
         path = self._chunk_path(chunk)
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)

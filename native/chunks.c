@@ -1,0 +1,416 @@
+/*
+ * Reading chunks: a chunk's stored bytes are read from a file and decoded straight into the
+ * caller's buffer, without the GIL.  Several threads run the same job list at once, each taking
+ * the next job from a shared counter, so one read decodes its chunks on every core.
+ *
+ * A job may want only part of its chunk: the decoded bytes [skip, skip + len(dest)).  Raw
+ * chunks are then read from that offset only; zstd frames are decoded as a stream that stops
+ * once dest is full, so reading the first rows of a chunk never decodes the rest.
+ *
+ * zstd comes from the system's libzstd.so.1, loaded on first use through its stable API (the
+ * prototypes below are copied from zstd.h, which need not be installed).  Without the library
+ * zstd_available() is false and Python decodes with numcodecs instead.
+ */
+#include "oc_core.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- libzstd, loaded at run time ---- */
+
+typedef struct ZSTD_DCtx_s ZSTD_DCtx;
+typedef struct {
+    const void *src;
+    size_t size;
+    size_t pos;
+} ZSTD_inBuffer;
+typedef struct {
+    void *dst;
+    size_t size;
+    size_t pos;
+} ZSTD_outBuffer;
+#define ZSTD_RESET_SESSION_ONLY 1
+#define ZSTD_CONTENTSIZE_UNKNOWN (0ULL - 1)
+#define ZSTD_CONTENTSIZE_ERROR (0ULL - 2)
+#define ZSTD_BLOCKSIZE_MAX (1 << 17)
+
+static struct {
+    ZSTD_DCtx *(*create)(void);
+    size_t (*free)(ZSTD_DCtx *);
+    size_t (*decompress)(ZSTD_DCtx *, void *, size_t, const void *, size_t);
+    size_t (*stream)(ZSTD_DCtx *, ZSTD_outBuffer *, ZSTD_inBuffer *);
+    size_t (*reset)(ZSTD_DCtx *, int);
+    unsigned (*is_error)(size_t);
+    const char *(*error_name)(size_t);
+    unsigned long long (*content_size)(const void *, size_t);
+} zstd;
+static int zstd_loaded; /* 1 loaded, -1 unavailable; set once under zstd_once */
+static pthread_once_t zstd_once = PTHREAD_ONCE_INIT;
+
+static void zstd_load(void)
+{
+    void *lib = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        zstd_loaded = -1;
+        return;
+    }
+    *(void **)&zstd.create = dlsym(lib, "ZSTD_createDCtx");
+    *(void **)&zstd.free = dlsym(lib, "ZSTD_freeDCtx");
+    *(void **)&zstd.decompress = dlsym(lib, "ZSTD_decompressDCtx");
+    *(void **)&zstd.stream = dlsym(lib, "ZSTD_decompressStream");
+    *(void **)&zstd.reset = dlsym(lib, "ZSTD_DCtx_reset");
+    *(void **)&zstd.is_error = dlsym(lib, "ZSTD_isError");
+    *(void **)&zstd.error_name = dlsym(lib, "ZSTD_getErrorName");
+    *(void **)&zstd.content_size = dlsym(lib, "ZSTD_getFrameContentSize");
+    int complete = zstd.create && zstd.free && zstd.decompress && zstd.stream && zstd.reset &&
+                   zstd.is_error && zstd.error_name && zstd.content_size;
+    if (!complete) {
+        dlclose(lib); /* too old a library: none of it is used */
+    }
+    zstd_loaded = complete ? 1 : -1;
+}
+
+static int zstd_ready(void)
+{
+    pthread_once(&zstd_once, zstd_load);
+    return zstd_loaded == 1;
+}
+
+/* ---- per-thread state: a decoder context and buffers, kept for the thread's life ---- */
+
+typedef struct {
+    ZSTD_DCtx *dctx;
+    char *src; /* a chunk's stored bytes */
+    size_t src_size;
+    char *junk; /* decoded bytes before a job's skip land here */
+    size_t junk_size;
+    char *whole; /* a whole decoded chunk, when only part of it is wanted */
+    size_t whole_size;
+} reader_state;
+
+static pthread_key_t state_key;
+static pthread_once_t state_once = PTHREAD_ONCE_INIT;
+
+static void state_free(void *p)
+{
+    reader_state *s = p;
+    if (s->dctx != NULL) {
+        zstd.free(s->dctx);
+    }
+    free(s->src);
+    free(s->junk);
+    free(s->whole);
+    free(s);
+}
+
+static void state_key_make(void)
+{
+    pthread_key_create(&state_key, state_free);
+}
+
+static reader_state *state_get(void)
+{
+    pthread_once(&state_once, state_key_make);
+    reader_state *s = pthread_getspecific(state_key);
+    if (s == NULL) {
+        s = calloc(1, sizeof *s);
+        if (s != NULL && pthread_setspecific(state_key, s) != 0) {
+            free(s);
+            s = NULL;
+        }
+    }
+    return s;
+}
+
+/* A page-aligned buffer of at least n bytes, kept in *buf (contents not kept).  Page
+   alignment matters: on some x86 cores the kernel's copy into a buffer that starts 16 bytes
+   into a page (where malloc puts large blocks) runs several times slower. */
+static char *grow(char **buf, size_t *size, size_t n)
+{
+    if (*size < n) {
+        void *p;
+        if (posix_memalign(&p, 4096, n) != 0) {
+            return NULL;
+        }
+        free(*buf);
+        *buf = p;
+        *size = n;
+    }
+    return *buf;
+}
+
+/* ---- one job ---- */
+
+typedef struct {
+    int64_t fd, offset, nbytes; /* where the stored bytes are; nbytes -1: the rest of the file */
+    int64_t skip;               /* decoded bytes before the wanted range */
+    int64_t buffer, at, len;    /* the range goes to dests[buffer][at:at + len] */
+} job_spec;
+#define JOB_FIELDS 7
+
+/* Read exactly n bytes at offset; 0, or -1 with errno (EIO standing for "ended early"). */
+static int read_exactly(int fd, char *dst, size_t n, int64_t offset, size_t *got)
+{
+    *got = 0;
+    while (*got < n) {
+        ssize_t r = pread(fd, dst + *got, n - *got, (off_t)(offset + (int64_t)*got));
+        if (r < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -1;
+        }
+        if (r == 0) {
+            errno = EIO;
+            return -1;
+        }
+        *got += (size_t)r;
+    }
+    return 0;
+}
+
+/* Decode a whole frame of exactly n bytes into dst. */
+static int zstd_whole(reader_state *s, const char *src, size_t src_n, char *dst, size_t n,
+                      char *err, size_t err_n)
+{
+    size_t r = zstd.decompress(s->dctx, dst, n, src, src_n);
+    if (zstd.is_error(r)) {
+        snprintf(err, err_n, "zstd: %s", zstd.error_name(r));
+        return -1;
+    }
+    if (r != n) {
+        snprintf(err, err_n, "decoded %zu bytes, expected %zu", r, n);
+        return -1;
+    }
+    return 0;
+}
+
+/* Decode the bytes [skip, skip + n) of one zstd frame of chunk_n bytes into dst. */
+static int zstd_range(reader_state *s, const char *src, size_t src_n, size_t chunk_n,
+                      size_t skip, char *dst, size_t n, char *err, size_t err_n)
+{
+    unsigned long long declared = zstd.content_size(src, src_n);
+    if (declared == ZSTD_CONTENTSIZE_ERROR) {
+        snprintf(err, err_n, "not a zstd frame");
+        return -1;
+    }
+    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != chunk_n) {
+        snprintf(err, err_n, "the zstd frame holds %llu bytes, expected %zu", declared, chunk_n);
+        return -1;
+    }
+    if (skip == 0 && n == chunk_n) {
+        return zstd_whole(s, src, src_n, dst, n, err, err_n);
+    }
+    if (chunk_n <= 2 * ZSTD_BLOCKSIZE_MAX || 4 * (skip + n) > 3 * chunk_n) {
+        /* Small chunks, or ranges near the end: decoding the whole frame at once and copying
+           the range beats streaming, which copies every decoded block out of its window. */
+        if (grow(&s->whole, &s->whole_size, chunk_n) == NULL) {
+            snprintf(err, err_n, "out of memory");
+            return -1;
+        }
+        if (zstd_whole(s, src, src_n, s->whole, chunk_n, err, err_n) != 0) {
+            return -1;
+        }
+        memcpy(dst, s->whole + skip, n);
+        return 0;
+    }
+    if (grow(&s->junk, &s->junk_size, ZSTD_BLOCKSIZE_MAX) == NULL) {
+        snprintf(err, err_n, "out of memory");
+        return -1;
+    }
+    zstd.reset(s->dctx, ZSTD_RESET_SESSION_ONLY);
+    ZSTD_inBuffer in = {src, src_n, 0};
+    size_t done = 0; /* decoded bytes so far, skipped ones included */
+    while (done < skip + n) {
+        ZSTD_outBuffer out;
+        if (done < skip) {
+            size_t want = skip - done;
+            out = (ZSTD_outBuffer){s->junk, want < ZSTD_BLOCKSIZE_MAX ? want : ZSTD_BLOCKSIZE_MAX, 0};
+        } else {
+            out = (ZSTD_outBuffer){dst + (done - skip), skip + n - done, 0};
+        }
+        size_t before = in.pos;
+        size_t r = zstd.stream(s->dctx, &out, &in);
+        if (zstd.is_error(r)) {
+            snprintf(err, err_n, "zstd: %s", zstd.error_name(r));
+            return -1;
+        }
+        done += out.pos;
+        if (done < skip + n && (r == 0 || (out.pos == 0 && in.pos == before))) {
+            /* the frame ended, or its bytes did, before the range did */
+            snprintf(err, err_n, "the frame ends after %zu of %zu bytes", done, skip + n);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Run one job; 0, or -1 with a message in err. */
+static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk_n, char *dst,
+                   size_t n, char *err, size_t err_n)
+{
+    size_t skip = (size_t)job->skip;
+    if (skip + n > chunk_n) {
+        snprintf(err, err_n, "bytes %zu-%zu asked of a chunk of %zu", skip, skip + n, chunk_n);
+        return -1;
+    }
+    int64_t stored = job->nbytes;
+    if (stored < 0) {
+        struct stat st;
+        if (fstat((int)job->fd, &st) != 0) {
+            snprintf(err, err_n, "fstat: %s", strerror(errno));
+            return -1;
+        }
+        stored = st.st_size - job->offset;
+    }
+    size_t got;
+    if (codec == OC_CODEC_RAW) {
+        if ((size_t)stored != chunk_n) {
+            snprintf(err, err_n, "%lld bytes stored, expected %zu", (long long)stored, chunk_n);
+            return -1;
+        }
+        if (read_exactly((int)job->fd, dst, n, job->offset + (int64_t)skip, &got) != 0) {
+            snprintf(err, err_n, "read %zu of %zu bytes: %s", got, n, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    /* zstd adds a few bytes per 128 KiB at worst; far more means a damaged size */
+    if ((size_t)stored > chunk_n + chunk_n / 64 + 4096) {
+        snprintf(err, err_n, "%lld bytes stored for a chunk of %zu", (long long)stored, chunk_n);
+        return -1;
+    }
+    char *src = grow(&s->src, &s->src_size, (size_t)stored + 1);
+    if (src == NULL) {
+        snprintf(err, err_n, "out of memory");
+        return -1;
+    }
+    if (read_exactly((int)job->fd, src, (size_t)stored, job->offset, &got) != 0) {
+        snprintf(err, err_n, "read %zu of %lld bytes: %s", got, (long long)stored,
+                 strerror(errno));
+        return -1;
+    }
+    return zstd_range(s, src, (size_t)stored, chunk_n, skip, dst, n, err, err_n);
+}
+
+/* ---- Python ---- */
+
+PyObject *oc_py_zstd_available(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    return PyBool_FromLong(zstd_ready());
+}
+
+/*
+ * read_chunks(codec, jobs, dests, chunk_nbytes, counter) -> None or (job, message)
+ *
+ * jobs: C-contiguous int64 (n, 7) array of job_spec rows; dests: writable C-contiguous buffers
+ * the jobs' ranges fall in (checked here); counter: an int64 array of one element shared by the
+ * threads running the same jobs.  Runs jobs until none is left; the first failure stops every
+ * thread and is returned as (index, message).
+ */
+PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    int codec;
+    PyObject *jobs_obj, *dests;
+    Py_ssize_t chunk_n;
+    PyObject *counter_obj;
+    if (!PyArg_ParseTuple(args, "iOO!nO", &codec, &jobs_obj, &PyList_Type, &dests, &chunk_n,
+                          &counter_obj)) {
+        return NULL;
+    }
+    if (codec != OC_CODEC_RAW && codec != OC_CODEC_ZSTD) {
+        PyErr_Format(PyExc_ValueError, "unknown codec %d", codec);
+        return NULL;
+    }
+    if (codec == OC_CODEC_ZSTD && !zstd_ready()) {
+        PyErr_SetString(PyExc_RuntimeError, "libzstd.so.1 is not available");
+        return NULL;
+    }
+    if (chunk_n < 0) {
+        PyErr_SetString(PyExc_ValueError, "chunk_nbytes must be >= 0");
+        return NULL;
+    }
+    Py_buffer jobs_view, counter_view;
+    if (PyObject_GetBuffer(jobs_obj, &jobs_view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(counter_obj, &counter_view,
+                           PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        PyBuffer_Release(&jobs_view);
+        return NULL;
+    }
+    Py_ssize_t nbuf = PyList_GET_SIZE(dests);
+    Py_ssize_t n = jobs_view.len / (JOB_FIELDS * 8);
+    Py_buffer *views = NULL;
+    Py_ssize_t held = 0;
+    PyObject *result = NULL;
+    if (jobs_view.itemsize != 8 || jobs_view.len % (JOB_FIELDS * 8) != 0 ||
+        counter_view.len != 8 || counter_view.itemsize != 8 ||
+        ((uintptr_t)counter_view.buf & 7) != 0 || ((uintptr_t)jobs_view.buf & 7) != 0) {
+        PyErr_SetString(PyExc_ValueError, "jobs must be int64 (n, 7), counter int64 (1,)");
+        goto done;
+    }
+    views = PyMem_Calloc((size_t)(nbuf ? nbuf : 1), sizeof *views);
+    if (views == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; held < nbuf; held++) {
+        if (PyObject_GetBuffer(PyList_GET_ITEM(dests, held), &views[held],
+                               PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+            goto done;
+        }
+    }
+    const job_spec *specs = jobs_view.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const job_spec *j = &specs[i];
+        if (j->buffer < 0 || j->buffer >= nbuf || j->at < 0 || j->len < 0 || j->skip < 0 ||
+            j->at > views[j->buffer].len - j->len || j->offset < 0) {
+            PyErr_Format(PyExc_ValueError, "job %zd asks for bytes outside its buffer", i);
+            goto done;
+        }
+    }
+    _Atomic int64_t *next = counter_view.buf;
+    Py_ssize_t failed = -1;
+    char err[256] = "";
+    Py_BEGIN_ALLOW_THREADS
+    reader_state *s = state_get();
+    if (s != NULL && codec == OC_CODEC_ZSTD && s->dctx == NULL) {
+        s->dctx = zstd.create();
+    }
+    for (;;) {
+        int64_t i = atomic_fetch_add(next, 1);
+        if (i >= n) {
+            break;
+        }
+        const job_spec *j = &specs[i];
+        int rc;
+        if (s == NULL || (codec == OC_CODEC_ZSTD && s->dctx == NULL)) {
+            snprintf(err, sizeof err, "out of memory");
+            rc = -1;
+        } else {
+            rc = run_job(s, codec, j, (size_t)chunk_n, (char *)views[j->buffer].buf + j->at,
+                         (size_t)j->len, err, sizeof err);
+        }
+        if (rc != 0) {
+            failed = (Py_ssize_t)i;
+            atomic_store(next, n); /* the other threads stop after their current job */
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = failed < 0 ? Py_NewRef(Py_None) : Py_BuildValue("(ns)", failed, err);
+done:
+    for (Py_ssize_t i = 0; i < held; i++) {
+        PyBuffer_Release(&views[i]);
+    }
+    PyMem_Free(views);
+    PyBuffer_Release(&counter_view);
+    PyBuffer_Release(&jobs_view);
+    return result;
+}

@@ -1,0 +1,74 @@
+"""Spread the chunks of one read over the cores.
+
+Chunk decoders (zstd, blosc, zlib) and file reads release the GIL, so threads decode chunks side
+by side.  The calling thread takes part, and it returns only once every helper has stopped, so
+nothing writes into the caller's buffers afterwards.  Helpers allocate no NumPy memory: the caller
+hands them buffers from its own manager.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+__all__ = ["run_spread", "workers"]
+
+MAX_WORKERS = 8  # each runner holds a chunk-sized scratch buffer; more buys little for reads
+
+_lock = threading.Lock()
+_executor: ThreadPoolExecutor | None = None
+_executor_pid = 0
+
+
+def workers() -> int:
+    """Threads a read may use: the CPUs this process may run on, at most ``MAX_WORKERS``."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_WORKERS))
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _executor, _executor_pid
+    with _lock:
+        # A forked child has the parent's executor object but none of its threads.
+        if _executor is None or _executor_pid != os.getpid():
+            _executor = ThreadPoolExecutor(
+                max_workers=max(1, workers() - 1), thread_name_prefix="oocarray-read"
+            )
+            _executor_pid = os.getpid()
+        return _executor
+
+
+def run_spread(count: int, task: Callable[[int, int], None], runners: int) -> None:
+    """Call ``task(i, slot)`` for every ``i`` in ``range(count)`` on up to ``runners`` threads,
+    the caller included; ``slot`` (0 for the caller) names the runner, so that each can use its
+    own scratch buffer.  The first exception is raised once every runner has stopped."""
+    runners = max(1, min(runners, count))
+    items = iter(range(count))  # next() on a range iterator is atomic under the GIL
+    failures: list[BaseException] = []
+
+    def run(slot: int) -> None:
+        for i in items:
+            if failures:
+                return
+            try:
+                task(i, slot)
+            except BaseException as error:
+                failures.append(error)
+                return
+
+    helpers: list[Future[None]] = []
+    if runners > 1:
+        pool = _pool()
+        helpers = [pool.submit(run, slot) for slot in range(1, runners)]
+    run(0)
+    for helper in helpers:
+        # A helper that never started has nothing to do any more; one that did must finish.
+        if not helper.cancel():
+            helper.result()
+    if failures:
+        raise failures[0]

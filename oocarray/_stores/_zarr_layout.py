@@ -1,0 +1,262 @@
+"""Where the chunks of a local zarr directory lie and how their bytes decode.
+
+For the common layouts (regular chunks, C order, one compressor at most: zstd, blosc or gzip
+in v3, any numcodecs compressor in v2; v3 shards of such chunks) chunks are found and decoded
+without zarr-python; :func:`layout_of` says None for anything else.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import numcodecs
+import numcodecs.zstd
+import numpy as np
+import zarr
+import zarr.codecs
+
+from oocarray import _native
+from oocarray.errors import CorruptChunkError
+
+__all__ = ["Layout", "OpenShard", "ShardLayout", "layout_of"]
+
+_ENTRY = struct.Struct("<QQ")  # a shard index entry: offset and length of an inner chunk
+
+
+def layout_of(array: Any) -> Layout | None:
+    """The direct layout of a zarr array, or None when zarr-python must read it."""
+    if np.dtype(array.dtype).hasobject:
+        return None
+    return _v3_layout(array) if array.metadata.zarr_format == 3 else _v2_layout(array)
+
+
+class Layout:
+    """How to find, decode and encode one chunk of a local zarr array without zarr-python."""
+
+    def __init__(
+        self,
+        key: Callable[[tuple[int, ...]], str],
+        codec: Any,
+        stored_dtype: np.dtype[Any],
+        shard: ShardLayout | None = None,
+    ) -> None:
+        self.key = key
+        self.codec = codec  # a numcodecs codec, or None for raw bytes
+        self.stored_dtype = stored_dtype  # with the byte order of the files
+        self.shard = shard  # set when chunks are inner chunks of shards (read-only path)
+        self.decode = _decoder(codec)
+        # What the native chunk reader can run itself (see _chunk_jobs), else None.
+        self.native_codec: int | None = None
+        if codec is None:
+            self.native_codec = _native.CODEC_RAW
+        elif isinstance(codec, numcodecs.Zstd) and _native.zstd_available():
+            self.native_codec = _native.CODEC_ZSTD
+
+
+def _decoder(codec: Any) -> Callable[[bytes, np.ndarray], None]:
+    """``decode(raw, out)``: fill all of ``out`` (C-contiguous) from one chunk's stored bytes,
+    raising when they hold any other number of bytes."""
+    if codec is None:
+
+        def decode(raw: bytes, out: np.ndarray) -> None:
+            if len(raw) != out.nbytes:
+                raise ValueError(f"{len(raw)} bytes stored, expected {out.nbytes}")
+            out.reshape(-1).view(np.uint8)[:] = np.frombuffer(raw, dtype=np.uint8)
+
+    elif isinstance(codec, numcodecs.Zstd):
+
+        def decode(raw: bytes, out: np.ndarray) -> None:
+            # The codec fills a larger ``out`` only in part, without a word: decode in place
+            # only what the frame header says is exactly the chunk.
+            if _zstd_content_size(raw) == out.nbytes:
+                numcodecs.zstd.decompress(raw, out)
+            else:  # no size in the header, several frames, or the wrong size
+                _copy_exact(codec.decode(raw), out)
+
+    elif isinstance(codec, numcodecs.Blosc):
+
+        def decode(raw: bytes, out: np.ndarray) -> None:
+            declared = int.from_bytes(raw[4:8], "little") if len(raw) >= 16 else -1
+            if declared != out.nbytes:
+                raise ValueError(f"the blosc header says {declared} bytes, expected {out.nbytes}")
+            codec.decode(raw, out=out)
+
+    else:
+
+        def decode(raw: bytes, out: np.ndarray) -> None:
+            _copy_exact(codec.decode(raw), out)
+
+    return decode
+
+
+def _copy_exact(decoded: Any, out: np.ndarray) -> None:
+    flat = np.frombuffer(decoded, dtype=np.uint8)
+    if flat.nbytes != out.nbytes:
+        raise ValueError(f"decoded {flat.nbytes} bytes, expected {out.nbytes}")
+    out.reshape(-1).view(np.uint8)[:] = flat
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+
+
+def _zstd_content_size(raw: bytes) -> int | None:
+    """The decoded size the first zstd frame's header declares, or None when it declares none
+    or ``raw`` is no zstd frame."""
+    if len(raw) < 6 or int.from_bytes(raw[:4], "little") != _ZSTD_MAGIC:
+        return None
+    descriptor = raw[4]
+    size_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
+    position = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    width = (1 if single_segment else 0, 2, 4, 8)[size_flag]
+    if width == 0 or position + width > len(raw):
+        return None
+    size = int.from_bytes(raw[position : position + width], "little")
+    return size + 256 if width == 2 else size
+
+
+class ShardLayout:
+    """Where an inner chunk lies in its shard file: the shard index (one little-endian
+    (offset, nbytes) pair per inner chunk, C order, at the end or start of the file, optionally
+    followed by a CRC-32C) says."""
+
+    def __init__(self, per_shard: tuple[int, ...], index_at_end: bool, checksum: bool) -> None:
+        self.per_shard = per_shard  # inner chunks per shard, per axis
+        self.index_at_end = index_at_end
+        self.index_bytes = 16 * math.prod(per_shard) + (4 if checksum else 0)
+        # Inner chunks per step along the first axis, in the index's C order.
+        self.inner_per_row = math.prod(per_shard[1:])
+
+    def locate(self, chunk: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+        """The shard holding an inner chunk, and the chunk's number inside it."""
+        shard = []
+        number = 0
+        for c, n in zip(chunk, self.per_shard, strict=True):
+            q, r = divmod(c, n)
+            shard.append(q)
+            number = number * n + r
+        return tuple(shard), number
+
+
+def _v3_layout(array: Any) -> Layout | None:
+    meta: Any = array.metadata
+    codecs = list(meta.codecs)
+    shard = None
+    if len(codecs) == 1 and isinstance(codecs[0], zarr.codecs.ShardingCodec):
+        sharding = codecs[0]
+        index_codecs = list(sharding.index_codecs)
+        little = all(
+            getattr(getattr(c, "endian", None), "value", "little") == "little"
+            for c in index_codecs
+            if isinstance(c, zarr.codecs.BytesCodec)
+        )
+        extra = [c for c in index_codecs if not isinstance(c, zarr.codecs.BytesCodec)]
+        if not little or any(not isinstance(c, zarr.codecs.Crc32cCodec) for c in extra):
+            return None
+        outer = tuple(meta.chunk_grid.chunk_shape)
+        inner = tuple(sharding.chunk_shape)
+        shard = ShardLayout(
+            tuple(o // i for o, i in zip(outer, inner, strict=True)),
+            str(getattr(sharding.index_location, "value", sharding.index_location)) == "end",
+            bool(extra),
+        )
+        codecs = list(sharding.codecs)
+    if not codecs or not isinstance(codecs[0], zarr.codecs.BytesCodec):
+        return None
+    endian = codecs[0].endian
+    dtype = np.dtype(array.dtype)
+    little = endian is None or getattr(endian, "value", endian) == "little"
+    stored = dtype.newbyteorder("<" if little else ">") if dtype.itemsize > 1 else dtype
+    rest = codecs[1:]
+    codec: Any = None
+    if len(rest) > 1:
+        return None
+    if rest:
+        c = rest[0]
+        if isinstance(c, zarr.codecs.ZstdCodec):
+            codec = numcodecs.Zstd(level=c.level, checksum=c.checksum)
+        elif isinstance(c, zarr.codecs.BloscCodec):
+            shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}[str(c.shuffle.value)]
+            codec = numcodecs.Blosc(
+                cname=str(c.cname.value), clevel=c.clevel, shuffle=shuffle, blocksize=c.blocksize
+            )
+        elif isinstance(c, zarr.codecs.GzipCodec):
+            codec = numcodecs.GZip(level=c.level)
+        else:
+            return None
+    encoding = meta.chunk_key_encoding
+    separator = getattr(encoding, "separator", "/")
+    if separator not in ("/", "."):
+        return None
+    if type(encoding).__name__ == "DefaultChunkKeyEncoding":
+
+        def key(chunk: tuple[int, ...]) -> str:
+            return "c" + (separator + separator.join(map(str, chunk)) if chunk else "")
+
+    elif type(encoding).__name__ == "V2ChunkKeyEncoding":
+
+        def key(chunk: tuple[int, ...]) -> str:
+            return separator.join(map(str, chunk)) if chunk else "0"
+
+    else:
+        return None
+    return Layout(key, codec, stored, shard)
+
+
+def _v2_layout(array: Any) -> Layout | None:
+    meta: Any = array.metadata
+    if meta.filters or meta.order != "C":
+        return None
+    separator = meta.dimension_separator or "."
+    if separator not in ("/", "."):
+        return None
+
+    def key(chunk: tuple[int, ...]) -> str:
+        return separator.join(map(str, chunk)) if chunk else "0"
+
+    dtype = (
+        np.dtype(meta.dtype.to_native_dtype())
+        if hasattr(meta.dtype, "to_native_dtype")
+        else np.dtype(array.dtype)
+    )
+    return Layout(key, meta.compressor, dtype)
+
+
+class OpenShard:
+    """One shard file, open, with its index read: where each inner chunk's bytes lie."""
+
+    def __init__(
+        self, fd: int, path: str, array_path: str, layout: ShardLayout, chunk: tuple[int, ...]
+    ) -> None:
+        self.fd = fd
+        self.path = path
+        self._array_path = array_path
+        self.size = os.fstat(fd).st_size
+        base = self.size - layout.index_bytes if layout.index_at_end else 0
+        count = math.prod(layout.per_shard)
+        index = os.pread(fd, 16 * count, base) if base >= 0 else b""
+        if len(index) != 16 * count:
+            raise CorruptChunkError(
+                f"chunk {chunk} of {array_path!r}: the index of shard {path} is truncated"
+            )
+        self._index = index
+
+    def entry(
+        self, number: int, chunk: tuple[int, ...], chunk_nbytes: int
+    ) -> tuple[int, int] | None:
+        """(offset, stored bytes) of inner chunk ``number``, or None when it was never written."""
+        offset, nbytes = _ENTRY.unpack_from(self._index, 16 * number)
+        if offset == nbytes == 2**64 - 1:
+            return None
+        if offset + nbytes > self.size or nbytes > 2 * chunk_nbytes + 4096:
+            raise CorruptChunkError(
+                f"chunk {chunk} of {self._array_path!r}: the index of shard {self.path} points "
+                f"past the end of the file or is corrupt (offset {offset}, {nbytes} bytes)"
+            )
+        return offset, nbytes
+
+    def close(self) -> None:
+        os.close(self.fd)
