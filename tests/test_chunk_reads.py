@@ -1,0 +1,295 @@
+"""Chunk reads: the native reader (raw bytes, zstd ranges), chunk jobs on every core, and the
+Python path that judges what the native reader rejects."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+import zarr.codecs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import oocarray as oc
+from oocarray import _native
+from oocarray._stores import _pool
+from oocarray._stores._chunk_jobs import ChunkJobs
+
+needs_zstd = pytest.mark.skipif(not _native.zstd_available(), reason="no libzstd.so.1 here")
+
+SMALL = 64 * 1024  # decoded whole, then the range copied
+LARGE = 768 * 1024  # decoded as a stream that stops at the range's end
+PREFIX = 4096 + 123  # stored bytes start here in the file, unaligned
+
+
+def _data(nbytes: int, seed: int) -> np.ndarray:
+    """Compressible but not trivial bytes: noise with runs."""
+    rng = np.random.default_rng(seed)
+    return (rng.integers(0, 40, nbytes) // 3).astype(np.uint8)
+
+
+class StoredChunk:
+    """One chunk written into a file at PREFIX, raw and as a zstd frame."""
+
+    def __init__(self, directory: Path, nbytes: int, seed: int) -> None:
+        self.data = _data(nbytes, seed)
+        self.nbytes = nbytes
+        self.files: dict[int, tuple[int, int]] = {}  # codec -> (fd, stored bytes)
+        encoded = {
+            _native.CODEC_RAW: self.data.tobytes(),
+            _native.CODEC_ZSTD: numcodecs.Zstd(level=3, checksum=True).encode(self.data),
+        }
+        for codec, stored in encoded.items():
+            path = directory / f"chunk-{nbytes}-{codec}"
+            path.write_bytes(b"\xee" * PREFIX + bytes(stored) + b"\xee" * 77)
+            self.files[codec] = (os.open(path, os.O_RDONLY), len(stored))
+
+    def close(self) -> None:
+        for fd, _ in self.files.values():
+            os.close(fd)
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, StoredChunk]]:
+    directory = tmp_path_factory.mktemp("chunks")
+    chunks = {n: StoredChunk(directory, n, seed=n) for n in (SMALL, LARGE)}
+    yield chunks
+    for chunk in chunks.values():
+        chunk.close()
+
+
+def _read(
+    codec: int, fd: int, stored: int, chunk_nbytes: int, skip: int, length: int, at: int = 0
+) -> tuple[np.ndarray, tuple[int, str] | None]:
+    dest = np.full(at + length + 16, 0xAB, dtype=np.uint8)
+    jobs = np.array([[fd, PREFIX, stored, skip, 0, at, length]], dtype=np.int64)
+    failure = _native.read_chunks(codec, jobs, [dest], chunk_nbytes, np.zeros(1, np.int64))
+    return dest, failure
+
+
+@needs_zstd
+@settings(max_examples=150, deadline=None)
+@given(
+    codec=st.sampled_from(["raw", "zstd"]),
+    size=st.sampled_from([SMALL, LARGE]),
+    data=st.data(),
+)
+def test_native_ranges_match_the_chunks_bytes(
+    stored: dict[int, StoredChunk], codec: str, size: int, data: st.DataObject
+) -> None:
+    chunk = stored[size]
+    code = _native.CODEC_RAW if codec == "raw" else _native.CODEC_ZSTD
+    fd, nbytes = chunk.files[code]
+    skip = data.draw(st.integers(0, size), label="skip")
+    length = data.draw(st.integers(0, size - skip), label="length")
+    at = data.draw(st.integers(0, 64), label="at")
+    dest, failure = _read(code, fd, nbytes, size, skip, length, at)
+    assert failure is None
+    assert np.array_equal(dest[at : at + length], chunk.data[skip : skip + length])
+    # Bytes around the range are untouched.
+    assert (dest[:at] == 0xAB).all() and (dest[at + length :] == 0xAB).all()
+
+
+@needs_zstd
+def test_native_reader_reports_damage(stored: dict[int, StoredChunk], tmp_path: Path) -> None:
+    chunk = stored[LARGE]
+    fd, nbytes = chunk.files[_native.CODEC_ZSTD]
+    raw_fd, raw_nbytes = chunk.files[_native.CODEC_RAW]
+    zstd = _native.CODEC_ZSTD
+    cases = {
+        "stored bytes cut short": (zstd, fd, nbytes - 100, LARGE, 0, LARGE),
+        "a range that runs past the frame": (zstd, fd, nbytes - 100, LARGE, LARGE - 10, 10),
+        "a frame of another size": (zstd, fd, nbytes, LARGE + 8, 0, LARGE + 8),
+        "raw bytes of another size": (_native.CODEC_RAW, raw_fd, raw_nbytes - 1, LARGE, 0, 10),
+        "not zstd at all": (zstd, raw_fd, 5000, LARGE, 0, LARGE),
+        "a range outside the chunk": (zstd, fd, nbytes, LARGE, LARGE - 4, 8),
+        "a closed file": (zstd, 987_654, nbytes, LARGE, 0, 10),
+        "a size beyond the file": (_native.CODEC_RAW, raw_fd, raw_nbytes, LARGE + 10**6, 0, 10),
+    }
+    for name, (codec, f, n, chunk_nbytes, skip, length) in cases.items():
+        _, failure = _read(codec, f, n, chunk_nbytes, skip, length)
+        assert failure is not None, name
+        assert failure[0] == 0 and failure[1], name
+
+    # A damaged byte inside the frame: the checksum (or the decoder) catches it.
+    path = tmp_path / "damaged"
+    stored_bytes = bytearray(os.pread(fd, nbytes, PREFIX))
+    stored_bytes[nbytes // 2] ^= 0xFF
+    path.write_bytes(b"\0" * PREFIX + stored_bytes)
+    damaged = os.open(path, os.O_RDONLY)
+    try:
+        _, failure = _read(zstd, damaged, nbytes, LARGE, 0, LARGE)
+        assert failure is not None
+    finally:
+        os.close(damaged)
+
+
+def test_native_reader_refuses_bad_arguments(stored: dict[int, StoredChunk]) -> None:
+    fd, nbytes = stored[SMALL].files[_native.CODEC_RAW]
+    dest = np.zeros(16, np.uint8)
+    counter = np.zeros(1, np.int64)
+
+    def jobs(*row: int) -> np.ndarray:
+        return np.array([row], dtype=np.int64)
+
+    with pytest.raises(ValueError, match="outside its buffer"):
+        _native.read_chunks(0, jobs(fd, PREFIX, nbytes, 0, 0, 8, 9), [dest], SMALL, counter)
+    with pytest.raises(ValueError, match="outside its buffer"):
+        _native.read_chunks(0, jobs(fd, PREFIX, nbytes, 0, 1, 0, 4), [dest], SMALL, counter)
+    with pytest.raises(ValueError, match="outside its buffer"):
+        _native.read_chunks(0, jobs(fd, -1, nbytes, 0, 0, 0, 4), [dest], SMALL, counter)
+    with pytest.raises(ValueError, match="unknown codec"):
+        _native.read_chunks(9, jobs(fd, PREFIX, nbytes, 0, 0, 0, 4), [dest], SMALL, counter)
+    with pytest.raises(ValueError, match="int64"):
+        _native.read_chunks(0, np.zeros((1, 6), np.int64), [dest], SMALL, counter)
+    with pytest.raises(BufferError):
+        _native.read_chunks(0, jobs(fd, PREFIX, nbytes, 0, 0, 0, 4), [b"read-only"], SMALL, counter)
+
+
+def _jobs(store: oc.ChunkedArray) -> ChunkJobs:
+    return store._store._jobs()  # type: ignore[attr-defined, no-any-return]
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory: pytest.TempPathFactory) -> tuple[oc.ChunkedArray, np.ndarray]:
+    tmp_path = tmp_path_factory.mktemp("sharded")
+    data = np.arange(96 * 40, dtype=np.float32).reshape(96, 40) * 0.5
+    data[::7] = np.random.default_rng(1).standard_normal((14, 40), dtype=np.float32)
+    z = zarr.create_array(
+        tmp_path / "s.zarr",
+        shape=data.shape,
+        chunks=(4, 40),
+        shards=(16, 40),
+        dtype="f4",
+        fill_value=-2.0,
+        compressors=zarr.codecs.ZstdCodec(level=1),
+    )
+    z[:64] = data[:64]
+    z[80:84] = data[80:84]  # rows 64-79 and 84-95: never written, they read as the fill value
+    data[64:80] = -2.0
+    data[84:] = -2.0
+    return oc.open(tmp_path / "s.zarr"), data
+
+
+@pytest.mark.parametrize("python_path", [False, True], ids=["native", "python"])
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_reads_on_every_core_match_numpy(
+    sharded: tuple[oc.ChunkedArray, np.ndarray], python_path: bool, data: st.DataObject
+) -> None:
+    x, expected = sharded
+    layout = x._store._layout  # type: ignore[attr-defined]
+    native = layout.native_codec
+    if python_path:
+        layout.native_codec = None
+    try:
+        start = data.draw(st.integers(-96, 95))
+        stop = data.draw(st.integers(-96, 96))
+        step = data.draw(st.sampled_from([1, 1, 2, 3, -1, -5]))
+        columns = data.draw(st.sampled_from([slice(None), slice(3, 30, 4), 7, [0, 39, 5]]))
+        key = (slice(start, stop, step), columns)
+        assert np.array_equal(x[key], expected[key])
+        row = data.draw(st.integers(-96, 95))
+        assert np.array_equal(x[row], expected[row])
+        assert np.array_equal(x[start:stop], expected[start:stop])
+    finally:
+        layout.native_codec = native
+
+
+def test_a_zstd_chunk_of_several_frames_is_read_by_the_python_path(tmp_path: Path) -> None:
+    x = oc.create(tmp_path / "a.zarr", (8, 16), np.float32, chunks=(4, 16))
+    x[...] = np.arange(128, dtype=np.float32).reshape(8, 16)
+    # Rewrite chunk 1 as two zstd frames: valid zstd, which numcodecs decodes and the native
+    # reader (one frame per chunk) hands back.
+    rows = np.arange(64, 128, dtype=np.float32)
+    frames = numcodecs.Zstd().encode(rows[:32]) + numcodecs.Zstd().encode(rows[32:])
+    (tmp_path / "a.zarr" / "c" / "1" / "0").write_bytes(bytes(frames))
+    y = oc.open(tmp_path / "a.zarr")
+    assert np.array_equal(y[4:8], rows.reshape(4, 16))
+    assert np.array_equal(y[5], rows[16:32])
+    assert np.array_equal(y[:4], np.arange(64, dtype=np.float32).reshape(4, 16))
+
+
+def test_a_failed_job_stops_the_read_and_names_its_chunk(tmp_path: Path) -> None:
+    x = oc.create(tmp_path / "a.zarr", (64, 8), np.int32, chunks=(2, 8))
+    x[...] = np.arange(512, dtype=np.int32).reshape(64, 8)
+    chunk = tmp_path / "a.zarr" / "c" / "17" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-9])
+    y = oc.open(tmp_path / "a.zarr")
+    with pytest.raises(oc.CorruptChunkError, match=r"chunk \(17, 0\).*c/17/0"):
+        y[...]
+    with pytest.raises(oc.CorruptChunkError, match=r"chunk \(17, 0\)"):
+        y[31:40:3, 1:5]
+    assert np.array_equal(y[:34], np.arange(272, dtype=np.int32).reshape(34, 8))
+
+
+def test_reads_in_a_manager_allocate_there_and_keep_nothing(tmp_path: Path) -> None:
+    x = oc.from_numpy(np.arange(200_000, dtype=np.float64).reshape(1000, 200), chunks=(50, 200))
+    with oc.Manager("reads") as m:
+        before = m.stats().current_bytes
+        part = x[25:975, ::3]
+        rows = x[100:300]
+        assert oc.owner(part) is m and oc.owner(rows) is m
+        # Scratch buffers of the read came from the manager and went back to it.
+        assert m.stats().current_bytes - before == part.nbytes + rows.nbytes
+        assert m.stats().total_count >= 3  # results and scratch, all counted here
+    np.testing.assert_array_equal(rows[:, 0], np.arange(100, 300) * 200.0)
+
+
+def test_spread_runs_every_item_once_and_raises_after_every_runner_stopped() -> None:
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def record(i: int, slot: int) -> None:
+        assert 0 <= slot < 4
+        with lock:
+            seen.append(i)
+
+    _pool.run_spread(100, record, 4)
+    assert sorted(seen) == list(range(100))
+    _pool.run_spread(0, record, 4)
+    _pool.run_spread(3, record, 1)
+
+    running = threading.Event()
+    finished: list[int] = []
+
+    def fail_first(i: int, slot: int) -> None:
+        if i == 0:
+            running.wait(5)
+            raise KeyError("job 0")
+        running.set()
+        time.sleep(0.005)
+        finished.append(i)
+
+    with pytest.raises(KeyError, match="job 0"):
+        _pool.run_spread(50, fail_first, 2)
+    count = len(finished)
+    assert 1 <= count < 25  # the failure stopped the rest
+    time.sleep(0.05)
+    assert len(finished) == count  # and nothing ran on after the call returned
+
+
+def _read_in_child(path: str, queue: multiprocessing.Queue[float]) -> None:
+    queue.put(float(oc.open(path)[...].sum()))
+
+
+def test_reads_work_in_a_forked_child(tmp_path: Path) -> None:
+    data = np.arange(40_000, dtype=np.float32).reshape(400, 100)
+    x = oc.create(tmp_path / "a.zarr", data.shape, data.dtype, chunks=(10, 100))
+    x[...] = data
+    assert x[...].sum() == data.sum()  # the parent's pool has threads now
+    context = multiprocessing.get_context("fork")
+    queue: multiprocessing.Queue[float] = context.Queue()
+    child = context.Process(target=_read_in_child, args=(str(tmp_path / "a.zarr"), queue))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert queue.get(timeout=5) == float(data.sum())
