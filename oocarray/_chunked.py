@@ -141,8 +141,8 @@ class ChunkedArray:
         """Rows of an array whose other axes fit one chunk: the common ``x[i]`` and
         ``x[i:j]`` of row-wise access, without building a general selection.  None when the
         key needs the general path."""
-        n, per_chunk = self.shape[0], self.chunks[0]
-        rest = tuple(slice(0, s) for s in self.shape[1:])
+        store = self._store
+        n, per_chunk = store.shape[0], store.chunks[0]
         if isinstance(key, slice):
             start, stop, step = key.indices(n)
             if step != 1:
@@ -156,8 +156,9 @@ class ChunkedArray:
                 raise IndexError(f"index {start} is out of bounds for axis 0 with size {n}")
             start %= n
             stop = start + 1
-        out = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype)
-        if not self._store.read_rows_into(start, out):
+        out = np.empty((stop - start, *store.shape[1:]), dtype=store.dtype)
+        if not store.read_rows_into(start, out):
+            rest = tuple(slice(0, s) for s in store.shape[1:])
             pieces = []
             row = start
             while row < stop:
@@ -173,7 +174,7 @@ class ChunkedArray:
                     )
                 )
                 row += take
-            self._store.read_into(pieces, out)
+            store.read_into(pieces, out)
         self.chunk_reads += -(-(stop - start) // per_chunk) if stop > start else 0
         return out if isinstance(key, slice) else out[0]
 

@@ -167,6 +167,15 @@ class ZarrStore(Store):
         stored = self._layout.stored_dtype if self._layout is not None else self.dtype
         self._chunk_nbytes = math.prod(self.chunks) * stored.itemsize
         self._rest = (0,) * (len(self.shape) - 1)  # chunk coordinates after the first
+        # Uncompressed, unsharded chunk files: rows are read in place with ``preadv``.
+        layout = self._layout
+        self._plain_files = layout is not None and layout.codec is None and layout.shard is None
+        # Rows whole in their chunks, stored as read: row reads go straight into the result.
+        self._rows_direct = (
+            layout is not None
+            and layout.stored_dtype == self.dtype
+            and self.chunks[1:] == self.shape[1:]
+        )
         self.codec = self._codec_name()
 
     @classmethod
@@ -191,12 +200,6 @@ class ZarrStore(Store):
     def direct(self) -> bool:
         """Whether chunks are read and written without zarr-python."""
         return self._layout is not None
-
-    @property
-    def _plain_files(self) -> bool:
-        """Uncompressed, unsharded chunk files: rows are read in place with ``preadv``."""
-        layout = self._layout
-        return layout is not None and layout.codec is None and layout.shard is None
 
     def _chunk_path(self, chunk: tuple[int, ...]) -> str:
         assert self._layout is not None
@@ -252,8 +255,7 @@ class ZarrStore(Store):
         return piece if piece.dtype == self.dtype else piece.astype(self.dtype)
 
     def read_rows_into(self, start: int, out: np.ndarray) -> bool:
-        layout = self._layout
-        if layout is None or layout.stored_dtype != self.dtype or self.chunks[1:] != self.shape[1:]:
+        if not self._rows_direct:
             return False
         if out.size == 0:
             return True
@@ -293,7 +295,7 @@ class ZarrStore(Store):
             c, r = divmod(start + done, per_chunk)
             take = min(per_chunk - r, len(out) - done)
             target = flat[done * row_bytes : (done + take) * row_bytes]
-            path = self._chunk_path((c,) + (0,) * (len(self.shape) - 1))
+            path = self._chunk_path((c, *self._rest))
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
