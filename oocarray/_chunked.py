@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import html
+import math
 import os
 import shutil
 import tempfile
@@ -73,6 +74,12 @@ class ChunkedArray:
     @property
     def chunks(self) -> tuple[int, ...]:
         return self._store.chunks
+
+    @property
+    def shards(self) -> tuple[int, ...] | None:
+        """The shard shape of a sharded zarr array (chunks are then inside shards), else None."""
+        grid = self._store.write_grid
+        return None if grid == self._store.chunks else grid
 
     @property
     def ndim(self) -> int:
@@ -180,7 +187,7 @@ class ChunkedArray:
 
     def __setitem__(self, key: object, value: object) -> None:
         self._store.check_writable()
-        selection = parse_key(key, self.shape, self.chunks)
+        selection = parse_key(key, self.shape, self._store.write_grid)
         given = np.asarray(value, dtype=self.dtype)
         try:
             values = np.broadcast_to(given, selection.shape)
@@ -198,10 +205,10 @@ class ChunkedArray:
             if piece.covers_chunk:
                 block = values[piece.out]
             else:
-                block = np.array(self._store.read_chunk(piece.chunk))
+                block = self._store.read_block(piece.chunk)
                 self.chunk_reads += 1
                 block[piece.local] = values[piece.out]
-            self._store.write_chunk(piece.chunk, block)
+            self._store.write_block(piece.chunk, block)
             self.chunk_writes += 1
 
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
@@ -254,7 +261,7 @@ class ChunkedArray:
         return {
             "shape": str(self.shape),
             "dtype": str(self.dtype),
-            "chunks": str(self.chunks),
+            "chunks": str(self.chunks) + (f" in shards {self.shards}" if self.shards else ""),
             "codec": self.codec,
             "logical": format_bytes(self.nbytes),
             "on disk": format_bytes(stored),
@@ -318,22 +325,37 @@ def open(
     return ChunkedArray(open_store(path, mode, dataset, allow_object))
 
 
-def _parse_chunks(chunks: object, shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[int, ...]:
+def _parse_chunks(
+    chunks: object, shape: tuple[int, ...], dtype: np.dtype[Any], name: str = "chunks"
+) -> tuple[int, ...]:
     if chunks is None:
         return auto_chunks(shape, dtype.itemsize)
     if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool):
         chunks = (int(chunks),) * len(shape)
     if not isinstance(chunks, (tuple, list)) or len(chunks) != len(shape):
         raise ValueError(
-            f"chunks must be None, an int, or one positive int per axis ({len(shape)}), "
+            f"{name} must be None, an int, or one positive int per axis ({len(shape)}), "
             f"got {chunks!r}"
         )
     result = []
     for c in chunks:
         if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
-            raise ValueError(f"chunks must be positive ints, got {chunks!r}")
+            raise ValueError(f"{name} must be positive ints, got {chunks!r}")
         result.append(int(c))
     return tuple(result)
+
+
+INNER_CHUNK_BYTES = 128 << 10
+
+
+def _inner_chunks(shards: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Default chunks inside shards: the shard halved along its leading axes (so they divide
+    it) until a chunk holds at most INNER_CHUNK_BYTES."""
+    chunks = list(shards)
+    for axis in range(len(chunks)):
+        while math.prod(chunks) * itemsize > INNER_CHUNK_BYTES and chunks[axis] % 2 == 0:
+            chunks[axis] //= 2
+    return tuple(chunks)
 
 
 def _parse_dtype(dtype: object) -> np.dtype[Any]:
@@ -354,6 +376,7 @@ def create(
     chunks: object = None,
     codec: str = "zstd",
     mode: str = "w",
+    shards: object = None,
 ) -> ChunkedArray:
     """Create a zarr v3 array on disk, filled with zeros, open for reading and writing.
 
@@ -362,12 +385,18 @@ def create(
     shape, dtype
         As for :func:`numpy.empty`.
     chunks
-        Chunk shape; default: about 4 MiB per chunk, trailing axes whole where they fit.
+        Chunk shape; default: about 4 MiB per chunk, trailing axes whole where they fit (with
+        ``shards``: at most 128 KiB, halving the shard along its leading axes).
     codec
         ``"zstd"`` (default), ``"lz4"`` or ``"blosc"`` (both Blosc, with byte shuffle),
         ``"gzip"``, or ``"none"``.
     mode
         ``"w"`` replaces what is at ``path``; ``"w-"`` (or ``"x"``) fails if it exists.
+    shards
+        Shard shape (a multiple of ``chunks`` on every axis), or None for no sharding.  A shard
+        is one file holding many small chunks: random reads decode only the small chunks they
+        touch, while the files stay few.  Writes are made of whole shards (writing part of one
+        rewrites it), so write in shard-sized blocks.
     """
     from oocarray._stores._zarr import CODECS, ZarrStore, create_zarr
 
@@ -375,7 +404,18 @@ def create(
         raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
     dims = _parse_shape(shape)
     parsed = _parse_dtype(dtype)
-    chunk_shape = _parse_chunks(chunks, dims, parsed)
+    shard_shape = None if shards is None else _parse_chunks(shards, dims, parsed, "shards")
+    if shard_shape is not None and chunks is None:
+        chunk_shape = _inner_chunks(shard_shape, parsed.itemsize)
+    else:
+        chunk_shape = _parse_chunks(chunks, dims, parsed)
+    if shard_shape is not None and any(
+        s % c for s, c in zip(shard_shape, chunk_shape, strict=True)
+    ):
+        raise ValueError(
+            f"shards must be a multiple of chunks on every axis, got shards {shard_shape} for "
+            f"chunks {chunk_shape}"
+        )
     if not isinstance(codec, str) or codec not in CODECS:
         raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
     if mode not in _MODES_CREATE:
@@ -383,7 +423,7 @@ def create(
     target = os.fspath(path)
     if mode != "w" and os.path.exists(target):
         raise FileExistsError(f"{target!r} exists; use mode='w' to replace it")
-    create_zarr(target, dims, parsed, chunk_shape, codec, overwrite=mode == "w")
+    create_zarr(target, dims, parsed, chunk_shape, codec, overwrite=mode == "w", shards=shard_shape)
     return ChunkedArray(ZarrStore.open(target, "r+", False))
 
 

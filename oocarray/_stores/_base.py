@@ -30,6 +30,14 @@ def auto_chunks(
     return tuple(chunks)
 
 
+def _region(
+    index: tuple[int, ...], grid: tuple[int, ...], shape: tuple[int, ...]
+) -> tuple[slice, ...]:
+    return tuple(
+        slice(c * n, min((c + 1) * n, s)) for c, n, s in zip(index, grid, shape, strict=True)
+    )
+
+
 def check_dtype(dtype: np.dtype[Any], allow_object: bool, where: str) -> None:
     if dtype.hasobject and not allow_object:
         raise ValueError(
@@ -57,10 +65,24 @@ class Store:
     memmap: np.ndarray | None = None
 
     def chunk_region(self, chunk: tuple[int, ...]) -> tuple[slice, ...]:
-        return tuple(
-            slice(c * n, min((c + 1) * n, s))
-            for c, n, s in zip(chunk, self.chunks, self.shape, strict=True)
-        )
+        return _region(chunk, self.chunks, self.shape)
+
+    @property
+    def write_grid(self) -> tuple[int, ...]:
+        """The blocks writes are made of: the chunks, or the shards of sharded arrays (a write
+        of part of a shard rewrites the whole shard)."""
+        return self.chunks
+
+    def block_region(self, block: tuple[int, ...]) -> tuple[slice, ...]:
+        return _region(block, self.write_grid, self.shape)
+
+    def read_block(self, block: tuple[int, ...]) -> np.ndarray:
+        """A writable copy of the valid part of one block of :attr:`write_grid`."""
+        return np.array(self.read_chunk(block))
+
+    def write_block(self, block: tuple[int, ...], data: np.ndarray) -> None:
+        """Replace the valid part of one block of :attr:`write_grid` with ``data``."""
+        self.write_chunk(block, data)
 
     def read_chunk(self, chunk: tuple[int, ...]) -> np.ndarray:
         """The valid part of one chunk, allocated in the active manager."""

@@ -20,7 +20,7 @@ import numpy as np
 import zarr
 import zarr.codecs
 
-from oocarray._indexing import ChunkPiece
+from oocarray._indexing import ChunkPiece, parse_key
 from oocarray._stores import _pool
 from oocarray._stores._base import Store, check_dtype
 from oocarray._stores._chunk_jobs import ChunkJobs, scratch_set
@@ -57,11 +57,13 @@ def create_zarr(
     chunks: tuple[int, ...],
     codec: str,
     overwrite: bool,
+    shards: tuple[int, ...] | None = None,
 ) -> None:
     zarr.create_array(
         store=path,
         shape=shape,
         chunks=chunks,
+        shards=shards,
         dtype=dtype,
         compressors=_compressors(codec, dtype.itemsize),
         fill_value=0,
@@ -161,7 +163,9 @@ class ZarrStore(Store):
         self.chunks = tuple(array.chunks)
         self.fill_value = array.fill_value if array.fill_value is not None else 0
         self.zarr_format = array.metadata.zarr_format
-        self.sharded = getattr(array, "shards", None) is not None
+        shards = getattr(array, "shards", None)
+        self.sharded = shards is not None
+        self._write_grid = tuple(shards) if shards is not None else self.chunks
         self._root = os.path.realpath(path)
         self._layout = layout_of(array) if os.path.isdir(path) else None
         stored = self._layout.stored_dtype if self._layout is not None else self.dtype
@@ -422,6 +426,26 @@ class ZarrStore(Store):
         )
 
     # ---- writing ----
+
+    @property
+    def write_grid(self) -> tuple[int, ...]:
+        return self._write_grid
+
+    def read_block(self, block: tuple[int, ...]) -> np.ndarray:
+        if not self.sharded:
+            return super().read_block(block)
+        region = self.block_region(block)
+        selection = parse_key(region, self.shape, self.chunks)
+        out = np.empty(selection.full_shape, dtype=self.dtype)
+        self.read_into(list(selection.pieces()), out)
+        return out
+
+    def write_block(self, block: tuple[int, ...], data: np.ndarray) -> None:
+        if not self.sharded:
+            self.write_chunk(block, data)
+            return
+        self.check_writable()
+        self.array[self.block_region(block)] = data  # zarr-python encodes the whole shard
 
     def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
         self.check_writable()
