@@ -2,8 +2,8 @@
 
 Chunk decoders (zstd, blosc, zlib) and file reads release the GIL, so threads decode chunks side
 by side.  The calling thread takes part, and it returns only once every helper has stopped, so
-nothing writes into the caller's buffers afterwards.  Helpers allocate no NumPy memory: the caller
-hands them buffers from its own manager.
+nothing writes into the caller's buffers afterwards.  Helpers write into buffers the caller made
+in its own manager (or workspace) and allocate no NumPy arrays of their own.
 """
 
 from __future__ import annotations

@@ -77,77 +77,78 @@ def _basic(index: tuple[Any, ...]) -> bool:
 
 
 class _ChunkFiles:
-    """The files one read opens, each once: where a chunk's stored bytes are."""
+    """The files one read opens, each once: where a chunk's stored bytes are, as
+    (fd, offset, stored bytes or -1 for the whole file), or None for a chunk never written."""
 
     def __init__(self, store: ZarrStore) -> None:
         self._store = store
-        self._files: dict[tuple[int, ...], int | OpenShard | None] = {}
+        self._fds: dict[tuple[int, ...], int | None] = {}
+        self._shards: dict[tuple[int, ...], OpenShard | None] = {}
 
     def source(self, chunk: tuple[int, ...]) -> tuple[int, int, int] | None:
-        """(fd, offset, stored bytes or -1 for the whole file), or None: never written."""
-        store = self._store
-        layout = store._layout
+        layout = self._store._layout
         assert layout is not None
         if layout.shard is None:
-            opened = self._open(chunk)
-            return None if opened is None else (opened, 0, -1)  # type: ignore[return-value]
+            return self._file_source(chunk)
         key, number = layout.shard.locate(chunk)
-        shard = self._open(key, chunk)
-        if shard is None:
-            return None
-        assert isinstance(shard, OpenShard)
-        entry = shard.entry(number, chunk, store._chunk_nbytes)
-        return None if entry is None else (shard.fd, *entry)
+        return self._shard_source(key, number, chunk)
 
     def row_source(self, i: int) -> tuple[int, int, int] | None:
         """:meth:`source` of chunk ``(i, 0, ...)``, the chunks of row-wise reads, with the
         shard arithmetic done for that case."""
         layout = self._store._layout
         assert layout is not None
-        rest = self._store._rest
+        chunk = (i, *self._store._rest)
         if layout.shard is None:
-            fd = self._open((i, *rest))
-            return None if fd is None else (fd, 0, -1)  # type: ignore[return-value]
-        per_shard = layout.shard.per_shard
-        shard = self._open((i // per_shard[0], *rest), (i, *rest))
-        if shard is None:
-            return None
-        assert isinstance(shard, OpenShard)
-        number = (i % per_shard[0]) * layout.shard.inner_per_row
-        entry = shard.entry(number, (i, *rest), self._store._chunk_nbytes)
-        return None if entry is None else (shard.fd, *entry)
+            return self._file_source(chunk)
+        per_shard = layout.shard.per_shard[0]
+        key = (i // per_shard, *self._store._rest)
+        return self._shard_source(key, (i % per_shard) * layout.shard.inner_per_row, chunk)
 
-    def _open(
-        self, key: tuple[int, ...], chunk: tuple[int, ...] | None = None
-    ) -> int | OpenShard | None:
-        if key in self._files:
-            return self._files[key]
+    def _file_source(self, chunk: tuple[int, ...]) -> tuple[int, int, int] | None:
+        if chunk not in self._fds:
+            self._fds[chunk] = _open_or_none(self._store._chunk_path(chunk))
+        fd = self._fds[chunk]
+        return None if fd is None else (fd, 0, -1)
+
+    def _shard_source(
+        self, key: tuple[int, ...], number: int, chunk: tuple[int, ...]
+    ) -> tuple[int, int, int] | None:
         store = self._store
-        path = store._chunk_path(key)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            opened: int | OpenShard | None = None  # chunks never written hold the fill value
-        else:
-            if chunk is None:
-                opened = fd
+        if key not in self._shards:
+            path = store._chunk_path(key)
+            fd = _open_or_none(path)
+            if fd is None:
+                self._shards[key] = None
             else:
+                assert store._layout is not None and store._layout.shard is not None
                 try:
-                    assert store._layout is not None and store._layout.shard is not None
-                    opened = OpenShard(fd, path, store.path, store._layout.shard, chunk)
+                    self._shards[key] = OpenShard(fd, path, store.path, store._layout.shard, chunk)
                 except BaseException:
                     os.close(fd)
                     raise
-        self._files[key] = opened
-        return opened
+        shard = self._shards[key]
+        if shard is None:
+            return None
+        entry = shard.entry(number, chunk, store._chunk_nbytes)
+        return None if entry is None else (shard.fd, *entry)
 
     def close(self) -> None:
-        for opened in self._files.values():
-            if isinstance(opened, OpenShard):
-                opened.close()
-            elif opened is not None:
-                os.close(opened)
-        self._files.clear()
+        for fd in self._fds.values():
+            if fd is not None:
+                os.close(fd)
+        for shard in self._shards.values():
+            if shard is not None:
+                shard.close()
+        self._fds.clear()
+        self._shards.clear()
+
+
+def _open_or_none(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None  # chunks never written hold the fill value
 
 
 class ZarrStore(Store):
