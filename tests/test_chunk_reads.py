@@ -330,3 +330,47 @@ def test_create_picks_inner_chunks_and_checks_shards(tmp_path: Path) -> None:
         oc.create(tmp_path / "e.zarr", (100, 10), "f4", shards=(25,))
     with pytest.raises(ValueError, match="shards must be positive"):
         oc.create(tmp_path / "f.zarr", (100, 10), "f4", shards=(0, 10))
+
+
+def test_reads_from_many_threads_at_once_are_each_right(tmp_path: Path) -> None:
+    data = np.random.default_rng(5).standard_normal((600, 64), dtype=np.float32)
+    x = oc.create(tmp_path / "a.zarr", data.shape, data.dtype, chunks=(16, 64), shards=(64, 64))
+    x[...] = data
+    y = oc.create(tmp_path / "b.zarr", data.shape, data.dtype, chunks=(50, 64))
+    y[...] = data
+    errors: list[BaseException] = []
+
+    def reader(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(60):
+                a = int(rng.integers(0, 600))
+                b = int(rng.integers(a, 601))
+                for array in (x, y):
+                    assert np.array_equal(array[a:b], data[a:b])
+                    assert np.array_equal(array[a:b:3, 5:40:7], data[a:b:3, 5:40:7])
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=reader, args=(seed,)) for seed in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_reads_inside_a_workspace_cycle_leave_no_escapes(tmp_path: Path) -> None:
+    data = np.arange(400 * 32, dtype=np.float64).reshape(400, 32)
+    x = oc.create(tmp_path / "a.zarr", data.shape, data.dtype, chunks=(25, 32))
+    x[...] = data
+    ws = oc.Workspace("reads", on_escape="raise")
+    sums = []
+    for start in (0, 90, 333):
+        with ws:
+            part = x[start : start + 60, ::2]  # scratch buffers and the result in the arena
+            sums.append(float(part.sum()))
+            del part
+    assert sums == [float(data[s : s + 60, ::2].sum()) for s in (0, 90, 333)]
+    assert ws.stats().cycles == 3
+    ws.close()
