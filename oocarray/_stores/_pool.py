@@ -50,25 +50,35 @@ def run_spread(count: int, task: Callable[[int, int], None], runners: int) -> No
     runners = max(1, min(runners, count))
     items = iter(range(count))  # next() on a range iterator is atomic under the GIL
     failures: list[BaseException] = []
+    # Helpers reach the task through this list, emptied before returning: a pool thread may
+    # hold its finished (or cancelled) work item a moment longer, and that must not keep the
+    # task's arrays alive past the call (a workspace cycle would count them as escaped).
+    holder = [task]
 
     def run(slot: int) -> None:
+        if not holder:
+            return
+        call = holder[0]
         for i in items:
             if failures:
                 return
             try:
-                task(i, slot)
+                call(i, slot)
             except BaseException as error:
                 failures.append(error)
                 return
 
     helpers: list[Future[None]] = []
-    if runners > 1:
-        pool = _pool()
-        helpers = [pool.submit(run, slot) for slot in range(1, runners)]
-    run(0)
-    for helper in helpers:
-        # A helper that never started has nothing to do any more; one that did must finish.
-        if not helper.cancel():
-            helper.result()
+    try:
+        if runners > 1:
+            pool = _pool()
+            helpers = [pool.submit(run, slot) for slot in range(1, runners)]
+        run(0)
+    finally:
+        for helper in helpers:
+            # A helper that never started has nothing to do any more; one that did must finish.
+            if not helper.cancel():
+                helper.result()
+        holder.clear()
     if failures:
         raise failures[0]

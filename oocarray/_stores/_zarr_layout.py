@@ -13,6 +13,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import google_crc32c
 import numcodecs
 import numcodecs.zstd
 import numpy as np
@@ -126,6 +127,7 @@ class ShardLayout:
     def __init__(self, per_shard: tuple[int, ...], index_at_end: bool, checksum: bool) -> None:
         self.per_shard = per_shard  # inner chunks per shard, per axis
         self.index_at_end = index_at_end
+        self.checksum = checksum  # a CRC-32C of the entries follows them
         self.index_bytes = 16 * math.prod(per_shard) + (4 if checksum else 0)
         # Inner chunks per step along the first axis, in the index's C order.
         self.inner_per_row = math.prod(per_shard[1:])
@@ -237,10 +239,17 @@ class OpenShard:
         self.size = os.fstat(fd).st_size
         base = self.size - layout.index_bytes if layout.index_at_end else 0
         count = math.prod(layout.per_shard)
-        index = os.pread(fd, 16 * count, base) if base >= 0 else b""
-        if len(index) != 16 * count:
+        index = os.pread(fd, layout.index_bytes, base) if base >= 0 else b""
+        if len(index) != layout.index_bytes:
             raise CorruptChunkError(
                 f"chunk {chunk} of {array_path!r}: the index of shard {path} is truncated"
+            )
+        if layout.checksum and google_crc32c.value(index[: 16 * count]) != int.from_bytes(
+            index[16 * count :], "little"
+        ):
+            raise CorruptChunkError(
+                f"chunk {chunk} of {array_path!r}: the index of shard {path} fails its CRC-32C "
+                "checksum (the shard is damaged)"
             )
         self._index = index
 
