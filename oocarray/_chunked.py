@@ -223,12 +223,13 @@ class ChunkedArray:
     # ---- interop ----
 
     def to_dask(self) -> Any:
-        """A dask array reading this one chunk by chunk."""
+        """A dask array reading this one chunk by chunk (shard by shard for sharded arrays:
+        a shard is one file, and its inner chunks decode on all cores within a task)."""
         import dask.array as da
 
         return da.from_array(  # type: ignore[no-untyped-call]
             self,
-            chunks=self.chunks,
+            chunks=self._store.write_grid,
             asarray=False,
             fancy=False,
             lock=self.format == "hdf5",

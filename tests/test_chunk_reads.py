@@ -306,6 +306,9 @@ def test_create_writes_shards_that_zarr_python_and_tensorstore_read(tmp_path: Pa
     data[10:20, 3] = -1.0
     assert x.chunk_writes == 5 and x.chunk_reads == 1
     assert np.array_equal(oc.open(tmp_path / "s.zarr")[...], data)
+    d = x.to_dask()
+    assert d.chunksize == (64, 24)  # one dask task per shard, the unit of storage
+    assert np.array_equal(d.compute(scheduler="threads"), data)
     z = zarr.open_array(tmp_path / "s.zarr", mode="r")
     assert z.shards == (64, 24) and z.chunks == (8, 24)
     assert np.array_equal(z[...], data)
