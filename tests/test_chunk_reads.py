@@ -404,3 +404,19 @@ def test_a_shard_index_that_fails_its_checksum_is_reported(tmp_path: Path) -> No
     with pytest.raises(oc.CorruptChunkError, match="CRC-32C"):
         x[:40]
     assert np.array_equal(x[40:], np.arange(160, 256, dtype=np.int32).reshape(24, 4))
+
+
+def test_large_uncompressed_reads_run_as_jobs_and_report_damage(tmp_path: Path) -> None:
+    data = np.random.default_rng(9).integers(0, 2**31, (2600, 1024), dtype=np.int32)  # ~10 MiB
+    x = oc.create(tmp_path / "a.zarr", data.shape, data.dtype, chunks=(128, 1024), codec="none")
+    x[...] = data
+    y = oc.open(tmp_path / "a.zarr")
+    assert np.array_equal(y[...], data)  # over 8 MiB: the chunks are copied on every core
+    assert np.array_equal(y[37:2590], data[37:2590])
+    chunk = tmp_path / "a.zarr" / "c" / "11" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-4096])
+    with pytest.raises(oc.CorruptChunkError, match=r"chunk \(11, 0\).*c/11/0"):
+        y[...]
+    assert np.array_equal(y[1408 + 90 : 1408 + 120], data[1498:1528])  # the rows still there
+    with pytest.raises(oc.CorruptChunkError, match="truncated"):
+        y[1408 + 127]  # the row cut off

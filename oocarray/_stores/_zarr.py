@@ -72,6 +72,11 @@ def create_zarr(
     )
 
 
+# Uncompressed reads smaller than this copy on the calling thread: waking helpers costs more
+# than it saves (a 2 MiB read over two chunk files: 126 us alone, 157 us on two threads).
+_PARALLEL_COPY_BYTES = 8 << 20
+
+
 def _basic(index: tuple[Any, ...]) -> bool:
     return not any(isinstance(i, np.ndarray) for i in index)
 
@@ -264,11 +269,12 @@ class ZarrStore(Store):
             return False
         if out.size == 0:
             return True
-        if self._plain_files:
-            self._read_plain_rows(start, out)
-            return True
-        # Every chunk's share is a run of whole rows: it decodes straight into ``out``.
         per_chunk = self.chunks[0]
+        if self._plain_files and out.nbytes < _PARALLEL_COPY_BYTES:
+            self._read_plain_rows(start, out)  # a preadv per chunk, without the job machinery
+            return True
+        # Every chunk's share is a run of whole rows: it is read (or decoded) straight into
+        # ``out``, the chunks on every core.
         row_bytes = self._chunk_nbytes // per_chunk
         jobs = self._jobs()
         buffer = jobs.buffer(out)
