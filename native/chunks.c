@@ -24,6 +24,7 @@
 /* ---- libzstd, loaded at run time ---- */
 
 typedef struct ZSTD_DCtx_s ZSTD_DCtx;
+typedef struct ZSTD_CCtx_s ZSTD_CCtx;
 typedef struct {
     const void *src;
     size_t size;
@@ -38,6 +39,9 @@ typedef struct {
 #define ZSTD_CONTENTSIZE_UNKNOWN (0ULL - 1)
 #define ZSTD_CONTENTSIZE_ERROR (0ULL - 2)
 #define ZSTD_BLOCKSIZE_MAX (1 << 17)
+#define ZSTD_C_COMPRESSION_LEVEL 100
+#define ZSTD_C_CHECKSUM_FLAG 201
+#define ZSTD_RESET_SESSION_AND_PARAMETERS 3
 
 static struct {
     ZSTD_DCtx *(*create)(void);
@@ -48,6 +52,12 @@ static struct {
     unsigned (*is_error)(size_t);
     const char *(*error_name)(size_t);
     unsigned long long (*content_size)(const void *, size_t);
+    ZSTD_CCtx *(*create_c)(void);
+    size_t (*free_c)(ZSTD_CCtx *);
+    size_t (*set_parameter)(ZSTD_CCtx *, int, int);
+    size_t (*reset_c)(ZSTD_CCtx *, int);
+    size_t (*compress)(ZSTD_CCtx *, void *, size_t, const void *, size_t);
+    size_t (*bound)(size_t);
 } zstd;
 static int zstd_loaded; /* 1 loaded, -1 unavailable; set once under zstd_once */
 static pthread_once_t zstd_once = PTHREAD_ONCE_INIT;
@@ -67,8 +77,16 @@ static void zstd_load(void)
     *(void **)&zstd.is_error = dlsym(lib, "ZSTD_isError");
     *(void **)&zstd.error_name = dlsym(lib, "ZSTD_getErrorName");
     *(void **)&zstd.content_size = dlsym(lib, "ZSTD_getFrameContentSize");
+    *(void **)&zstd.create_c = dlsym(lib, "ZSTD_createCCtx");
+    *(void **)&zstd.free_c = dlsym(lib, "ZSTD_freeCCtx");
+    *(void **)&zstd.set_parameter = dlsym(lib, "ZSTD_CCtx_setParameter");
+    *(void **)&zstd.reset_c = dlsym(lib, "ZSTD_CCtx_reset");
+    *(void **)&zstd.compress = dlsym(lib, "ZSTD_compress2");
+    *(void **)&zstd.bound = dlsym(lib, "ZSTD_compressBound");
     int complete = zstd.create && zstd.free && zstd.decompress && zstd.stream && zstd.reset &&
-                   zstd.is_error && zstd.error_name && zstd.content_size;
+                   zstd.is_error && zstd.error_name && zstd.content_size && zstd.create_c &&
+                   zstd.free_c && zstd.set_parameter && zstd.reset_c && zstd.compress &&
+                   zstd.bound;
     if (!complete) {
         dlclose(lib); /* too old a library: none of it is used */
     }
@@ -85,12 +103,15 @@ static int zstd_ready(void)
 
 typedef struct {
     ZSTD_DCtx *dctx;
+    ZSTD_CCtx *cctx;
     char *src; /* a chunk's stored bytes */
     size_t src_size;
     char *junk; /* decoded bytes before a job's skip land here */
     size_t junk_size;
     char *whole; /* a whole decoded chunk, when only part of it is wanted */
     size_t whole_size;
+    char *packed; /* a chunk compressed for writing */
+    size_t packed_size;
 } reader_state;
 
 static pthread_key_t state_key;
@@ -102,9 +123,13 @@ static void state_free(void *p)
     if (s->dctx != NULL) {
         zstd.free(s->dctx);
     }
+    if (s->cctx != NULL) {
+        zstd.free_c(s->cctx);
+    }
     free(s->src);
     free(s->junk);
     free(s->whole);
+    free(s->packed);
     free(s);
 }
 
@@ -413,4 +438,79 @@ done:
     PyBuffer_Release(&counter_view);
     PyBuffer_Release(&jobs_view);
     return result;
+}
+
+/*
+ * zstd_write(fd, data, level, checksum) -> int: write one zstd frame of data's bytes to fd
+ * (from its current position), with the content size in the header, as numcodecs writes it, and
+ * a checksum when asked; compressed without the GIL into this thread's buffer.  Returns the
+ * bytes written; a failed write raises OSError with its errno (ENOSPC on a full disk).
+ */
+PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    int fd, level, checksum;
+    PyObject *data;
+    if (!PyArg_ParseTuple(args, "iOip", &fd, &data, &level, &checksum)) {
+        return NULL;
+    }
+    if (!zstd_ready()) {
+        PyErr_SetString(PyExc_RuntimeError, "libzstd.so.1 is not available");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) != 0) {
+        return NULL;
+    }
+    size_t r = 0;
+    int failure = 0; /* 1 out of memory, 2 zstd error (r), 3 write error (err) */
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    reader_state *s = state_get();
+    size_t bound = zstd.bound((size_t)view.len);
+    if (s != NULL && s->cctx == NULL) {
+        s->cctx = zstd.create_c();
+    }
+    if (s == NULL || s->cctx == NULL || zstd.is_error(bound) ||
+        grow(&s->packed, &s->packed_size, bound) == NULL) {
+        failure = 1;
+    } else {
+        zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
+        r = zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
+        if (!zstd.is_error(r)) {
+            r = zstd.set_parameter(s->cctx, ZSTD_C_CHECKSUM_FLAG, checksum);
+        }
+        if (!zstd.is_error(r)) {
+            r = zstd.compress(s->cctx, s->packed, bound, view.buf, (size_t)view.len);
+        }
+        if (zstd.is_error(r)) {
+            failure = 2;
+        } else {
+            for (size_t done = 0; done < r;) {
+                ssize_t w = write(fd, s->packed + done, r - done);
+                if (w < 0 && errno == EINTR) {
+                    continue;
+                }
+                if (w <= 0) {
+                    failure = 3;
+                    err = w < 0 ? errno : EIO;
+                    break;
+                }
+                done += (size_t)w;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (failure == 1) {
+        return PyErr_NoMemory();
+    }
+    if (failure == 2) {
+        PyErr_Format(PyExc_ValueError, "zstd: %s", zstd.error_name(r));
+        return NULL;
+    }
+    if (failure == 3) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSize_t(r);
 }

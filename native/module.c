@@ -662,6 +662,7 @@ static PyMethodDef module_methods[] = {
     {"region_cache", region_cache, METH_VARARGS, "(cached, limit); region_cache(n) sets the limit, (-1) empties."},
     {"read_chunks", oc_py_read_chunks, METH_VARARGS, "Run chunk jobs (read, decode) until none is left; None or (job, message)."},
     {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},
+    {"zstd_write", oc_py_zstd_write, METH_VARARGS, "Write one zstd frame of a buffer's bytes to a file, compressed without the GIL."},
     {NULL, NULL, 0, NULL},
 };
 

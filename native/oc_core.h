@@ -241,5 +241,6 @@ uint64_t oc_next_alloc_id(void);
 #define OC_CODEC_ZSTD 1
 PyObject *oc_py_read_chunks(PyObject *m, PyObject *args);
 PyObject *oc_py_zstd_available(PyObject *m, PyObject *a);
+PyObject *oc_py_zstd_write(PyObject *m, PyObject *args);
 
 #endif

@@ -29,6 +29,7 @@ from oocarray._units import format_bytes
 __all__ = ["ChunkedArray", "create", "from_dask", "from_numpy", "open", "temp"]
 
 _MODES_OPEN = ("r", "r+")
+_WRITE_WAVE = 8  # blocks handed to the store at once by a write
 _MODES_CREATE = ("w", "w-", "x")
 
 
@@ -201,6 +202,9 @@ class ChunkedArray:
             memmap[_numpy_key(selection)] = values
             return
         values = selection.from_value(values)
+        # Blocks go to the store a few at a time: enough to keep every core busy encoding,
+        # few enough that the blocks read back for partial writes stay small.
+        wave: list[tuple[tuple[int, ...], np.ndarray]] = []
         for piece in selection.pieces():
             if piece.covers_chunk:
                 block = values[piece.out]
@@ -208,8 +212,14 @@ class ChunkedArray:
                 block = self._store.read_block(piece.chunk)
                 self.chunk_reads += 1
                 block[piece.local] = values[piece.out]
-            self._store.write_block(piece.chunk, block)
-            self.chunk_writes += 1
+            wave.append((piece.chunk, block))
+            if len(wave) == _WRITE_WAVE:
+                self._store.write_blocks(wave)
+                self.chunk_writes += len(wave)
+                wave = []
+        if wave:
+            self._store.write_blocks(wave)
+            self.chunk_writes += len(wave)
 
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         """The whole array in memory, allocated in the active manager (its budget applies)."""

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,3 +26,21 @@ def _restore_settings() -> Iterator[None]:
     )
     assert _manager.active_manager() is None, "a test left a manager active"
     assert _native.get_handler() is handler, "a test left the NumPy handler changed"
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs (root only): a disk to fill."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
+    yield mount_point
+    subprocess.run(["umount", str(mount_point)], check=False)

@@ -295,46 +295,6 @@ def test_reads_work_in_a_forked_child(tmp_path: Path) -> None:
     assert queue.get(timeout=5) == float(data.sum())
 
 
-def test_create_writes_shards_that_zarr_python_and_tensorstore_read(tmp_path: Path) -> None:
-    data = np.arange(200 * 24, dtype=np.float32).reshape(200, 24)
-    x = oc.create(tmp_path / "s.zarr", data.shape, data.dtype, chunks=(8, 24), shards=(64, 24))
-    assert (x.chunks, x.shards) == ((8, 24), (64, 24))
-    assert "in shards (64, 24)" in repr(x)
-    x[...] = data
-    assert x.chunk_writes == 4  # one write per shard, never one per inner chunk
-    x[10:20, 3] = -1.0  # part of a shard: read, updated, rewritten
-    data[10:20, 3] = -1.0
-    assert x.chunk_writes == 5 and x.chunk_reads == 1
-    assert np.array_equal(oc.open(tmp_path / "s.zarr")[...], data)
-    d = x.to_dask()
-    assert d.chunksize == (64, 24)  # one dask task per shard, the unit of storage
-    assert np.array_equal(d.compute(scheduler="threads"), data)
-    z = zarr.open_array(tmp_path / "s.zarr", mode="r")
-    assert z.shards == (64, 24) and z.chunks == (8, 24)
-    assert np.array_equal(z[...], data)
-    ts = pytest.importorskip("tensorstore")
-    t = ts.open(
-        {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path / "s.zarr")}},
-        read=True,
-    ).result()
-    assert np.array_equal(t[...].read().result(), data)
-
-
-def test_create_picks_inner_chunks_and_checks_shards(tmp_path: Path) -> None:
-    x = oc.create(tmp_path / "a.zarr", (4096, 1024), np.float32, shards=(512, 1024))
-    assert x.shards == (512, 1024)
-    assert x.chunks == (32, 1024)  # halved along the rows until at most 128 KiB
-    assert np.prod(x.chunks) * 4 <= 128 * 1024
-    assert oc.create(tmp_path / "b.zarr", (100, 10), "u1", shards=(25, 10)).chunks == (25, 10)
-    assert oc.create(tmp_path / "c.zarr", (10,), "f8", chunks=5).shards is None
-    with pytest.raises(ValueError, match="multiple of chunks"):
-        oc.create(tmp_path / "d.zarr", (100, 10), "f4", chunks=(10, 10), shards=(25, 10))
-    with pytest.raises(ValueError, match="shards must be"):
-        oc.create(tmp_path / "e.zarr", (100, 10), "f4", shards=(25,))
-    with pytest.raises(ValueError, match="shards must be positive"):
-        oc.create(tmp_path / "f.zarr", (100, 10), "f4", shards=(0, 10))
-
-
 def test_reads_from_many_threads_at_once_are_each_right(tmp_path: Path) -> None:
     data = np.random.default_rng(5).standard_normal((600, 64), dtype=np.float32)
     x = oc.create(tmp_path / "a.zarr", data.shape, data.dtype, chunks=(16, 64), shards=(64, 64))

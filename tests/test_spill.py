@@ -311,23 +311,6 @@ def run_child(code: str, env: dict[str, str] | None = None) -> subprocess.Comple
     )
 
 
-@pytest.fixture
-def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount_point)],
-        capture_output=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
-    yield mount_point
-    subprocess.run(["umount", str(mount_point)], check=False)
-
-
 def test_full_disk_is_a_spill_error_not_a_crash(tiny_tmpfs: Path) -> None:
     result = run_child(
         """

@@ -80,9 +80,11 @@ class Store:
         """A writable copy of the valid part of one block of :attr:`write_grid`."""
         return np.array(self.read_chunk(block))
 
-    def write_block(self, block: tuple[int, ...], data: np.ndarray) -> None:
-        """Replace the valid part of one block of :attr:`write_grid` with ``data``."""
-        self.write_chunk(block, data)
+    def write_blocks(self, blocks: Sequence[tuple[tuple[int, ...], np.ndarray]]) -> None:
+        """Replace the valid part of each given block of :attr:`write_grid` with its data;
+        backends that can write several at once do."""
+        for block, data in blocks:
+            self.write_chunk(block, data)
 
     def read_chunk(self, chunk: tuple[int, ...]) -> np.ndarray:
         """The valid part of one chunk, allocated in the active manager."""

@@ -20,11 +20,12 @@ import numpy as np
 import zarr
 import zarr.codecs
 
+from oocarray import _native
 from oocarray._indexing import ChunkPiece, parse_key
 from oocarray._stores import _pool
 from oocarray._stores._base import Store, check_dtype
 from oocarray._stores._chunk_jobs import ChunkJobs, scratch_set
-from oocarray._stores._zarr_layout import OpenShard, layout_of
+from oocarray._stores._zarr_layout import Layout, OpenShard, layout_of
 from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
 __all__ = ["CODECS", "ZarrStore", "create_zarr"]
@@ -447,34 +448,55 @@ class ZarrStore(Store):
         self.read_into(list(selection.pieces()), out)
         return out
 
-    def write_block(self, block: tuple[int, ...], data: np.ndarray) -> None:
-        if not self.sharded:
-            self.write_chunk(block, data)
-            return
-        self.check_writable()
-        self.array[self.block_region(block)] = data  # zarr-python encodes the whole shard
-
     def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
+        self.write_blocks([(chunk, data)])
+
+    def write_blocks(self, blocks: Sequence[tuple[tuple[int, ...], np.ndarray]]) -> None:
+        """Whole blocks of :attr:`write_grid`.  Unsharded chunks are padded and laid out as
+        stored here, in the caller's manager, then encoded and written on every core (zstd
+        by the native writer, without the GIL); shards go through zarr-python."""
         self.check_writable()
-        region = self.chunk_region(chunk)
-        if self._layout is None or self._layout.shard is not None:
-            self.array[region] = data
-            return
         layout = self._layout
+        if layout is None or layout.shard is not None:
+            for block, data in blocks:
+                self.array[self.block_region(block)] = data  # zarr-python encodes the shard
+            return
+        stored = [(chunk, self._stored_chunk(layout, data)) for chunk, data in blocks]
+
+        def write(i: int, slot: int) -> None:
+            self._write_stored(layout, *stored[i])
+
+        _pool.run_spread(len(stored), write, _pool.workers())
+
+    def _stored_chunk(self, layout: Layout, data: np.ndarray) -> np.ndarray:
+        """A whole chunk as its file holds it: padded with the fill value, C order, in the
+        stored byte order."""
         if data.shape != self.chunks:
             full = np.full(self.chunks, self.fill_value, dtype=self.dtype)
             full[tuple(slice(0, n) for n in data.shape)] = data
             data = full
-        data = np.ascontiguousarray(data, dtype=layout.stored_dtype)
-        encoded = data if layout.codec is None else layout.codec.encode(data)
+        return np.ascontiguousarray(data, dtype=layout.stored_dtype)
+
+    def _write_stored(self, layout: Layout, chunk: tuple[int, ...], data: np.ndarray) -> None:
+        """Encode one stored chunk and write its file.  Runs on pool threads: it makes no NumPy
+        arrays."""
         path = self._chunk_path(chunk)
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
         # Write beside it and rename: readers never see half a chunk.
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(memoryview(encoded).cast("B"))  # type: ignore[arg-type]
+            try:
+                codec = layout.codec
+                if layout.native_codec == _native.CODEC_ZSTD:
+                    _native.zstd_write(fd, data, codec.level, codec.checksum)
+                else:
+                    encoded = data if codec is None else codec.encode(data)
+                    view = memoryview(encoded).cast("B")  # type: ignore[arg-type]
+                    while view:
+                        view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
