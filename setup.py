@@ -15,6 +15,8 @@ setup(
                 "native/spill.c",
                 "native/workspace.c",
                 "native/chunks.c",
+                "native/moves.c",
+                "native/fork.c",
             ],
             libraries=["dl"],  # dlopen of libzstd.so.1 (part of libc from glibc 2.34)
             depends=["native/oc_core.h"],

@@ -263,6 +263,7 @@ static void *block_new(oc_node *owner, size_t size, int zero)
             return NULL;
         }
         oc_header *h = oc_header_of(data);
+        *oc_region_fd(h) = -1;
         header_init(h, owner, size, OC_FLAG_REGION, map_bytes);
         region_registered(h, owner);
         return data;
@@ -278,8 +279,9 @@ static void *block_new(oc_node *owner, size_t size, int zero)
 /* A block whose data lives in a temporary file from the start: not counted as RAM. */
 static void *block_new_on_disk(oc_node *owner, size_t size, int *err)
 {
+    size_t page = oc_page_bytes();
     size_t map_bytes;
-    void *data = oc_region_map(size, 0, &map_bytes);
+    void *data = oc_map_reserved(size == 0 ? page : (size + page - 1) / page * page, &map_bytes);
     if (data == NULL) {
         *err = errno ? errno : ENOMEM;
         return NULL;
@@ -289,7 +291,7 @@ static void *block_new_on_disk(oc_node *owner, size_t size, int *err)
     atomic_init(&h->flags, 0);
     *err = oc_map_region_to_file(h);
     if (*err) {
-        munmap((char *)data - oc_page_bytes(), map_bytes);
+        munmap((char *)data - page, map_bytes);
         return NULL;
     }
     header_init(h, owner, size, OC_FLAG_REGION | OC_FLAG_MAPPED, map_bytes);

@@ -484,7 +484,7 @@ static PyObject *spill_subtree(PyObject *Py_UNUSED(m), PyObject *args)
     for (oc_header *h = oc_registry_first(); h != NULL; h = oc_registry_next(h)) {
         unsigned flags = atomic_load(&h->flags);
         oc_node *owner = atomic_load(&h->owner);
-        if ((flags & OC_FLAG_ON_DISK) || h->size < page || !oc_node_in_subtree(owner, scope) ||
+        if ((flags & (OC_FLAG_ON_DISK | OC_FLAG_COW)) || h->size < page || !oc_node_in_subtree(owner, scope) ||
             (skip_kept && owner == scope && (flags & OC_FLAG_KEPT))) {
             continue;
         }
@@ -593,6 +593,28 @@ static PyObject *region_cache(PyObject *Py_UNUSED(m), PyObject *args)
     return Py_BuildValue("(nn)", (Py_ssize_t)oc_region_cache_bytes(), (Py_ssize_t)atomic_load(&oc_region_cache_limit));
 }
 
+static PyObject *move_guard(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) { return PyLong_FromLong(oc_guard_mode()); }
+
+/* Chooses how moves hold writers (GUARD_* or GUARD_AUTO) before the first move; returns the
+ * mode in force. */
+static PyObject *set_move_guard(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    long wanted = PyLong_AsLong(arg);
+    if (wanted == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    int result = oc_guard_request((int)wanted);
+    if (result < 0) {
+        return errno_error(-result);
+    }
+    return PyLong_FromLong(result);
+}
+
+static PyObject *forks_prepared(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    return PyLong_FromLongLong((long long)atomic_load(&oc_forks_prepared));
+}
+
 static PyObject *take_failure(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
     oc_failure f = oc_take_failure();
@@ -660,6 +682,9 @@ static PyMethodDef module_methods[] = {
     {"set_pressure_callback", set_pressure_callback, METH_O, "cb(node_id, size) -> retry?, or None."},
     {"set_huge_pages", set_huge_pages, METH_O, "Advise huge pages for large mappings; returns the old setting."},
     {"region_cache", region_cache, METH_VARARGS, "(cached, limit); region_cache(n) sets the limit, (-1) empties."},
+    {"move_guard", move_guard, METH_NOARGS, "How moves hold concurrent writers: a GUARD_* constant."},
+    {"set_move_guard", set_move_guard, METH_O, "Choose the guard (GUARD_*) before the first move; the mode in force."},
+    {"forks_prepared", forks_prepared, METH_NOARGS, "How many times this process prepared a fork."},
     {"read_chunks", oc_py_read_chunks, METH_VARARGS, "Run chunk jobs (read, decode) until none is left; None or (job, message)."},
     {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},
     {"zstd_write", oc_py_zstd_write, METH_VARARGS, "Write one zstd frame of a buffer's bytes to a file, compressed without the GIL."},
@@ -684,6 +709,7 @@ PyMODINIT_FUNC PyInit__native(void)
     if (m == NULL) {
         return NULL;
     }
+    oc_fork_install();
     if (PyModule_AddObjectRef(m, "Node", (PyObject *)&NodeType) < 0 ||
         PyModule_AddIntConstant(m, "HEADER_BYTES", OC_HEADER_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "FLAG_REGION", OC_FLAG_REGION) < 0 ||
@@ -701,6 +727,11 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddIntConstant(m, "LOCATION_RAM", OC_LOCATION_RAM) < 0 ||
         PyModule_AddIntConstant(m, "LOCATION_MMAP", OC_LOCATION_MMAP) < 0 ||
         PyModule_AddIntConstant(m, "FLAG_ARENA", OC_FLAG_ARENA) < 0 ||
+        PyModule_AddIntConstant(m, "FLAG_COW", OC_FLAG_COW) < 0 ||
+        PyModule_AddIntConstant(m, "GUARD_AUTO", OC_GUARD_AUTO) < 0 ||
+        PyModule_AddIntConstant(m, "GUARD_SIGNAL", OC_GUARD_SIGNAL) < 0 ||
+        PyModule_AddIntConstant(m, "GUARD_UFFD_USER", OC_GUARD_UFFD_USER) < 0 ||
+        PyModule_AddIntConstant(m, "GUARD_UFFD", OC_GUARD_UFFD) < 0 ||
         PyModule_AddIntConstant(m, "FLAG_CYCLE_EXTERNAL", OC_FLAG_CYCLE_EXTERNAL) < 0 ||
         PyModule_AddIntConstant(m, "CODEC_RAW", OC_CODEC_RAW) < 0 ||
         PyModule_AddIntConstant(m, "CODEC_ZSTD", OC_CODEC_ZSTD) < 0 ||

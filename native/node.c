@@ -246,3 +246,14 @@ oc_node *oc_common_ancestor(oc_node *a, oc_node *b)
     }
     return NULL;
 }
+
+void oc_nodes_atfork(int phase)
+{
+    if (phase == OC_FORK_PREPARE) {
+        pthread_mutex_lock(&slot_lock);
+        pthread_mutex_lock(&zombie_lock);
+        return;
+    }
+    pthread_mutex_unlock(&zombie_lock);
+    pthread_mutex_unlock(&slot_lock);
+}

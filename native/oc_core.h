@@ -40,6 +40,9 @@
 #define OC_FLAG_ON_DISK (OC_FLAG_SPILLED | OC_FLAG_MAPPED)
 #define OC_FLAG_ARENA 32u          /* bump-allocated in a workspace arena chunk */
 #define OC_FLAG_CYCLE_EXTERNAL 64u /* made outside the arena during a workspace cycle */
+/* The region's pages are a private (copy-on-write) mapping of its file: fork made it so, to
+ * keep parent and child apart.  Alone: in RAM, every page copied out of the file. */
+#define OC_FLAG_COW 128u
 
 /* spill policies and locations of a node (see Manager) */
 #define OC_SPILL_FAIL 0
@@ -55,6 +58,17 @@
 #define OC_FAIL_OS 3
 #define OC_FAIL_SPILL 4 /* over budget, and placing the block on disk failed too */
 #define OC_FAIL_WORKSPACE_FULL 5 /* arena full and the workspace's spill policy is "fail" */
+
+/* how moves keep concurrent writers waiting (moves.c) */
+#define OC_GUARD_AUTO -1
+#define OC_GUARD_SIGNAL 0    /* mprotect and a SIGSEGV handler: user-mode writers only */
+#define OC_GUARD_UFFD_USER 1 /* userfaultfd, user-mode faults only */
+#define OC_GUARD_UFFD 2      /* userfaultfd, kernel-mode faults too: system calls wait */
+
+/* pthread_atfork phases, passed to each file's handler (fork.c) */
+#define OC_FORK_PREPARE 0
+#define OC_FORK_PARENT 1
+#define OC_FORK_CHILD 2
 
 /* workspace arena-full policies and debug modes */
 #define OC_WS_EXTERNAL 0
@@ -166,7 +180,12 @@ extern atomic_size_t oc_region_cache_limit;
 extern atomic_int oc_huge_pages; /* advise MADV_HUGEPAGE for large regions and arenas */
 size_t oc_region_cache_bytes(void);
 void oc_region_cache_trim(size_t keep_bytes);
+void *oc_map_reserved(size_t data_bytes, size_t *map_bytes); /* data pages inaccessible, uncommitted */
+void oc_regions_atfork(int phase);
 static inline size_t oc_region_data_bytes(const oc_header *h) { return h->map_bytes - oc_page_bytes(); }
+/* A region's header page has room before the header: the descriptor of its file lives there
+ * (-1 while the region is in RAM), kept open for fork and for bringing the data back. */
+static inline int *oc_region_fd(oc_header *h) { return (int *)((char *)h - sizeof(int)); }
 static inline char *oc_block_data(oc_header *h) { return (char *)h + OC_HEADER_BYTES; }
 
 /* spill.c: temporary files, same-address remapping, eviction */
@@ -183,6 +202,27 @@ void oc_disk_release(oc_header *h);        /* account a freed on-disk block */
 int oc_node_in_subtree(oc_node *n, oc_node *root);
 int64_t oc_evict(oc_node *scope, int64_t need_bytes, int *err);
 int oc_drop_disk_pages(void);
+void oc_spill_atfork(int phase);
+int oc_make_private(char *data, size_t bytes, int fd); /* map a file copy-on-write over data */
+
+/* moves.c: keeping writers waiting while a region's pages move */
+typedef struct {
+    char *data;
+    size_t bytes;
+    int mode;
+    int slot;
+} oc_guard;
+int oc_guard_mode(void);
+int oc_guard_request(int wanted);
+void oc_guard_out_begin(oc_guard *g, char *data, size_t bytes);
+void oc_guard_out_end(oc_guard *g, int failed);
+int oc_guard_move_in(char *data, size_t bytes, int fd);
+int oc_guard_populate_private(char *data, size_t bytes);
+void oc_guard_atfork(int phase);
+
+/* fork.c */
+void oc_fork_install(void);
+extern atomic_int_fast64_t oc_forks_prepared;
 
 /* workspace.c: arena chunks and cycles */
 typedef struct oc_chunk {
@@ -192,6 +232,9 @@ typedef struct oc_chunk {
     atomic_int_fast64_t live; /* arena blocks not yet freed */
     atomic_int retired;       /* no longer the workspace's arena: unmapped when live is 0 */
     int on_disk;
+    int fd;  /* the file behind an on-disk arena, else -1 */
+    int cow; /* fork left it a copy-on-write mapping of its file */
+    struct oc_chunk *prev_on_disk, *next_on_disk;
     oc_node *node; /* holds a reference; the capacity is reserved on its budget chain */
 } oc_chunk;
 
@@ -221,6 +264,7 @@ int oc_workspace_begin(oc_node *node, size_t arena_bytes);
 void oc_workspace_end(oc_node *node, int64_t *arena_escapes, int64_t *external_escapes,
                       int64_t *requested, int *overflowed);
 size_t oc_workspace_arena_bytes(oc_node *node);
+void oc_workspace_atfork(int phase);
 
 /* alloc.c */
 void *oc_alloc_external(oc_node *owner, size_t size, int zero);
@@ -235,6 +279,7 @@ oc_header *oc_header_of(void *data);
 oc_failure oc_take_failure(void);
 void oc_record_failure(int kind, int err, oc_node *asked, oc_node *refused, int64_t requested);
 uint64_t oc_next_alloc_id(void);
+void oc_nodes_atfork(int phase);
 
 /* chunks.c: reading and decoding chunks without the GIL */
 #define OC_CODEC_RAW 0

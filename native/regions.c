@@ -9,6 +9,7 @@
  */
 #include "oc_core.h"
 
+#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -89,6 +90,26 @@ void *oc_map_fresh(size_t data_bytes, size_t *map_bytes)
     return data;
 }
 
+/* Address space for data that will live in a file: the pages are inaccessible and charge no
+ * memory commitment, so an array larger than RAM fits (the kernel's overcommit rule refuses a
+ * read-write anonymous mapping that size).  Only the header page is usable. */
+void *oc_map_reserved(size_t data_bytes, size_t *map_bytes)
+{
+    size_t page = oc_page_bytes();
+    char *base = mmap(NULL, page + data_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+        return NULL;
+    }
+    if (mprotect(base, page, PROT_READ | PROT_WRITE) != 0) {
+        int err = errno;
+        munmap(base, page + data_bytes);
+        errno = err;
+        return NULL;
+    }
+    *map_bytes = page + data_bytes;
+    return base + page;
+}
+
 /* A cached region whose data is at least data_bytes and at most 1/8 larger. */
 static void *take_cached(size_t data_bytes, size_t *map_bytes)
 {
@@ -130,7 +151,8 @@ void oc_region_unmap(oc_header *h)
     size_t page = oc_page_bytes();
     size_t limit = atomic_load_explicit(&oc_region_cache_limit, memory_order_relaxed);
     char *base = oc_block_data(h) - page;
-    if (!(atomic_load(&h->flags) & OC_FLAG_ON_DISK) && h->map_bytes - page <= limit / 4) {
+    /* Only anonymous memory is cached: a file or copy-on-write mapping goes back whole. */
+    if (!(atomic_load(&h->flags) & (OC_FLAG_ON_DISK | OC_FLAG_COW)) && h->map_bytes - page <= limit / 4) {
         oc_header *evicted = NULL;
         pthread_mutex_lock(&cache_mutex);
         list_push_front(&cache, h);
@@ -189,3 +211,14 @@ void oc_registry_unlink(oc_header *h) { list_remove(h); }
 oc_header *oc_registry_first(void) { return registry.next == &registry ? NULL : registry.next; }
 
 oc_header *oc_registry_next(oc_header *h) { return h->next == &registry ? NULL : h->next; }
+
+void oc_regions_atfork(int phase)
+{
+    if (phase == OC_FORK_PREPARE) {
+        pthread_mutex_lock(&registry_mutex);
+        pthread_mutex_lock(&cache_mutex);
+        return;
+    }
+    pthread_mutex_unlock(&cache_mutex);
+    pthread_mutex_unlock(&registry_mutex);
+}

@@ -7,22 +7,22 @@
  * with O_TMPFILE (never named) or, where the file system lacks it, created 0600 and unlinked
  * at once, so nothing is left behind after a crash.
  *
- * Concurrent writes.  While the data is copied, the range is write-protected.  A thread that
- * writes to it meanwhile takes SIGSEGV; the handler below sees that the address is in a range
- * being moved, waits until the move has finished and returns, and the write is retried on the
- * new mapping.  So no write is lost.  (A write made by the kernel on the process's behalf, such
- * as readinto() into the array, fails with EFAULT instead of waiting.)
+ * Concurrent writes: while pages move, writers wait (moves.c), so no write is lost.
+ *
+ * Each on-disk region keeps its file open.  fork needs it: before a fork every on-disk region
+ * becomes a private (copy-on-write) mapping of its file, so that neither process sees the
+ * other's later writes (a shared mapping would hand them over), and bringing data back into RAM
+ * reads it from the file.
  */
 #include "oc_core.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 atomic_int_fast64_t oc_spill_limit = -1;
@@ -74,6 +74,17 @@ int oc_open_reserved_file(size_t bytes)
     return fd;
 }
 
+/* Every on-disk region holds a descriptor: past the soft limit, go up to the hard one. */
+static int raise_file_limit(void)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) {
+        return 0;
+    }
+    r.rlim_cur = r.rlim_max;
+    return setrlimit(RLIMIT_NOFILE, &r) == 0;
+}
+
 static int open_file(size_t bytes)
 {
     char path[PATH_MAX + 32];
@@ -81,6 +92,9 @@ static int open_file(size_t bytes)
     snprintf(path, sizeof(path), "%s", spill_dir);
     pthread_mutex_unlock(&dir_mutex);
     int fd = open(path, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EMFILE && raise_file_limit()) {
+        fd = open(path, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    }
     if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
         size_t n = strlen(path);
         snprintf(path + n, sizeof(path) - n, "/spill-XXXXXX");
@@ -116,109 +130,6 @@ static int write_all(int fd, const char *data, size_t bytes)
     return 0;
 }
 
-/* ---- write protection during a move, and the SIGSEGV handler that waits it out ---- */
-
-#define MOVE_SLOTS 64
-#define SLOT_FREE 0
-#define SLOT_MOVING 1
-#define SLOT_DONE 2
-#define SLOT_CLAIMED 3
-/* A fault in a range whose move finished this recently is retried rather than passed on:
- * the faulting thread may have been descheduled between the fault and the check. */
-#define DONE_GRACE_NS 1000000000LL
-
-static struct {
-    atomic_uintptr_t start;
-    atomic_uintptr_t end;
-    atomic_int state;
-    atomic_llong done_ns;
-} moves[MOVE_SLOTS];
-
-static long long monotonic_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-static atomic_uint next_move_slot;
-static struct sigaction previous_segv;
-static pthread_mutex_t signal_mutex = PTHREAD_MUTEX_INITIALIZER;
-
-static void on_segv(int sig, siginfo_t *info, void *context)
-{
-    uintptr_t addr = (uintptr_t)info->si_addr;
-    for (int i = 0; i < MOVE_SLOTS; i++) {
-        int state = atomic_load_explicit(&moves[i].state, memory_order_acquire);
-        if ((state != SLOT_MOVING && state != SLOT_DONE) || addr < atomic_load(&moves[i].start) ||
-            addr >= atomic_load(&moves[i].end)) {
-            continue;
-        }
-        if (state == SLOT_DONE && monotonic_ns() - atomic_load(&moves[i].done_ns) > DONE_GRACE_NS) {
-            continue;
-        }
-        struct timespec pause = {0, 20000};
-        while (atomic_load_explicit(&moves[i].state, memory_order_acquire) == SLOT_MOVING) {
-            nanosleep(&pause, NULL);
-        }
-        return; /* the faulting write is retried on the new mapping */
-    }
-    /* Not ours: behave as if this handler were not installed. */
-    if (previous_segv.sa_flags & SA_SIGINFO) {
-        previous_segv.sa_sigaction(sig, info, context);
-    }
-    else if (previous_segv.sa_handler != SIG_DFL && previous_segv.sa_handler != SIG_IGN) {
-        previous_segv.sa_handler(sig);
-    }
-    else {
-        signal(SIGSEGV, SIG_DFL); /* the fault repeats and takes the default action */
-    }
-}
-
-/* Installs the handler, again if someone (faulthandler, say) replaced it since. */
-static void ensure_segv_handler(void)
-{
-    struct sigaction current;
-    pthread_mutex_lock(&signal_mutex);
-    sigaction(SIGSEGV, NULL, &current);
-    if (!(current.sa_flags & SA_SIGINFO) || current.sa_sigaction != on_segv) {
-        struct sigaction ours;
-        memset(&ours, 0, sizeof(ours));
-        ours.sa_sigaction = on_segv;
-        ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-        sigemptyset(&ours.sa_mask);
-        sigaction(SIGSEGV, &ours, &previous_segv);
-    }
-    pthread_mutex_unlock(&signal_mutex);
-}
-
-static int move_begin(char *data, size_t bytes)
-{
-    ensure_segv_handler();
-    for (;;) {
-        int slot = (int)(atomic_fetch_add(&next_move_slot, 1) % MOVE_SLOTS);
-        int expected = atomic_load(&moves[slot].state);
-        if (expected == SLOT_MOVING || expected == SLOT_CLAIMED) {
-            continue;
-        }
-        if (atomic_compare_exchange_strong(&moves[slot].state, &expected, SLOT_CLAIMED)) {
-            atomic_store(&moves[slot].start, (uintptr_t)data);
-            atomic_store(&moves[slot].end, (uintptr_t)data + bytes);
-            atomic_store_explicit(&moves[slot].state, SLOT_MOVING, memory_order_release);
-            mprotect(data, bytes, PROT_READ);
-            return slot;
-        }
-    }
-}
-
-static void move_end(int slot, char *data, size_t bytes, int failed)
-{
-    if (failed) {
-        mprotect(data, bytes, PROT_READ | PROT_WRITE);
-    }
-    atomic_store(&moves[slot].done_ns, monotonic_ns());
-    atomic_store_explicit(&moves[slot].state, SLOT_DONE, memory_order_release);
-}
-
 /* ---- moving blocks ---- */
 
 int oc_node_in_subtree(oc_node *n, oc_node *root)
@@ -240,12 +151,13 @@ int oc_map_region_to_file(oc_header *h)
         return -fd;
     }
     void *p = mmap(oc_block_data(h), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-    int err = p == MAP_FAILED ? errno : 0;
-    close(fd);
-    if (err) {
+    if (p == MAP_FAILED) {
+        int err = errno;
+        close(fd);
         oc_disk_unreserve(bytes);
         return err;
     }
+    *oc_region_fd(h) = fd;
     atomic_fetch_or(&h->flags, OC_FLAG_MAPPED);
     return 0;
 }
@@ -262,7 +174,8 @@ int oc_spill_block(oc_header *h)
     if (fd < 0) {
         return -fd;
     }
-    int slot = move_begin(data, bytes);
+    oc_guard guard;
+    oc_guard_out_begin(&guard, data, bytes);
     int err = write_all(fd, data, bytes);
     if (!err && fdatasync(fd) != 0) {
         err = errno;
@@ -270,18 +183,18 @@ int oc_spill_block(oc_header *h)
     if (!err && mmap(data, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
         err = errno;
     }
-    move_end(slot, data, bytes, err != 0);
-    if (!err) {
-        /* The data is on disk: let the kernel drop its page-cache copy too. */
-        posix_fadvise(fd, 0, (off_t)bytes, POSIX_FADV_DONTNEED);
-    }
-    close(fd);
+    oc_guard_out_end(&guard, err != 0);
     if (err) {
+        close(fd);
         oc_disk_unreserve(bytes);
         return err;
     }
+    /* The data is on disk: let the kernel drop its page-cache copy too. */
+    posix_fadvise(fd, 0, (off_t)bytes, POSIX_FADV_DONTNEED);
+    *oc_region_fd(h) = fd;
     oc_node *owner = atomic_load(&h->owner);
     int64_t size = (int64_t)h->size;
+    atomic_fetch_and(&h->flags, ~OC_FLAG_COW); /* a shared mapping of a file of its own now */
     atomic_fetch_or(&h->flags, OC_FLAG_SPILLED);
     oc_release(owner, size);
     atomic_fetch_add(&owner->spilled_bytes, size);
@@ -298,21 +211,13 @@ int oc_unspill_block(oc_header *h)
     }
     char *data = oc_block_data(h);
     size_t bytes = oc_region_data_bytes(h);
-    char *fresh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (fresh == MAP_FAILED) {
-        return errno;
-    }
-    int slot = move_begin(data, bytes);
-    memcpy(fresh, data, bytes);
-    int err = 0;
-    if (mremap(fresh, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, data) == MAP_FAILED) {
-        err = errno;
-        munmap(fresh, bytes);
-    }
-    move_end(slot, data, bytes, err != 0);
+    int *fd = oc_region_fd(h);
+    int err = (flags & OC_FLAG_COW) ? oc_guard_populate_private(data, bytes) : oc_guard_move_in(data, bytes, *fd);
     if (err) {
         return err;
     }
+    close(*fd);
+    *fd = -1;
     oc_node *owner = atomic_load(&h->owner);
     int64_t size = (int64_t)h->size;
     atomic_fetch_and(&h->flags, ~OC_FLAG_ON_DISK);
@@ -331,6 +236,8 @@ void oc_disk_release(oc_header *h)
     unsigned flags = atomic_load(&h->flags);
     oc_node *owner = atomic_load(&h->owner);
     oc_disk_unreserve(oc_region_data_bytes(h));
+    close(*oc_region_fd(h));
+    *oc_region_fd(h) = -1;
     atomic_fetch_sub((flags & OC_FLAG_SPILLED) ? &owner->spilled_bytes : &owner->mapped_bytes,
                      (int64_t)h->size);
 }
@@ -345,7 +252,9 @@ int64_t oc_evict(oc_node *scope, int64_t need_bytes, int *err)
     for (oc_header *h = oc_registry_first(); h != NULL && released < need_bytes;) {
         oc_header *next = oc_registry_next(h);
         unsigned flags = atomic_load(&h->flags);
-        if (!(flags & OC_FLAG_ON_DISK) && h->size >= page &&
+        /* Copy-on-write mappings left by fork are not anonymous memory: no guard can hold a
+         * system call writing into them, so they are never moved unasked. */
+        if (!(flags & (OC_FLAG_ON_DISK | OC_FLAG_COW)) && h->size >= page &&
             (scope == NULL || oc_node_in_subtree(atomic_load(&h->owner), scope))) {
             int e = oc_spill_block(h);
             if (e) {
@@ -365,10 +274,39 @@ int oc_drop_disk_pages(void)
 {
     int count = 0;
     for (oc_header *h = oc_registry_first(); h != NULL; h = oc_registry_next(h)) {
-        if (atomic_load(&h->flags) & OC_FLAG_ON_DISK) {
+        unsigned flags = atomic_load(&h->flags);
+        /* Dropping pages of a copy-on-write mapping would drop the writes made since fork. */
+        if ((flags & OC_FLAG_ON_DISK) && !(flags & OC_FLAG_COW)) {
             madvise(oc_block_data(h), oc_region_data_bytes(h), MADV_DONTNEED);
             count++;
         }
     }
     return count;
+}
+
+/* ---- fork ---- */
+
+int oc_make_private(char *data, size_t bytes, int fd)
+{
+    void *p = mmap(data, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE, fd, 0);
+    return p == MAP_FAILED ? errno : 0;
+}
+
+/* Before fork (registry locked by regions.c): on-disk regions become copy-on-write mappings of
+ * their files in this process, and so in the child.  Writes before this point are in the file,
+ * later ones in private pages of whichever process made them. */
+void oc_spill_atfork(int phase)
+{
+    if (phase != OC_FORK_PREPARE) {
+        pthread_mutex_unlock(&dir_mutex);
+        return;
+    }
+    pthread_mutex_lock(&dir_mutex);
+    for (oc_header *h = oc_registry_first(); h != NULL; h = oc_registry_next(h)) {
+        unsigned flags = atomic_load(&h->flags);
+        if ((flags & OC_FLAG_ON_DISK) && !(flags & OC_FLAG_COW) &&
+            oc_make_private(oc_block_data(h), oc_region_data_bytes(h), *oc_region_fd(h)) == 0) {
+            atomic_fetch_or(&h->flags, OC_FLAG_COW);
+        }
+    }
 }

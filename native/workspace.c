@@ -24,11 +24,55 @@
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+/* Arenas on disk, for fork to find (see oc_workspace_atfork). */
+static pthread_mutex_t on_disk_mutex = PTHREAD_MUTEX_INITIALIZER;
+static oc_chunk on_disk = {.prev_on_disk = &on_disk, .next_on_disk = &on_disk};
+
+static void on_disk_link(oc_chunk *c)
+{
+    pthread_mutex_lock(&on_disk_mutex);
+    c->next_on_disk = on_disk.next_on_disk;
+    c->prev_on_disk = &on_disk;
+    on_disk.next_on_disk->prev_on_disk = c;
+    on_disk.next_on_disk = c;
+    pthread_mutex_unlock(&on_disk_mutex);
+}
+
+static void on_disk_unlink(oc_chunk *c)
+{
+    pthread_mutex_lock(&on_disk_mutex);
+    c->prev_on_disk->next_on_disk = c->next_on_disk;
+    c->next_on_disk->prev_on_disk = c->prev_on_disk;
+    pthread_mutex_unlock(&on_disk_mutex);
+}
+
+/* Maps a fresh temporary file over the arena's pages; 0 or an errno value. */
+static int chunk_map_file(oc_chunk *c)
+{
+    int fd = oc_open_reserved_file(c->capacity);
+    if (fd < 0) {
+        return -fd;
+    }
+    if (mmap(c->base, c->capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        int err = errno;
+        close(fd);
+        oc_disk_unreserve(c->capacity);
+        return err;
+    }
+    c->fd = fd;
+    c->cow = 0;
+    return 0;
+}
+
 static void chunk_unmap(oc_chunk *c)
 {
     size_t page = oc_page_bytes();
+    if (c->on_disk) {
+        on_disk_unlink(c);
+    }
     munmap(c->base - page, c->capacity + page);
     if (c->on_disk) {
+        close(c->fd);
         oc_disk_unreserve(c->capacity);
     }
     oc_release(c->node, (int64_t)c->capacity);
@@ -47,7 +91,9 @@ static oc_chunk *chunk_new(oc_node *node, size_t capacity, int location, oc_node
     }
     oc_chunk *c = calloc(1, sizeof(oc_chunk));
     size_t map_bytes;
-    char *base = c ? oc_map_fresh(capacity, &map_bytes) : NULL;
+    int to_disk = location == OC_LOCATION_MMAP;
+    /* On disk, only address space is reserved first: an arena larger than RAM is allowed. */
+    char *base = c == NULL ? NULL : to_disk ? oc_map_reserved(capacity, &map_bytes) : oc_map_fresh(capacity, &map_bytes);
     if (base == NULL) {
         free(c);
         oc_release(node, (int64_t)capacity);
@@ -56,24 +102,18 @@ static oc_chunk *chunk_new(oc_node *node, size_t capacity, int location, oc_node
     }
     c->base = base;
     c->capacity = capacity;
-    if (location == OC_LOCATION_MMAP) {
-        int err;
-        int fd = oc_open_reserved_file(c->capacity);
-        if (fd < 0 ||
-            mmap(base, c->capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
-            err = fd < 0 ? -fd : errno;
-            if (fd >= 0) {
-                close(fd);
-                oc_disk_unreserve(c->capacity);
-            }
+    c->fd = -1;
+    if (to_disk) {
+        int err = chunk_map_file(c);
+        if (err) {
             munmap(base - oc_page_bytes(), map_bytes);
             free(c);
             oc_release(node, (int64_t)capacity);
             errno = err;
             return NULL;
         }
-        close(fd);
         c->on_disk = 1;
+        on_disk_link(c);
     }
     c->node = node;
     oc_node_incref(node);
@@ -209,6 +249,21 @@ int oc_workspace_begin(oc_node *node, size_t arena_bytes)
             w->reallocations++;
         }
     }
+    else if (w->chunk != NULL && w->chunk->cow) {
+        /* fork left the arena a copy-on-write mapping, so this cycle's writes would stay in
+         * RAM: it holds nothing alive, so a fresh file replaces it without a copy. */
+        pthread_mutex_lock(&on_disk_mutex);
+        int fd = w->chunk->fd;
+        int err = chunk_map_file(w->chunk);
+        pthread_mutex_unlock(&on_disk_mutex);
+        if (err) {
+            result = err;
+        }
+        else {
+            close(fd);
+            oc_disk_unreserve(w->chunk->capacity);
+        }
+    }
     w->cycle_requested = 0;
     w->cycle_overflowed = 0;
     atomic_store(&w->external_live, 0);
@@ -259,5 +314,21 @@ void oc_workspace_destroy(oc_node *node)
     if (w->chunk != NULL) {
         chunk_retire(w, w->chunk);
         w->chunk = NULL;
+    }
+}
+
+/* Before fork: on-disk arenas become copy-on-write mappings of their files, as regions do
+ * (spill.c), so neither process sees the other's later writes. */
+void oc_workspace_atfork(int phase)
+{
+    if (phase != OC_FORK_PREPARE) {
+        pthread_mutex_unlock(&on_disk_mutex);
+        return;
+    }
+    pthread_mutex_lock(&on_disk_mutex);
+    for (oc_chunk *c = on_disk.next_on_disk; c != &on_disk; c = c->next_on_disk) {
+        if (!c->cow && oc_make_private(c->base, c->capacity, c->fd) == 0) {
+            c->cow = 1;
+        }
     }
 }
