@@ -17,6 +17,7 @@ setup(
                 "native/chunks.c",
                 "native/moves.c",
                 "native/fork.c",
+                "native/physical.c",
             ],
             libraries=["dl"],  # dlopen of libzstd.so.1 (part of libc from glibc 2.34)
             depends=["native/oc_core.h"],

@@ -354,6 +354,12 @@ static void *alloc_plain(oc_node *owner, size_t size, int zero, int refuse_close
             return place_on_disk(owner, size, refused);
         }
     }
+    if (size >= atomic_load_explicit(&oc_large_threshold, memory_order_relaxed) &&
+        !oc_physical_admit((int64_t)size) && atomic_load(&owner->spill_policy) != OC_SPILL_FAIL) {
+        /* Over max_physical_bytes with nothing left to spill: the new array goes to disk. */
+        oc_release(owner, (int64_t)size);
+        return place_on_disk(owner, size, NULL);
+    }
     /* Budgets are checked first: an absurd request under a budget is the budget's refusal. */
     void *data = size > (size_t)PTRDIFF_MAX / 2 ? NULL : block_new(owner, size, zero);
     if (data == NULL) {

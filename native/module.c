@@ -595,19 +595,40 @@ static PyObject *region_cache(PyObject *Py_UNUSED(m), PyObject *args)
 
 static PyObject *move_guard(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) { return PyLong_FromLong(oc_guard_mode()); }
 
-/* Chooses how moves hold writers (GUARD_* or GUARD_AUTO) before the first move; returns the
- * mode in force. */
+/* Chooses how moves will hold writers (GUARD_* or GUARD_AUTO); OSError EBUSY once another
+ * mode is in force. */
 static PyObject *set_move_guard(PyObject *Py_UNUSED(m), PyObject *arg)
 {
     long wanted = PyLong_AsLong(arg);
     if (wanted == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    int result = oc_guard_request((int)wanted);
-    if (result < 0) {
-        return errno_error(-result);
+    int err = oc_guard_request((int)wanted);
+    if (err) {
+        return errno_error(err);
     }
-    return PyLong_FromLong(result);
+    Py_RETURN_NONE;
+}
+
+/* The max_physical_bytes limit for allocations (-1: none), and the watcher's latest look. */
+static PyObject *set_physical_limit(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    atomic_store(&oc_physical_limit, v);
+    Py_RETURN_NONE;
+}
+
+static PyObject *physical_sample(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    oc_physical_sample(v);
+    Py_RETURN_NONE;
 }
 
 static PyObject *forks_prepared(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
@@ -683,7 +704,9 @@ static PyMethodDef module_methods[] = {
     {"set_huge_pages", set_huge_pages, METH_O, "Advise huge pages for large mappings; returns the old setting."},
     {"region_cache", region_cache, METH_VARARGS, "(cached, limit); region_cache(n) sets the limit, (-1) empties."},
     {"move_guard", move_guard, METH_NOARGS, "How moves hold concurrent writers: a GUARD_* constant."},
-    {"set_move_guard", set_move_guard, METH_O, "Choose the guard (GUARD_*) before the first move; the mode in force."},
+    {"set_move_guard", set_move_guard, METH_O, "Choose the guard (GUARD_*) for moves; OSError EBUSY once another is in force."},
+    {"set_physical_limit", set_physical_limit, METH_O, "max_physical_bytes for allocations (-1: none)."},
+    {"physical_sample", physical_sample, METH_O, "Resident anonymous + shared bytes just measured."},
     {"forks_prepared", forks_prepared, METH_NOARGS, "How many times this process prepared a fork."},
     {"read_chunks", oc_py_read_chunks, METH_VARARGS, "Run chunk jobs (read, decode) until none is left; None or (job, message)."},
     {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},

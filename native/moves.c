@@ -132,6 +132,8 @@ static int start_drain_thread(int fd)
     return err;
 }
 
+static void ensure_segv_handler(void);
+
 static int decide_mode(void)
 {
     int m = atomic_load(&mode);
@@ -156,6 +158,11 @@ static int decide_mode(void)
                 close(fd);
             }
         }
+        if (m == OC_GUARD_SIGNAL) {
+            /* Installed now rather than at the first move: a handler installed later (say
+             * faulthandler) then keeps ours as the one it passes faults on to and restores. */
+            ensure_segv_handler();
+        }
         atomic_store(&mode, m);
     }
     pthread_mutex_unlock(&guard_mutex);
@@ -164,18 +171,18 @@ static int decide_mode(void)
 
 int oc_guard_mode(void) { return decide_mode(); }
 
-/* Chooses the guard before the first move; afterwards only the mode in force is accepted
- * (the descriptor may be in use by a move).  Returns the mode in force, or -EBUSY. */
+/* Chooses the guard for the first move; once one is in force (a descriptor may be in use),
+ * only that mode is accepted.  Returns 0, or EBUSY. */
 int oc_guard_request(int wanted)
 {
     pthread_mutex_lock(&guard_mutex);
-    int decided = atomic_load(&mode) >= 0;
-    if (!decided) {
+    int m = atomic_load(&mode);
+    int err = m >= 0 && wanted != OC_GUARD_AUTO && wanted != m ? EBUSY : 0;
+    if (m < 0) {
         requested = wanted;
     }
     pthread_mutex_unlock(&guard_mutex);
-    int m = decide_mode();
-    return decided && wanted != OC_GUARD_AUTO && wanted != m ? -EBUSY : m;
+    return err;
 }
 
 static int uffd_register(char *data, size_t bytes, uint64_t how)

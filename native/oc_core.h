@@ -220,6 +220,12 @@ int oc_guard_move_in(char *data, size_t bytes, int fd);
 int oc_guard_populate_private(char *data, size_t bytes);
 void oc_guard_atfork(int phase);
 
+/* physical.c: max_physical_bytes at allocation time */
+extern atomic_int_fast64_t oc_physical_limit; /* < 0: none */
+void oc_physical_sample(int64_t resident_bytes);
+int64_t oc_resident_unreclaimable(void);
+int oc_physical_admit(int64_t size); /* 0: place the new block on disk to hold the limit */
+
 /* fork.c */
 void oc_fork_install(void);
 extern atomic_int_fast64_t oc_forks_prepared;

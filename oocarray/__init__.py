@@ -17,7 +17,7 @@ from oocarray import _failures
 from oocarray._chunked import ChunkedArray, create, from_dask, from_numpy, open, temp
 from oocarray._config import Config, config, configure
 from oocarray._manager import Manager, MemoryStats, detach, location, owner, system
-from oocarray._spill import spill, unspill
+from oocarray._spill import move_guard, spill, unspill
 from oocarray._units import parse_size
 from oocarray._workspace import Workspace, WorkspaceConfig, WorkspaceStats, destroy_workspaces
 from oocarray.errors import (
@@ -62,6 +62,7 @@ __all__ = [
     "from_dask",
     "from_numpy",
     "location",
+    "move_guard",
     "open",
     "owner",
     "parse_size",

@@ -6,12 +6,20 @@ second once resident memory is above half the limit.  When anonymous plus
 shared-memory residency goes over the limit it spills managed arrays, oldest first, until it
 is back under a lower watermark (90% of the limit), so it does not thrash around the limit.
 When the file-backed pages of on-disk arrays push the total over the limit it drops them from
-the process (their data stays in the files).
+the process (their data stays in the files).  When nothing can be spilled (an arena alone over
+the limit, say) it looks less and less often, up to once a second, until something changes.
+
+Between two looks, allocations hold the limit themselves: each new array in RAM adds to an
+estimate of resident memory kept by the extension, and an allocation that takes it over the limit
+measures, spills, and if that is not enough places the new array on disk.
+
+A forked child gets a watcher of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from dataclasses import dataclass
 
@@ -24,6 +32,8 @@ INTERVAL_S = 0.1
 NEAR_INTERVAL_S = 0.01
 NEAR_FRACTION = 0.5
 LOW_WATERMARK = 0.9
+# When a round frees nothing, the wait doubles up to this.
+MAX_BACKOFF_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +74,7 @@ class _Watcher:
         self.spill_rounds = 0
         self.spilled_bytes = 0
         self.page_drops = 0
+        self._backoff_s = 0.0
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -71,12 +82,21 @@ class _Watcher:
     def set_limit(self, limit: int | None) -> None:
         with self._lock:
             self.limit = limit
+            _native.set_physical_limit(-1 if limit is None else limit)
             if limit is not None and (self._thread is None or not self._thread.is_alive()):
                 self._thread = threading.Thread(
                     target=self._run, name="oocarray-physical-watcher", daemon=True
                 )
                 self._thread.start()
         self._wake.set()
+
+    def restart_in_child(self) -> None:
+        """After fork: the parent's thread did not come along, and its lock may be held."""
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread = None
+        self._backoff_s = 0.0
+        self.set_limit(self.limit)
 
     def check(self) -> float:
         """One look at resident memory, acting if it is over the limit; returns the seconds
@@ -87,6 +107,7 @@ class _Watcher:
         self.checks += 1
         rss = resident_memory()
         unreclaimable = rss.anon_bytes + rss.shmem_bytes
+        released = 0
         if unreclaimable > limit:
             target = int(limit * LOW_WATERMARK)
             _native.region_cache(-1)  # cached free regions go first: they hold no data
@@ -94,11 +115,18 @@ class _Watcher:
             if excess > 0:
                 self.spill_rounds += 1
                 with contextlib.suppress(OSError):  # the disk refused: nothing more to move now
-                    self.spilled_bytes += _native.evict(excess)
+                    released = _native.evict(excess)
+                self.spilled_bytes += released
+        _native.physical_sample(unreclaimable - released)
         total = rss.anon_bytes + rss.shmem_bytes + rss.file_bytes
         if total > limit:
             self.page_drops += 1
             _native.drop_disk_pages()
+        if unreclaimable > limit and released == 0:
+            # Nothing could move (an arena alone over the limit): look less often.
+            self._backoff_s = min(MAX_BACKOFF_S, max(NEAR_INTERVAL_S, self._backoff_s * 2))
+            return self._backoff_s
+        self._backoff_s = 0.0
         return NEAR_INTERVAL_S if total > limit * NEAR_FRACTION else INTERVAL_S
 
     def _run(self) -> None:
@@ -109,6 +137,7 @@ class _Watcher:
 
 
 _watcher = _Watcher()
+os.register_at_fork(after_in_child=_watcher.restart_in_child)
 
 
 def apply_settings(settings: _config.Config) -> None:

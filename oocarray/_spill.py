@@ -2,11 +2,27 @@
 
 Every ``ndarray`` and view over the array keeps working throughout; reads of a spilled array
 fault its data back from the file, page by page.  Writes that other threads make while the
-array is being moved are not lost: the pages are write-protected during the copy, and a
-writing thread waits until the move has finished, then its write lands in the new pages.
+array is being moved are not lost: a writer waits until the move has finished, then its write
+lands in the new pages.  How it waits is the *move guard* (``OOCARRAY_MOVE_GUARD``):
+
+``"uffd"``
+    userfaultfd, which also holds writes made inside system calls (``readinto``,
+    ``recv_into``): the default where the process may handle kernel-mode faults (root,
+    ``CAP_SYS_PTRACE``, ``vm.unprivileged_userfaultfd=1`` or access to ``/dev/userfaultfd``).
+``"uffd-user"``
+    userfaultfd for user-mode writes only: a system call writing into an array while it moves
+    fails with ``EFAULT``.  What an unprivileged process gets by default.
+``"signal"``
+    ``mprotect`` and a ``SIGSEGV`` handler, where userfaultfd is missing (seccomp, gVisor):
+    user-mode writers wait, system calls may fail with ``EFAULT``.
+
+``"auto"`` (the default) takes the first of these the process may use.
 """
 
 from __future__ import annotations
+
+import os
+from typing import Literal
 
 import numpy as np
 
@@ -14,7 +30,48 @@ from oocarray import _native, _spill_files
 from oocarray._manager import _budget_message, _open_owner, _require_array, manager_by_node_id
 from oocarray.errors import MemoryBudgetError
 
-__all__ = ["spill", "unspill"]
+__all__ = ["move_guard", "spill", "unspill"]
+
+MoveGuard = Literal["uffd", "uffd-user", "signal"]
+_GUARDS: dict[str, int] = {
+    "auto": _native.GUARD_AUTO,
+    "uffd": _native.GUARD_UFFD,
+    "uffd-user": _native.GUARD_UFFD_USER,
+    "signal": _native.GUARD_SIGNAL,
+}
+_GUARD_NAMES: dict[int, MoveGuard] = {
+    _native.GUARD_UFFD: "uffd",
+    _native.GUARD_UFFD_USER: "uffd-user",
+    _native.GUARD_SIGNAL: "signal",
+}
+
+
+def parse_move_guard(value: str) -> int:
+    """The native code of a move-guard name (``OOCARRAY_MOVE_GUARD``)."""
+    try:
+        return _GUARDS[value.strip().lower()]
+    except KeyError:
+        raise ValueError(
+            f"OOCARRAY_MOVE_GUARD must be one of {sorted(_GUARDS)}, got {value!r}"
+        ) from None
+
+
+def move_guard() -> MoveGuard:
+    """How moves of live arrays hold writers in this process: ``"uffd"`` (system calls that
+    write into a moving array wait too), ``"uffd-user"`` or ``"signal"`` (only user-mode writes
+    wait; a system call may fail with ``EFAULT`` meanwhile).
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> oc.move_guard() in ("uffd", "uffd-user", "signal")
+    True
+    """
+    return _GUARD_NAMES[int(_native.move_guard())]
+
+
+_native.set_move_guard(parse_move_guard(os.environ.get("OOCARRAY_MOVE_GUARD", "auto")))
+_native.move_guard()  # decided now, before other code installs signal handlers
 
 
 def _block(arr: np.ndarray, what: str) -> tuple[int, ...]:

@@ -293,8 +293,8 @@ def test_max_physical_bytes_spills_down_to_the_watermark(spill_dir: Path) -> Non
             _physical.check_now()
             rss = _physical.resident_memory()
             assert rss.anon_bytes + rss.shmem_bytes <= limit
-            assert m.stats().spilled_bytes > 0
-            assert _physical.watcher_stats().spill_rounds >= 1
+            stats = m.stats()  # moved by allocations themselves, or by the watcher
+            assert stats.spilled_bytes + stats.mmap_bytes > 0
             assert all(int(a[::4096].sum()) == (8 << 20) // 4096 for a in arrays)
     finally:
         oc.configure(max_physical_bytes=None)
