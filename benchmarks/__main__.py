@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from benchmarks import (
+    fork_cost,
     l3_huge_pages,
     large_alloc,
     w1_workspace,
@@ -28,6 +29,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
     ),
     "W7": ("random-row reads from an (N, 1024) float32 array", w7_random_rows.run),
     "W7S": ("random-row reads from a sharded zstd zarr array vs zarr-python", w7_sharded.run),
+    "F1": ("fork with 1 GiB of arrays on disk vs 1 GiB in RAM", fork_cost.run),
     "L1": ("64 MiB allocate + first touch inside a manager", large_alloc.run_large),
     "L2": ("small/large threshold sweep, 16 KiB to 32 MiB", large_alloc.run_sweep),
     "L3": ("workspace arenas with and without transparent huge pages", l3_huge_pages.run),
