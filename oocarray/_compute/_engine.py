@@ -1,0 +1,252 @@
+"""The chunk loop: evaluate expressions and reductions block by block, on every core.
+
+A pass covers one shape.  Its blocks follow the chunks of the arrays it reads (or the write
+grid of the array it writes, so output chunks are written whole), grown along the first axis
+until a block is worth a thread's time.  Worker threads take blocks in order; each evaluates
+its block in a cyclic workspace of its own (the same arena every block: no allocator churn),
+with every leaf region read once for all the targets of the pass, and hands back a small
+partial per reduction, merged on the calling thread in block order so results never depend on
+timing.  Memory stays bounded: a worker holds one block's data at a time, and the number of
+workers shrinks to what the active manager's budget leaves room for.
+
+Ctrl-C on the calling thread stops the pass: blocks not started are dropped, blocks being
+written finish (a chunk is written whole or not at all), and KeyboardInterrupt is raised.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from oocarray._compute._expr import BlockReads, Expr
+from oocarray._compute._reduce import Reduction
+from oocarray._memory import Manager, Workspace, active_manager, detach, system
+
+__all__ = ["Pass", "StoreTarget", "run_pass"]
+
+Region = tuple[slice, ...]
+
+# A block should hold about this much input: large enough to amortise per-block work, small
+# enough that every core gets blocks and memory stays low.
+TARGET_BLOCK_BYTES = 16 << 20
+MAX_WORKERS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTarget:
+    """Write ``expr`` block by block through ``write(region, block)``."""
+
+    expr: Expr
+    write: Callable[[Region, np.ndarray], None]
+    grid: tuple[int, ...] | None = None  # blocks must be made of whole cells of this grid
+
+
+@dataclass(slots=True)
+class Pass:
+    """Everything evaluated in one sweep over one shape."""
+
+    shape: tuple[int, ...]
+    reductions: list[Reduction]
+    stores: list[StoreTarget]
+
+    def exprs(self) -> list[Expr]:
+        return [r.expr for r in self.reductions] + [s.expr for s in self.stores]
+
+
+def _workers() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_WORKERS))
+
+
+def _base_grid(work: Pass) -> tuple[int, ...]:
+    """The grid blocks are made of: the output's write grid, else the chunks of the first array
+    read, else the whole array along every axis but the first."""
+    for store in work.stores:
+        if store.grid is not None:
+            return store.grid
+    for expr in work.exprs():
+        for source in expr.sources():
+            return tuple(max(1, c) for c in source.chunks)
+    shape = work.shape
+    return (1, *shape[1:]) if shape else ()
+
+
+def plan_blocks(work: Pass, budget_bytes: int | None) -> tuple[list[Region], int]:
+    """The blocks of a pass, in C order, and how many workers may run at once."""
+    shape = work.shape
+    if not shape:
+        return [()], 1
+    if 0 in shape:
+        return [], 1
+    grid = list(_base_grid(work))
+    item_bytes = sum(max(1, e.dtype.itemsize) for e in work.exprs())
+    item_bytes += sum(s.itemsize for e in work.exprs() for s in _source_dtypes(e))
+    cell_bytes = math.prod(grid) * item_bytes
+    workers = _workers()
+    target = TARGET_BLOCK_BYTES
+    if budget_bytes is not None:
+        # A worker holds a block's inputs, temporaries and output: keep four per budget share.
+        workers = max(1, min(workers, budget_bytes // max(1, 4 * cell_bytes)))
+        target = max(cell_bytes, min(target, budget_bytes // (4 * workers)))
+    grow = max(1, target // max(1, cell_bytes))
+    grid[0] = min(shape[0], grid[0] * grow)
+    counts = [math.ceil(n / g) for n, g in zip(shape, grid, strict=True)]
+    blocks = []
+    for index in np.ndindex(*counts):
+        blocks.append(
+            tuple(slice(i * g, min((i + 1) * g, n)) for i, g, n in zip(index, grid, shape, strict=True))
+        )
+    return blocks, workers
+
+
+def _source_dtypes(expr: Expr) -> list[np.dtype[Any]]:
+    return [s.dtype for s in expr.sources()]
+
+
+def _budget_left(manager: Manager) -> int | None:
+    """What the manager (and every ancestor with a budget) still allows."""
+    left = None
+    node: Manager | None = manager
+    while node is not None:
+        stats = node.stats()
+        if stats.max_bytes is not None:
+            room = max(0, stats.max_bytes - stats.current_bytes)
+            left = room if left is None else min(left, room)
+        node = node.parent
+    return left
+
+
+class _Workers:
+    """One cyclic workspace per worker thread, under the caller's manager."""
+
+    def __init__(self, manager: Manager) -> None:
+        self.manager = manager
+        self.local = threading.local()
+        self.workspaces: list[Workspace] = []
+        self.lock = threading.Lock()
+
+    def workspace(self) -> Workspace:
+        ws = getattr(self.local, "workspace", None)
+        if ws is None:
+            with self.manager.activate():
+                ws = Workspace("compute", learning="over_time", on_escape="raise")
+            self.local.workspace = ws
+            with self.lock:
+                self.workspaces.append(ws)
+        return ws
+
+    def close(self) -> None:
+        for ws in self.workspaces:
+            ws.destroy()
+
+
+def _evaluate_block(work: Pass, region: Region, workers: _Workers) -> list[Any]:
+    """Runs on a worker: the partial of every reduction for one block, stores written."""
+    ws = workers.workspace()
+    with workers.manager.activate(), ws:
+        reads = BlockReads()
+        shape = tuple(s.stop - s.start for s in region)
+        partials = []
+        for reduction in work.reductions:
+            block = np.broadcast_to(reduction.expr.evaluate(region, reads), shape)
+            partials.append(_detached(reduction.partial(block, region)))
+        for store in work.stores:
+            block = store.expr.evaluate(region, reads)
+            store.write(region, np.broadcast_to(block, shape).astype(store.expr.dtype, copy=False))
+        reads.clear()
+        del block
+    return partials
+
+
+def _detached(value: Any) -> Any:
+    """A partial copied out of the worker's arena (it outlives the cycle)."""
+    if isinstance(value, tuple):
+        return tuple(_detached(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return detach(value)
+    return value
+
+
+def run_pass(work: Pass, progress: bool = True) -> None:
+    """Evaluates a pass: merges every reduction's partials and writes every store."""
+    manager = active_manager() or system()
+    blocks, worker_count = plan_blocks(work, _budget_left(manager))
+    workers = _Workers(manager)
+    bar = _progress(len(blocks), progress)
+    pending: dict[int, list[Any]] = {}
+    next_merge = 0
+    try:
+        with concurrent.futures.ThreadPoolExecutor(worker_count, "oocarray-compute") as pool:
+            in_flight: dict[concurrent.futures.Future[list[Any]], int] = {}
+            queue = iter(enumerate(blocks))
+            try:
+                for number, region in _take(queue, 2 * worker_count):
+                    in_flight[pool.submit(_evaluate_block, work, region, workers)] = number
+                while in_flight:
+                    done, _ = concurrent.futures.wait(
+                        in_flight, timeout=0.1, return_when=concurrent.futures.FIRST_COMPLETED
+                    )
+                    for future in done:
+                        pending[in_flight.pop(future)] = future.result()
+                        bar.update(1)
+                        for number, region in _take(queue, 1):
+                            in_flight[pool.submit(_evaluate_block, work, region, workers)] = number
+                    while next_merge in pending:
+                        for reduction, partial in zip(work.reductions, pending.pop(next_merge), strict=True):
+                            reduction.merge(partial, blocks[next_merge])
+                        next_merge += 1
+            except BaseException:
+                for future in in_flight:
+                    future.cancel()
+                raise
+    finally:
+        bar.close()
+        workers.close()
+
+
+def _take(queue: Any, n: int) -> list[tuple[int, Region]]:
+    out = []
+    for _ in range(n):
+        item = next(queue, None)
+        if item is None:
+            break
+        out.append(item)
+    return out
+
+
+class _NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, enabled: bool) -> Any:
+    """A tqdm bar that shows itself only once the pass has run about two seconds."""
+    if not enabled or total < 2:
+        return _NoProgress()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, delay=2.0, unit="block", leave=False)
+
+
+def evaluate(reductions: Sequence[Reduction], stores: Sequence[StoreTarget], progress: bool) -> None:
+    """Runs every reduction and store, one pass per shape, sharing reads within a pass."""
+    passes: dict[tuple[int, ...], Pass] = {}
+    for reduction in reductions:
+        passes.setdefault(reduction.expr.shape, Pass(reduction.expr.shape, [], [])).reductions.append(reduction)
+    for store in stores:
+        passes.setdefault(store.expr.shape, Pass(store.expr.shape, [], [])).stores.append(store)
+    for work in passes.values():
+        run_pass(work, progress)

@@ -1,0 +1,373 @@
+"""Reductions in one streaming pass: a partial result per block, merged in block order.
+
+Each reduction keeps an accumulator shaped like its result with ``keepdims=True``; a block's
+partial lands on the cells its region covers along the axes that are kept.  Merging runs on the
+calling thread in block order, so results do not depend on which worker finished first.
+Means and variances merge chunk moments (count, mean, sum of squared deviations) with Chan's
+parallel formula, which stays accurate where a sum of squares would cancel.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from oocarray._compute._expr import Expr
+
+__all__ = ["Reduction", "make_reduction", "normalize_axes"]
+
+Region = tuple[slice, ...]
+
+
+def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    """``axis`` (None, an int or a tuple of ints) as sorted non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    items = axis if isinstance(axis, tuple) else (axis,)
+    out = []
+    for item in items:
+        if not isinstance(item, int | np.integer) or isinstance(item, bool):
+            raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}")
+        if not -ndim <= int(item) < ndim:
+            raise np.exceptions.AxisError(int(item), ndim)
+        out.append(int(item) % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"duplicate value in 'axis': {axis!r}")
+    return tuple(sorted(out))
+
+
+class Reduction:
+    """One reduction of an expression; subclasses say how a block becomes a partial, how partials
+    merge, and how the accumulator becomes the result."""
+
+    def __init__(self, name: str, expr: Expr, axes: tuple[int, ...], keepdims: bool) -> None:
+        self.name = name
+        self.expr = expr
+        self.axes = axes
+        self.keepdims = keepdims
+        self.kept_shape = tuple(1 if i in axes else n for i, n in enumerate(expr.shape))
+
+    def target(self, region: Region) -> Region:
+        """Where a block's partial lands in the accumulator."""
+        return tuple(slice(0, 1) if i in self.axes else s for i, s in enumerate(region))
+
+    def partial(self, block: np.ndarray, region: Region) -> Any:
+        raise NotImplementedError
+
+    def merge(self, partial: Any, region: Region) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> Any:
+        raise NotImplementedError
+
+    def shaped(self, result: np.ndarray) -> Any:
+        """The accumulator as NumPy shapes a result: reduced axes dropped unless keepdims, and a
+        scalar for a full reduction."""
+        if self.keepdims:
+            return result
+        squeezed = result.reshape(tuple(n for i, n in enumerate(self.kept_shape) if i not in self.axes))
+        return squeezed[()] if squeezed.ndim == 0 else squeezed
+
+
+def _probe_dtype(function: Any, dtype: np.dtype[Any], **kwargs: Any) -> np.dtype[Any]:
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.asarray(function(np.ones(1, dtype), **kwargs)).dtype
+
+
+class Accumulate(Reduction):
+    """sum, prod, any, all, count_nonzero and nansum, nanprod: partials combine with one ufunc."""
+
+    FUNCTIONS = {
+        "sum": (np.sum, np.add, 0),
+        "nansum": (np.nansum, np.add, 0),
+        "prod": (np.prod, np.multiply, 1),
+        "nanprod": (np.nanprod, np.multiply, 1),
+        "any": (np.any, np.logical_or, False),
+        "all": (np.all, np.logical_and, True),
+        "count_nonzero": (np.count_nonzero, np.add, 0),
+    }
+
+    def __init__(self, name: str, expr: Expr, axes: tuple[int, ...], keepdims: bool, dtype: Any) -> None:
+        super().__init__(name, expr, axes, keepdims)
+        self.function, self.combine, identity = self.FUNCTIONS[name]
+        self.kwargs: dict[str, Any] = {}
+        if dtype is not None:
+            if name in ("any", "all", "count_nonzero"):
+                raise TypeError(f"{name}() takes no dtype")
+            self.kwargs["dtype"] = np.dtype(dtype)
+        if name == "count_nonzero":
+            result = np.dtype(np.intp)
+        else:
+            result = _probe_dtype(self.function, expr.dtype, **self.kwargs)
+        self.result_dtype = result
+        self.acc = np.full(self.kept_shape, identity, dtype=result)
+
+    def partial(self, block: np.ndarray, region: Region) -> Any:
+        return np.asarray(self.function(block, axis=self.axes, keepdims=True, **self.kwargs))
+
+    def merge(self, partial: Any, region: Region) -> None:
+        target = self.target(region)
+        self.acc[target] = self.combine(self.acc[target], partial)
+
+    def finish(self) -> Any:
+        return self.shaped(self.acc)
+
+
+class Extreme(Reduction):
+    """min, max, nanmin, nanmax."""
+
+    FUNCTIONS = {"min": (np.min, np.minimum), "max": (np.max, np.maximum),
+                 "nanmin": (np.nanmin, np.fmin), "nanmax": (np.nanmax, np.fmax)}
+
+    def __init__(self, name: str, expr: Expr, axes: tuple[int, ...], keepdims: bool) -> None:
+        super().__init__(name, expr, axes, keepdims)
+        if any(expr.shape[a] == 0 for a in axes):
+            raise ValueError(
+                f"zero-size array to reduction operation {name} which has no identity"
+            )
+        self.function, self.combine = self.FUNCTIONS[name]
+        self.acc = np.empty(self.kept_shape, dtype=expr.dtype)
+        self.seen = np.zeros(self.kept_shape, dtype=bool)
+
+    def partial(self, block: np.ndarray, region: Region) -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN blocks: judged at the end
+            return np.asarray(self.function(block, axis=self.axes, keepdims=True))
+
+    def merge(self, partial: Any, region: Region) -> None:
+        target = self.target(region)
+        seen = self.seen[target]
+        self.acc[target] = np.where(seen, self.combine(self.acc[target], partial), partial)
+        self.seen[target] = True
+
+    def finish(self) -> Any:
+        if self.name.startswith("nan") and self.acc.dtype.kind in "fc" and np.isnan(self.acc).any():
+            warnings.warn("All-NaN slice encountered", RuntimeWarning, stacklevel=3)
+        return self.shaped(self.acc)
+
+
+class Moments(Reduction):
+    """mean, var, std and their nan variants, from merged chunk moments."""
+
+    def __init__(
+        self, name: str, expr: Expr, axes: tuple[int, ...], keepdims: bool, dtype: Any, ddof: int
+    ) -> None:
+        super().__init__(name, expr, axes, keepdims)
+        self.skip_nan = name.startswith("nan")
+        self.kind = name.removeprefix("nan")
+        numpy_function = getattr(np, name)
+        kwargs = {} if dtype is None else {"dtype": np.dtype(dtype)}
+        if self.kind != "mean":
+            kwargs["ddof"] = ddof  # type: ignore[assignment]
+        self.result_dtype = _probe_dtype(numpy_function, expr.dtype, **kwargs)
+        if dtype is not None:
+            work = np.dtype(dtype)
+        elif expr.dtype.kind in "biu":
+            work = np.dtype(np.float64)
+        elif expr.dtype == np.float16:
+            work = np.dtype(np.float32)
+        else:
+            work = expr.dtype
+        self.work = work
+        self.ddof = ddof
+        self.count = np.zeros(self.kept_shape, dtype=np.float64)
+        self.mean = np.zeros(self.kept_shape, dtype=work)
+        self.m2 = np.zeros(self.kept_shape, dtype=work.type(0).real.dtype if work.kind == "c" else work)
+
+    def partial(self, block: np.ndarray, region: Region) -> Any:
+        values = block.astype(self.work, copy=False)
+        if self.skip_nan and values.dtype.kind in "fc":
+            valid = ~np.isnan(values)
+            count = valid.sum(axis=self.axes, keepdims=True).astype(np.float64)
+            total = np.where(valid, values, 0).sum(axis=self.axes, keepdims=True, dtype=self.work)
+        else:
+            valid = None
+            count = np.full(self.kept_shape_of(block), math.prod(block.shape[a] for a in self.axes), np.float64)
+            total = values.sum(axis=self.axes, keepdims=True, dtype=self.work)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = total / np.where(count == 0, 1, count).astype(self.work.type(0).real.dtype if self.work.kind == "c" else self.work)
+        if self.kind == "mean":
+            return count, mean, None
+        deviation = values - mean
+        squared = (deviation * deviation.conj()).real if deviation.dtype.kind == "c" else deviation * deviation
+        if valid is not None:
+            squared = np.where(valid, squared, 0)
+        return count, mean, squared.sum(axis=self.axes, keepdims=True)
+
+    def kept_shape_of(self, block: np.ndarray) -> tuple[int, ...]:
+        return tuple(1 if i in self.axes else n for i, n in enumerate(block.shape))
+
+    def merge(self, partial: Any, region: Region) -> None:
+        count_b, mean_b, m2_b = partial
+        target = self.target(region)
+        count_a = self.count[target]
+        mean_a = self.mean[target]
+        total = count_a + count_b
+        safe = np.where(total == 0, 1, total)
+        delta = mean_b - mean_a
+        real = self.m2.dtype
+        with np.errstate(invalid="ignore"):
+            weight_b = (count_b / safe).astype(real)
+            self.mean[target] = mean_a + delta * weight_b
+            if m2_b is not None:
+                cross = (delta * delta.conj()).real if delta.dtype.kind == "c" else delta * delta
+                self.m2[target] = self.m2[target] + m2_b + cross * (count_a * count_b / safe).astype(real)
+        self.count[target] = total
+
+    def finish(self) -> Any:
+        empty = self.count == 0
+        if empty.any():
+            warnings.warn(
+                "Mean of empty slice" if self.kind == "mean" else "Degrees of freedom <= 0 for slice",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if self.kind == "mean":
+                result = np.where(empty, np.nan, self.mean)
+            else:
+                denominator = self.count - self.ddof
+                if (denominator <= 0).any() and not empty.any():
+                    warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)
+                result = self.m2 / np.where(denominator <= 0, np.nan, denominator).astype(self.m2.dtype)
+                if self.kind == "std":
+                    result = np.sqrt(result)
+        return self.shaped(np.asarray(result).astype(self.result_dtype, copy=False))
+
+
+class ArgExtreme(Reduction):
+    """argmin, argmax and the nan variants: the first index of the extreme value, along one
+    axis or over the flattened array; NaN counts as the extreme unless skipped."""
+
+    def __init__(self, name: str, expr: Expr, axis: Any, keepdims: bool) -> None:
+        if axis is not None and not isinstance(axis, int | np.integer):
+            raise TypeError(f"{name}() takes one axis (an int) or None, got {axis!r}")
+        axes = normalize_axes(axis, expr.ndim)
+        super().__init__(name, expr, axes, keepdims)
+        if expr.size == 0 or any(expr.shape[a] == 0 for a in axes):
+            raise ValueError(f"attempt to get {name.removeprefix('nan')} of an empty sequence")
+        self.flat = axis is None
+        self.skip_nan = name.startswith("nan")
+        self.is_max = name.endswith("max")
+        self.value = np.empty(self.kept_shape, dtype=expr.dtype)
+        self.index = np.full(self.kept_shape, -1, dtype=np.intp)
+
+    def _better(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Where ``a`` beats ``b`` strictly (ties go to the earlier index, merged separately)."""
+        better = a > b if self.is_max else a < b
+        if a.dtype.kind in "fc":
+            if self.skip_nan:
+                better = better | (np.isnan(b) & ~np.isnan(a))
+            else:
+                better = better | (np.isnan(a) & ~np.isnan(b))
+        return better
+
+    def partial(self, block: np.ndarray, region: Region) -> Any:
+        shape = tuple(s.stop - s.start for s in region)
+        block = np.broadcast_to(block, shape)
+        if self.flat:
+            work = block.reshape(-1)
+            local = self._local_arg(work)
+            value = work[local]
+            unravelled = np.unravel_index(local, shape)
+            index = np.ravel_multi_index(
+                tuple(int(u) + s.start for u, s in zip(unravelled, region, strict=True)), self.expr.shape
+            )
+            return np.full(self.kept_shape_of(block), value), np.full(self.kept_shape_of(block), index)
+        axis = self.axes[0]
+        local = self._local_arg(block, axis)
+        value = np.take_along_axis(block, np.expand_dims(local, axis), axis)
+        return value, np.expand_dims(local, axis) + region[axis].start
+
+    def kept_shape_of(self, block: np.ndarray) -> tuple[int, ...]:
+        return tuple(1 if i in self.axes else n for i, n in enumerate(block.shape))
+
+    def _local_arg(self, values: np.ndarray, axis: int | None = None) -> Any:
+        if not self.skip_nan:
+            return np.argmax(values, axis=axis) if self.is_max else np.argmin(values, axis=axis)
+        if values.dtype.kind not in "fc":
+            return np.argmax(values, axis=axis) if self.is_max else np.argmin(values, axis=axis)
+        fill = -np.inf if self.is_max else np.inf
+        filled = np.where(np.isnan(values), fill, values)
+        return np.argmax(filled, axis=axis) if self.is_max else np.argmin(filled, axis=axis)
+
+    def merge(self, partial: Any, region: Region) -> None:
+        value_b, index_b = partial
+        target = self.target(region)
+        value_a = self.value[target]
+        index_a = self.index[target]
+        fresh = index_a < 0
+        equal = (value_b == value_a) | (
+            np.isnan(value_b) & np.isnan(value_a) if value_a.dtype.kind in "fc" else False
+        )
+        take = fresh | self._better(value_b, value_a) | (equal & (index_b < index_a))
+        self.value[target] = np.where(take, value_b, value_a)
+        self.index[target] = np.where(take, index_b, index_a)
+
+    def finish(self) -> Any:
+        if self.skip_nan and self.value.dtype.kind in "fc" and np.isnan(self.value).any():
+            raise ValueError("All-NaN slice encountered")
+        return self.shaped(self.index)
+
+
+class Histogram(Reduction):
+    """Counts per bin over the whole array, with the bins fixed before the pass."""
+
+    def __init__(self, expr: Expr, bins: Any, bin_range: Any, density: bool) -> None:
+        super().__init__("histogram", expr, tuple(range(expr.ndim)), False)
+        self.bins = bins
+        self.range = bin_range
+        self.density = density
+        self.edges = np.histogram_bin_edges(np.empty(0, expr.dtype), bins=bins, range=bin_range)
+        self.counts = np.zeros(len(self.edges) - 1, dtype=np.intp)
+
+    def partial(self, block: np.ndarray, region: Region) -> Any:
+        shape = tuple(s.stop - s.start for s in region)
+        values = np.broadcast_to(block, shape).reshape(-1)
+        if isinstance(self.bins, int | np.integer):
+            return np.histogram(values, bins=self.bins, range=self.range)[0]
+        return np.histogram(values, bins=self.edges)[0]
+
+    def merge(self, partial: Any, region: Region) -> None:
+        self.counts += partial
+
+    def finish(self) -> Any:
+        if self.density:
+            widths = np.diff(self.edges)
+            return self.counts / widths / self.counts.sum(), self.edges
+        return self.counts, self.edges
+
+
+def make_reduction(
+    name: str,
+    expr: Expr,
+    axis: Any = None,
+    keepdims: bool = False,
+    dtype: Any = None,
+    ddof: int = 0,
+) -> Reduction:
+    """The reduction ``name`` (a NumPy function name) of ``expr``."""
+    if name in Accumulate.FUNCTIONS:
+        return Accumulate(name, expr, normalize_axes(axis, expr.ndim), keepdims, dtype)
+    if dtype is not None and name in Extreme.FUNCTIONS:
+        raise TypeError(f"{name}() takes no dtype")
+    if name in Extreme.FUNCTIONS:
+        return Extreme(name, expr, normalize_axes(axis, expr.ndim), keepdims)
+    if name in ("mean", "var", "std", "nanmean", "nanvar", "nanstd"):
+        return Moments(name, expr, normalize_axes(axis, expr.ndim), keepdims, dtype, ddof)
+    if name in ("argmin", "argmax", "nanargmin", "nanargmax"):
+        return ArgExtreme(name, expr, axis, keepdims)
+    raise TypeError(f"{name} is not a reduction oocarray streams")
+
+
+REDUCTIONS: Sequence[str] = (
+    *Accumulate.FUNCTIONS,
+    *Extreme.FUNCTIONS,
+    "mean", "var", "std", "nanmean", "nanvar", "nanstd",
+    "argmin", "argmax", "nanargmin", "nanargmax",
+)
