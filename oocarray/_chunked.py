@@ -7,24 +7,23 @@ datasets are memory-mapped: basic indexing returns views of the map, with no cop
 
 from __future__ import annotations
 
-import atexit
 import html
 import math
 import os
-import shutil
-import tempfile
+import weakref
 from types import TracebackType
 from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
 
-from oocarray import _spill_files
+from oocarray import _temp_dirs
 from oocarray._indexing import ChunkPiece, Selection, parse_key
-from oocarray._manager import _parse_shape, active_manager, system
+from oocarray._manager import Manager, _parse_shape, active_manager, system
 from oocarray._stores import Store, open_store
 from oocarray._stores._base import auto_chunks, check_dtype
 from oocarray._units import format_bytes
+from oocarray.errors import ClosedError
 
 __all__ = ["ChunkedArray", "create", "from_dask", "from_numpy", "open", "temp"]
 
@@ -57,6 +56,9 @@ class ChunkedArray:
     def __init__(self, store: Store, *, temporary: bool = False) -> None:
         self._store = store
         self._temporary = temporary
+        self._closed = False
+        # Deletes a temporary array's data once: on close(), or when the last reference goes.
+        self._delete_data: weakref.finalize[Any, Any] | None = None
         # Chunks whole along every axis but the first: x[i] and x[i:j] take a short path.
         self._rows_fast = bool(store.shape) and store.chunks[1:] == store.shape[1:]
         self.chunk_reads = 0
@@ -119,6 +121,7 @@ class ChunkedArray:
 
     def stored_bytes(self) -> int:
         """Bytes the data takes on disk."""
+        self._check_open()
         return self._store.stored_bytes()
 
     def __len__(self) -> int:
@@ -129,6 +132,7 @@ class ChunkedArray:
     # ---- reading and writing ----
 
     def __getitem__(self, key: object) -> np.ndarray:
+        self._check_open()
         memmap = self._store.memmap
         if memmap is not None:
             # Memory-mapped: NumPy indexes the map itself (views for basic indexing).
@@ -187,6 +191,7 @@ class ChunkedArray:
         return out if isinstance(key, slice) else out[0]
 
     def __setitem__(self, key: object, value: object) -> None:
+        self._check_open()
         self._store.check_writable()
         selection = parse_key(key, self.shape, self._store.write_grid)
         given = np.asarray(value, dtype=self.dtype)
@@ -237,6 +242,7 @@ class ChunkedArray:
         a shard is one file, and its inner chunks decode on all cores within a task)."""
         import dask.array as da
 
+        self._check_open()
         return da.from_array(  # type: ignore[no-untyped-call]
             self,
             chunks=self._store.write_grid,
@@ -249,10 +255,29 @@ class ChunkedArray:
     # ---- lifetime ----
 
     def close(self) -> None:
-        """Release open files (and delete the data of a temporary array)."""
+        """Release open files, and delete the data of a temporary array; later reads and
+        writes raise :class:`ClosedError`.  Closing twice does nothing."""
+        self._closed = True
         self._store.close()
+        if self._delete_data is not None:
+            self._delete_data()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (a temporary array's data is then deleted)."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if not self._closed:
+            return
         if self._temporary:
-            shutil.rmtree(self.path, ignore_errors=True)
+            raise ClosedError(
+                f"the temporary array that was at {self.path!r} is closed and its data deleted; "
+                "keep the array open while it is used, or make a new one with oc.temp"
+            )
+        raise ClosedError(
+            f"the chunked array at {self.path!r} is closed; open it again with oc.open(path)"
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -268,7 +293,7 @@ class ChunkedArray:
     # ---- presentation ----
 
     def _summary(self) -> dict[str, str]:
-        stored = self.stored_bytes()
+        stored = 0 if self._closed else self.stored_bytes()
         return {
             "shape": str(self.shape),
             "dtype": str(self.dtype),
@@ -278,7 +303,7 @@ class ChunkedArray:
             "on disk": format_bytes(stored),
             "format": self.format + (" (temporary)" if self._temporary else ""),
             "location": f"{self.location} at {self.path}",
-            "mode": "read-only" if self.readonly else "read-write",
+            "mode": "closed" if self._closed else "read-only" if self.readonly else "read-write",
         }
 
     def __repr__(self) -> str:
@@ -441,30 +466,83 @@ def create(
 def temp(
     shape: object, dtype: npt.DTypeLike, chunks: object = None, codec: str = "zstd"
 ) -> ChunkedArray:
-    """A zarr array in the spill directory, owned by the active manager and deleted when that
-    manager closes (or at exit, outside any manager)."""
-    directory = tempfile.mkdtemp(prefix="temp-", suffix=".zarr", dir=_spill_files.private_dir())
-    array = create(directory, shape, dtype, chunks=chunks, codec=codec, mode="w")
+    """A zarr array in the spill directory, owned by the active manager (else the system one).
+
+    It lives like an ndarray the manager allocated: its data is deleted when the last
+    reference to it goes, on :meth:`ChunkedArray.close`, or at exit.  Still referenced when its
+    manager closes, it escapes to the parent manager (counted in the parent's
+    ``stats().escaped``, and refused by ``on_close="raise"`` like any escape).  Its directory
+    is private to this process; what a killed process left is removed by the next process
+    that makes a temporary array.
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> with oc.Manager("scratch"):
+    ...     t = oc.temp((100, 4), "float32")
+    ...     t[...] = 1.0
+    >>> float(t[...].sum())  # escaped: still valid after the manager closed
+    400.0
+    >>> t.close()  # deletes the data now; later use raises ClosedError
+    """
+    directory = _temp_dirs.new_temp_dir()
+    try:
+        array = create(directory, shape, dtype, chunks=chunks, codec=codec, mode="w")
+    except BaseException:
+        _temp_dirs.remove_temp_dir(directory, os.getpid())
+        raise
     array._temporary = True
-    owner = active_manager() or system()
-    if owner.parent is None:
-        atexit.register(shutil.rmtree, directory, True)
-    else:
-        owner._add_close_hook(array.close)
+    array._delete_data = weakref.finalize(array, _temp_dirs.remove_temp_dir, directory, os.getpid())
+    array._delete_data.atexit = False  # the process's session directory goes at exit
+    _own_temporary(_open_ancestor(active_manager() or system()), array)
     return array
 
 
+def _open_ancestor(manager: Manager) -> Manager:
+    while manager.closed and manager.parent is not None:
+        manager = manager.parent
+    return manager
+
+
+def _own_temporary(manager: Manager, array: ChunkedArray) -> None:
+    """Make ``manager`` the owner of a temporary array: when it closes while the array is
+    still referenced, the array escapes to its parent, which owns it from then on.  Only weak
+    references are held, so the array is deleted as soon as the user drops it."""
+    parent = manager.parent
+    if parent is None:
+        return  # the system manager never closes
+    array_ref = weakref.ref(array)
+    parent_ref = weakref.ref(parent)
+
+    def hand_to_parent() -> tuple[int, int] | None:
+        escaped, new_owner = array_ref(), parent_ref()
+        if escaped is None or escaped._closed or new_owner is None:
+            return None
+        _own_temporary(_open_ancestor(new_owner), escaped)
+        return 1, escaped.nbytes  # counted as an escape of its logical bytes, like an ndarray
+
+    manager._add_close_hook(hand_to_parent)
+
+
 def from_numpy(a: npt.ArrayLike, chunks: object = None, codec: str = "zstd") -> ChunkedArray:
-    """A temporary chunked copy of ``a`` (see :func:`temp`)."""
+    """A temporary chunked copy of ``a`` (see :func:`temp` for its lifetime)."""
     data = np.asarray(a)
     result = temp(data.shape, data.dtype, chunks=chunks, codec=codec)
-    result[...] = data
+    try:
+        result[...] = data
+    except BaseException:
+        result.close()
+        raise
     return result
 
 
 def from_dask(d: Any, chunks: object = None, codec: str = "zstd") -> ChunkedArray:
-    """Compute a dask array into a temporary chunked array (see :func:`temp`), chunk by chunk,
-    on dask's scheduler."""
+    """Compute a dask array into a temporary chunked array (see :func:`temp` for its
+    lifetime), chunk by chunk, on dask's scheduler."""
     result = temp(d.shape, d.dtype, chunks=chunks or d.chunksize, codec=codec)
-    d.rechunk(result.chunks).store(result, lock=False)
+    try:
+        d.rechunk(result.chunks).store(result, lock=False)
+    except BaseException:
+        result.close()
+        raise
     return result

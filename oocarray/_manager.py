@@ -295,7 +295,7 @@ class Manager:
         self._escaped = 0
         self._escaped_bytes = 0
         self._pruned: dict[str, int] = dict.fromkeys(_CUMULATIVE, 0)
-        self._close_hooks: list[Callable[[], None]] = []
+        self._close_hooks: list[Callable[[], tuple[int, int] | None]] = []
         _registry[self._node.id] = self
         if parent is not None:
             with _tree_lock:
@@ -565,8 +565,9 @@ class Manager:
                 unspill_moved_bytes=totals["unspill_moved_bytes"],
             )
 
-    def _add_close_hook(self, hook: Callable[[], None]) -> None:
-        """Run ``hook()`` when this manager closes (temporary arrays it owns are deleted so)."""
+    def _add_close_hook(self, hook: Callable[[], tuple[int, int] | None]) -> None:
+        """Run ``hook()`` when this manager closes.  It returns the count and bytes of what it
+        handed to the parent as escapes (temporary chunked arrays still referenced), or None."""
         self._close_hooks.append(hook)
 
     def spill(self) -> int:
@@ -672,7 +673,9 @@ class Manager:
                 self._spill_subtree(skip_kept=True)
             hooks, self._close_hooks = self._close_hooks, []
             for hook in reversed(hooks):
-                hook()
+                handed = hook()
+                if handed is not None:
+                    escaped, escaped_bytes = escaped + handed[0], escaped_bytes + handed[1]
             parent = self._parent
             parent._escaped += escaped
             parent._escaped_bytes += escaped_bytes

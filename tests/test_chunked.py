@@ -231,7 +231,8 @@ def test_temp_arrays_belong_to_the_active_manager(tmp_path: Path) -> None:
             assert Path(path).is_dir()
             assert str(tmp_path) in path
             assert t[...].sum() == 3000
-        assert not Path(path).exists(), "deleted when its manager closed"
+            del t
+            assert not Path(path).exists(), "deleted with its last reference"
     finally:
         oc.configure(spill_dir=None)
 
