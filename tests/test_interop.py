@@ -195,3 +195,94 @@ def test_sharded_reads_take_only_the_inner_chunk_and_report_damage(tmp_path: Pat
     shard.write_bytes(shard.read_bytes()[:-200])  # cut into the index at the end
     with pytest.raises(oc.CorruptChunkError, match="shard"):
         oc.open(tmp_path / "s.zarr")[5]
+
+
+# ---- dtypes: dates and durations, 0-d arrays, byte order ----
+
+TIMES = np.datetime64("2024-01-01", "s") + np.arange(20).astype("timedelta64[s]") * 3600
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd", "lz4", "gzip"])
+@pytest.mark.parametrize("dtype", ["datetime64[ns]", "timedelta64[s]"])
+def test_dates_and_durations_round_trip_and_zarr_python_reads_them(
+    tmp_path: Path, codec: str, dtype: str
+) -> None:
+    values = TIMES.astype(dtype) if dtype.startswith("datetime") else TIMES - TIMES[0]
+    values = values.astype(dtype)
+    x = oc.create(tmp_path / "t.zarr", values.shape, dtype, chunks=(6,), codec=codec)
+    x[...] = values
+    x[3] = values[0]  # a partial chunk: read, updated, written back
+    expected = values.copy()
+    expected[3] = values[0]
+    y = oc.open(tmp_path / "t.zarr")
+    assert y.dtype == np.dtype(dtype)
+    assert np.array_equal(y[...], expected)
+    assert np.array_equal(y[4:9], expected[4:9])
+    assert np.array_equal(zarr.open_array(tmp_path / "t.zarr", mode="r")[...], expected)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("compressors", [None, "auto"])
+def test_oocarray_reads_dates_written_by_zarr_python(
+    tmp_path: Path, zarr_format: int, compressors: object
+) -> None:
+    z = zarr.create_array(
+        tmp_path / "t.zarr",
+        shape=TIMES.shape,
+        chunks=(7,),
+        dtype=TIMES.dtype,
+        zarr_format=zarr_format,  # type: ignore[arg-type]
+        compressors=compressors,  # type: ignore[arg-type]
+    )
+    z[...] = TIMES
+    x = oc.open(tmp_path / "t.zarr")
+    assert np.array_equal(x[...], TIMES)
+    assert x[8] == TIMES[8]
+    assert np.array_equal(x[[3, 15]], TIMES[[3, 15]])
+
+
+@pytest.mark.parametrize("codec", ["zstd", "none", "lz4"])
+def test_zero_dimensional_arrays_are_written_and_read(tmp_path: Path, codec: str) -> None:
+    x = oc.create(tmp_path / "s.zarr", (), "float64", codec=codec)
+    x[...] = 2.5
+    y = oc.open(tmp_path / "s.zarr")
+    assert y.shape == ()
+    assert y[...] == 2.5
+    assert y[()] == 2.5
+    assert np.asarray(y).shape == ()
+    assert zarr.open_array(tmp_path / "s.zarr", mode="r")[()] == 2.5
+    assert oc.from_numpy(np.float64(2))[()] == 2.0
+    t = oc.temp((), "int32")
+    t[()] = 7
+    assert t[...] == 7
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_oocarray_reads_zero_dimensional_zarr_python_arrays(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    z = zarr.create_array(
+        tmp_path / "s.zarr",
+        shape=(),
+        dtype="int16",
+        zarr_format=zarr_format,  # type: ignore[arg-type]
+    )
+    z[...] = -3
+    assert oc.open(tmp_path / "s.zarr")[...] == -3
+
+
+@pytest.mark.parametrize("dtype", [">f8", ">i4", "<f8", ">M8[ms]"])
+def test_byte_order_round_trips(tmp_path: Path, dtype: str) -> None:
+    values = np.arange(10).astype(dtype)
+    x = oc.create(tmp_path / "b.zarr", values.shape, dtype, chunks=(4,))
+    x[...] = values
+    x[5] = values[1]
+    values[5] = values[1]
+    y = oc.open(tmp_path / "b.zarr")
+    assert y.dtype == np.dtype(dtype)  # the byte order asked for, not the machine's
+    assert y[...].dtype == np.dtype(dtype)
+    assert np.array_equal(y[...], values)
+    assert np.array_equal(zarr.open_array(tmp_path / "b.zarr", mode="r")[...], values)
+    raw = oc.create(tmp_path / "raw.zarr", values.shape, dtype, chunks=(10,), codec="none")
+    raw[...] = values
+    assert (tmp_path / "raw.zarr" / "c" / "0").read_bytes() == values.tobytes()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -66,11 +67,20 @@ def create_zarr(
         chunks=chunks,
         shards=shards,
         dtype=dtype,
+        # zarr-python stores little-endian unless told: keep the byte order asked for.
+        serializer=zarr.codecs.BytesCodec(endian=_endian(dtype)) if dtype.itemsize > 1 else "auto",
         compressors=_compressors(codec, dtype.itemsize),
         fill_value=0,
         zarr_format=3,
         overwrite=overwrite,
     )
+
+
+def _endian(dtype: np.dtype[Any]) -> str:
+    order = dtype.byteorder
+    if order == "=":
+        order = "<" if sys.byteorder == "little" else ">"
+    return "big" if order == ">" else "little"
 
 
 # Uncompressed reads smaller than this copy on the calling thread: waking helpers costs more
@@ -150,6 +160,12 @@ class _ChunkFiles:
         self._shards.clear()
 
 
+def _bytes_of(array: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous array, whatever its dtype (datetime64 and timedelta64 have
+    no buffer format of their own)."""
+    return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+
+
 def _open_or_none(path: str) -> int | None:
     try:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -175,6 +191,9 @@ class ZarrStore(Store):
         self._write_grid = tuple(shards) if shards is not None else self.chunks
         self._root = os.path.realpath(path)
         self._layout = layout_of(array) if os.path.isdir(path) else None
+        if self._layout is not None:
+            # zarr-python reopens a big-endian v3 array as little-endian: keep the stored order.
+            self.dtype = self._layout.stored_dtype
         stored = self._layout.stored_dtype if self._layout is not None else self.dtype
         self._chunk_nbytes = math.prod(self.chunks) * stored.itemsize
         self._rest = (0,) * (len(self.shape) - 1)  # chunk coordinates after the first
@@ -241,22 +260,8 @@ class ZarrStore(Store):
             lo, hi = (int(first.min()), int(first.max()) + 1) if first.size else (0, 0)
         row_bytes = math.prod(self.chunks[1:]) * layout.stored_dtype.itemsize
         block = np.empty((hi - lo, *self.chunks[1:]), dtype=layout.stored_dtype)
-        path = self._chunk_path(chunk)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+        if not self._pread_plain_chunk(chunk, _bytes_of(block), lo * row_bytes):
             block[...] = self.fill_value
-            got = block.nbytes
-        else:
-            try:
-                got = os.preadv(fd, [memoryview(block).cast("B")], lo * row_bytes)  # type: ignore[arg-type]
-            finally:
-                os.close(fd)
-        if got != block.nbytes:
-            raise CorruptChunkError(
-                f"chunk {chunk} of {self.path!r} is truncated: {path} ends before row {hi} "
-                f"of {self.chunks[0]}"
-            )
         shifted = (
             slice(first.start - lo, first.stop - lo, first.step)
             if isinstance(first, slice)
@@ -301,28 +306,36 @@ class ZarrStore(Store):
         """Rows of uncompressed chunk files, read in place: one ``preadv`` per chunk."""
         per_chunk = self.chunks[0]
         row_bytes = out.nbytes // len(out)
-        flat = memoryview(out).cast("B")  # type: ignore[arg-type]
+        flat = _bytes_of(out)
         done = 0
         while done < len(out):
             c, r = divmod(start + done, per_chunk)
             take = min(per_chunk - r, len(out) - done)
             target = flat[done * row_bytes : (done + take) * row_bytes]
-            path = self._chunk_path((c, *self._rest))
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
+            if not self._pread_plain_chunk((c, *self._rest), target, r * row_bytes):
                 out[done : done + take] = self.fill_value
-            else:
-                try:
-                    got = os.preadv(fd, [target], r * row_bytes)
-                finally:
-                    os.close(fd)
-                if got != len(target):
-                    raise CorruptChunkError(
-                        f"chunk {c} of {self.path!r} is truncated: {path} ends before row "
-                        f"{r + take} of {per_chunk}"
-                    )
             done += take
+
+    def _pread_plain_chunk(self, chunk: tuple[int, ...], target: memoryview, offset: int) -> bool:
+        """Fill ``target`` from bytes ``offset:`` of an uncompressed chunk file; False when the
+        chunk was never written.  A file of any size but a whole chunk's is damaged (cut
+        short, or written for another shape or dtype), even where the bytes asked for exist."""
+        path = self._chunk_path(chunk)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            size = os.fstat(fd).st_size
+            got = os.preadv(fd, [target], offset) if size == self._chunk_nbytes else -1
+        finally:
+            os.close(fd)
+        if got != len(target):
+            raise CorruptChunkError(
+                f"chunk {chunk} of {self.path!r} cannot be read (none) from {path}: it holds "
+                f"{size} bytes, expected {self._chunk_nbytes} (it is truncated or corrupt)"
+            )
+        return True
 
     def read_chunk(self, chunk: tuple[int, ...], scratch: bool = False) -> np.ndarray:
         region = self.chunk_region(chunk)
@@ -405,6 +418,8 @@ class ZarrStore(Store):
     def _row_run(self, piece: ChunkPiece, out: np.ndarray) -> tuple[np.ndarray, int] | None:
         """When ``piece`` is rows ``i:j`` of its chunk, whole along every other axis, and lands
         on a contiguous part of ``out``: that part, and the bytes of the chunk before row i."""
+        if not piece.local:  # a 0-d array: its one chunk goes through a scratch buffer
+            return None
         first, *rest = piece.local
         if not isinstance(first, slice) or (first.step or 1) != 1:
             return None
@@ -488,6 +503,8 @@ class ZarrStore(Store):
         try:
             try:
                 codec = layout.codec
+                if data.dtype.kind in "mM":  # no buffer format of their own: encode as ints
+                    data = data.view(f"{data.dtype.byteorder}i{data.dtype.itemsize}")
                 if layout.native_codec == _native.CODEC_ZSTD:
                     _native.zstd_write(fd, data, codec.level, codec.checksum)
                 else:

@@ -81,9 +81,7 @@ def _decoder(codec: Any) -> Callable[[bytes, np.ndarray], None]:
     elif isinstance(codec, numcodecs.Blosc):
 
         def decode(raw: bytes, out: np.ndarray) -> None:
-            declared = int.from_bytes(raw[4:8], "little") if len(raw) >= 16 else -1
-            if declared != out.nbytes:
-                raise ValueError(f"the blosc header says {declared} bytes, expected {out.nbytes}")
+            _check_blosc_frame(raw, out.nbytes)
             codec.decode(raw, out=out)
 
     else:
@@ -92,6 +90,33 @@ def _decoder(codec: Any) -> Callable[[bytes, np.ndarray], None]:
             _copy_exact(codec.decode(raw), out)
 
     return decode
+
+
+_BLOSC_HEADER = struct.Struct("<BBBBIII")  # versions, flags, typesize, nbytes, blocksize, cbytes
+_BLOSC_MEMCPYED = 0x02  # flag: the data follows the header uncompressed
+
+
+def _check_blosc_frame(raw: bytes, expected: int) -> None:
+    """Raise unless ``raw`` is framed as one blosc buffer of ``expected`` decoded bytes.
+
+    c-blosc trusts the sizes in the header: it reads ``cbytes`` bytes whatever the buffer
+    holds, so a truncated chunk would be decoded from memory past its end.  Every size the
+    header declares is checked against what was read before the decoder sees it."""
+    if len(raw) < _BLOSC_HEADER.size:
+        raise ValueError(
+            f"{len(raw)} bytes stored, fewer than a blosc header ({_BLOSC_HEADER.size})"
+        )
+    _, _, flags, _, nbytes, blocksize, cbytes = _BLOSC_HEADER.unpack_from(raw)
+    if nbytes != expected:
+        raise ValueError(f"the blosc header says {nbytes} bytes decoded, expected {expected}")
+    if cbytes != len(raw):
+        raise ValueError(f"the blosc header says {cbytes} bytes stored, {len(raw)} were read")
+    if expected and blocksize == 0:
+        raise ValueError("the blosc header says blocks of 0 bytes")
+    if flags & _BLOSC_MEMCPYED and cbytes != _BLOSC_HEADER.size + nbytes:
+        raise ValueError(
+            f"the blosc header says {nbytes} bytes stored uncompressed, but {cbytes} are stored"
+        )
 
 
 def _copy_exact(decoded: Any, out: np.ndarray) -> None:
