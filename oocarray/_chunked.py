@@ -8,9 +8,11 @@ datasets are memory-mapped: basic indexing returns views of the map, with no cop
 from __future__ import annotations
 
 import html
+import json
 import math
 import os
 import weakref
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -343,14 +345,15 @@ def open(
     mode
         ``"r"`` (read-only) or ``"r+"`` (read and write).
     dataset
-        For HDF5: the dataset's path in the file (not needed when there is only one).
+        The array's path inside an HDF5 file or a zarr group (v3 or v2), e.g. ``"a/b"``; not
+        needed when the file or group holds only one.
     allow_object
         Read arrays of Python objects (which can run code when loaded): only for data you trust.
 
     Raises
     ------
     StoreNotFoundError
-        Nothing is at ``path`` (or no such HDF5 dataset).
+        Nothing is at ``path`` (or no such dataset in the HDF5 file or zarr group).
     ValueError
         ``path`` holds no array oocarray reads, or holds objects and ``allow_object`` is off.
     """
@@ -413,11 +416,17 @@ def create(
     codec: str = "zstd",
     mode: str = "w",
     shards: object = None,
+    *,
+    dimension_names: object = None,
+    attributes: object = None,
+    dataset: str | None = None,
 ) -> ChunkedArray:
     """Create a zarr v3 array on disk, filled with zeros, open for reading and writing.
 
     Parameters
     ----------
+    path
+        The array's directory, or with ``dataset`` the zarr group that holds it.
     shape, dtype
         As for :func:`numpy.empty`.
     chunks
@@ -433,8 +442,35 @@ def create(
         is one file holding many small chunks: random reads decode only the small chunks they
         touch, while the files stay few.  Writes are made of whole shards (writing part of one
         rewrites it), so write in shard-sized blocks.
+    dimension_names
+        One name per axis (xarray's dimensions), e.g. ``("time", "station")``.  Default: none
+        for an array of its own, and ``dim_0``, ``dim_1``, ... for an array inside a zarr group
+        (what xarray needs to open the group; name them when the group's arrays do not share
+        their axes).
+    attributes
+        JSON-serialisable metadata stored with the array (``units``, ``long_name``, ...);
+        xarray shows them as the variable's ``attrs``.
+    dataset
+        Create the array at this path (``"temperature"``, ``"a/b"``) inside the zarr v3 group at
+        ``path``, making the group and the groups on the way if needed; ``mode`` then applies
+        to that array alone.  Read it back with ``oc.open(path, dataset=...)``.
+
+    Examples
+    --------
+    xarray opens zarr groups whose arrays name their dimensions:
+
+    >>> import os, tempfile, numpy as np, xarray as xr, oocarray as oc
+    >>> path = os.path.join(tempfile.mkdtemp(), "weather.zarr")
+    >>> t = oc.create(path, (365, 40), "float32", dataset="temperature",
+    ...               dimension_names=("day", "station"), attributes={"units": "K"})
+    >>> t[...] = 280.0
+    >>> ds = xr.open_zarr(path, consolidated=False)
+    >>> ds["temperature"].dims, ds["temperature"].attrs["units"]
+    (('day', 'station'), 'K')
+    >>> oc.open(path, dataset="temperature")[0, :3]
+    array([280., 280., 280.], dtype=float32)
     """
-    from oocarray._stores._zarr import CODECS, ZarrStore, create_zarr
+    from oocarray._stores._zarr import CODECS, ZarrStore, create_zarr, is_group, require_group
 
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
@@ -456,11 +492,58 @@ def create(
         raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
     if mode not in _MODES_CREATE:
         raise ValueError(f"mode must be one of {_MODES_CREATE} for oc.create, got {mode!r}")
-    target = os.fspath(path)
+    names = _parse_dimension_names(dimension_names, len(dims))
+    attrs = _parse_attributes(attributes)
+    if dataset is not None and not isinstance(dataset, str):
+        raise TypeError(f"dataset must be a str such as 'temperature' or 'a/b', got {dataset!r}")
+    target = os.fspath(path) if dataset is None else require_group(os.fspath(path), dataset)
     if mode != "w" and os.path.exists(target):
         raise FileExistsError(f"{target!r} exists; use mode='w' to replace it")
-    create_zarr(target, dims, parsed, chunk_shape, codec, overwrite=mode == "w", shards=shard_shape)
+    if names is None and is_group(os.path.dirname(os.path.abspath(target))):
+        names = tuple(f"dim_{axis}" for axis in range(len(dims)))  # xarray's default names
+    create_zarr(
+        target,
+        dims,
+        parsed,
+        chunk_shape,
+        codec,
+        overwrite=mode == "w",
+        shards=shard_shape,
+        dimension_names=names,
+        attributes=attrs,
+    )
     return ChunkedArray(ZarrStore.open(target, "r+", False))
+
+
+def _parse_dimension_names(names: object, ndim: int) -> tuple[str | None, ...] | None:
+    if names is None:
+        return None
+    if (
+        isinstance(names, (str, bytes))
+        or not isinstance(names, (tuple, list))
+        or len(names) != ndim
+        or not all(n is None or isinstance(n, str) for n in names)
+    ):
+        raise ValueError(
+            f"dimension_names must be one str (or None) per axis ({ndim}), e.g. "
+            f"{tuple(f'dim_{i}' for i in range(ndim))}; got {names!r}"
+        )
+    return tuple(names)
+
+
+def _parse_attributes(attributes: object) -> dict[str, Any] | None:
+    if attributes is None:
+        return None
+    if not isinstance(attributes, Mapping) or not all(isinstance(k, str) for k in attributes):
+        raise TypeError(f"attributes must be a mapping with str keys, got {attributes!r}")
+    try:
+        json.dumps(dict(attributes), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"attributes must be JSON values (str, numbers, bools, None, lists, dicts), got "
+            f"{attributes!r}: {error}"
+        ) from None
+    return dict(attributes)
 
 
 def temp(

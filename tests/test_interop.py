@@ -45,15 +45,95 @@ def test_dask_reads_what_oocarray_writes(written_by_oocarray: Path) -> None:
 def test_xarray_reads_what_oocarray_writes(tmp_path: Path) -> None:
     group = tmp_path / "ds.zarr"
     zarr.open_group(group, mode="w", zarr_format=3)
-    x = oc.create(group / "temperature", DATA.shape, DATA.dtype, chunks=(10, 5))
+    x = oc.create(
+        group / "temperature",
+        DATA.shape,
+        DATA.dtype,
+        chunks=(10, 5),
+        dimension_names=("time", "station"),
+        attributes={"units": "K", "scale": [1, 2.5]},
+    )
     x[...] = DATA
-    meta_path = group / "temperature" / "zarr.json"
-    meta = json.loads(meta_path.read_text())
-    meta["dimension_names"] = ["time", "station"]
-    meta_path.write_text(json.dumps(meta))
     ds = xr.open_zarr(group, consolidated=False)
     assert ds["temperature"].dims == ("time", "station")
+    assert ds["temperature"].attrs == {"units": "K", "scale": [1, 2.5]}
     assert np.array_equal(ds["temperature"].values, DATA)
+
+
+def test_xarray_opens_a_group_that_create_makes_with_dataset(tmp_path: Path) -> None:
+    path = tmp_path / "weather.zarr"
+    t = oc.create(path, DATA.shape, DATA.dtype, dataset="temperature", dimension_names=("t", "s"))
+    t[...] = DATA
+    counts = oc.create(path, (45,), np.int32, dataset="stats/count", dimension_names=("t",))
+    counts[...] = np.arange(45)
+    for ds in (
+        xr.open_zarr(path, consolidated=False),
+        xr.open_dataset(path, engine="zarr", consolidated=False, chunks=None),
+    ):
+        assert ds["temperature"].dims == ("t", "s")
+        assert np.array_equal(ds["temperature"].values, DATA)
+    nested = xr.open_zarr(path, group="stats", consolidated=False)
+    assert np.array_equal(nested["count"].values, np.arange(45))
+    assert np.array_equal(oc.open(path, dataset="stats/count")[...], np.arange(45))
+    replaced = oc.create(path, (3,), np.int8, dataset="stats/count")  # mode="w": this array only
+    assert replaced.shape == (3,)
+    assert np.array_equal(oc.open(path, dataset="temperature")[...], DATA)
+    with pytest.raises(FileExistsError):
+        oc.create(path, (3,), np.int8, dataset="temperature", mode="w-")
+
+
+def test_arrays_created_in_a_group_get_xarrays_default_dimension_names(tmp_path: Path) -> None:
+    group = tmp_path / "ds.zarr"
+    zarr.open_group(group, mode="w", zarr_format=3)
+    oc.create(group / "plain", DATA.shape, DATA.dtype)[...] = DATA
+    ds = xr.open_zarr(group, consolidated=False)
+    assert ds["plain"].dims == ("dim_0", "dim_1")
+    alone = oc.create(tmp_path / "alone.zarr", DATA.shape, DATA.dtype)
+    meta = json.loads((Path(alone.path) / "zarr.json").read_text())
+    assert "dimension_names" not in meta, "an array of its own keeps its metadata as it was"
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_open_reaches_an_array_inside_a_zarr_group(tmp_path: Path, zarr_format: int) -> None:
+    path = tmp_path / "g.zarr"
+    root = zarr.open_group(path, mode="w", zarr_format=zarr_format)
+    root.create_array("a/b", shape=DATA.shape, dtype=DATA.dtype, chunks=(10, 5))[...] = DATA
+    root.create_array("c", shape=(4,), dtype="i2")[...] = [1, 2, 3, 4]
+    assert np.array_equal(oc.open(path, dataset="a/b")[3:9, ::2], DATA[3:9, ::2])
+    assert np.array_equal(oc.open(path, dataset="/c")[...], [1, 2, 3, 4])
+    writable = oc.open(path, mode="r+", dataset="c")
+    writable[0] = 9
+    assert zarr.open_array(path / "c", mode="r")[0] == 9
+    with pytest.raises(ValueError, match=r"2 arrays \['a/b', 'c'\]; choose one with dataset"):
+        oc.open(path)
+    with pytest.raises(oc.StoreNotFoundError, match="no array 'missing'"):
+        oc.open(path, dataset="missing")
+    with pytest.raises(ValueError, match="is a zarr group, not an array"):
+        oc.open(path, dataset="a")
+    assert np.array_equal(oc.open(path / "a")[...], DATA), "a group with one array needs no name"
+    with pytest.raises(ValueError, match="is a zarr array: open it without dataset"):
+        oc.open(path / "c", dataset="c")
+
+
+def test_bad_dimension_names_attributes_and_datasets(tmp_path: Path) -> None:
+    path = tmp_path / "x.zarr"
+    with pytest.raises(ValueError, match=r"one str \(or None\) per axis \(2\)"):
+        oc.create(path, (2, 3), "f4", dimension_names=("x",))
+    with pytest.raises(ValueError, match="per axis"):
+        oc.create(path, (2, 3), "f4", dimension_names="xy")
+    with pytest.raises(TypeError, match="JSON values"):
+        oc.create(path, (2, 3), "f4", attributes={"when": np.datetime64("2024-01-01")})
+    with pytest.raises(TypeError, match="mapping with str keys"):
+        oc.create(path, (2, 3), "f4", attributes=[("units", "K")])
+    with pytest.raises(ValueError, match="no empty"):
+        oc.create(path, (2, 3), "f4", dataset="../escape")
+    assert not path.exists(), "nothing is written before the arguments are checked"
+    zarr.open_group(tmp_path / "v2.zarr", mode="w", zarr_format=2)
+    with pytest.raises(ValueError, match="zarr v2 group"):
+        oc.create(tmp_path / "v2.zarr", (2,), "f4", dataset="x")
+    np.save(tmp_path / "a.npy", np.zeros(3))
+    with pytest.raises(ValueError, match=r"is a \.npy file"):
+        oc.open(tmp_path / "a.npy", dataset="x")
 
 
 def test_tensorstore_reads_what_oocarray_writes(written_by_oocarray: Path) -> None:
