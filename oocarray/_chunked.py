@@ -7,10 +7,12 @@ datasets are memory-mapped: basic indexing returns views of the map, with no cop
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
 import os
+import threading
 import weakref
 from collections.abc import Mapping
 from types import TracebackType
@@ -587,24 +589,40 @@ def _open_ancestor(manager: Manager) -> Manager:
     return manager
 
 
+# The temporary arrays each open manager owns, held weakly (so an array goes as soon as the
+# user drops it), with one close hook per manager that hands the survivors to its parent.
+_temporaries: weakref.WeakKeyDictionary[Manager, weakref.WeakSet[ChunkedArray]] = (
+    weakref.WeakKeyDictionary()
+)
+_temporaries_lock = threading.Lock()
+
+
 def _own_temporary(manager: Manager, array: ChunkedArray) -> None:
     """Make ``manager`` the owner of a temporary array: when it closes while the array is
-    still referenced, the array escapes to its parent, which owns it from then on.  Only weak
-    references are held, so the array is deleted as soon as the user drops it."""
-    parent = manager.parent
-    if parent is None:
+    still referenced, the array escapes to its parent, which owns it from then on."""
+    if manager.parent is None:
         return  # the system manager never closes
-    array_ref = weakref.ref(array)
-    parent_ref = weakref.ref(parent)
+    with _temporaries_lock:
+        owned = _temporaries.get(manager)
+        if owned is None:
+            owned = _temporaries[manager] = weakref.WeakSet()
+            manager._add_close_hook(functools.partial(_hand_to_parent, weakref.ref(manager)))
+        owned.add(array)
 
-    def hand_to_parent() -> tuple[int, int] | None:
-        escaped, new_owner = array_ref(), parent_ref()
-        if escaped is None or escaped._closed or new_owner is None:
-            return None
-        _own_temporary(_open_ancestor(new_owner), escaped)
-        return 1, escaped.nbytes  # counted as an escape of its logical bytes, like an ndarray
 
-    manager._add_close_hook(hand_to_parent)
+def _hand_to_parent(manager_ref: weakref.ref[Manager]) -> tuple[int, int] | None:
+    """The close hook: the closing manager's temporary arrays still referenced escape to its
+    parent, counted like ndarray escapes (their logical bytes)."""
+    manager = manager_ref()
+    if manager is None or manager.parent is None:
+        return None
+    with _temporaries_lock:
+        owned = _temporaries.pop(manager, None)
+    escaped = [array for array in list(owned or ()) if not array._closed]
+    new_owner = _open_ancestor(manager.parent)
+    for array in escaped:
+        _own_temporary(new_owner, array)
+    return len(escaped), sum(array.nbytes for array in escaped)
 
 
 def from_numpy(a: npt.ArrayLike, chunks: object = None, codec: str = "zstd") -> ChunkedArray:
