@@ -25,7 +25,7 @@ from oocarray import _temp_dirs
 from oocarray._indexing import ChunkPiece, Selection, parse_key
 from oocarray._manager import Manager, _parse_shape, active_manager, system
 from oocarray._stores import Store, open_store
-from oocarray._stores._base import auto_chunks, check_dtype
+from oocarray._stores._base import auto_chunks
 from oocarray._units import format_bytes
 from oocarray.errors import ClosedError
 
@@ -139,9 +139,10 @@ class ChunkedArray:
         self._check_open()
         memmap = self._store.memmap
         if memmap is not None:
-            # Memory-mapped: NumPy indexes the map itself (views for basic indexing).
-            view = memmap[key]  # type: ignore[call-overload]
-            return view.view(np.ndarray) if isinstance(view, np.memmap) else np.asarray(view)
+            # Memory-mapped: NumPy indexes the map, and what it selects is copied out, as every
+            # format's reads are, so a result never aliases the file; as_ndarray() does.
+            picked = memmap.view(np.ndarray)[key]  # type: ignore[call-overload]
+            return np.array(picked) if np.may_share_memory(picked, memmap) else picked
         if self._rows_fast and isinstance(key, (int, np.integer, slice)):
             rows = self._read_rows(key)
             if rows is not None:
@@ -213,27 +214,99 @@ class ChunkedArray:
         values = selection.from_value(values)
         # Blocks go to the store a few at a time: enough to keep every core busy encoding,
         # few enough that the blocks read back for partial writes stay small.
-        wave: list[tuple[tuple[int, ...], np.ndarray]] = []
+        wave: list[ChunkPiece] = []
         for piece in selection.pieces():
-            if piece.covers_chunk:
-                block = values[piece.out]
-            else:
-                block = self._store.read_block(piece.chunk)
-                self.chunk_reads += 1
-                block[piece.local] = values[piece.out]
-            wave.append((piece.chunk, block))
+            wave.append(piece)
             if len(wave) == _WRITE_WAVE:
-                self._store.write_blocks(wave)
-                self.chunk_writes += len(wave)
+                self._write_wave(wave, values)
                 wave = []
         if wave:
-            self._store.write_blocks(wave)
-            self.chunk_writes += len(wave)
+            self._write_wave(wave, values)
+
+    def _write_wave(self, pieces: list[ChunkPiece], values: np.ndarray) -> None:
+        """Write the blocks of ``pieces`` (``values`` laid out as the selection's full shape).
+        A block written in part is read, updated and written back; the blocks' locks are held
+        from the read to the write, so no other thread's write to them lands in between and
+        is lost (whole blocks take them too: a read-modify-write would undo them)."""
+        store = self._store
+        with store.locked_blocks([piece.chunk for piece in pieces]):
+            blocks = []
+            for piece in pieces:
+                if piece.covers_chunk:
+                    block = values[piece.out]
+                else:
+                    block = store.read_block(piece.chunk)
+                    self.chunk_reads += 1
+                    block[piece.local] = values[piece.out]
+                blocks.append((piece.chunk, block))
+            store.write_blocks(blocks)
+        self.chunk_writes += len(blocks)
 
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
-        """The whole array in memory, allocated in the active manager (its budget applies)."""
+        """The whole array in memory, allocated in the active manager (its budget applies).
+
+        ``copy=False`` (``np.asarray(x, copy=False)``) never copies, as in NumPy 2: a
+        memory-mapped array gives :meth:`as_ndarray`'s view, anything else raises
+        ``ValueError``."""
+        if copy is False:
+            return self._without_copy(dtype)
         data = self[...]
         return data if dtype is None else data.astype(dtype, copy=False)
+
+    def _without_copy(self, dtype: npt.DTypeLike | None) -> np.ndarray:
+        if self._store.memmap is not None and (dtype is None or np.dtype(dtype) == self.dtype):
+            return self.as_ndarray("r" if self.readonly else "r+")
+        where = "in chunks" if self._store.memmap is None else f"as {self.dtype}"
+        raise ValueError(
+            f"the {self.format} array at {self.path!r} is stored {where}, so it cannot be "
+            "made an ndarray without a copy (copy=False); use np.asarray(x) to read it into "
+            "memory"
+        )
+
+    def as_ndarray(self, mode: str = "r") -> np.ndarray:
+        """The whole array as an ``np.ndarray`` over its file's pages, with no copy: the
+        explicit zero-copy view of a memory-mapped array (``.npy``, contiguous uncompressed
+        HDF5).  Indexing copies what it selects; this does not.
+
+        Parameters
+        ----------
+        mode
+            ``"r"``: a read-only view.  ``"r+"``: writes into the view change the file (the
+            array must be open with ``mode="r+"``).
+
+        Raises
+        ------
+        NotImplementedError
+            The array is stored in chunks (zarr, chunked HDF5): read it with ``x[...]``.
+        ReadOnlyError
+            ``mode="r+"`` on an array opened read-only.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc, tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.npy")
+        >>> np.save(path, np.arange(6.0))
+        >>> view = oc.open(path).as_ndarray()
+        >>> view[2], oc.location(view), view.flags.writeable
+        (np.float64(2.0), 'mmap', False)
+        """
+        self._check_open()
+        if mode not in ("r", "r+"):
+            raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
+        memmap = self._store.memmap
+        if memmap is None:
+            raise NotImplementedError(
+                f"as_ndarray() is a view of a memory-mapped file (.npy, contiguous "
+                f"uncompressed HDF5); the {self.format} array at {self.path!r} is stored in "
+                "chunks: read it with x[...] instead"
+            )
+        if mode == "r+":
+            self._store.check_writable()
+        view = memmap.view(np.ndarray)
+        if mode == "r" and view.flags.writeable:
+            view = view.view()
+            view.flags.writeable = False
+        return view
 
     def __iter__(self) -> Any:
         for i in range(len(self)):
@@ -404,7 +477,11 @@ def _parse_dtype(dtype: object) -> np.dtype[Any]:
         parsed: np.dtype[Any] = np.dtype(dtype)  # type: ignore[call-overload]
     except TypeError as error:
         raise TypeError(f"dtype {dtype!r} is not a NumPy data type (e.g. 'float32')") from error
-    check_dtype(parsed, False, "a chunked array")
+    if parsed.hasobject:  # allow_object= is for opening existing arrays, never for writing
+        raise ValueError(
+            f"chunked arrays cannot store Python objects (dtype {parsed}): use a fixed-width "
+            "string dtype such as 'U16' or 'S16', or a numeric one"
+        )
     if parsed.fields is not None or parsed.subdtype is not None:
         raise TypeError(f"structured and sub-array dtypes are not supported, got {parsed}")
     return parsed

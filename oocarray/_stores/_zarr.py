@@ -295,9 +295,9 @@ class ZarrStore(Store):
 
     def _codec_name(self) -> str:
         meta: Any = self.array.metadata
-        if self.zarr_format == 2:
-            compressor = meta.compressor
-            return "none" if compressor is None else str(compressor.codec_id)
+        if self.zarr_format == 2:  # filters, then the compressor, in the order of writing
+            chain = [*(meta.filters or ()), meta.compressor]
+            return "+".join(str(c.codec_id) for c in chain if c is not None) or "none"
         names = [type(c).__name__.removesuffix("Codec").lower() for c in meta.codecs]
         if names[:1] == ["bytes"]:
             names = names[1:]
