@@ -182,8 +182,12 @@ def is_group(path: str) -> bool:
     """Whether ``path`` holds a zarr group (v3 or v2) rather than an array."""
     v3 = os.path.join(path, "zarr.json")
     if os.path.isfile(v3):
-        with open(v3, "rb") as f:
-            return bool(json.load(f).get("node_type") == "group")
+        try:
+            with open(v3, "rb") as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            return False  # unreadable metadata: zarr-python reports it when the node is opened
+        return isinstance(meta, dict) and meta.get("node_type") == "group"
     return os.path.isfile(os.path.join(path, ".zgroup")) and not os.path.isfile(
         os.path.join(path, ".zarray")
     )
