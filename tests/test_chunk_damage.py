@@ -43,7 +43,7 @@ def _oc_array(codec: str, shards: tuple[int, ...] | None = None) -> Callable[[Pa
     return make
 
 
-def _zarr_v2_array(compressor: object) -> Callable[[Path], str]:
+def _zarr_v2_array(compressor: object, filters: object = None) -> Callable[[Path], str]:
     def make(path: Path) -> str:
         z = zarr.create_array(
             path,
@@ -52,6 +52,7 @@ def _zarr_v2_array(compressor: object) -> Callable[[Path], str]:
             dtype=DATA.dtype,
             zarr_format=2,
             compressors=compressor,  # type: ignore[arg-type]
+            filters=filters,  # type: ignore[arg-type]
         )
         z[...] = DATA
         return "1.0"
@@ -94,6 +95,10 @@ ARRAYS: dict[str, Callable[[Path], str]] = {
     "v2-zlib": _zarr_v2_array(numcodecs.Zlib(level=1)),
     "v2-gzip": _zarr_v2_array(numcodecs.GZip(level=1)),
     "v2-none": _zarr_v2_array(None),
+    "v2-shuffle-blosc-lz4": _zarr_v2_array(
+        numcodecs.Blosc(cname="lz4"), [numcodecs.Shuffle(elementsize=8)]
+    ),
+    "v2-shuffle": _zarr_v2_array(None, [numcodecs.Shuffle(elementsize=8)]),
 }
 
 
@@ -205,3 +210,17 @@ def test_a_blosc_chunk_cut_short_is_corrupt_not_garbage(
         with pytest.raises(oc.CorruptChunkError, match=r"chunk \(1, 0\).*blosc header"):
             y[key]
     assert np.array_equal(y[:64], data[:64])
+
+
+def test_a_blosc_chunk_under_v2_filters_cut_short_is_corrupt(tmp_path: Path) -> None:
+    """Arrays with v2 filters used to be decoded by zarr-python, whose blosc reads past the
+    end of a short chunk just the same."""
+    _zarr_v2_array(numcodecs.Blosc(cname="lz4"), [numcodecs.Shuffle(elementsize=8)])(
+        tmp_path / "a.zarr"
+    )
+    damaged = tmp_path / "a.zarr" / "1.0"
+    damaged.write_bytes(damaged.read_bytes()[:-1])
+    x = oc.open(tmp_path / "a.zarr")
+    with pytest.raises(oc.CorruptChunkError, match=r"chunk \(1, 0\).*blosc header"):
+        x[8:16]
+    assert np.array_equal(x[:8], DATA[:8])

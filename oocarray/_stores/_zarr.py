@@ -4,8 +4,8 @@ zarr-python parses metadata and creates arrays, so what is written stays plain z
 common layouts of a local directory (see :mod:`._zarr_layout`) chunks are read directly: their
 bytes are read and decoded straight into buffers of the active manager, on every core, without
 zarr-python's per-call async machinery (see :mod:`._chunk_jobs`); unsharded ones are written
-directly too.  Anything else (filters, other codecs, remote stores, writes into shards) goes
-through zarr-python.
+directly too, v2 filters included.  Anything else (other v3 codec chains, remote stores,
+writes into shards) goes through zarr-python.
 """
 
 from __future__ import annotations
