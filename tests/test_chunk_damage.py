@@ -1,5 +1,8 @@
 """Damaged chunks: a truncated or corrupt chunk file of any codec oocarray reads gives
-``CorruptChunkError`` or the right data, never data read from past the chunk's bytes."""
+``CorruptChunkError`` or the right data, never data read from past the chunk's bytes.
+
+The fuzz tests draw the same examples every run under the "ci" hypothesis profile (the
+default, see conftest.py); ``HYPOTHESIS_PROFILE=long`` draws new ones to explore."""
 
 from __future__ import annotations
 
@@ -145,7 +148,6 @@ def _check_reads(path: Path, truncated: bool) -> None:
 
 @settings(
     max_examples=200,
-    derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -165,7 +167,6 @@ def test_a_truncated_chunk_is_reported_never_misread(
 
 @settings(
     max_examples=300,
-    derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
