@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import h5py
 import numcodecs
 import numpy as np
 import pytest
@@ -225,3 +226,19 @@ def test_a_blosc_chunk_under_v2_filters_cut_short_is_corrupt(tmp_path: Path) -> 
     with pytest.raises(oc.CorruptChunkError, match=r"chunk \(1, 0\).*blosc header"):
         x[8:16]
     assert np.array_equal(x[:8], DATA[:8])
+
+
+@pytest.mark.parametrize("fletcher32", [True, False])
+def test_a_corrupt_hdf5_chunk_is_a_corrupt_chunk_error(tmp_path: Path, fletcher32: bool) -> None:
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=DATA, chunks=CHUNKS, compression="gzip", fletcher32=fletcher32)
+        where = f["x"].id.get_chunk_info(1).byte_offset
+    stored = bytearray(path.read_bytes())
+    for i in range(8):
+        stored[where + 8 + i] ^= 0xFF
+    path.write_bytes(bytes(stored))
+    x = oc.open(path)
+    with pytest.raises(oc.CorruptChunkError, match=r"chunk \(1, 0\) of HDF5 dataset 'x'.*gzip"):
+        x[8:16]
+    assert np.array_equal(x[16:], DATA[16:])

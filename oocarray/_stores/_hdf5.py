@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 
 from oocarray._stores._base import Store, auto_chunks, check_dtype
-from oocarray.errors import StoreNotFoundError
+from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
 __all__ = ["HDF5Store"]
 
@@ -131,7 +131,16 @@ class HDF5Store(Store):
         if self.memmap is not None:
             return self.memmap[region]
         out = np.empty(tuple(r.stop - r.start for r in region), dtype=self.dtype)
-        self.ds.read_direct(out, source_sel=region)
+        try:
+            self.ds.read_direct(out, source_sel=region)
+        except OSError as error:
+            # HDF5 says only that a filter (inflate, a checksum, ...) failed on the chunk.
+            if "filter returned failure" not in str(error):
+                raise
+            raise CorruptChunkError(
+                f"chunk {chunk} of HDF5 dataset {self.dataset_name!r} in {self.path!r} cannot "
+                f"be decoded ({self.codec}): it is corrupt or truncated ({error})"
+            ) from error
         return out
 
     def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
