@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import pickle
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -481,3 +483,19 @@ def test_escaped_bytes_go_down_when_escaped_arrays_are_freed() -> None:
         oc.detach(b)
         assert (outer.stats().escaped, outer.stats().escaped_bytes) == (0, 0)
         del b
+
+
+def test_reaching_max_spill_bytes_says_so(tmp_path: Path) -> None:
+    oc.configure(spill_dir=tmp_path, max_spill_bytes="1M")
+    with oc.Manager("etl", max_bytes="1M") as m:
+        with pytest.raises(oc.MemoryBudgetError) as over_budget:
+            np.ones(300_000)  # 2.3 MiB: over the budget, and over the disk cap
+        with m.sub("filed", location="mmap"), pytest.raises(oc.SpillError) as placed:
+            np.ones(300_000)
+    for caught in (over_budget, placed):
+        message = str(caught.value)
+        assert "the max_spill_bytes limit was reached: 0 B of 1.0 MiB is in use" in message
+        assert "2.3 MiB more was needed" in message
+        assert "oc.configure(max_spill_bytes=...)" in message
+        assert "No space left on device" not in message
+    assert placed.value.errno == errno.ENOSPC

@@ -1300,3 +1300,36 @@ def test_spill_counts_survive_pruning() -> None:
         with parent.sub("another"):  # creating a child prunes the empty closed one
             pass
         assert (parent.stats().spills, parent.stats().unspills) == (1, 1)
+
+
+def test_an_escaped_array_is_resized_under_its_new_owners_policy(tmp_path: Any) -> None:
+    """What hypothesis found (issue 10): an array escaped from a closed ``location="mmap"``
+    child belongs to its parent, so growing it follows the parent's ``max_bytes=1000,
+    spill="fail"``: refused, not grown into a file."""
+    oc.configure(spill_dir=tmp_path)
+    with oc.Manager("parent", max_bytes=1000, spill="fail") as parent:
+        with parent.sub("child", location="mmap"):
+            a = np.zeros(600, np.uint8)  # under a page: in RAM even with location="mmap"
+        assert oc.owner(a) is parent
+        try:
+            with pytest.raises(MemoryError):
+                a.resize((50_000,), refcheck=False)
+        finally:
+            _native.take_failure()
+        assert oc.location(a) == "ram"
+        assert parent.stats().current_bytes == 600
+        a.resize((900,), refcheck=False)  # within the parent's budget: fine
+        assert (parent.stats().current_bytes, parent.stats().mmap_bytes) == (900, 0)
+        del a
+
+
+def test_an_escaped_array_is_brought_back_under_its_new_owners_budget(tmp_path: Any) -> None:
+    """A closed manager's own budget no longer refuses anything: the parent's does."""
+    oc.configure(spill_dir=tmp_path)
+    with oc.Manager("parent", max_bytes=1 << 20) as parent:
+        with parent.sub("child", max_bytes=1000):
+            a = np.ones(100_000, np.uint8)  # over the child's budget: placed in a file
+        assert oc.location(a) == "mmap"
+        assert oc.unspill(a) == 100_000  # 100 kB fits the parent's 1 MiB
+        assert oc.location(a) == "ram"
+        del a
