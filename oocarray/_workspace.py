@@ -292,7 +292,7 @@ class Workspace(Manager):
         target = self._target_bytes
         if self.location != "mmap" or target == 0 or self._mode == _native.WS_MODE_BYPASS:
             return
-        if self._node.ws_stats()["arena_bytes"] >= target:
+        if self._node.ws_stats()["arena_bytes"] >= target or self._budget_refuses(target):
             return
         error = _file_refusal(target)  # the native call keeps its errno: ask the disk again
         if error is not None:
@@ -322,6 +322,16 @@ class Workspace(Manager):
         self._cycle_escapes += escaped
         if escaped and self.config.on_escape == "raise" and exc_type is None:
             raise WorkspaceLeakError(self._cycle_leak_message(escaped))
+
+    def _budget_refuses(self, nbytes: int) -> bool:
+        """Whether a budget on the way up would refuse ``nbytes`` more RAM now."""
+        m: Manager | None = self
+        while m is not None:
+            limit = int(m._node.max_bytes)
+            if limit >= 0 and m._node.counters()["current_bytes"] + nbytes > limit:
+                return True
+            m = m.parent
+        return False
 
     def _learn(self, requested: int, overflowed: bool) -> None:
         cfg = self.config

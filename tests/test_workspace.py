@@ -497,3 +497,15 @@ def test_a_workspace_inherits_spill_and_location(tmp_path: os.PathLike[str]) -> 
             np.ones(1_000_000)  # 8 MB outside the (empty) arena: refused, not put on disk
         ws.close()
     del strict
+
+
+def test_an_arena_the_budget_refuses_is_not_a_disk_error(tmp_path: os.PathLike[str]) -> None:
+    oc.configure(spill_dir=tmp_path)
+    with oc.Manager("small", max_bytes="1M"):
+        ws = oc.Workspace("filed", location="mmap", initial_size="8M")
+        with ws:  # the cycle runs outside the arena, its large arrays on disk
+            a = np.ones(200_000)
+            assert oc.location(a) == "mmap"
+            del a
+        assert ws.stats().size_bytes == 0
+        ws.close()
