@@ -7,24 +7,27 @@ datasets are memory-mapped: basic indexing returns views of the map, with no cop
 
 from __future__ import annotations
 
-import atexit
+import functools
 import html
+import json
 import math
 import os
-import shutil
-import tempfile
+import threading
+import weakref
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
 
-from oocarray import _spill_files
+from oocarray import _temp_dirs
 from oocarray._indexing import ChunkPiece, Selection, parse_key
-from oocarray._manager import _parse_shape, active_manager, system
+from oocarray._manager import Manager, _parse_shape, active_manager, system
 from oocarray._stores import Store, open_store
-from oocarray._stores._base import auto_chunks, check_dtype
+from oocarray._stores._base import auto_chunks
 from oocarray._units import format_bytes
+from oocarray.errors import ClosedError
 
 __all__ = ["ChunkedArray", "create", "from_dask", "from_numpy", "open", "temp"]
 
@@ -57,6 +60,9 @@ class ChunkedArray:
     def __init__(self, store: Store, *, temporary: bool = False) -> None:
         self._store = store
         self._temporary = temporary
+        self._closed = False
+        # Deletes a temporary array's data once: on close(), or when the last reference goes.
+        self._delete_data: weakref.finalize[Any, Any] | None = None
         # Chunks whole along every axis but the first: x[i] and x[i:j] take a short path.
         self._rows_fast = bool(store.shape) and store.chunks[1:] == store.shape[1:]
         self.chunk_reads = 0
@@ -119,6 +125,7 @@ class ChunkedArray:
 
     def stored_bytes(self) -> int:
         """Bytes the data takes on disk."""
+        self._check_open()
         return self._store.stored_bytes()
 
     def __len__(self) -> int:
@@ -129,11 +136,13 @@ class ChunkedArray:
     # ---- reading and writing ----
 
     def __getitem__(self, key: object) -> np.ndarray:
+        self._check_open()
         memmap = self._store.memmap
         if memmap is not None:
-            # Memory-mapped: NumPy indexes the map itself (views for basic indexing).
-            view = memmap[key]  # type: ignore[call-overload]
-            return view.view(np.ndarray) if isinstance(view, np.memmap) else np.asarray(view)
+            # Memory-mapped: NumPy indexes the map, and what it selects is copied out, as every
+            # format's reads are, so a result never aliases the file; as_ndarray() does.
+            picked = memmap.view(np.ndarray)[key]  # type: ignore[call-overload]
+            return np.array(picked) if np.may_share_memory(picked, memmap) else picked
         if self._rows_fast and isinstance(key, (int, np.integer, slice)):
             rows = self._read_rows(key)
             if rows is not None:
@@ -187,6 +196,7 @@ class ChunkedArray:
         return out if isinstance(key, slice) else out[0]
 
     def __setitem__(self, key: object, value: object) -> None:
+        self._check_open()
         self._store.check_writable()
         selection = parse_key(key, self.shape, self._store.write_grid)
         given = np.asarray(value, dtype=self.dtype)
@@ -204,27 +214,99 @@ class ChunkedArray:
         values = selection.from_value(values)
         # Blocks go to the store a few at a time: enough to keep every core busy encoding,
         # few enough that the blocks read back for partial writes stay small.
-        wave: list[tuple[tuple[int, ...], np.ndarray]] = []
+        wave: list[ChunkPiece] = []
         for piece in selection.pieces():
-            if piece.covers_chunk:
-                block = values[piece.out]
-            else:
-                block = self._store.read_block(piece.chunk)
-                self.chunk_reads += 1
-                block[piece.local] = values[piece.out]
-            wave.append((piece.chunk, block))
+            wave.append(piece)
             if len(wave) == _WRITE_WAVE:
-                self._store.write_blocks(wave)
-                self.chunk_writes += len(wave)
+                self._write_wave(wave, values)
                 wave = []
         if wave:
-            self._store.write_blocks(wave)
-            self.chunk_writes += len(wave)
+            self._write_wave(wave, values)
+
+    def _write_wave(self, pieces: list[ChunkPiece], values: np.ndarray) -> None:
+        """Write the blocks of ``pieces`` (``values`` laid out as the selection's full shape).
+        A block written in part is read, updated and written back; the blocks' locks are held
+        from the read to the write, so no other thread's write to them lands in between and
+        is lost (whole blocks take them too: a read-modify-write would undo them)."""
+        store = self._store
+        with store.locked_blocks([piece.chunk for piece in pieces]):
+            blocks = []
+            for piece in pieces:
+                if piece.covers_chunk:
+                    block = values[piece.out]
+                else:
+                    block = store.read_block(piece.chunk)
+                    self.chunk_reads += 1
+                    block[piece.local] = values[piece.out]
+                blocks.append((piece.chunk, block))
+            store.write_blocks(blocks)
+        self.chunk_writes += len(blocks)
 
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
-        """The whole array in memory, allocated in the active manager (its budget applies)."""
+        """The whole array in memory, allocated in the active manager (its budget applies).
+
+        ``copy=False`` (``np.asarray(x, copy=False)``) never copies, as in NumPy 2: a
+        memory-mapped array gives :meth:`as_ndarray`'s view, anything else raises
+        ``ValueError``."""
+        if copy is False:
+            return self._without_copy(dtype)
         data = self[...]
         return data if dtype is None else data.astype(dtype, copy=False)
+
+    def _without_copy(self, dtype: npt.DTypeLike | None) -> np.ndarray:
+        if self._store.memmap is not None and (dtype is None or np.dtype(dtype) == self.dtype):
+            return self.as_ndarray("r" if self.readonly else "r+")
+        where = "in chunks" if self._store.memmap is None else f"as {self.dtype}"
+        raise ValueError(
+            f"the {self.format} array at {self.path!r} is stored {where}, so it cannot be "
+            "made an ndarray without a copy (copy=False); use np.asarray(x) to read it into "
+            "memory"
+        )
+
+    def as_ndarray(self, mode: str = "r") -> np.ndarray:
+        """The whole array as an ``np.ndarray`` over its file's pages, with no copy: the
+        explicit zero-copy view of a memory-mapped array (``.npy``, contiguous uncompressed
+        HDF5).  Indexing copies what it selects; this does not.
+
+        Parameters
+        ----------
+        mode
+            ``"r"``: a read-only view.  ``"r+"``: writes into the view change the file (the
+            array must be open with ``mode="r+"``).
+
+        Raises
+        ------
+        NotImplementedError
+            The array is stored in chunks (zarr, chunked HDF5): read it with ``x[...]``.
+        ReadOnlyError
+            ``mode="r+"`` on an array opened read-only.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc, tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "a.npy")
+        >>> np.save(path, np.arange(6.0))
+        >>> view = oc.open(path).as_ndarray()
+        >>> view[2], oc.location(view), view.flags.writeable
+        (np.float64(2.0), 'mmap', False)
+        """
+        self._check_open()
+        if mode not in ("r", "r+"):
+            raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
+        memmap = self._store.memmap
+        if memmap is None:
+            raise NotImplementedError(
+                f"as_ndarray() is a view of a memory-mapped file (.npy, contiguous "
+                f"uncompressed HDF5); the {self.format} array at {self.path!r} is stored in "
+                "chunks: read it with x[...] instead"
+            )
+        if mode == "r+":
+            self._store.check_writable()
+        view = memmap.view(np.ndarray)
+        if mode == "r" and view.flags.writeable:
+            view = view.view()
+            view.flags.writeable = False
+        return view
 
     def __iter__(self) -> Any:
         for i in range(len(self)):
@@ -237,6 +319,7 @@ class ChunkedArray:
         a shard is one file, and its inner chunks decode on all cores within a task)."""
         import dask.array as da
 
+        self._check_open()
         return da.from_array(  # type: ignore[no-untyped-call]
             self,
             chunks=self._store.write_grid,
@@ -249,10 +332,29 @@ class ChunkedArray:
     # ---- lifetime ----
 
     def close(self) -> None:
-        """Release open files (and delete the data of a temporary array)."""
+        """Release open files, and delete the data of a temporary array; later reads and
+        writes raise :class:`ClosedError`.  Closing twice does nothing."""
+        self._closed = True
         self._store.close()
+        if self._delete_data is not None:
+            self._delete_data()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (a temporary array's data is then deleted)."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if not self._closed:
+            return
         if self._temporary:
-            shutil.rmtree(self.path, ignore_errors=True)
+            raise ClosedError(
+                f"the temporary array that was at {self.path!r} is closed and its data deleted; "
+                "keep the array open while it is used, or make a new one with oc.temp"
+            )
+        raise ClosedError(
+            f"the chunked array at {self.path!r} is closed; open it again with oc.open(path)"
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -268,7 +370,7 @@ class ChunkedArray:
     # ---- presentation ----
 
     def _summary(self) -> dict[str, str]:
-        stored = self.stored_bytes()
+        stored = 0 if self._closed else self.stored_bytes()
         return {
             "shape": str(self.shape),
             "dtype": str(self.dtype),
@@ -278,7 +380,7 @@ class ChunkedArray:
             "on disk": format_bytes(stored),
             "format": self.format + (" (temporary)" if self._temporary else ""),
             "location": f"{self.location} at {self.path}",
-            "mode": "read-only" if self.readonly else "read-write",
+            "mode": "closed" if self._closed else "read-only" if self.readonly else "read-write",
         }
 
     def __repr__(self) -> str:
@@ -318,14 +420,15 @@ def open(
     mode
         ``"r"`` (read-only) or ``"r+"`` (read and write).
     dataset
-        For HDF5: the dataset's path in the file (not needed when there is only one).
+        The array's path inside an HDF5 file or a zarr group (v3 or v2), e.g. ``"a/b"``; not
+        needed when the file or group holds only one.
     allow_object
         Read arrays of Python objects (which can run code when loaded): only for data you trust.
 
     Raises
     ------
     StoreNotFoundError
-        Nothing is at ``path`` (or no such HDF5 dataset).
+        Nothing is at ``path`` (or no such dataset in the HDF5 file or zarr group).
     ValueError
         ``path`` holds no array oocarray reads, or holds objects and ``allow_object`` is off.
     """
@@ -374,7 +477,11 @@ def _parse_dtype(dtype: object) -> np.dtype[Any]:
         parsed: np.dtype[Any] = np.dtype(dtype)  # type: ignore[call-overload]
     except TypeError as error:
         raise TypeError(f"dtype {dtype!r} is not a NumPy data type (e.g. 'float32')") from error
-    check_dtype(parsed, False, "a chunked array")
+    if parsed.hasobject:  # allow_object= is for opening existing arrays, never for writing
+        raise ValueError(
+            f"chunked arrays cannot store Python objects (dtype {parsed}): use a fixed-width "
+            "string dtype such as 'U16' or 'S16', or a numeric one"
+        )
     if parsed.fields is not None or parsed.subdtype is not None:
         raise TypeError(f"structured and sub-array dtypes are not supported, got {parsed}")
     return parsed
@@ -388,11 +495,17 @@ def create(
     codec: str = "zstd",
     mode: str = "w",
     shards: object = None,
+    *,
+    dimension_names: object = None,
+    attributes: object = None,
+    dataset: str | None = None,
 ) -> ChunkedArray:
     """Create a zarr v3 array on disk, filled with zeros, open for reading and writing.
 
     Parameters
     ----------
+    path
+        The array's directory, or with ``dataset`` the zarr group that holds it.
     shape, dtype
         As for :func:`numpy.empty`.
     chunks
@@ -408,8 +521,35 @@ def create(
         is one file holding many small chunks: random reads decode only the small chunks they
         touch, while the files stay few.  Writes are made of whole shards (writing part of one
         rewrites it), so write in shard-sized blocks.
+    dimension_names
+        One name per axis (xarray's dimensions), e.g. ``("time", "station")``.  Default: none
+        for an array of its own, and ``dim_0``, ``dim_1``, ... for an array inside a zarr group
+        (what xarray needs to open the group; name them when the group's arrays do not share
+        their axes).
+    attributes
+        JSON-serialisable metadata stored with the array (``units``, ``long_name``, ...);
+        xarray shows them as the variable's ``attrs``.
+    dataset
+        Create the array at this path (``"temperature"``, ``"a/b"``) inside the zarr v3 group at
+        ``path``, making the group and the groups on the way if needed; ``mode`` then applies
+        to that array alone.  Read it back with ``oc.open(path, dataset=...)``.
+
+    Examples
+    --------
+    xarray opens zarr groups whose arrays name their dimensions:
+
+    >>> import os, tempfile, numpy as np, xarray as xr, oocarray as oc
+    >>> path = os.path.join(tempfile.mkdtemp(), "weather.zarr")
+    >>> t = oc.create(path, (365, 40), "float32", dataset="temperature",
+    ...               dimension_names=("day", "station"), attributes={"units": "K"})
+    >>> t[...] = 280.0
+    >>> ds = xr.open_zarr(path, consolidated=False)
+    >>> ds["temperature"].dims, ds["temperature"].attrs["units"]
+    (('day', 'station'), 'K')
+    >>> oc.open(path, dataset="temperature")[0, :3]
+    array([280., 280., 280.], dtype=float32)
     """
-    from oocarray._stores._zarr import CODECS, ZarrStore, create_zarr
+    from oocarray._stores._zarr import CODECS, ZarrStore, create_zarr, is_group, require_group
 
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
@@ -431,40 +571,156 @@ def create(
         raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
     if mode not in _MODES_CREATE:
         raise ValueError(f"mode must be one of {_MODES_CREATE} for oc.create, got {mode!r}")
-    target = os.fspath(path)
+    names = _parse_dimension_names(dimension_names, len(dims))
+    attrs = _parse_attributes(attributes)
+    if dataset is not None and not isinstance(dataset, str):
+        raise TypeError(f"dataset must be a str such as 'temperature' or 'a/b', got {dataset!r}")
+    target = os.fspath(path) if dataset is None else require_group(os.fspath(path), dataset)
     if mode != "w" and os.path.exists(target):
         raise FileExistsError(f"{target!r} exists; use mode='w' to replace it")
-    create_zarr(target, dims, parsed, chunk_shape, codec, overwrite=mode == "w", shards=shard_shape)
+    if names is None and is_group(os.path.dirname(os.path.abspath(target))):
+        names = tuple(f"dim_{axis}" for axis in range(len(dims)))  # xarray's default names
+    create_zarr(
+        target,
+        dims,
+        parsed,
+        chunk_shape,
+        codec,
+        overwrite=mode == "w",
+        shards=shard_shape,
+        dimension_names=names,
+        attributes=attrs,
+    )
     return ChunkedArray(ZarrStore.open(target, "r+", False))
+
+
+def _parse_dimension_names(names: object, ndim: int) -> tuple[str | None, ...] | None:
+    if names is None:
+        return None
+    if (
+        isinstance(names, (str, bytes))
+        or not isinstance(names, (tuple, list))
+        or len(names) != ndim
+        or not all(n is None or isinstance(n, str) for n in names)
+    ):
+        raise ValueError(
+            f"dimension_names must be one str (or None) per axis ({ndim}), e.g. "
+            f"{tuple(f'dim_{i}' for i in range(ndim))}; got {names!r}"
+        )
+    return tuple(names)
+
+
+def _parse_attributes(attributes: object) -> dict[str, Any] | None:
+    if attributes is None:
+        return None
+    if not isinstance(attributes, Mapping) or not all(isinstance(k, str) for k in attributes):
+        raise TypeError(f"attributes must be a mapping with str keys, got {attributes!r}")
+    try:
+        json.dumps(dict(attributes), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"attributes must be JSON values (str, numbers, bools, None, lists, dicts), got "
+            f"{attributes!r}: {error}"
+        ) from None
+    return dict(attributes)
 
 
 def temp(
     shape: object, dtype: npt.DTypeLike, chunks: object = None, codec: str = "zstd"
 ) -> ChunkedArray:
-    """A zarr array in the spill directory, owned by the active manager and deleted when that
-    manager closes (or at exit, outside any manager)."""
-    directory = tempfile.mkdtemp(prefix="temp-", suffix=".zarr", dir=_spill_files.private_dir())
-    array = create(directory, shape, dtype, chunks=chunks, codec=codec, mode="w")
+    """A zarr array in the spill directory, owned by the active manager (else the system one).
+
+    It lives like an ndarray the manager allocated: its data is deleted when the last
+    reference to it goes, on :meth:`ChunkedArray.close`, or at exit.  Still referenced when its
+    manager closes, it escapes to the parent manager (counted in the parent's
+    ``stats().escaped``, and refused by ``on_close="raise"`` like any escape).  Its directory
+    is private to this process; what a killed process left is removed by the next process
+    that makes a temporary array.
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> with oc.Manager("scratch"):
+    ...     t = oc.temp((100, 4), "float32")
+    ...     t[...] = 1.0
+    >>> float(t[...].sum())  # escaped: still valid after the manager closed
+    400.0
+    >>> t.close()  # deletes the data now; later use raises ClosedError
+    """
+    directory = _temp_dirs.new_temp_dir()
+    try:
+        array = create(directory, shape, dtype, chunks=chunks, codec=codec, mode="w")
+    except BaseException:
+        _temp_dirs.remove_temp_dir(directory, os.getpid())
+        raise
     array._temporary = True
-    owner = active_manager() or system()
-    if owner.parent is None:
-        atexit.register(shutil.rmtree, directory, True)
-    else:
-        owner._add_close_hook(array.close)
+    array._delete_data = weakref.finalize(array, _temp_dirs.remove_temp_dir, directory, os.getpid())
+    array._delete_data.atexit = False  # the process's session directory goes at exit
+    _own_temporary(_open_ancestor(active_manager() or system()), array)
     return array
 
 
+def _open_ancestor(manager: Manager) -> Manager:
+    while manager.closed and manager.parent is not None:
+        manager = manager.parent
+    return manager
+
+
+# The temporary arrays each open manager owns, held weakly (so an array goes as soon as the
+# user drops it), with one close hook per manager that hands the survivors to its parent.
+_temporaries: weakref.WeakKeyDictionary[Manager, weakref.WeakSet[ChunkedArray]] = (
+    weakref.WeakKeyDictionary()
+)
+_temporaries_lock = threading.Lock()
+
+
+def _own_temporary(manager: Manager, array: ChunkedArray) -> None:
+    """Make ``manager`` the owner of a temporary array: when it closes while the array is
+    still referenced, the array escapes to its parent, which owns it from then on."""
+    if manager.parent is None:
+        return  # the system manager never closes
+    with _temporaries_lock:
+        owned = _temporaries.get(manager)
+        if owned is None:
+            owned = _temporaries[manager] = weakref.WeakSet()
+            manager._add_close_hook(functools.partial(_hand_to_parent, weakref.ref(manager)))
+        owned.add(array)
+
+
+def _hand_to_parent(manager_ref: weakref.ref[Manager]) -> tuple[int, int] | None:
+    """The close hook: the closing manager's temporary arrays still referenced escape to its
+    parent, counted like ndarray escapes (their logical bytes)."""
+    manager = manager_ref()
+    if manager is None or manager.parent is None:
+        return None
+    with _temporaries_lock:
+        owned = _temporaries.pop(manager, None)
+    escaped = [array for array in list(owned or ()) if not array._closed]
+    new_owner = _open_ancestor(manager.parent)
+    for array in escaped:
+        _own_temporary(new_owner, array)
+    return len(escaped), sum(array.nbytes for array in escaped)
+
+
 def from_numpy(a: npt.ArrayLike, chunks: object = None, codec: str = "zstd") -> ChunkedArray:
-    """A temporary chunked copy of ``a`` (see :func:`temp`)."""
+    """A temporary chunked copy of ``a`` (see :func:`temp` for its lifetime)."""
     data = np.asarray(a)
     result = temp(data.shape, data.dtype, chunks=chunks, codec=codec)
-    result[...] = data
+    try:
+        result[...] = data
+    except BaseException:
+        result.close()
+        raise
     return result
 
 
 def from_dask(d: Any, chunks: object = None, codec: str = "zstd") -> ChunkedArray:
-    """Compute a dask array into a temporary chunked array (see :func:`temp`), chunk by chunk,
-    on dask's scheduler."""
+    """Compute a dask array into a temporary chunked array (see :func:`temp` for its
+    lifetime), chunk by chunk, on dask's scheduler."""
     result = temp(d.shape, d.dtype, chunks=chunks or d.chunksize, codec=codec)
-    d.rechunk(result.chunks).store(result, lock=False)
+    try:
+        d.rechunk(result.chunks).store(result, lock=False)
+    except BaseException:
+        result.close()
+        raise
     return result

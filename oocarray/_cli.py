@@ -12,12 +12,45 @@ import numpy as np
 __all__ = ["main"]
 
 
+# The demo's batches are a sixteenth of the budget: below this they would be empty.
+_DEMO_MIN_BUDGET_BYTES = 1 << 20
+
+
+def _demo_budget(text: str) -> int:
+    """The ``--budget`` of the demo, checked against what the demo and the machine need."""
+    from oocarray._spill_files import private_dir
+    from oocarray._units import format_bytes, parse_size
+
+    budget = parse_size(text, "--budget")
+    assert budget is not None
+    if budget < _DEMO_MIN_BUDGET_BYTES:
+        raise ValueError(
+            f"--budget must be at least {format_bytes(_DEMO_MIN_BUDGET_BYTES)} for the demo, "
+            f"got {text!r}; try --budget 256M"
+        )
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if budget > ram // 2:
+        raise ValueError(
+            f"--budget {text} is more than half of this machine's RAM ({format_bytes(ram)}): the "
+            "demo fills the budget with NumPy arrays and would make the machine swap; choose "
+            f"at most {format_bytes(ram // 2)}, e.g. --budget 256M"
+        )
+    disk = os.statvfs(private_dir())
+    free = disk.f_bavail * disk.f_frsize
+    if 2 * budget > free:
+        raise ValueError(
+            f"--budget {text}: the demo places twice the budget on disk, and the spill "
+            f"directory has {format_bytes(free)} free; choose a smaller budget or set "
+            "OOCARRAY_SPILL_DIR to a larger disk"
+        )
+    return budget
+
+
 def _demo(args: argparse.Namespace) -> int:
     import oocarray as oc
     from oocarray._units import format_bytes
 
-    budget = oc.parse_size(args.budget, "--budget")
-    assert budget is not None
+    budget = _demo_budget(args.budget)
     rows = max(budget // (8 * 1024 * 16), 1)  # one batch is a sixteenth of the budget
     print(f"oocarray {oc.__version__} demo: NumPy code under a {format_bytes(budget)} budget\n")
     with oc.Manager("etl", max_bytes=budget) as etl:
@@ -82,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError) as error:
         print(f"oocarray: error: {error}", file=sys.stderr)
         return 2
+    except (oc.OOCArrayError, MemoryError, OSError) as error:
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        print(f"oocarray: error: {first_line}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # output piped into `head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -14,12 +14,18 @@ import math
 import os
 from typing import Any
 
-from oocarray import _native
-from oocarray._manager import _budget_message, manager_by_node_id
+from oocarray import _config, _native, _spill_files
+from oocarray._manager import _budget_message, manager_by_node_id, refusal_dump
 from oocarray._units import format_bytes
-from oocarray.errors import ClosedError, MemoryBudgetError, OOCArrayError, WorkspaceFullError
+from oocarray.errors import (
+    ClosedError,
+    MemoryBudgetError,
+    OOCArrayError,
+    SpillError,
+    WorkspaceFullError,
+)
 
-__all__ = ["install"]
+__all__ = ["disk_refusal", "install"]
 
 _installed = False
 
@@ -45,7 +51,9 @@ def install() -> None:
             return str(getattr(self, "_oc_message", ""))
 
     def variant(error: type[OOCArrayError]) -> type[Any]:
-        cls = type(error.__name__, (error, RaisedByNumPy), {})
+        # NumPy's __init__(shape, dtype) and oocarray's message, whatever the error's own are.
+        namespace = {"__init__": RaisedByNumPy.__init__, "__str__": RaisedByNumPy.__str__}
+        cls = type(error.__name__, (error, RaisedByNumPy), namespace)
         cls.__module__ = "oocarray.errors"
         return cls
 
@@ -53,7 +61,7 @@ def install() -> None:
         "budget": variant(MemoryBudgetError),
         "closed": variant(ClosedError),
         "full": variant(WorkspaceFullError),
-        "disk": variant(OOCArrayError),
+        "disk": variant(SpillError),
     }
     base_new = MemoryError.__new__
 
@@ -63,9 +71,13 @@ def install() -> None:
             described = _describe(failure) if failure and _matches(failure, *args) else None
             if described is not None:
                 which, message, err = described
-                error = Exception.__new__(variants[which], *args)
+                cls_variant = variants[which]
+                make = OSError.__new__ if issubclass(cls_variant, OSError) else Exception.__new__
+                error = make(cls_variant, *args)
                 error._oc_message = message
                 error.errno = err
+                if isinstance(error, SpillError):
+                    error.strerror = message
                 return error
         return base_new(cls, *args)
 
@@ -100,21 +112,44 @@ def _describe(failure: tuple[int, ...]) -> tuple[str, str, int] | None:
         return (
             "disk",
             f"cannot place {format_bytes(requested)} on disk for manager {name!r} "
-            f"(location='mmap')." + _disk_failure(err).replace("instead ", ""),
+            f"(location='mmap'): {disk_refusal(err, requested)}",
             err,
         )
-    message = _budget_message(requested, asked, manager_by_node_id(refused_id), limit, used)
+    dump = refusal_dump(node_id, requested, refused_id)
+    message = _budget_message(requested, asked, manager_by_node_id(refused_id), limit, used, dump)
     if kind == _native.FAIL_SPILL:
-        message += _disk_failure(err)
+        message += f"\nPlacing the array on disk instead failed too: {disk_refusal(err, requested)}"
     return "budget", message, err
 
 
-def _disk_failure(err: int) -> str:
+def disk_refusal(err: int, nbytes: int) -> str:
+    """Why the spill directory refused a file of ``nbytes`` (``err`` is the errno), and what
+    to do: the ``max_spill_bytes`` limit and a full disk both come back as ``ENOSPC``."""
+    limit = _config.config().max_spill_bytes
+    used = _native.spill_used()
+    free = _free_spill_bytes()
+    if err == errno.ENOSPC and limit is not None and (used + nbytes > limit or free >= nbytes):
+        return (
+            f"the max_spill_bytes limit was reached: {format_bytes(used)} of "
+            f"{format_bytes(limit)} is in use on disk and {format_bytes(nbytes)} more was "
+            "needed. Raise it (oc.configure(max_spill_bytes=...) or OOCARRAY_MAX_SPILL_BYTES), "
+            "or delete or oc.unspill() arrays that are on disk."
+        )
     reason = f"[{errno.errorcode.get(err, err)}] {os.strerror(err)}"
+    room = "" if free < 0 else f", {format_bytes(free)} free"
     return (
-        f"\nPlacing the array on disk instead failed too: {reason} in the spill directory "
-        "(free disk space, raise max_spill_bytes, or point spill_dir at a larger disk)."
+        f"{reason} in the spill directory ({format_bytes(nbytes)} needed{room}). Free disk "
+        "space, or point spill_dir (oc.configure or OOCARRAY_SPILL_DIR) at a larger disk."
     )
+
+
+def _free_spill_bytes() -> int:
+    """Bytes free for this user on the spill directory's disk, or -1 if it cannot be read."""
+    try:
+        info = os.statvfs(_spill_files.private_dir())
+    except OSError:
+        return -1
+    return info.f_bavail * info.f_frsize
 
 
 def _matches(failure: tuple[int, ...], shape: Any, dtype: Any) -> bool:

@@ -244,9 +244,15 @@ def _parse_axis(k: object, axis: int, size: int) -> int | slice | np.ndarray:
     if isinstance(k, (list, np.ndarray)):
         arr = np.asarray(k)
         if arr.dtype == bool:
-            if arr.shape != (size,):
+            if arr.ndim != 1:
                 raise IndexError(
-                    f"boolean index for axis {axis} has length {arr.shape}, expected ({size},)"
+                    f"a boolean index must be 1-d (one flag per position of axis {axis}, "
+                    f"length {size}), got a {arr.ndim}-d mask of shape {arr.shape}; select "
+                    "along one axis at a time, or read the array and mask the result"
+                )
+            if len(arr) != size:
+                raise IndexError(
+                    f"boolean index for axis {axis} has length {len(arr)}, expected {size}"
                 )
             return np.flatnonzero(arr).astype(np.intp)
         if arr.size == 0:

@@ -17,13 +17,15 @@ from __future__ import annotations
 import contextvars
 import gc
 import mmap
+import operator
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, NoReturn, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -126,12 +128,6 @@ _CUMULATIVE = (
 _SUMMED = ("live_count", "spilled_bytes", "mapped_bytes", *_CUMULATIVE)
 
 _registry: weakref.WeakValueDictionary[int, Manager] = weakref.WeakValueDictionary()
-_active: contextvars.ContextVar[Manager | None] = contextvars.ContextVar(
-    "oocarray_active_manager", default=None
-)
-_entered: contextvars.ContextVar[tuple[_Activation, ...]] = contextvars.ContextVar(
-    "oocarray_entered", default=()
-)
 _tree_lock = threading.RLock()
 _last_gc = 0.0
 
@@ -152,34 +148,48 @@ def _collect_garbage_throttled() -> bool:
 
 
 def _parse_shape(shape: object) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        dims: Sequence[object] = (shape,)
-    elif isinstance(shape, Sequence) and not isinstance(shape, (str, bytes)):
-        dims = shape
-    else:
-        raise TypeError(
-            f"shape must be an int or a sequence of ints, e.g. (1024, 64); got {shape!r}"
-        )
+    """``shape`` as a tuple of ints; like NumPy, any integer, integer sequence or integer
+    array (``np.array([2, 3])``, a 0-d one) is a shape."""
+    example = "e.g. (1024, 64), 1024 or np.array([1024, 64])"
+    if isinstance(shape, (str, bytes, bool, np.bool_)):
+        raise TypeError(f"shape must be an int or a sequence of ints, {example}; got {shape!r}")
+    try:
+        dims: tuple[object, ...] = (operator.index(shape),)  # type: ignore[arg-type]
+    except TypeError:
+        if not isinstance(shape, (Sequence, np.ndarray)):
+            raise TypeError(
+                f"shape must be an int or a sequence of ints, {example}; got {shape!r}"
+            ) from None
+        dims = tuple(shape)
     result = []
     for d in dims:
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
-            raise TypeError(f"shape entries must be ints, e.g. (1024, 64); got {shape!r}")
-        if d < 0:
-            raise ValueError(f"shape entries must not be negative; got {tuple(dims)!r}")
-        result.append(int(d))
+        if isinstance(d, (bool, np.bool_)):
+            raise TypeError(f"shape entries must be ints, {example}; got {shape!r}")
+        try:
+            size = operator.index(d)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(f"shape entries must be ints, {example}; got {shape!r}") from None
+        if size < 0:
+            raise ValueError(f"shape entries must not be negative; got {shape!r}")
+        result.append(size)
     return tuple(result)
 
 
 class _Activation:
-    """Routes NumPy allocations of the current thread/context to a manager until exit."""
+    """Routes NumPy allocations of the current thread/context to a manager until exit.
 
-    __slots__ = ("_manager", "_previous_handler", "_token")
+    The activations of a context form a stack (a context variable).  Exits may come in any
+    order (a generator closed inside another block, ``__exit__`` calls out of order): an exit
+    removes its own entry wherever it is, and the handler is then recomputed from what is left
+    (the top entry, or the handler in force before the first entry), never restored from a
+    saved value that may belong to a manager closed since.
+    """
 
-    _previous_handler: object
-    _token: contextvars.Token[Manager | None]
+    __slots__ = ("_from_enter", "_manager")
 
-    def __init__(self, manager: Manager) -> None:
+    def __init__(self, manager: Manager, *, from_enter: bool = False) -> None:
         self._manager = manager
+        self._from_enter = from_enter
 
     def __enter__(self) -> Manager:
         manager = self._manager
@@ -188,14 +198,43 @@ class _Activation:
                 f"manager {manager.name!r} is closed and cannot be activated; "
                 "create a new manager or use its parent"
             )
-        self._token = _active.set(manager)
-        self._previous_handler = _native.set_handler(manager._node.handler)
+        baseline, stack = _activations.get()
+        if not stack:
+            baseline = _native.get_handler()
+        _activations.set((baseline, (*stack, self)))
+        _native.set_handler(manager._node.handler)
         _native.take_failure()
         return manager
 
     def __exit__(self, *exc: object) -> None:
-        _native.set_handler(self._previous_handler)
-        _active.reset(self._token)
+        baseline, stack = _activations.get()
+        remaining = tuple(a for a in stack if a is not self)
+        if len(remaining) == len(stack):
+            return  # entered in another context: this one never routed to it
+        _activations.set((baseline, remaining))
+        _route_to_top()
+
+
+# The handler in force before the first activation of this context, and the activations.
+_activations: contextvars.ContextVar[tuple[object, tuple[_Activation, ...]]] = (
+    contextvars.ContextVar("oocarray_activations", default=(None, ()))
+)
+
+
+def _route_to_top() -> None:
+    """Point this context's handler at its top activation's manager, or at the nearest open
+    ancestor when that one has closed; back to the original handler when none is left."""
+    baseline, stack = _activations.get()
+    if stack:
+        _native.set_handler(_nearest_open(stack[-1]._manager)._node.handler)
+    else:
+        _native.set_handler(baseline)
+
+
+def _nearest_open(manager: Manager) -> Manager:
+    while manager.closed and manager._parent is not None:
+        manager = manager._parent
+    return manager
 
 
 class Manager:
@@ -212,9 +251,11 @@ class Manager:
         A child never gets more than its parent has left.
     location
         Where arrays are placed: ``"ram"``, or ``"mmap"`` for temporary files from the start
-        (arrays under one page stay in RAM).
+        (arrays under one page stay in RAM).  Default: the parent's (``"ram"`` for the
+        system manager).
     spill
-        What an allocation that would exceed the budget does: ``"mmap"`` places the new array
+        What an allocation that would exceed the budget does (default: the parent's policy,
+        ``"mmap"`` for the system manager): ``"mmap"`` places the new array
         in a temporary file (a page at least: leave the budget some headroom for small
         temporaries, each of which would otherwise get a file); ``"evict"`` first moves this
         budget's oldest arrays to disk
@@ -226,6 +267,15 @@ class Manager:
         to the parent (counted in ``stats().escaped``), ``"spill"`` does the same and moves
         them to disk, ``"raise"`` raises :class:`ScopeLeakError` naming them.  Either way the
         arrays stay valid.
+
+    Notes
+    -----
+    What a closed manager still owns (its escapes) belongs to its nearest open ancestor: that
+    one's ``spill`` and ``location`` apply when such an array is resized or brought back, and
+    the closed manager's own budget no longer does.  A NumPy allocation that reaches a closed
+    manager (a generator or an asyncio task still running in a context where it was active)
+    goes to its nearest open ancestor the same way; explicit ones (``m.empty``) raise
+    :class:`ClosedError`.  Managers cannot be pickled: they own memory of this process.
 
     Examples
     --------
@@ -251,8 +301,8 @@ class Manager:
         *,
         parent: Manager | None = None,
         max_bytes: int | str | None = None,
-        location: Location = "ram",
-        spill: SpillPolicy = "mmap",
+        location: Location | None = None,
+        spill: SpillPolicy | None = None,
         on_close: OnClose = "keep",
     ) -> None:
         if name is not None and not isinstance(name, str):
@@ -261,16 +311,29 @@ class Manager:
             raise TypeError(f"parent must be a Manager or None, got {parent!r}")
         if not isinstance(on_close, str) or on_close not in _ON_CLOSE:
             raise ValueError(f"on_close must be one of {_ON_CLOSE}, got {on_close!r}")
-        if not isinstance(location, str) or location not in _LOCATIONS:
-            raise ValueError(f"location must be one of {tuple(_LOCATIONS)}, got {location!r}")
-        if not isinstance(spill, str) or spill not in _SPILL_POLICIES:
-            raise ValueError(f"spill must be one of {tuple(_SPILL_POLICIES)}, got {spill!r}")
+        if location is not None and (not isinstance(location, str) or location not in _LOCATIONS):
+            raise ValueError(
+                f"location must be one of {tuple(_LOCATIONS)} or None (the parent's), "
+                f"got {location!r}"
+            )
+        if spill is not None and (not isinstance(spill, str) or spill not in _SPILL_POLICIES):
+            raise ValueError(
+                f"spill must be one of {tuple(_SPILL_POLICIES)} or None (the parent's), "
+                f"got {spill!r}"
+            )
         budget = parse_size(max_bytes, "max_bytes", allow_none=True)
         if parent is None:
-            parent = _active.get() or system()
+            parent = active_manager() or system()
         if parent.closed:
             raise ClosedError(f"cannot create a manager under closed manager {parent.name!r}")
-        self._init(name, parent, budget, on_close, location, spill)
+        self._init(
+            name,
+            parent,
+            budget,
+            on_close,
+            parent.location if location is None else location,
+            parent.spill_policy if spill is None else spill,
+        )
 
     def _init(
         self,
@@ -292,10 +355,13 @@ class Manager:
         self._parent = parent
         self._on_close = on_close
         self._children: list[Manager] = []
+        self._closed = False
+        self._budget_when_closed: int | None = None
+        # Escapes that are not ndarrays (temporary chunked arrays), counted by close hooks.
         self._escaped = 0
         self._escaped_bytes = 0
         self._pruned: dict[str, int] = dict.fromkeys(_CUMULATIVE, 0)
-        self._close_hooks: list[Callable[[], None]] = []
+        self._close_hooks: list[Callable[[], tuple[int, int] | None]] = []
         _registry[self._node.id] = self
         if parent is not None:
             with _tree_lock:
@@ -322,18 +388,36 @@ class Manager:
     @property
     def closed(self) -> bool:
         """Whether the manager has closed."""
-        return bool(self._node.closed)
+        return self._closed
 
     @property
     def max_bytes(self) -> int | None:
-        """The budget of this manager and its subtree, or ``None``."""
+        """The budget of this manager and its subtree, or ``None``.
+
+        For the system manager this is ``oc.config().max_bytes``: setting one sets the other.
+        A closed manager keeps reporting its budget, but no longer applies it.
+        """
+        if self._closed:
+            return self._budget_when_closed
         value = int(self._node.max_bytes)
         return None if value < 0 else value
 
     @max_bytes.setter
     def max_bytes(self, value: int | str | None) -> None:
         budget = parse_size(value, "max_bytes", allow_none=True)
-        self._node.max_bytes = -1 if budget is None else budget
+        if self._parent is None:
+            _config.configure(max_bytes=budget)  # one source of truth: oc.config()
+        elif self._closed:
+            self._budget_when_closed = budget
+        else:
+            self._node.max_bytes = -1 if budget is None else budget
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            f"oocarray.{type(self).__name__} objects cannot be pickled: a manager owns memory "
+            "of this process (NumPy's allocation handler points at it). Pickle the arrays "
+            "instead, and create a manager in the other process"
+        )
 
     @property
     def on_close(self) -> str:
@@ -359,7 +443,12 @@ class Manager:
         """Forget closed children that own nothing any more, keeping their totals."""
         keep = []
         for child in self._children:
-            if child.closed and child._node.counters()["live_count"] == 0 and not child._children:
+            if (
+                child.closed
+                and child._node.counters()["live_count"] == 0
+                and not child._children
+                and not _handler_in_use(child)
+            ):
                 counters = child._node.counters()
                 for key in _CUMULATIVE:
                     self._pruned[key] += counters[key] + child._pruned[key]  # type: ignore[literal-required]
@@ -394,9 +483,7 @@ class Manager:
         return _Activation(self)
 
     def __enter__(self) -> Self:
-        activation = _Activation(self)
-        activation.__enter__()
-        _entered.set((*_entered.get(), activation))
+        _Activation(self, from_enter=True).__enter__()
         return self
 
     def __exit__(
@@ -405,11 +492,10 @@ class Manager:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        stack = _entered.get()
-        for i in range(len(stack) - 1, -1, -1):
-            if stack[i]._manager is self:
-                stack[i].__exit__()
-                _entered.set(stack[:i] + stack[i + 1 :])
+        _, stack = _activations.get()
+        for activation in reversed(stack):
+            if activation._manager is self and activation._from_enter:
+                activation.__exit__()
                 break
         # An escape report must not hide the exception that is already propagating.
         self._close(raise_leaks=exc_type is None)
@@ -540,6 +626,7 @@ class Manager:
                 if id(m) not in open_below:
                     own_count += c["live_count"]
                     own_disk += c["spilled_bytes"] + c["mapped_bytes"]
+            escaped, escaped_bytes = self._escaped_now()
             ram = counters["current_bytes"]
             own_ram = ram - sum(c._node.counters()["current_bytes"] for c in open_children)
             return MemoryStats(
@@ -555,8 +642,8 @@ class Manager:
                 ram_bytes=ram,
                 mmap_bytes=totals["mapped_bytes"],
                 spilled_bytes=totals["spilled_bytes"],
-                escaped=self._escaped,
-                escaped_bytes=self._escaped_bytes,
+                escaped=escaped,
+                escaped_bytes=escaped_bytes,
                 kept=counters["kept_count"],
                 kept_bytes=counters["kept_bytes"],
                 spills=totals["spill_count"],
@@ -565,8 +652,9 @@ class Manager:
                 unspill_moved_bytes=totals["unspill_moved_bytes"],
             )
 
-    def _add_close_hook(self, hook: Callable[[], None]) -> None:
-        """Run ``hook()`` when this manager closes (temporary arrays it owns are deleted so)."""
+    def _add_close_hook(self, hook: Callable[[], tuple[int, int] | None]) -> None:
+        """Run ``hook()`` when this manager closes.  It returns the count and bytes of what it
+        handed to the parent as escapes (temporary chunked arrays still referenced), or None."""
         self._close_hooks.append(hook)
 
     def spill(self) -> int:
@@ -663,7 +751,7 @@ class Manager:
                     child._close(raise_leaks=raise_leaks)
                 except ScopeLeakError as error:
                     child_errors.append(error)
-            self._node.close()
+            self._become_ghost()
             escaped, escaped_bytes = self._escapes()
             if escaped and self._on_close == "raise":
                 _collect_garbage_throttled()
@@ -671,16 +759,45 @@ class Manager:
             if escaped and self._on_close == "spill":
                 self._spill_subtree(skip_kept=True)
             hooks, self._close_hooks = self._close_hooks, []
-            for hook in reversed(hooks):
-                hook()
             parent = self._parent
-            parent._escaped += escaped
-            parent._escaped_bytes += escaped_bytes
+            for hook in reversed(hooks):
+                handed = hook()
+                if handed is not None:
+                    escaped, escaped_bytes = escaped + handed[0], escaped_bytes + handed[1]
+                    parent._escaped += handed[0]
+                    parent._escaped_bytes += handed[1]
             parent._prune_children()
         if raise_leaks and escaped and self._on_close == "raise":
             raise ScopeLeakError(self._leak_message(escaped, escaped_bytes))
         if raise_leaks and child_errors:
             raise child_errors[0]
+
+    def _become_ghost(self) -> None:
+        """Close: from now on what this subtree still owns belongs to the nearest open
+        ancestor, whose policies its nodes take and whose budget alone applies.
+
+        The native node is not marked closed: NumPy's handler may still point at it in
+        contexts this thread cannot reach (an asyncio task, a suspended generator), and an
+        allocation that arrives there must go on, under the ancestor's policies, rather than
+        fail.  ``m.empty()`` and activation check :attr:`closed` in Python."""
+        self._budget_when_closed = self.max_bytes
+        self._closed = True
+        heir = _nearest_open(self)
+        for m in self._subtree():
+            m._node.max_bytes = -1
+            m._node.location = _LOCATIONS[heir.location]
+            m._node.spill_policy = _SPILL_POLICIES[heir.spill_policy]
+        if any(_native.get_handler() is m._node.handler for m in self._subtree()):
+            _native.set_handler(heir._node.handler)
+
+    def _escaped_now(self) -> tuple[int, int]:
+        """Arrays that closed children handed to this manager and that are still alive."""
+        count, nbytes = self._escaped, self._escaped_bytes
+        for child in self._children:
+            if child.closed:
+                c, b = child._escapes()
+                count, nbytes = count + c, nbytes + b
+        return count, nbytes
 
     def _escapes(self) -> tuple[int, int]:
         """Live arrays of this closed manager and its closed subtree, less those it keeps."""
@@ -725,8 +842,21 @@ def _require_array(arr: object, what: str) -> None:
         raise TypeError(f"{what}() takes a numpy.ndarray, got {type(arr).__name__}")
 
 
+def _handler_in_use(manager: Manager) -> bool:
+    """Whether anything besides the manager's node holds its handler: a context where it is
+    (or was) active, or an array it allocated.  NumPy may allocate through it while so."""
+    # The node's own reference and getrefcount's argument: CPython reference counting is the
+    # only way to see into contexts other than the current one.
+    return sys.getrefcount(manager._node.handler) > 2
+
+
 def _budget_message(
-    size: int, asked: Manager | None, refused: Manager | None, limit: int, used: int
+    size: int,
+    asked: Manager | None,
+    refused: Manager | None,
+    limit: int,
+    used: int,
+    dump: str | None = None,
 ) -> str:
     who = refused.name if refused else "an ancestor"
     where = asked.name if asked else "a manager"
@@ -736,8 +866,10 @@ def _budget_message(
         f"arrays, raise max_bytes, or process the data in smaller pieces."
     )
     tree = refused or asked
-    if tree is not None:
-        message += "\n" + tree.debug_dump()
+    if dump is None and tree is not None:
+        dump = tree.debug_dump()
+    if dump is not None:
+        message += "\n" + dump
     return message
 
 
@@ -763,7 +895,7 @@ def system() -> Manager:
         with _system_lock:
             if _system is None:
                 root = Manager.__new__(Manager)
-                root._init("System", None, None, "keep", "ram", "fail")
+                root._init("System", None, None, "keep", "ram", "mmap")
                 _system = root
                 _native.set_pressure_callback(_relieve_pressure)
                 _config.on_change(_apply_config)
@@ -773,7 +905,40 @@ def system() -> Manager:
 def _relieve_pressure(node_id: int, nbytes: int) -> bool:
     """Called by the handler before a budget refusal: collect garbage, at most twice a second;
     True when it ran, so the reservation is worth trying again."""
-    return _collect_garbage_throttled()
+    collected = _collect_garbage_throttled()
+    _snapshot_refusal(node_id, nbytes)
+    return collected
+
+
+# The debug dump taken when the handler was about to refuse an allocation, per thread: NumPy
+# creates its exception later, after the temporaries of the failed expression were freed.
+_refusals = threading.local()
+
+
+def _snapshot_refusal(node_id: int, nbytes: int) -> None:
+    """Record the tree as it is now, when an allocation under a ``spill="fail"`` policy is
+    about to be refused (other policies place the array on disk instead: no dump needed)."""
+    _refusals.last = None
+    asked = manager_by_node_id(node_id)
+    if asked is None or asked._node.spill_policy != _native.SPILL_FAIL:
+        return
+    refusing: Manager | None = asked
+    while refusing is not None:
+        limit = int(refusing._node.max_bytes)
+        if limit >= 0 and refusing._node.counters()["current_bytes"] + nbytes > limit:
+            break
+        refusing = refusing._parent
+    tree = refusing or asked
+    _refusals.last = (node_id, nbytes, tree._node.id, tree.debug_dump())
+
+
+def refusal_dump(node_id: int, nbytes: int, refused_id: int) -> str | None:
+    """The dump recorded when this refusal happened (see ``_snapshot_refusal``), or None."""
+    last: tuple[int, int, int, str] | None = getattr(_refusals, "last", None)
+    _refusals.last = None
+    if last is None or last[:3] != (node_id, nbytes, refused_id or last[2]):
+        return None
+    return last[3]
 
 
 def _apply_config(settings: _config.Config) -> None:
@@ -788,8 +953,12 @@ def _apply_config(settings: _config.Config) -> None:
 
 
 def active_manager() -> Manager | None:
-    """The manager active in the current thread/context, or ``None``."""
-    return _active.get()
+    """The manager active in the current thread/context, or ``None``.
+
+    When the manager activated last has closed since (its block ended while this context
+    went on, as a generator or an asyncio task may), its nearest open ancestor is active."""
+    _, stack = _activations.get()
+    return _nearest_open(stack[-1]._manager) if stack else None
 
 
 def _open_owner(node_id: int) -> Manager | None:

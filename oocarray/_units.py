@@ -33,7 +33,8 @@ def parse_size(value: object, setting: str = "size", *, allow_none: bool = False
     TypeError
         ``value`` is neither an integer nor a string.
     ValueError
-        ``value`` is negative, not finite, or not a size.
+        ``value`` is negative, not finite, or not a size.  A lowercase ``b`` (``"2Gb"``) means
+        bits, which no setting counts in: it is refused rather than guessed.
 
     Examples
     --------
@@ -61,6 +62,8 @@ def parse_size(value: object, setting: str = "size", *, allow_none: bool = False
         if match is None:
             raise ValueError(f"{setting} is not a size: {value!r} ({example})")
         number, exponent, unit, suffix = match.groups()
+        if suffix.endswith("b"):
+            raise ValueError(_bits_message(setting, value, number, exponent, unit))
         unit = unit.lower()
         suffix = suffix.lower()
         if suffix == "b" and unit:
@@ -82,6 +85,18 @@ def parse_size(value: object, setting: str = "size", *, allow_none: bool = False
     if result > 2**62:
         raise ValueError(f"{setting} is absurdly large: {value!r} ({example})")
     return result
+
+
+def _bits_message(setting: str, value: str, number: str, exponent: str | None, unit: str) -> str:
+    amount = f"{number}{'e' + exponent if exponent else ''}{unit.upper()}"
+    return (
+        f"{setting} is {value!r}: a lowercase 'b' means bits, and sizes are in bytes. Write "
+        f"{amount!r} or {amount + 'iB'!r} for powers of 1024, or {amount + 'B'!r} for powers "
+        "of 1000"
+        if unit
+        else f"{setting} is {value!r}: a lowercase 'b' means bits, and sizes are in bytes. "
+        f"Write {amount!r} or {amount + 'B'!r}"
+    )
 
 
 def format_bytes(n: int | None) -> str:

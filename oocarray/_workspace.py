@@ -10,17 +10,20 @@ pinned (never reused while it lives) and, with ``on_escape="raise"``, the cycle 
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, cast
 
 import numpy as np
 
-from oocarray import _native
+from oocarray import _config, _native, _spill_files
 from oocarray._escapes import describe_escapes
+from oocarray._failures import disk_refusal
 from oocarray._manager import (
     Manager,
     MemoryStats,
@@ -29,7 +32,7 @@ from oocarray._manager import (
     system,
 )
 from oocarray._units import format_bytes, parse_size
-from oocarray.errors import ClosedError, WorkspaceLeakError
+from oocarray.errors import ClosedError, SpillError, WorkspaceLeakError
 
 __all__ = ["Workspace", "WorkspaceConfig", "WorkspaceStats", "destroy_workspaces"]
 
@@ -79,7 +82,9 @@ class WorkspaceConfig:
         budget, like a plain manager); ``"reallocate"`` does the same and grows the arena for
         the next cycle; ``"fail"`` raises :class:`WorkspaceFullError`.
     location
-        ``"ram"``, or ``"mmap"`` for an arena backed by a temporary file.
+        ``"ram"``, or ``"mmap"``: every cycle's arena is backed by a temporary file, and so
+        are the workspace's allocations outside the arena (the first, learning cycle's
+        included) of a page or more.  ``None`` (default): the parent manager's location.
     on_escape
         ``"raise"`` makes the cycle exit raise :class:`WorkspaceLeakError` naming arrays that
         outlive their cycle; ``"pin"`` only counts them.  Either way their memory is pinned.
@@ -91,7 +96,7 @@ class WorkspaceConfig:
     overallocation: float = 0.3
     learning: Literal["first_loop", "over_time", "none"] = "first_loop"
     spill: Literal["external", "reallocate", "fail"] = "external"
-    location: Literal["ram", "mmap"] = "ram"
+    location: Literal["ram", "mmap"] | None = None
     on_escape: Literal["raise", "pin"] = "raise"
 
     def __post_init__(self) -> None:
@@ -100,7 +105,8 @@ class WorkspaceConfig:
         _choice("allocation", self.allocation, _ALLOCATION)
         _choice("learning", self.learning, _LEARNING)
         _choice("spill", self.spill, tuple(_FULL_POLICIES))
-        _choice("location", self.location, tuple(_LOCATIONS))
+        if self.location is not None:
+            _choice("location", self.location, tuple(_LOCATIONS))
         _choice("on_escape", self.on_escape, _ON_ESCAPE)
         if isinstance(self.overallocation, bool) or not isinstance(
             self.overallocation, (int, float)
@@ -188,7 +194,8 @@ class Workspace(Manager):
         The parent manager (default: the active one, else :func:`system`); the arena counts
         against its budget.
     max_bytes
-        Budget of the workspace: arena plus external allocations.
+        Budget of the workspace: arena plus external allocations.  What an external
+        allocation over it does follows the parent's ``spill`` policy, as for a child manager.
 
     Examples
     --------
@@ -228,12 +235,12 @@ class Workspace(Manager):
                 f"unknown workspace policies {sorted(unknown)}; "
                 f"expected some of {sorted(WorkspaceConfig.__dataclass_fields__)}"
             )
-        self.config = config if config is not None else WorkspaceConfig(**policies)
+        given = config if config is not None else WorkspaceConfig(**policies)
         mode = _debug_mode()
-        super().__init__(name, parent=parent, max_bytes=max_bytes)
-        self._node.make_workspace(
-            _FULL_POLICIES[self.config.spill], _LOCATIONS[self.config.location], mode
-        )
+        super().__init__(name, parent=parent, max_bytes=max_bytes, location=given.location)
+        inherited = cast(Literal["ram", "mmap"], self.location)
+        self.config = replace(given, location=inherited)
+        self._node.make_workspace(_FULL_POLICIES[given.spill], _LOCATIONS[self.location], mode)
         self._mode = mode
         self._target_bytes = _round_page(int(self.config.initial_size))
         self._learned_bytes = 0
@@ -268,7 +275,33 @@ class Workspace(Manager):
             raise
         self._cycle_activation = activation
         self._cycle_number = self._node.ws_begin(self._target_bytes)
+        try:
+            self._check_arena_placed()
+        except BaseException:
+            self._node.ws_end()
+            activation.__exit__()
+            self._cycle_activation = None
+            self._cycle_thread = None
+            raise
         return self
+
+    def _check_arena_placed(self) -> None:
+        """With ``location="mmap"``, raise :class:`SpillError` when the arena's file could not
+        be made: a cycle must not fall back to RAM silently.  (An arena the budget refused is
+        not an error: the cycle then runs outside it, under the budget's spill policy.)"""
+        target = self._target_bytes
+        if self.location != "mmap" or target == 0 or self._mode == _native.WS_MODE_BYPASS:
+            return
+        if self._node.ws_stats()["arena_bytes"] >= target or self._budget_refuses(target):
+            return
+        error = _file_refusal(target)  # the native call keeps its errno: ask the disk again
+        if error is not None:
+            code = error.errno or errno.EIO
+            raise SpillError(
+                code,
+                f"cannot create the {format_bytes(target)} arena file of workspace "
+                f"{self.name!r} (location='mmap'): {disk_refusal(code, target)}",
+            ) from error
 
     def __exit__(
         self,
@@ -289,6 +322,16 @@ class Workspace(Manager):
         self._cycle_escapes += escaped
         if escaped and self.config.on_escape == "raise" and exc_type is None:
             raise WorkspaceLeakError(self._cycle_leak_message(escaped))
+
+    def _budget_refuses(self, nbytes: int) -> bool:
+        """Whether a budget on the way up would refuse ``nbytes`` more RAM now."""
+        m: Manager | None = self
+        while m is not None:
+            limit = int(m._node.max_bytes)
+            if limit >= 0 and m._node.counters()["current_bytes"] + nbytes > limit:
+                return True
+            m = m.parent
+        return False
 
     def _learn(self, requested: int, overflowed: bool) -> None:
         cfg = self.config
@@ -368,6 +411,19 @@ class Workspace(Manager):
             f"<oocarray.Workspace {self.name!r} {state}: arena {format_bytes(s.size_bytes)}, "
             f"{s.cycles} cycles>"
         )
+
+
+def _file_refusal(nbytes: int) -> OSError | None:
+    """Why a temporary file of ``nbytes`` cannot be made in the spill directory now, or None."""
+    limit = _config.config().max_spill_bytes
+    if limit is not None and _native.spill_used() + nbytes > limit:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    try:
+        with tempfile.TemporaryFile(dir=_spill_files.private_dir()) as probe:
+            os.posix_fallocate(probe.fileno(), 0, nbytes)
+    except OSError as error:
+        return error
+    return None
 
 
 def _round_page(n: int) -> int:

@@ -6,9 +6,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 import oocarray as oc
 from oocarray import _manager, _native
+
+# "ci" (the default, and what CI runs): the same examples every run, so that chance cannot fail
+# a landing.  "long" (HYPOTHESIS_PROFILE=long): new random examples every run, many more of
+# them, to explore; a failure it finds prints a seed to reproduce it with.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("long", max_examples=2000, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 
 
 @pytest.fixture(autouse=True)

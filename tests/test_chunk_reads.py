@@ -377,6 +377,7 @@ def test_large_uncompressed_reads_run_as_jobs_and_report_damage(tmp_path: Path) 
     chunk.write_bytes(chunk.read_bytes()[:-4096])
     with pytest.raises(oc.CorruptChunkError, match=r"chunk \(11, 0\).*c/11/0"):
         y[...]
-    assert np.array_equal(y[1408 + 90 : 1408 + 120], data[1498:1528])  # the rows still there
+    with pytest.raises(oc.CorruptChunkError, match="truncated"):
+        y[1408 + 90 : 1408 + 120]  # rows still there: a chunk of the wrong size is damaged
     with pytest.raises(oc.CorruptChunkError, match="truncated"):
         y[1408 + 127]  # the row cut off

@@ -1,10 +1,12 @@
-"""Chunk writes: shards, writes on every core, and a full disk."""
+"""Chunk writes: shards, writes on every core, a full disk, and writes from many threads."""
 
 from __future__ import annotations
 
 import errno
+import threading
 from pathlib import Path
 
+import h5py
 import numcodecs
 import numpy as np
 import pytest
@@ -93,3 +95,43 @@ def test_a_full_disk_during_a_write_is_an_error_and_leaves_no_files(tiny_tmpfs: 
     for i in range(16):  # every chunk is whole: the one written, or the fill value
         block = written[i * 256 : (i + 1) * 256]
         assert np.array_equal(block, noise[i * 256 : (i + 1) * 256]) or not block.any()
+
+
+def _write_rows_from_threads(arrays: list[oc.ChunkedArray], rows: int, threads: int) -> None:
+    """Thread t writes rows t, t + threads, ...: every chunk is written in part by all of
+    them at once."""
+    start = threading.Barrier(threads)
+
+    def work(t: int) -> None:
+        x = arrays[t % len(arrays)]
+        start.wait()
+        for i in range(t, rows, threads):
+            x[i] = i + 1
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
+@pytest.mark.parametrize(
+    ("codec", "shards"), [("zstd", None), ("none", None), ("lz4", None), ("zstd", (64, 4))]
+)
+def test_threads_writing_rows_of_one_chunk_lose_none(
+    tmp_path: Path, codec: str, shards: tuple[int, ...] | None
+) -> None:
+    path = tmp_path / "a.zarr"
+    oc.create(path, (256, 4), "float64", chunks=(16, 4), codec=codec, shards=shards)
+    # Two arrays open on the same path share the chunks' locks.
+    arrays = [oc.open(path, mode="r+"), oc.open(path, mode="r+")]
+    _write_rows_from_threads(arrays, 256, 8)
+    got = oc.open(path)[:, 0]
+    assert np.array_equal(got, np.arange(1, 257)), f"{int((got == 0).sum())} rows lost"
+
+
+def test_threads_writing_rows_of_one_hdf5_chunk_lose_none(tmp_path: Path) -> None:
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        f.create_dataset("x", shape=(256, 4), chunks=(16, 4), dtype="f8", compression="gzip")
+    _write_rows_from_threads([oc.open(tmp_path / "f.h5", mode="r+")], 256, 8)
+    assert np.array_equal(oc.open(tmp_path / "f.h5")[:, 0], np.arange(1, 257))

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 
 import h5py
+import numcodecs
 import numpy as np
 import pytest
+import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -181,9 +184,10 @@ def test_npy_is_memory_mapped_and_writable(tmp_path: Path) -> None:
     np.save(path, reference())
     x = oc.open(path)
     assert x.location == "mmap"
-    view = x[3:7, ::2]
+    view = x.as_ndarray()  # the explicit zero-copy view
     assert oc.location(view) == "mmap"
-    assert np.array_equal(view, reference()[3:7, ::2])
+    assert not view.flags.writeable
+    assert np.array_equal(x[3:7, ::2], reference()[3:7, ::2])
     assert np.array_equal(x[[1, 0], 2], reference()[[1, 0], 2])
     with pytest.raises(oc.ReadOnlyError):
         x[0] = 1
@@ -200,7 +204,7 @@ def test_hdf5_contiguous_is_memory_mapped_and_chunked_is_read(tmp_path: Path) ->
         f.create_dataset("packed", data=reference(), chunks=(8, 11, 5), compression="gzip")
     plain = oc.open(path, dataset="plain")
     assert plain.location == "mmap"
-    assert oc.location(plain[2]) == "mmap"
+    assert oc.location(plain.as_ndarray()) == "mmap"
     packed = oc.open(path, dataset="packed")
     assert packed.location == "chunks"
     assert packed.codec == "gzip"
@@ -231,7 +235,8 @@ def test_temp_arrays_belong_to_the_active_manager(tmp_path: Path) -> None:
             assert Path(path).is_dir()
             assert str(tmp_path) in path
             assert t[...].sum() == 3000
-        assert not Path(path).exists(), "deleted when its manager closed"
+            del t
+            assert not Path(path).exists(), "deleted with its last reference"
     finally:
         oc.configure(spill_dir=None)
 
@@ -382,3 +387,127 @@ def test_row_reads_of_row_chunked_arrays(tmp_path: Path, codec: str) -> None:
     with oc.Manager("rows") as m:
         row = y[9]
         assert oc.owner(row) is m
+
+
+@pytest.mark.parametrize("mode", ["r", "r+"])
+@pytest.mark.parametrize("kind", ["npy", "hdf5"])
+def test_memory_mapped_reads_are_independent_arrays(tmp_path: Path, mode: str, kind: str) -> None:
+    if kind == "npy":
+        path = tmp_path / "a.npy"
+        np.save(path, reference())
+    else:
+        path = tmp_path / "a.h5"
+        with h5py.File(path, "w") as f:
+            f["x"] = reference()
+    x = oc.open(path, mode=mode)
+    for key in (np.s_[3:7, ::2], np.s_[1], np.s_[...], np.s_[[2, 0], 1:3]):
+        got = x[key]
+        assert got.flags.writeable, "a read is the caller's array, whatever the open mode"
+        assert not np.shares_memory(got, x.as_ndarray())
+        got[...] = -7  # never reaches the file
+    x.close()
+    with h5py.File(path) if kind == "hdf5" else contextlib.nullcontext() as f:
+        stored = f["x"][...] if kind == "hdf5" else np.load(path)
+    assert np.array_equal(stored, reference())
+
+
+def test_as_ndarray_is_the_explicit_zero_copy_view(tmp_path: Path) -> None:
+    path = tmp_path / "a.npy"
+    np.save(path, reference())
+    x = oc.open(path, mode="r+")
+    view = x.as_ndarray("r+")
+    view[0, 0, 0] = 42  # writes through to the file
+    assert not x.as_ndarray().flags.writeable
+    x.close()
+    assert np.load(path)[0, 0, 0] == 42
+    with pytest.raises(oc.ReadOnlyError):
+        oc.open(path).as_ndarray("r+")
+    with pytest.raises(ValueError, match="mode must be"):
+        oc.open(path).as_ndarray("w")
+    z = oc.create(tmp_path / "z.zarr", (4, 3), "float32")
+    with pytest.raises(NotImplementedError, match="read it with x"):
+        z.as_ndarray()
+
+
+def test_asarray_without_copy_copies_nothing_or_raises(tmp_path: Path) -> None:
+    path = tmp_path / "a.npy"
+    np.save(path, reference())
+    x = oc.open(path)
+    same = np.asarray(x, copy=False)
+    assert np.shares_memory(same, x.as_ndarray())
+    with pytest.raises(ValueError, match="without a copy"):
+        np.asarray(x, copy=False, dtype=np.int8)
+    z = oc.create(tmp_path / "z.zarr", (4, 3), "float32")
+    with pytest.raises(ValueError, match="without a copy"):
+        np.asarray(z, copy=False)
+    assert np.asarray(z).shape == (4, 3)  # copy=None reads it
+
+
+def test_a_2d_boolean_mask_error_names_its_shape(zarr_array: oc.ChunkedArray) -> None:
+    mask = np.ones((2, 3), dtype=bool)
+    with pytest.raises(IndexError, match=r"must be 1-d .* 2-d mask of shape \(2, 3\)"):
+        zarr_array[mask]
+    with pytest.raises(IndexError, match="has length 3, expected"):
+        zarr_array[np.ones(3, dtype=bool)]
+
+
+def test_create_and_temp_refuse_objects_without_suggesting_allow_object(tmp_path: Path) -> None:
+    for make in (lambda: oc.create(tmp_path / "o.zarr", (3,), object), lambda: oc.temp((3,), "O")):
+        with pytest.raises(ValueError, match="cannot store Python objects") as caught:
+            make()
+        assert "allow_object" not in str(caught.value)
+
+
+def test_hdf5_null_dataspace_is_a_clear_error(tmp_path: Path) -> None:
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        f.create_dataset("nothing", data=h5py.Empty("f8"))
+    with pytest.raises(ValueError, match="null dataspace"):
+        oc.open(tmp_path / "f.h5", dataset="nothing")
+
+
+def test_codec_shows_the_whole_filter_chain(tmp_path: Path) -> None:
+    values = np.arange(100, dtype=np.int32).reshape(10, 10)
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        f.create_dataset("a", data=values, chunks=(5, 5), shuffle=True, fletcher32=True)
+        f.create_dataset("b", data=values, chunks=(5, 5), scaleoffset=0)
+        f.create_dataset("c", data=values, chunks=(5, 5), shuffle=True, compression="gzip")
+        f["d"] = values
+    codecs = {name: oc.open(tmp_path / "f.h5", dataset=name).codec for name in "abcd"}
+    assert codecs == {
+        "a": "shuffle+fletcher32",
+        "b": "scaleoffset",
+        "c": "shuffle+gzip",
+        "d": "none",
+    }
+    z = zarr.create_array(
+        tmp_path / "v2.zarr",
+        shape=(10,),
+        chunks=(5,),
+        dtype="i4",
+        zarr_format=2,
+        filters=[numcodecs.Delta(dtype="i4")],
+        compressors=numcodecs.Zstd(),
+    )
+    z[...] = np.arange(10)
+    x = oc.open(tmp_path / "v2.zarr")
+    assert x.codec == "delta+zstd"
+    assert np.array_equal(x[...], np.arange(10))
+
+
+@pytest.mark.parametrize("dataset", ["plain", "packed", None])
+def test_reading_a_closed_array_of_any_format_raises_closed_error(
+    tmp_path: Path, dataset: str | None
+) -> None:
+    if dataset is None:
+        path = tmp_path / "a.npy"
+        np.save(path, reference())
+    else:
+        path = tmp_path / "d.h5"
+        with h5py.File(path, "w") as f:
+            f["plain"] = reference()
+            f.create_dataset("packed", data=reference(), chunks=(8, 11, 5))
+    x = oc.open(path, dataset=dataset)
+    x.close()
+    for use in (lambda: x[0], lambda: x.as_ndarray(), lambda: np.asarray(x)):
+        with pytest.raises(oc.ClosedError, match="open it again"):
+            use()

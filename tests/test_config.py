@@ -93,3 +93,16 @@ def test_bad_environment_variable_fails_with_its_name() -> None:
     assert result.returncode != 0
     assert "OOCARRAY_MAX_BYTES" in result.stderr
     assert "'plenty'" in result.stderr
+
+
+@pytest.mark.parametrize("text", ["2Gb", "2gb", "512mb", "1.5gib", "100b"])
+def test_a_lowercase_b_is_bits_and_refused_with_what_to_write(text: str) -> None:
+    with pytest.raises(ValueError, match="lowercase 'b' means bits") as caught:
+        oc.parse_size(text, "max_bytes")
+    assert "max_bytes" in str(caught.value)
+    assert "B'" in str(caught.value), "it suggests an uppercase unit"
+
+
+def test_configure_refuses_bits() -> None:
+    with pytest.raises(ValueError, match=r"'2G' or '2GiB' for powers of 1024, or '2GB'"):
+        oc.configure(max_bytes="2Gb")

@@ -45,15 +45,95 @@ def test_dask_reads_what_oocarray_writes(written_by_oocarray: Path) -> None:
 def test_xarray_reads_what_oocarray_writes(tmp_path: Path) -> None:
     group = tmp_path / "ds.zarr"
     zarr.open_group(group, mode="w", zarr_format=3)
-    x = oc.create(group / "temperature", DATA.shape, DATA.dtype, chunks=(10, 5))
+    x = oc.create(
+        group / "temperature",
+        DATA.shape,
+        DATA.dtype,
+        chunks=(10, 5),
+        dimension_names=("time", "station"),
+        attributes={"units": "K", "scale": [1, 2.5]},
+    )
     x[...] = DATA
-    meta_path = group / "temperature" / "zarr.json"
-    meta = json.loads(meta_path.read_text())
-    meta["dimension_names"] = ["time", "station"]
-    meta_path.write_text(json.dumps(meta))
     ds = xr.open_zarr(group, consolidated=False)
     assert ds["temperature"].dims == ("time", "station")
+    assert ds["temperature"].attrs == {"units": "K", "scale": [1, 2.5]}
     assert np.array_equal(ds["temperature"].values, DATA)
+
+
+def test_xarray_opens_a_group_that_create_makes_with_dataset(tmp_path: Path) -> None:
+    path = tmp_path / "weather.zarr"
+    t = oc.create(path, DATA.shape, DATA.dtype, dataset="temperature", dimension_names=("t", "s"))
+    t[...] = DATA
+    counts = oc.create(path, (45,), np.int32, dataset="stats/count", dimension_names=("t",))
+    counts[...] = np.arange(45)
+    for ds in (
+        xr.open_zarr(path, consolidated=False),
+        xr.open_dataset(path, engine="zarr", consolidated=False, chunks=None),
+    ):
+        assert ds["temperature"].dims == ("t", "s")
+        assert np.array_equal(ds["temperature"].values, DATA)
+    nested = xr.open_zarr(path, group="stats", consolidated=False)
+    assert np.array_equal(nested["count"].values, np.arange(45))
+    assert np.array_equal(oc.open(path, dataset="stats/count")[...], np.arange(45))
+    replaced = oc.create(path, (3,), np.int8, dataset="stats/count")  # mode="w": this array only
+    assert replaced.shape == (3,)
+    assert np.array_equal(oc.open(path, dataset="temperature")[...], DATA)
+    with pytest.raises(FileExistsError):
+        oc.create(path, (3,), np.int8, dataset="temperature", mode="w-")
+
+
+def test_arrays_created_in_a_group_get_xarrays_default_dimension_names(tmp_path: Path) -> None:
+    group = tmp_path / "ds.zarr"
+    zarr.open_group(group, mode="w", zarr_format=3)
+    oc.create(group / "plain", DATA.shape, DATA.dtype)[...] = DATA
+    ds = xr.open_zarr(group, consolidated=False)
+    assert ds["plain"].dims == ("dim_0", "dim_1")
+    alone = oc.create(tmp_path / "alone.zarr", DATA.shape, DATA.dtype)
+    meta = json.loads((Path(alone.path) / "zarr.json").read_text())
+    assert "dimension_names" not in meta, "an array of its own keeps its metadata as it was"
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_open_reaches_an_array_inside_a_zarr_group(tmp_path: Path, zarr_format: int) -> None:
+    path = tmp_path / "g.zarr"
+    root = zarr.open_group(path, mode="w", zarr_format=zarr_format)
+    root.create_array("a/b", shape=DATA.shape, dtype=DATA.dtype, chunks=(10, 5))[...] = DATA
+    root.create_array("c", shape=(4,), dtype="i2")[...] = [1, 2, 3, 4]
+    assert np.array_equal(oc.open(path, dataset="a/b")[3:9, ::2], DATA[3:9, ::2])
+    assert np.array_equal(oc.open(path, dataset="/c")[...], [1, 2, 3, 4])
+    writable = oc.open(path, mode="r+", dataset="c")
+    writable[0] = 9
+    assert zarr.open_array(path / "c", mode="r")[0] == 9
+    with pytest.raises(ValueError, match=r"2 arrays \['a/b', 'c'\]; choose one with dataset"):
+        oc.open(path)
+    with pytest.raises(oc.StoreNotFoundError, match="no array 'missing'"):
+        oc.open(path, dataset="missing")
+    with pytest.raises(ValueError, match="is a zarr group, not an array"):
+        oc.open(path, dataset="a")
+    assert np.array_equal(oc.open(path / "a")[...], DATA), "a group with one array needs no name"
+    with pytest.raises(ValueError, match="is a zarr array: open it without dataset"):
+        oc.open(path / "c", dataset="c")
+
+
+def test_bad_dimension_names_attributes_and_datasets(tmp_path: Path) -> None:
+    path = tmp_path / "x.zarr"
+    with pytest.raises(ValueError, match=r"one str \(or None\) per axis \(2\)"):
+        oc.create(path, (2, 3), "f4", dimension_names=("x",))
+    with pytest.raises(ValueError, match="per axis"):
+        oc.create(path, (2, 3), "f4", dimension_names="xy")
+    with pytest.raises(TypeError, match="JSON values"):
+        oc.create(path, (2, 3), "f4", attributes={"when": np.datetime64("2024-01-01")})
+    with pytest.raises(TypeError, match="mapping with str keys"):
+        oc.create(path, (2, 3), "f4", attributes=[("units", "K")])
+    with pytest.raises(ValueError, match="no empty"):
+        oc.create(path, (2, 3), "f4", dataset="../escape")
+    assert not path.exists(), "nothing is written before the arguments are checked"
+    zarr.open_group(tmp_path / "v2.zarr", mode="w", zarr_format=2)
+    with pytest.raises(ValueError, match="zarr v2 group"):
+        oc.create(tmp_path / "v2.zarr", (2,), "f4", dataset="x")
+    np.save(tmp_path / "a.npy", np.zeros(3))
+    with pytest.raises(ValueError, match=r"is a \.npy file"):
+        oc.open(tmp_path / "a.npy", dataset="x")
 
 
 def test_tensorstore_reads_what_oocarray_writes(written_by_oocarray: Path) -> None:
@@ -195,3 +275,130 @@ def test_sharded_reads_take_only_the_inner_chunk_and_report_damage(tmp_path: Pat
     shard.write_bytes(shard.read_bytes()[:-200])  # cut into the index at the end
     with pytest.raises(oc.CorruptChunkError, match="shard"):
         oc.open(tmp_path / "s.zarr")[5]
+
+
+# ---- dtypes: dates and durations, 0-d arrays, byte order ----
+
+TIMES = np.datetime64("2024-01-01", "s") + np.arange(20).astype("timedelta64[s]") * 3600
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd", "lz4", "gzip"])
+@pytest.mark.parametrize("dtype", ["datetime64[ns]", "timedelta64[s]"])
+def test_dates_and_durations_round_trip_and_zarr_python_reads_them(
+    tmp_path: Path, codec: str, dtype: str
+) -> None:
+    values = TIMES.astype(dtype) if dtype.startswith("datetime") else TIMES - TIMES[0]
+    values = values.astype(dtype)
+    x = oc.create(tmp_path / "t.zarr", values.shape, dtype, chunks=(6,), codec=codec)
+    x[...] = values
+    x[3] = values[0]  # a partial chunk: read, updated, written back
+    expected = values.copy()
+    expected[3] = values[0]
+    y = oc.open(tmp_path / "t.zarr")
+    assert y.dtype == np.dtype(dtype)
+    assert np.array_equal(y[...], expected)
+    assert np.array_equal(y[4:9], expected[4:9])
+    assert np.array_equal(zarr.open_array(tmp_path / "t.zarr", mode="r")[...], expected)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("compressors", [None, "auto"])
+def test_oocarray_reads_dates_written_by_zarr_python(
+    tmp_path: Path, zarr_format: int, compressors: object
+) -> None:
+    z = zarr.create_array(
+        tmp_path / "t.zarr",
+        shape=TIMES.shape,
+        chunks=(7,),
+        dtype=TIMES.dtype,
+        zarr_format=zarr_format,  # type: ignore[arg-type]
+        compressors=compressors,  # type: ignore[arg-type]
+    )
+    z[...] = TIMES
+    x = oc.open(tmp_path / "t.zarr")
+    assert np.array_equal(x[...], TIMES)
+    assert x[8] == TIMES[8]
+    assert np.array_equal(x[[3, 15]], TIMES[[3, 15]])
+
+
+@pytest.mark.parametrize("codec", ["zstd", "none", "lz4"])
+def test_zero_dimensional_arrays_are_written_and_read(tmp_path: Path, codec: str) -> None:
+    x = oc.create(tmp_path / "s.zarr", (), "float64", codec=codec)
+    x[...] = 2.5
+    y = oc.open(tmp_path / "s.zarr")
+    assert y.shape == ()
+    assert y[...] == 2.5
+    assert y[()] == 2.5
+    assert np.asarray(y).shape == ()
+    assert zarr.open_array(tmp_path / "s.zarr", mode="r")[()] == 2.5
+    assert oc.from_numpy(np.float64(2))[()] == 2.0
+    t = oc.temp((), "int32")
+    t[()] = 7
+    assert t[...] == 7
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_oocarray_reads_zero_dimensional_zarr_python_arrays(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    z = zarr.create_array(
+        tmp_path / "s.zarr",
+        shape=(),
+        dtype="int16",
+        zarr_format=zarr_format,  # type: ignore[arg-type]
+    )
+    z[...] = -3
+    assert oc.open(tmp_path / "s.zarr")[...] == -3
+
+
+@pytest.mark.parametrize("dtype", [">f8", ">i4", "<f8", ">M8[ms]"])
+def test_byte_order_round_trips(tmp_path: Path, dtype: str) -> None:
+    values = np.arange(10).astype(dtype)
+    x = oc.create(tmp_path / "b.zarr", values.shape, dtype, chunks=(4,))
+    x[...] = values
+    x[5] = values[1]
+    values[5] = values[1]
+    y = oc.open(tmp_path / "b.zarr")
+    assert y.dtype == np.dtype(dtype)  # the byte order asked for, not the machine's
+    assert y[...].dtype == np.dtype(dtype)
+    assert np.array_equal(y[...], values)
+    assert np.array_equal(zarr.open_array(tmp_path / "b.zarr", mode="r")[...], values)
+    raw = oc.create(tmp_path / "raw.zarr", values.shape, dtype, chunks=(10,), codec="none")
+    raw[...] = values
+    assert (tmp_path / "raw.zarr" / "c" / "0").read_bytes() == values.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "filters", "compressor"),
+    [
+        ("i4", [numcodecs.Delta(dtype="i4")], numcodecs.Blosc(cname="lz4")),
+        ("f8", [numcodecs.FixedScaleOffset(offset=0, scale=100, dtype="f8", astype="i4")], None),
+        ("f8", [numcodecs.Quantize(digits=3, dtype="f8")], numcodecs.Zstd()),
+        ("bool", [numcodecs.PackBits()], numcodecs.Zlib()),
+    ],
+)
+def test_zarr_v2_filters_are_read_and_written_directly(
+    tmp_path: Path, dtype: str, filters: list[object], compressor: object
+) -> None:
+    """v2 filters decode in oocarray's own chunk reader (with its framing checks) and
+    encode in its writer, byte for byte as zarr-python does."""
+    values = (np.arange(60).reshape(10, 6) * 1.37).astype(dtype)
+    z = zarr.create_array(
+        tmp_path / "f.zarr",
+        shape=values.shape,
+        chunks=(4, 6),
+        dtype=dtype,
+        zarr_format=2,
+        filters=filters,  # type: ignore[arg-type]
+        compressors=compressor,  # type: ignore[arg-type]
+    )
+    z[...] = values
+    x = oc.open(tmp_path / "f.zarr", mode="r+")
+    assert x.codec.split("+")[0] == filters[0].codec_id  # type: ignore[attr-defined]
+    assert np.array_equal(x[...], z[...])
+    assert np.array_equal(x[5:9, 2], z[5:9, 2])
+    x[1:3] = values[5:7]  # a partial chunk, read, updated and written back
+    x[8:] = values[:2]
+    again = zarr.open_array(tmp_path / "f.zarr", mode="r")
+    assert np.array_equal(oc.open(tmp_path / "f.zarr")[...], again[...])
+    assert np.allclose(again[1:3], values[5:7], atol=1e-2)

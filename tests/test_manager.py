@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import errno
+import pickle
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import oocarray as oc
+from oocarray import _manager, _native
 
 
 def test_system_is_the_root_and_default_parent() -> None:
@@ -187,13 +193,21 @@ def test_closed_manager_refuses_allocations() -> None:
 
 
 def test_implicit_allocation_in_a_manager_closed_by_another_thread() -> None:
-    m = oc.Manager("closing")
-    with m.activate():
-        closer = threading.Thread(target=m.close)
-        closer.start()
-        closer.join()
-        with pytest.raises(oc.ClosedError):
-            np.ones(10)
+    """The closing thread cannot reach this thread's handler: NumPy still allocates through
+    the closed manager, and the array belongs to its nearest open ancestor."""
+    with oc.Manager("parent", max_bytes=10_000, spill="fail") as parent:
+        m = parent.sub("closing")
+        with m.activate():
+            closer = threading.Thread(target=m.close)
+            closer.start()
+            closer.join()
+            assert _manager.active_manager() is parent
+            a = np.ones(10)
+            assert oc.owner(a) is parent
+            with pytest.raises(oc.MemoryBudgetError, match="the budget of 'parent'"):
+                np.ones(2000)  # the parent's budget and spill policy apply
+        assert parent.stats().current_bytes == 80
+        del a
 
 
 def test_closing_a_parent_closes_its_children() -> None:
@@ -303,3 +317,185 @@ def test_many_short_scopes_do_not_accumulate() -> None:
         assert len(loop._children) == 0
         assert loop.stats().total_count >= 500
         assert loop.stats().current_bytes == 0
+
+
+# ---- leaving `with` blocks out of order never leaves a thread unable to allocate (issue 10)
+
+
+def _reader() -> Iterator[int]:
+    with oc.Manager("reader"):
+        yield 1
+        yield 2
+
+
+def test_a_generator_closed_inside_another_block_leaves_the_thread_able_to_allocate() -> None:
+    handler = _native.get_handler()
+    rows = _reader()
+    next(rows)  # "reader" is active now, in this thread
+    with oc.Manager("other") as other:  # a child of "reader"
+        rows.close()  # closes "reader", and "other" with it
+        a = np.ones(3)
+        assert oc.owner(a) is oc.system(), "the nearest open ancestor"
+    b = np.ones(3)
+    assert oc.owner(b) is None, "outside every block NumPy's own allocator is back"
+    assert _manager.active_manager() is None
+    assert _native.get_handler() is handler
+    assert other.closed
+    del a, b
+
+
+def test_exits_out_of_order_restore_by_identity() -> None:
+    handler = _native.get_handler()
+    first, second = oc.Manager("first"), oc.Manager("second")
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    a = np.ones(3)
+    assert oc.owner(a) is second
+    second.__exit__(None, None, None)
+    b = np.ones(3)
+    assert oc.owner(b) is None
+    assert _native.get_handler() is handler
+    del a, b
+
+
+def test_an_asyncio_task_running_after_its_block_allocates_in_the_open_ancestor() -> None:
+    seen: list[object] = []
+
+    async def work() -> None:
+        await asyncio.sleep(0.01)  # runs after "request" has closed
+        arr = np.ones(1000)
+        seen.extend([oc.owner(arr), _manager.active_manager()])
+        with oc.Manager("in-task") as inner:
+            seen.append(inner.parent)
+        with pytest.raises(oc.MemoryBudgetError, match="the budget of 'server'"):
+            np.ones(200_000)  # the open ancestor's budget and spill policy apply
+        del arr
+
+    async def serve() -> None:
+        with oc.Manager("server", max_bytes="1M", spill="fail") as server:
+            with server.sub("request"):
+                task = asyncio.create_task(work())
+            await task
+            assert seen == [server, server, server]
+            assert server.stats().current_bytes == 0
+
+    asyncio.run(serve())
+
+
+def test_a_closed_manager_still_refuses_explicit_allocations_while_active() -> None:
+    with oc.Manager("parent") as parent:
+        m = parent.sub("m")
+        with m.activate():
+            m.close()
+            a = np.ones(3)
+            assert oc.owner(a) is parent
+            with pytest.raises(oc.ClosedError, match="'m' is closed"):
+                m.empty(3)
+        assert parent.stats().escaped == 0, "allocated after the close: not an escape"
+        del a
+
+
+# ---- children inherit spill and location (issue 10)
+
+
+def test_a_child_inherits_spill_and_location_unless_given() -> None:
+    with oc.Manager("strict", max_bytes="4M", spill="fail", location="mmap") as strict:
+        child = strict.sub("batch")
+        assert (child.spill_policy, child.location) == ("fail", "mmap")
+        other = strict.sub("other", spill="evict", location="ram")
+        assert (other.spill_policy, other.location) == ("evict", "ram")
+    with (
+        oc.Manager("strict", max_bytes="4M", spill="fail"),
+        oc.Manager("batch"),
+        pytest.raises(oc.MemoryBudgetError, match="the budget of 'strict'"),
+    ):
+        np.ones(1_000_000)  # 8 MB: refused, not placed on disk
+    assert (oc.system().spill_policy, oc.system().location) == ("mmap", "ram")
+    with oc.Manager("top") as top:
+        assert (top.spill_policy, top.location) == ("mmap", "ram")
+
+
+# ---- the system budget has one source of truth (issue 10)
+
+
+def test_system_max_bytes_and_config_agree() -> None:
+    oc.system().max_bytes = "2M"
+    assert oc.config().max_bytes == 2 << 20
+    oc.configure(trace=False)
+    assert oc.system().max_bytes == 2 << 20, "a later configure() keeps it"
+    oc.configure(max_bytes="3M")
+    assert oc.system().max_bytes == 3 << 20
+
+
+# ---- the budget error shows the tree as it was when the allocation was refused (issue 10)
+
+
+def test_budget_error_dump_is_taken_at_the_refusal() -> None:
+    with oc.Manager("tight", max_bytes="2M", spill="fail") as m:
+        try:
+            np.concatenate([np.ones(100_000), np.ones(100_000)])  # 1.6 MB more: refused
+        except oc.MemoryBudgetError as caught:
+            message = str(caught)
+        else:
+            raise AssertionError("not refused")
+        assert m.stats().current_bytes == 0, "the temporaries are gone when it is caught"
+    headline, dump = message.split("\n", 1)
+    assert "1.5 MiB of it is in use" in headline
+    assert dump.startswith("tight [open] 1.5 MiB in 2 arrays"), dump
+
+
+# ---- edges (issue 10)
+
+
+@pytest.mark.parametrize("shape", [np.array([2, 3]), np.array(4), [np.int32(2), 3], range(1, 3)])
+def test_shapes_may_be_any_integer_sequence_or_array(shape: object) -> None:
+    with oc.Manager() as m:
+        a = m.zeros(shape)
+        assert a.shape == np.zeros(shape).shape  # type: ignore[call-overload]
+        del a
+
+
+@pytest.mark.parametrize("shape", [np.array([2.0, 3.0]), np.array([[2, 3]]), "23", [True]])
+def test_shapes_that_numpy_refuses_are_refused(shape: object) -> None:
+    with oc.Manager() as m, pytest.raises(TypeError, match="shape"):
+        m.zeros(shape)
+
+
+def test_a_manager_cannot_be_pickled_and_says_why() -> None:
+    with oc.Manager("etl") as m:
+        with pytest.raises(TypeError, match=r"Manager objects cannot be pickled: a manager owns"):
+            pickle.dumps(m)
+        ws = oc.Workspace("w", parent=m)
+        with pytest.raises(TypeError, match="Workspace objects cannot be pickled"):
+            pickle.dumps(ws)
+        ws.close()
+
+
+def test_escaped_bytes_go_down_when_escaped_arrays_are_freed() -> None:
+    with oc.Manager("outer") as outer:
+        with outer.sub("inner"):
+            a = np.ones(1000)
+            b = np.ones(500)
+        assert (outer.stats().escaped, outer.stats().escaped_bytes) == (2, 12_000)
+        del a
+        assert (outer.stats().escaped, outer.stats().escaped_bytes) == (1, 4000)
+        oc.detach(b)
+        assert (outer.stats().escaped, outer.stats().escaped_bytes) == (0, 0)
+        del b
+
+
+def test_reaching_max_spill_bytes_says_so(tmp_path: Path) -> None:
+    oc.configure(spill_dir=tmp_path, max_spill_bytes="1M")
+    with oc.Manager("etl", max_bytes="1M") as m:
+        with pytest.raises(oc.MemoryBudgetError) as over_budget:
+            np.ones(300_000)  # 2.3 MiB: over the budget, and over the disk cap
+        with m.sub("filed", location="mmap"), pytest.raises(oc.SpillError) as placed:
+            np.ones(300_000)
+    for caught in (over_budget, placed):
+        message = str(caught.value)
+        assert "the max_spill_bytes limit was reached: 0 B of 1.0 MiB is in use" in message
+        assert "2.3 MiB more was needed" in message
+        assert "oc.configure(max_spill_bytes=...)" in message
+        assert "No space left on device" not in message
+    assert placed.value.errno == errno.ENOSPC

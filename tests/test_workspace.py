@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 import textwrap
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import oocarray as oc
-from oocarray import _native
+from oocarray import _manager, _native
 from oocarray._physical import resident_memory
 
 MiB = 1 << 20
@@ -414,3 +416,96 @@ class CycleMachine(RuleBasedStateMachine):
 
 TestCycleMachine = CycleMachine.TestCase
 TestCycleMachine.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+
+
+# ---- location="mmap": every cycle on disk, or a SpillError (issue 10)
+
+
+def _is_file_backed(arr: np.ndarray) -> bool:
+    """Whether the memory under ``arr`` is a mapping of a file (read from /proc/self/maps)."""
+    address = arr.__array_interface__["data"][0]
+    with open("/proc/self/maps", encoding="utf-8") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if start <= address < end:
+                return len(fields) == 6 and fields[5].strip() not in ("", "[heap]")
+    raise AssertionError("address not mapped")
+
+
+def test_every_cycle_of_an_mmap_workspace_is_on_disk(tmp_path: os.PathLike[str]) -> None:
+    oc.configure(spill_dir=tmp_path)
+    ws = oc.Workspace("filed", location="mmap")
+    try:
+        for cycle in range(3):
+            with ws:
+                a = np.ones(200_000)  # the first, learning cycle has no arena yet
+                assert _is_file_backed(a), f"cycle {cycle} put its array in RAM"
+                assert oc.location(a) == ("mmap" if cycle == 0 else "workspace")
+                del a
+        assert ws.stats().size_bytes > 0
+    finally:
+        ws.close()
+
+
+def test_an_arena_file_that_cannot_be_made_raises_spill_error(tmp_path: os.PathLike[str]) -> None:
+    oc.configure(spill_dir=tmp_path, max_spill_bytes="1M")
+    ws = oc.Workspace("filed", location="mmap", initial_size="8M")
+    try:
+        with (
+            pytest.raises(oc.SpillError, match="max_spill_bytes limit was reached") as caught,
+            ws,
+        ):
+            pass
+        assert caught.value.errno == errno.ENOSPC
+        assert "arena file of workspace 'filed'" in str(caught.value)
+        assert _manager.active_manager() is None, "the refused cycle left nothing active"
+        assert ws.stats().cycles == 0
+    finally:
+        ws.close()
+
+
+def test_a_full_disk_refuses_the_learning_cycle_with_spill_error(tiny_tmpfs: Path) -> None:
+    oc.configure(spill_dir=tiny_tmpfs)
+    ws = oc.Workspace("filed", location="mmap")
+    try:
+        with ws, pytest.raises(oc.SpillError, match="No space left on device") as caught:
+            np.ones(1_000_000)  # 8 MB on a 4 MiB disk
+        assert caught.value.errno == errno.ENOSPC
+        assert isinstance(caught.value, MemoryError), "still what NumPy raises"
+        ws_big = oc.Workspace("big", location="mmap", initial_size="8M")
+        with pytest.raises(oc.SpillError, match="arena file"), ws_big:
+            pass
+        ws_big.close()
+    finally:
+        ws.close()
+
+
+# ---- a workspace inherits its parent's spill and location (issue 10)
+
+
+def test_a_workspace_inherits_spill_and_location(tmp_path: os.PathLike[str]) -> None:
+    oc.configure(spill_dir=tmp_path)
+    with oc.Manager("strict", max_bytes="4M", spill="fail", location="mmap") as strict:
+        ws = oc.Workspace("loop")
+        assert (ws.location, ws.config.location, ws.spill_policy) == ("mmap", "mmap", "fail")
+        ws.close()
+    with oc.Manager("strict", max_bytes="4M", spill="fail"):
+        ws = oc.Workspace("loop")
+        assert ws.config.location == "ram"
+        with pytest.raises(oc.MemoryBudgetError, match="the budget of 'strict'"), ws:
+            np.ones(1_000_000)  # 8 MB outside the (empty) arena: refused, not put on disk
+        ws.close()
+    del strict
+
+
+def test_an_arena_the_budget_refuses_is_not_a_disk_error(tmp_path: os.PathLike[str]) -> None:
+    oc.configure(spill_dir=tmp_path)
+    with oc.Manager("small", max_bytes="1M"):
+        ws = oc.Workspace("filed", location="mmap", initial_size="8M")
+        with ws:  # the cycle runs outside the arena, its large arrays on disk
+            a = np.ones(200_000)
+            assert oc.location(a) == "mmap"
+            del a
+        assert ws.stats().size_bytes == 0
+        ws.close()

@@ -23,11 +23,12 @@ def detect_format(path: str) -> str:
             "with oc.create)"
         )
     if p.is_dir():
-        if (p / "zarr.json").is_file() or (p / ".zarray").is_file():
-            return "zarr"
-        if (p / ".zgroup").is_file():
-            raise ValueError(f"{path!r} is a zarr group, not an array: open an array inside it")
-        raise ValueError(f"{path!r} is a directory but not a zarr array (no zarr.json or .zarray)")
+        if any((p / name).is_file() for name in ("zarr.json", ".zarray", ".zgroup")):
+            return "zarr"  # an array, or a group holding one (see ``dataset=``)
+        raise ValueError(
+            f"{path!r} is a directory but not a zarr array or group (no zarr.json, .zarray or "
+            ".zgroup)"
+        )
     with open(p, "rb") as f:
         head = f.read(8)
     if head.startswith(_HDF5_SIGNATURE):
@@ -46,12 +47,14 @@ def open_store(
     """Open the store at ``path`` with the backend its content calls for."""
     path = os.fspath(path)
     kind = detect_format(path)
-    if dataset is not None and kind != "hdf5":
-        raise ValueError(f"dataset= names an HDF5 dataset, but {path!r} is a {kind} store")
+    if dataset is not None and kind == "npy":
+        raise ValueError(
+            f"dataset= names an array in an HDF5 file or a zarr group, but {path!r} is a .npy file"
+        )
     if kind == "zarr":
         from oocarray._stores._zarr import ZarrStore
 
-        return ZarrStore.open(path, mode, allow_object)
+        return ZarrStore.open(path, mode, allow_object, dataset)
     if kind == "hdf5":
         from oocarray._stores._hdf5 import HDF5Store
 

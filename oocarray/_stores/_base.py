@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+import os
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +31,21 @@ def auto_chunks(
             break
         chunks[axis] = max(1, min(chunks[axis], target // max(inner, 1)))
     return tuple(chunks)
+
+
+# Locks of the blocks being written, shared by every array of the process: a block maps to
+# one of a fixed set of locks (by its array and position), so the table never grows.
+_BLOCK_LOCKS = 512
+_block_locks = [threading.Lock() for _ in range(_BLOCK_LOCKS)]
+
+
+def _fresh_block_locks() -> None:
+    # A forked child has one thread: locks other threads held at the fork would never open.
+    global _block_locks
+    _block_locks = [threading.Lock() for _ in range(_BLOCK_LOCKS)]
+
+
+os.register_at_fork(after_in_child=_fresh_block_locks)
 
 
 def _region(
@@ -75,6 +93,26 @@ class Store:
 
     def block_region(self, block: tuple[int, ...]) -> tuple[slice, ...]:
         return _region(block, self.write_grid, self.shape)
+
+    @property
+    def identity(self) -> str:
+        """What names this array in the process: two stores of one array share it."""
+        return os.path.realpath(self.path)
+
+    @contextlib.contextmanager
+    def locked_blocks(self, blocks: Sequence[tuple[int, ...]]) -> Iterator[None]:
+        """Hold the locks of ``blocks`` of :attr:`write_grid` (of this array, in this process).
+
+        A write of part of a block reads it, updates it and writes it back: without the lock,
+        another thread's write to another part of the same block, made in between, is lost.
+        Locks are taken in one global order, so writers never deadlock."""
+        identity = self.identity
+        locks = _block_locks
+        numbers = sorted({hash((identity, block)) % _BLOCK_LOCKS for block in blocks})
+        with contextlib.ExitStack() as held:
+            for number in numbers:
+                held.enter_context(locks[number])
+            yield
 
     def read_block(self, block: tuple[int, ...]) -> np.ndarray:
         """A writable copy of the valid part of one block of :attr:`write_grid`."""

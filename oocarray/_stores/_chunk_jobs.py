@@ -92,7 +92,8 @@ class ChunkJobs:
         """Register a C-contiguous destination; jobs name it by the number returned."""
         if not array.flags.c_contiguous or not array.flags.writeable:
             raise ValueError("chunk job destinations must be writable and C-contiguous")
-        self._buffers.append(array)
+        # Kept as bytes: the native reader takes buffers, which datetime64 arrays cannot give.
+        self._buffers.append(array.reshape(-1).view(np.uint8))
         return len(self._buffers) - 1
 
     def add(
@@ -154,7 +155,8 @@ class ChunkJobs:
 
     def _run_python(self, spec: np.ndarray, chunk: tuple[int, ...], scratch: np.ndarray) -> None:
         fd, offset, nbytes, skip, buffer, at, length = (int(v) for v in spec)
-        dest = self._buffers[buffer].reshape(-1).view(np.uint8)[at : at + length]
+        dest = self._buffers[buffer][at : at + length]
+        scratch = scratch.reshape(-1).view(np.uint8)
         try:
             if nbytes < 0:
                 nbytes = os.fstat(fd).st_size - offset
@@ -165,7 +167,7 @@ class ChunkJobs:
                 self._decode(raw, dest)
             else:
                 self._decode(raw, scratch)
-                dest[:] = scratch.reshape(-1).view(np.uint8)[skip : skip + length]
+                dest[:] = scratch[skip : skip + length]
         except Exception as error:
             raise CorruptChunkError(
                 f"chunk {chunk} of {self._array_path!r} cannot be decoded ({self._codec_name}) "

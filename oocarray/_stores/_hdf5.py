@@ -9,9 +9,37 @@ import h5py
 import numpy as np
 
 from oocarray._stores._base import Store, auto_chunks, check_dtype
-from oocarray.errors import StoreNotFoundError
+from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
 __all__ = ["HDF5Store"]
+
+
+# Names of the common HDF5 filters, by their registered ids (a plugin's own name can be a
+# sentence); deflate is shown as h5py names it.
+_FILTER_NAMES = {
+    1: "gzip",
+    2: "shuffle",
+    3: "fletcher32",
+    4: "szip",
+    5: "nbit",
+    6: "scaleoffset",
+    32000: "lzf",
+    32001: "blosc",
+    32004: "lz4",
+    32008: "bitshuffle",
+    32015: "zstd",
+}
+
+
+def _filter_chain(ds: h5py.Dataset) -> str:
+    """The dataset's filter pipeline in the order it is applied on write, as
+    ``"shuffle+gzip+fletcher32"``; ``"none"`` without filters."""
+    plist = ds.id.get_create_plist()
+    names = []
+    for i in range(plist.get_nfilters()):
+        number = plist.get_filter(i)[0]
+        names.append(_FILTER_NAMES.get(number, f"filter-{number}"))
+    return "+".join(names) or "none"
 
 
 def _datasets(group: h5py.Group) -> list[str]:
@@ -36,6 +64,12 @@ class HDF5Store(Store):
             self.dataset_name = self._pick(dataset)
             ds = self.file[self.dataset_name]
             check_dtype(ds.dtype, allow_object, f"HDF5 dataset {self.dataset_name!r} in {path!r}")
+            if ds.shape is None:
+                raise ValueError(
+                    f"HDF5 dataset {self.dataset_name!r} in {path!r} has a null dataspace: no "
+                    "shape and no elements (h5py.Empty), so there is no array to open; read "
+                    "it with h5py"
+                )
         except BaseException:
             self.file.close()
             raise
@@ -43,7 +77,7 @@ class HDF5Store(Store):
         self.shape = tuple(ds.shape)
         self.dtype = np.dtype(ds.dtype)
         self.fill_value = ds.fillvalue
-        self.codec = ds.compression or "none"
+        self.codec = _filter_chain(ds)
         offset = ds.id.get_offset()
         if (
             ds.chunks is None
@@ -63,6 +97,10 @@ class HDF5Store(Store):
             self.chunks = (
                 tuple(ds.chunks) if ds.chunks else auto_chunks(self.shape, self.dtype.itemsize)
             )
+
+    @property
+    def identity(self) -> str:
+        return f"{super().identity}::{self.dataset_name}"
 
     def _pick(self, dataset: str | None) -> str:
         if dataset is not None:
@@ -93,7 +131,16 @@ class HDF5Store(Store):
         if self.memmap is not None:
             return self.memmap[region]
         out = np.empty(tuple(r.stop - r.start for r in region), dtype=self.dtype)
-        self.ds.read_direct(out, source_sel=region)
+        try:
+            self.ds.read_direct(out, source_sel=region)
+        except OSError as error:
+            # HDF5 says only that a filter (inflate, a checksum, ...) failed on the chunk.
+            if "filter returned failure" not in str(error):
+                raise
+            raise CorruptChunkError(
+                f"chunk {chunk} of HDF5 dataset {self.dataset_name!r} in {self.path!r} cannot "
+                f"be decoded ({self.codec}): it is corrupt or truncated ({error})"
+            ) from error
         return out
 
     def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:

@@ -4,14 +4,16 @@ zarr-python parses metadata and creates arrays, so what is written stays plain z
 common layouts of a local directory (see :mod:`._zarr_layout`) chunks are read directly: their
 bytes are read and decoded straight into buffers of the active manager, on every core, without
 zarr-python's per-call async machinery (see :mod:`._chunk_jobs`); unsharded ones are written
-directly too.  Anything else (filters, other codecs, remote stores, writes into shards) goes
-through zarr-python.
+directly too, v2 filters included.  Anything else (other v3 codec chains, remote stores,
+writes into shards) goes through zarr-python.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -28,7 +30,7 @@ from oocarray._stores._chunk_jobs import ChunkJobs, scratch_set
 from oocarray._stores._zarr_layout import Layout, OpenShard, layout_of
 from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
-__all__ = ["CODECS", "ZarrStore", "create_zarr"]
+__all__ = ["CODECS", "ZarrStore", "create_zarr", "is_group", "require_group"]
 
 
 def _compressors(codec: str, itemsize: int) -> Any:
@@ -59,6 +61,8 @@ def create_zarr(
     codec: str,
     overwrite: bool,
     shards: tuple[int, ...] | None = None,
+    dimension_names: tuple[str | None, ...] | None = None,
+    attributes: dict[str, Any] | None = None,
 ) -> None:
     zarr.create_array(
         store=path,
@@ -66,11 +70,22 @@ def create_zarr(
         chunks=chunks,
         shards=shards,
         dtype=dtype,
+        # zarr-python stores little-endian unless told: keep the byte order asked for.
+        serializer=zarr.codecs.BytesCodec(endian=_endian(dtype)) if dtype.itemsize > 1 else "auto",
         compressors=_compressors(codec, dtype.itemsize),
         fill_value=0,
         zarr_format=3,
+        dimension_names=dimension_names,
+        attributes=attributes,
         overwrite=overwrite,
     )
+
+
+def _endian(dtype: np.dtype[Any]) -> str:
+    order = dtype.byteorder
+    if order == "=":
+        order = "<" if sys.byteorder == "little" else ">"
+    return "big" if order == ">" else "little"
 
 
 # Uncompressed reads smaller than this copy on the calling thread: waking helpers costs more
@@ -150,11 +165,87 @@ class _ChunkFiles:
         self._shards.clear()
 
 
+def _bytes_of(array: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous array, whatever its dtype (datetime64 and timedelta64 have
+    no buffer format of their own)."""
+    return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+
+
 def _open_or_none(path: str) -> int | None:
     try:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None  # chunks never written hold the fill value
+
+
+def is_group(path: str) -> bool:
+    """Whether ``path`` holds a zarr group (v3 or v2) rather than an array."""
+    v3 = os.path.join(path, "zarr.json")
+    if os.path.isfile(v3):
+        try:
+            with open(v3, "rb") as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            return False  # unreadable metadata: zarr-python reports it when the node is opened
+        return isinstance(meta, dict) and meta.get("node_type") == "group"
+    return os.path.isfile(os.path.join(path, ".zgroup")) and not os.path.isfile(
+        os.path.join(path, ".zarray")
+    )
+
+
+def _array_in_group(path: str, dataset: str | None) -> str:
+    """The directory of the array ``dataset`` (``"a/b"``) in the group at ``path``; without a
+    name, of the group's only array.  Names are checked against the group's members, so the
+    result never leaves the group."""
+    if dataset is not None and not isinstance(dataset, str):
+        raise TypeError(f"dataset must be a str, got {dataset!r}")
+    if not is_group(path):
+        raise ValueError(
+            f"dataset= names an array inside a zarr group, but {path!r} is a zarr array: "
+            "open it without dataset="
+        )
+    members = dict(zarr.open_group(store=path, mode="r").members(max_depth=None))
+    arrays = sorted(name for name, node in members.items() if isinstance(node, zarr.Array))
+    if dataset is None:
+        if len(arrays) != 1:
+            raise ValueError(
+                f"{path!r} is a zarr group with {len(arrays)} arrays {arrays}; choose one with "
+                "dataset=..."
+            )
+        name = arrays[0]
+    else:
+        name = dataset.strip("/")
+        if name in members and name not in arrays:
+            raise ValueError(f"{dataset!r} in {path!r} is a zarr group, not an array")
+        if name not in arrays:
+            raise StoreNotFoundError(
+                f"no array {dataset!r} in zarr group {path!r}; it has {arrays}"
+            )
+    return os.path.join(path, *name.split("/"))
+
+
+def require_group(path: str, dataset: str) -> str:
+    """Make the zarr v3 group at ``path`` (and the groups on the way to ``dataset``) unless they
+    exist; the directory where the array ``dataset`` goes."""
+    parts = dataset.strip("/").split("/")
+    if any(part in ("", ".", "..") or part.startswith("__") for part in parts):
+        raise ValueError(
+            f"dataset must be a name like 'temperature' or 'a/b' (no empty, '.', '..' or "
+            f"'__'-prefixed parts), got {dataset!r}"
+        )
+    if not is_group(path) and any(
+        os.path.isfile(os.path.join(path, name)) for name in ("zarr.json", ".zarray")
+    ):
+        raise ValueError(f"{path!r} is a zarr array; dataset= needs a zarr group there")
+    if os.path.isfile(os.path.join(path, ".zgroup")):
+        raise ValueError(
+            f"{path!r} is a zarr v2 group; oc.create writes zarr v3 arrays, which a v2 group "
+            "cannot hold: write into a new path or a v3 group"
+        )
+    group = zarr.open_group(store=path, mode="a", zarr_format=3)
+    for part in parts[:-1]:
+        group = group.require_group(part)
+    return os.path.join(path, *parts)
 
 
 class ZarrStore(Store):
@@ -175,6 +266,9 @@ class ZarrStore(Store):
         self._write_grid = tuple(shards) if shards is not None else self.chunks
         self._root = os.path.realpath(path)
         self._layout = layout_of(array) if os.path.isdir(path) else None
+        if self._layout is not None:
+            # zarr-python reopens a big-endian v3 array as little-endian: keep the stored order.
+            self.dtype = self._layout.stored_dtype
         stored = self._layout.stored_dtype if self._layout is not None else self.dtype
         self._chunk_nbytes = math.prod(self.chunks) * stored.itemsize
         self._rest = (0,) * (len(self.shape) - 1)  # chunk coordinates after the first
@@ -190,7 +284,13 @@ class ZarrStore(Store):
         self.codec = self._codec_name()
 
     @classmethod
-    def open(cls, path: str, mode: str, allow_object: bool) -> ZarrStore:
+    def open(
+        cls, path: str, mode: str, allow_object: bool, dataset: str | None = None
+    ) -> ZarrStore:
+        """Open the zarr array at ``path``, or the array ``dataset`` of the group there (a group
+        holding one array needs no ``dataset``)."""
+        if dataset is not None or is_group(path):
+            path = _array_in_group(path, dataset)
         try:
             array = zarr.open_array(store=path, mode="r" if mode == "r" else "r+")
         except FileNotFoundError as error:
@@ -199,9 +299,9 @@ class ZarrStore(Store):
 
     def _codec_name(self) -> str:
         meta: Any = self.array.metadata
-        if self.zarr_format == 2:
-            compressor = meta.compressor
-            return "none" if compressor is None else str(compressor.codec_id)
+        if self.zarr_format == 2:  # filters, then the compressor, in the order of writing
+            chain = [*(meta.filters or ()), meta.compressor]
+            return "+".join(str(c.codec_id) for c in chain if c is not None) or "none"
         names = [type(c).__name__.removesuffix("Codec").lower() for c in meta.codecs]
         if names[:1] == ["bytes"]:
             names = names[1:]
@@ -241,22 +341,8 @@ class ZarrStore(Store):
             lo, hi = (int(first.min()), int(first.max()) + 1) if first.size else (0, 0)
         row_bytes = math.prod(self.chunks[1:]) * layout.stored_dtype.itemsize
         block = np.empty((hi - lo, *self.chunks[1:]), dtype=layout.stored_dtype)
-        path = self._chunk_path(chunk)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+        if not self._pread_plain_chunk(chunk, _bytes_of(block), lo * row_bytes):
             block[...] = self.fill_value
-            got = block.nbytes
-        else:
-            try:
-                got = os.preadv(fd, [memoryview(block).cast("B")], lo * row_bytes)  # type: ignore[arg-type]
-            finally:
-                os.close(fd)
-        if got != block.nbytes:
-            raise CorruptChunkError(
-                f"chunk {chunk} of {self.path!r} is truncated: {path} ends before row {hi} "
-                f"of {self.chunks[0]}"
-            )
         shifted = (
             slice(first.start - lo, first.stop - lo, first.step)
             if isinstance(first, slice)
@@ -301,28 +387,36 @@ class ZarrStore(Store):
         """Rows of uncompressed chunk files, read in place: one ``preadv`` per chunk."""
         per_chunk = self.chunks[0]
         row_bytes = out.nbytes // len(out)
-        flat = memoryview(out).cast("B")  # type: ignore[arg-type]
+        flat = _bytes_of(out)
         done = 0
         while done < len(out):
             c, r = divmod(start + done, per_chunk)
             take = min(per_chunk - r, len(out) - done)
             target = flat[done * row_bytes : (done + take) * row_bytes]
-            path = self._chunk_path((c, *self._rest))
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
+            if not self._pread_plain_chunk((c, *self._rest), target, r * row_bytes):
                 out[done : done + take] = self.fill_value
-            else:
-                try:
-                    got = os.preadv(fd, [target], r * row_bytes)
-                finally:
-                    os.close(fd)
-                if got != len(target):
-                    raise CorruptChunkError(
-                        f"chunk {c} of {self.path!r} is truncated: {path} ends before row "
-                        f"{r + take} of {per_chunk}"
-                    )
             done += take
+
+    def _pread_plain_chunk(self, chunk: tuple[int, ...], target: memoryview, offset: int) -> bool:
+        """Fill ``target`` from bytes ``offset:`` of an uncompressed chunk file; False when the
+        chunk was never written.  A file of any size but a whole chunk's is damaged (cut
+        short, or written for another shape or dtype), even where the bytes asked for exist."""
+        path = self._chunk_path(chunk)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            size = os.fstat(fd).st_size
+            got = os.preadv(fd, [target], offset) if size == self._chunk_nbytes else -1
+        finally:
+            os.close(fd)
+        if got != len(target):
+            raise CorruptChunkError(
+                f"chunk {chunk} of {self.path!r} cannot be read (none) from {path}: it holds "
+                f"{size} bytes, expected {self._chunk_nbytes} (it is truncated or corrupt)"
+            )
+        return True
 
     def read_chunk(self, chunk: tuple[int, ...], scratch: bool = False) -> np.ndarray:
         region = self.chunk_region(chunk)
@@ -405,6 +499,8 @@ class ZarrStore(Store):
     def _row_run(self, piece: ChunkPiece, out: np.ndarray) -> tuple[np.ndarray, int] | None:
         """When ``piece`` is rows ``i:j`` of its chunk, whole along every other axis, and lands
         on a contiguous part of ``out``: that part, and the bytes of the chunk before row i."""
+        if not piece.local:  # a 0-d array: its one chunk goes through a scratch buffer
+            return None
         first, *rest = piece.local
         if not isinstance(first, slice) or (first.step or 1) != 1:
             return None
@@ -488,6 +584,8 @@ class ZarrStore(Store):
         try:
             try:
                 codec = layout.codec
+                if data.dtype.kind in "mM":  # no buffer format of their own: encode as ints
+                    data = data.view(f"{data.dtype.byteorder}i{data.dtype.itemsize}")
                 if layout.native_codec == _native.CODEC_ZSTD:
                     _native.zstd_write(fd, data, codec.level, codec.checksum)
                 else:

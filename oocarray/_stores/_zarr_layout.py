@@ -1,8 +1,8 @@
 """Where the chunks of a local zarr directory lie and how their bytes decode.
 
 For the common layouts (regular chunks, C order, one compressor at most: zstd, blosc or gzip
-in v3, any numcodecs compressor in v2; v3 shards of such chunks) chunks are found and decoded
-without zarr-python; :func:`layout_of` says None for anything else.
+in v3, any numcodecs compressor and filters in v2; v3 shards of such chunks) chunks are found
+and decoded without zarr-python; :func:`layout_of` says None for anything else.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Layout:
         shard: ShardLayout | None = None,
     ) -> None:
         self.key = key
-        self.codec = codec  # a numcodecs codec, or None for raw bytes
+        self.codec = codec  # a numcodecs codec, a FilterChain, or None for raw bytes
         self.stored_dtype = stored_dtype  # with the byte order of the files
         self.shard = shard  # set when chunks are inner chunks of shards (read-only path)
         self.decode = _decoder(codec)
@@ -81,9 +81,7 @@ def _decoder(codec: Any) -> Callable[[bytes, np.ndarray], None]:
     elif isinstance(codec, numcodecs.Blosc):
 
         def decode(raw: bytes, out: np.ndarray) -> None:
-            declared = int.from_bytes(raw[4:8], "little") if len(raw) >= 16 else -1
-            if declared != out.nbytes:
-                raise ValueError(f"the blosc header says {declared} bytes, expected {out.nbytes}")
+            _check_blosc_frame(raw, out.nbytes, exact=True)
             codec.decode(raw, out=out)
 
     else:
@@ -94,8 +92,42 @@ def _decoder(codec: Any) -> Callable[[bytes, np.ndarray], None]:
     return decode
 
 
+_BLOSC_HEADER = struct.Struct("<BBBBIII")  # versions, flags, typesize, nbytes, blocksize, cbytes
+_BLOSC_MEMCPYED = 0x02  # flag: the data follows the header uncompressed
+
+
+def _check_blosc_frame(raw: bytes, expected: int, exact: bool) -> None:
+    """Raise unless ``raw`` is framed as one blosc buffer of ``expected`` decoded bytes (at
+    most ``expected`` unless ``exact``).
+
+    c-blosc trusts the sizes in the header: it reads ``cbytes`` bytes whatever the buffer
+    holds, so a truncated chunk would be decoded from memory past its end.  Every size the
+    header declares is checked against what was read before the decoder sees it."""
+    if len(raw) < _BLOSC_HEADER.size:
+        raise ValueError(
+            f"{len(raw)} bytes stored, fewer than a blosc header ({_BLOSC_HEADER.size})"
+        )
+    _, _, flags, _, nbytes, blocksize, cbytes = _BLOSC_HEADER.unpack_from(raw)
+    if nbytes > expected or (exact and nbytes != expected):
+        bound = "" if exact else "at most "
+        raise ValueError(
+            f"the blosc header says {nbytes} bytes decoded, expected {bound}{expected}"
+        )
+    if cbytes != len(raw):
+        raise ValueError(f"the blosc header says {cbytes} bytes stored, {len(raw)} were read")
+    if expected and blocksize == 0:
+        raise ValueError("the blosc header says blocks of 0 bytes")
+    if flags & _BLOSC_MEMCPYED and cbytes != _BLOSC_HEADER.size + nbytes:
+        raise ValueError(
+            f"the blosc header says {nbytes} bytes stored uncompressed, but {cbytes} are stored"
+        )
+
+
 def _copy_exact(decoded: Any, out: np.ndarray) -> None:
-    flat = np.frombuffer(decoded, dtype=np.uint8)
+    if isinstance(decoded, np.ndarray):  # what filters decode to, of any dtype
+        flat = np.ascontiguousarray(decoded).reshape(-1).view(np.uint8)
+    else:
+        flat = np.frombuffer(decoded, dtype=np.uint8)
     if flat.nbytes != out.nbytes:
         raise ValueError(f"decoded {flat.nbytes} bytes, expected {out.nbytes}")
     out.reshape(-1).view(np.uint8)[:] = flat
@@ -208,9 +240,41 @@ def _v3_layout(array: Any) -> Layout | None:
     return Layout(key, codec, stored, shard)
 
 
+class FilterChain:
+    """The codecs of a zarr v2 array with filters, as one numcodecs-like codec: on write the
+    filters in order, then the compressor (if any); on read the reverse.  A blosc compressor's
+    framing is checked before it decodes (see :func:`_check_blosc_frame`)."""
+
+    def __init__(self, filters: tuple[Any, ...], compressor: Any, chunk_nbytes: int) -> None:
+        self.filters = filters
+        self.compressor = compressor
+        # Filters may widen or narrow the data (AsType, PackBits): bound what blosc may
+        # declare, so a damaged header cannot ask for any amount of memory.
+        self._decoded_limit = 8 * chunk_nbytes + 4096
+
+    def encode(self, data: np.ndarray) -> Any:
+        encoded: Any = data
+        for codec in self.filters:
+            encoded = codec.encode(encoded)
+        if self.compressor is not None:
+            return self.compressor.encode(encoded)
+        array = np.ascontiguousarray(encoded)
+        return array.reshape(-1).view(np.uint8)
+
+    def decode(self, raw: bytes) -> Any:
+        decoded: Any = raw
+        if isinstance(self.compressor, numcodecs.Blosc):
+            _check_blosc_frame(raw, self._decoded_limit, exact=False)
+        if self.compressor is not None:
+            decoded = self.compressor.decode(raw)
+        for codec in reversed(self.filters):
+            decoded = codec.decode(decoded)
+        return decoded
+
+
 def _v2_layout(array: Any) -> Layout | None:
     meta: Any = array.metadata
-    if meta.filters or meta.order != "C":
+    if meta.order != "C":
         return None
     separator = meta.dimension_separator or "."
     if separator not in ("/", "."):
@@ -224,7 +288,10 @@ def _v2_layout(array: Any) -> Layout | None:
         if hasattr(meta.dtype, "to_native_dtype")
         else np.dtype(array.dtype)
     )
-    return Layout(key, meta.compressor, dtype)
+    codec = meta.compressor
+    if meta.filters:
+        codec = FilterChain(tuple(meta.filters), codec, math.prod(meta.chunks) * dtype.itemsize)
+    return Layout(key, codec, dtype)
 
 
 class OpenShard:
