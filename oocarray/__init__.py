@@ -13,13 +13,28 @@ Examples
 8388608
 """
 
-from oocarray import _failures
-from oocarray._chunked import ChunkedArray, create, from_dask, from_numpy, open, temp
-from oocarray._config import Config, config, configure
-from oocarray._manager import Manager, MemoryStats, detach, location, owner, system
-from oocarray._spill import move_guard, spill, unspill
-from oocarray._units import parse_size
-from oocarray._workspace import Workspace, WorkspaceConfig, WorkspaceStats, destroy_workspaces
+from oocarray._compute import Expr, LazyResult, compute
+from oocarray._memory import (
+    Config,
+    Manager,
+    MemoryStats,
+    Workspace,
+    WorkspaceConfig,
+    WorkspaceStats,
+    _failures,
+    config,
+    configure,
+    destroy_workspaces,
+    detach,
+    location,
+    move_guard,
+    owner,
+    parse_size,
+    spill,
+    system,
+    unspill,
+)
+from oocarray._storage import ChunkedArray, create, from_dask, from_numpy, open, temp
 from oocarray.errors import (
     ClosedError,
     CorruptChunkError,
@@ -40,6 +55,8 @@ __all__ = [
     "ClosedError",
     "Config",
     "CorruptChunkError",
+    "Expr",
+    "LazyResult",
     "Manager",
     "MemoryBudgetError",
     "MemoryStats",
@@ -54,6 +71,7 @@ __all__ = [
     "WorkspaceLeakError",
     "WorkspaceStats",
     "__version__",
+    "compute",
     "config",
     "configure",
     "create",

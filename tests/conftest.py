@@ -9,7 +9,8 @@ import pytest
 from hypothesis import settings
 
 import oocarray as oc
-from oocarray import _manager, _native
+from oocarray import _native
+from oocarray._memory import _manager
 
 # "ci" (the default, and what CI runs): the same examples every run, so that chance cannot fail
 # a landing.  "long" (HYPOTHESIS_PROFILE=long): new random examples every run, many more of

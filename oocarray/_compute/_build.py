@@ -53,7 +53,9 @@ def _probe(value: Any) -> Any:
     return value
 
 
-def result_dtype(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> np.dtype[Any]:
+def result_dtype(
+    function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> np.dtype[Any]:
     """The dtype ``function`` gives on these arguments, as NumPy decides it."""
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -101,7 +103,9 @@ def map_blocks(function: Callable[..., Any], *args: Any, dtype: Any) -> Expr:
         return result.astype(target, copy=False)
 
     name = getattr(function, "__name__", "function")
-    return Apply(apply, [as_expr(a, shape) for a in args], shape, target, name=f"map_blocks({name})")
+    return Apply(
+        apply, [as_expr(a, shape) for a in args], shape, target, name=f"map_blocks({name})"
+    )
 
 
 def concatenate(values: Any, axis: int = 0) -> Expr:
@@ -109,13 +113,19 @@ def concatenate(values: Any, axis: int = 0) -> Expr:
     if not parts:
         raise ValueError("need at least one array to concatenate")
     if any(isinstance(p, Constant) for p in parts):
-        raise TypeError("np.concatenate over chunked arrays takes chunked arrays and expressions only")
+        raise TypeError(
+            "np.concatenate over chunked arrays takes chunked arrays and expressions only"
+        )
     ndim = parts[0].ndim
     if ndim == 0:
         raise ValueError("zero-dimensional arrays cannot be concatenated")
     axis = _axis(axis, ndim)
     for p in parts:
-        if p.ndim != ndim or p.shape[:axis] + p.shape[axis + 1 :] != parts[0].shape[:axis] + parts[0].shape[axis + 1 :]:
+        if (
+            p.ndim != ndim
+            or p.shape[:axis] + p.shape[axis + 1 :]
+            != parts[0].shape[:axis] + parts[0].shape[axis + 1 :]
+        ):
             raise ValueError(
                 f"all the input array dimensions except for the concatenation axis must match "
                 f"exactly: {parts[0].shape} and {p.shape} along axis {axis}"

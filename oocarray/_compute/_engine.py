@@ -104,7 +104,10 @@ def plan_blocks(work: Pass, budget_bytes: int | None) -> tuple[list[Region], int
     blocks = []
     for index in np.ndindex(*counts):
         blocks.append(
-            tuple(slice(i * g, min((i + 1) * g, n)) for i, g, n in zip(index, grid, shape, strict=True))
+            tuple(
+                slice(i * g, min((i + 1) * g, n))
+                for i, g, n in zip(index, grid, shape, strict=True)
+            )
         )
     return blocks, workers
 
@@ -202,7 +205,9 @@ def run_pass(work: Pass, progress: bool = True) -> None:
                         for number, region in _take(queue, 1):
                             in_flight[pool.submit(_evaluate_block, work, region, workers)] = number
                     while next_merge in pending:
-                        for reduction, partial in zip(work.reductions, pending.pop(next_merge), strict=True):
+                        for reduction, partial in zip(
+                            work.reductions, pending.pop(next_merge), strict=True
+                        ):
                             reduction.merge(partial, blocks[next_merge])
                         next_merge += 1
             except BaseException:
@@ -241,11 +246,15 @@ def _progress(total: int, enabled: bool) -> Any:
     return tqdm(total=total, delay=2.0, unit="block", leave=False)
 
 
-def evaluate(reductions: Sequence[Reduction], stores: Sequence[StoreTarget], progress: bool) -> None:
+def evaluate(
+    reductions: Sequence[Reduction], stores: Sequence[StoreTarget], progress: bool
+) -> None:
     """Runs every reduction and store, one pass per shape, sharing reads within a pass."""
     passes: dict[tuple[int, ...], Pass] = {}
     for reduction in reductions:
-        passes.setdefault(reduction.expr.shape, Pass(reduction.expr.shape, [], [])).reductions.append(reduction)
+        passes.setdefault(
+            reduction.expr.shape, Pass(reduction.expr.shape, [], [])
+        ).reductions.append(reduction)
     for store in stores:
         passes.setdefault(store.expr.shape, Pass(store.expr.shape, [], [])).stores.append(store)
     for work in passes.values():

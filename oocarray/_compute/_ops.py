@@ -105,30 +105,52 @@ def _materialize_target(expr: Expr) -> tuple[StoreTarget, Any]:
     return StoreTarget(expr, result.__setitem__, result.write_grid), result
 
 
-def _reduce(name: str, self: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False,
-            ddof: int = 0, compute: bool = True, progress: bool = True) -> Any:
+def _reduce(
+    name: str,
+    self: Any,
+    axis: Any = None,
+    dtype: Any = None,
+    keepdims: bool = False,
+    ddof: int = 0,
+    compute: bool = True,
+    progress: bool = True,
+) -> Any:
     expr = as_expr(self)
     make_reduction(name, expr, axis, keepdims, dtype, ddof)  # arguments checked now, not later
     lazy = LazyResult(lambda: make_reduction(name, expr, axis, keepdims, dtype, ddof), name)
     return lazy if not compute else lazy.compute(progress)
 
 
-def histogram(a: Any, bins: Any = 10, range: Any = None, density: bool | None = None,
-              weights: Any = None, compute: bool = True, progress: bool = True) -> Any:
+def histogram(
+    a: Any,
+    bins: Any = 10,
+    range: Any = None,
+    density: bool | None = None,
+    weights: Any = None,
+    compute: bool = True,
+    progress: bool = True,
+) -> Any:
     """``np.histogram`` of a chunked array or expression, in one pass (two without ``range``
     and with a number of bins: the first finds the minimum and maximum, as NumPy does)."""
     if weights is not None:
-        raise TypeError("histogram of chunked arrays takes no weights (compute them as an expression and use np.bincount on parts)")
+        raise TypeError(
+            "histogram of chunked arrays takes no weights (compute them as an expression and use np.bincount on parts)"
+        )
     expr = as_expr(a)
 
     def make() -> Reduction:
         bin_range = range
         if bin_range is None and isinstance(bins, int | np.integer | str):
-            low, high = compute_(LazyResult(lambda: make_reduction("min", expr), "min"),
-                                 LazyResult(lambda: make_reduction("max", expr), "max"), progress=progress)
+            low, high = compute_(
+                LazyResult(lambda: make_reduction("min", expr), "min"),
+                LazyResult(lambda: make_reduction("max", expr), "max"),
+                progress=progress,
+            )
             bin_range = (low, high)
             if isinstance(bins, str):
-                raise TypeError("histogram of chunked arrays takes a number of bins or bin edges, not a rule name")
+                raise TypeError(
+                    "histogram of chunked arrays takes a number of bins or bin edges, not a rule name"
+                )
             edges = np.histogram_bin_edges(np.array([low, high]), bins=bins)
             return Histogram(expr, edges, None, bool(density))
         return Histogram(expr, bins, bin_range, bool(density))
@@ -157,7 +179,9 @@ def _apply_ufunc(ufunc: np.ufunc, *inputs: Any, **kwargs: Any) -> Any:
             "expression with expr.to_zarr(path) or assign x[...] = expr.compute()"
         )
     if kwargs.get("where", True) is not True:
-        raise TypeError(f"np.{ufunc.__name__}(..., where=) is not supported on chunked arrays; use np.where")
+        raise TypeError(
+            f"np.{ufunc.__name__}(..., where=) is not supported on chunked arrays; use np.where"
+        )
     kwargs = {k: v for k, v in kwargs.items() if k not in ("out", "where")}
     if ufunc.nout == 1:
         return _build.elementwise(ufunc, *inputs, name=ufunc.__name__, **kwargs)
@@ -174,8 +198,16 @@ def _output(ufunc: np.ufunc, k: int) -> Callable[..., Any]:
     return one
 
 
-_UFUNC_REDUCE = {np.add: "sum", np.multiply: "prod", np.minimum: "min", np.maximum: "max",
-                 np.logical_or: "any", np.logical_and: "all", np.fmin: "nanmin", np.fmax: "nanmax"}
+_UFUNC_REDUCE = {
+    np.add: "sum",
+    np.multiply: "prod",
+    np.minimum: "min",
+    np.maximum: "max",
+    np.logical_or: "any",
+    np.logical_and: "all",
+    np.fmin: "nanmin",
+    np.fmax: "nanmax",
+}
 
 
 def _unsupported(what: str) -> TypeError:
@@ -198,8 +230,13 @@ class LazyOps:
             if kwargs.get("out") is not None or "initial" in kwargs or "where" in kwargs:
                 raise _unsupported(f"np.{ufunc.__name__}.reduce with out=, initial= or where=")
             axis = kwargs.get("axis", 0)
-            return _reduce(_UFUNC_REDUCE[ufunc], inputs[0], axis=axis, dtype=kwargs.get("dtype"),
-                           keepdims=kwargs.get("keepdims", False))
+            return _reduce(
+                _UFUNC_REDUCE[ufunc],
+                inputs[0],
+                axis=axis,
+                dtype=kwargs.get("dtype"),
+                keepdims=kwargs.get("keepdims", False),
+            )
         raise _unsupported(f"np.{ufunc.__name__}.{method}")
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
@@ -263,22 +300,42 @@ class LazyOps:
         return _build.map_blocks(function, self, *others, dtype=dtype)
 
     # -- reductions -----------------------------------------------------------------------
-    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False, compute: bool = True) -> Any:
+    def sum(
+        self, axis: Any = None, dtype: Any = None, keepdims: bool = False, compute: bool = True
+    ) -> Any:
         """Sum in one streaming pass (``compute=False``: a lazy result for :func:`oc.compute`)."""
         return _reduce("sum", self, axis, dtype, keepdims, compute=compute)
 
-    def prod(self, axis: Any = None, dtype: Any = None, keepdims: bool = False, compute: bool = True) -> Any:
+    def prod(
+        self, axis: Any = None, dtype: Any = None, keepdims: bool = False, compute: bool = True
+    ) -> Any:
         return _reduce("prod", self, axis, dtype, keepdims, compute=compute)
 
-    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False, compute: bool = True) -> Any:
+    def mean(
+        self, axis: Any = None, dtype: Any = None, keepdims: bool = False, compute: bool = True
+    ) -> Any:
         """Mean in one streaming pass."""
         return _reduce("mean", self, axis, dtype, keepdims, compute=compute)
 
-    def var(self, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False, compute: bool = True) -> Any:
+    def var(
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        ddof: int = 0,
+        keepdims: bool = False,
+        compute: bool = True,
+    ) -> Any:
         """Variance in one streaming pass, merging chunk moments."""
         return _reduce("var", self, axis, dtype, keepdims, ddof, compute=compute)
 
-    def std(self, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False, compute: bool = True) -> Any:
+    def std(
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        ddof: int = 0,
+        keepdims: bool = False,
+        compute: bool = True,
+    ) -> Any:
         """Standard deviation in one streaming pass, merging chunk moments."""
         return _reduce("std", self, axis, dtype, keepdims, ddof, compute=compute)
 
@@ -309,13 +366,30 @@ class LazyOps:
         temporary :class:`~oocarray.ChunkedArray`."""
         return compute(as_expr(self), progress=progress)[0]
 
-    def to_zarr(self, path: Any, codec: str = "zstd", chunks: Any = None, shards: Any = None,
-                mode: str = "w", dimension_names: Any = None, attributes: Any = None,
-                progress: bool = True) -> ChunkedArray:
+    def to_zarr(
+        self,
+        path: Any,
+        codec: str = "zstd",
+        chunks: Any = None,
+        shards: Any = None,
+        mode: str = "w",
+        dimension_names: Any = None,
+        attributes: Any = None,
+        progress: bool = True,
+    ) -> ChunkedArray:
         """Write the values to a new zarr array, chunk by chunk (each written whole)."""
         expr = as_expr(self)
-        out = create(path, expr.shape, expr.dtype, chunks=chunks, codec=codec, shards=shards,
-                     mode=mode, dimension_names=dimension_names, attributes=attributes)
+        out = create(
+            path,
+            expr.shape,
+            expr.dtype,
+            chunks=chunks,
+            codec=codec,
+            shards=shards,
+            mode=mode,
+            dimension_names=dimension_names,
+            attributes=attributes,
+        )
         evaluate([], [StoreTarget(expr, out.__setitem__, out.write_grid)], progress)
         return out
 
@@ -327,8 +401,15 @@ def _clip(a: Any, low: Any, high: Any) -> Expr:
 
 
 def _reduction_function(name: str) -> Callable[..., Any]:
-    def function(a: Any, axis: Any = None, dtype: Any = None, out: Any = None,
-                 keepdims: bool = False, ddof: int = 0, **kwargs: Any) -> Any:
+    def function(
+        a: Any,
+        axis: Any = None,
+        dtype: Any = None,
+        out: Any = None,
+        keepdims: bool = False,
+        ddof: int = 0,
+        **kwargs: Any,
+    ) -> Any:
         if out is not None or kwargs.get("where") is not None:
             raise _unsupported(f"np.{name}(..., out= or where=)")
         extra = {k: v for k, v in kwargs.items() if k not in ("where",)}
@@ -356,16 +437,22 @@ def _where(condition: Any, x: Any = None, y: Any = None) -> Expr:
 
 _FUNCTIONS: dict[Any, Callable[..., Any]] = {
     np.where: _where,
-    np.clip: lambda a, a_min=None, a_max=None, **kw: _clip(a, kw.get("min", a_min), kw.get("max", a_max)),
+    np.clip: lambda a, a_min=None, a_max=None, **kw: _clip(
+        a, kw.get("min", a_min), kw.get("max", a_max)
+    ),
     np.concatenate: lambda arrays, axis=0: _build.concatenate(arrays, axis),
     np.stack: lambda arrays, axis=0: _build.stack(arrays, axis),
     np.histogram: histogram,
     np.shape: lambda a: tuple(a.shape),
     np.ndim: lambda a: len(a.shape),
     np.size: lambda a, axis=None: int(np.prod(a.shape)) if axis is None else a.shape[axis],
-    np.round: lambda a, decimals=0: _build.elementwise(np.round, a, name="round", decimals=decimals),
+    np.round: lambda a, decimals=0: _build.elementwise(
+        np.round, a, name="round", decimals=decimals
+    ),
     np.astype: lambda a, dtype, copy=True: _build.astype(a, dtype),
-    np.count_nonzero: lambda a, axis=None, *, keepdims=False: _reduce("count_nonzero", a, axis, None, keepdims),
+    np.count_nonzero: lambda a, axis=None, *, keepdims=False: _reduce(
+        "count_nonzero", a, axis, None, keepdims
+    ),
 }
 for _name in REDUCTIONS:
     if _name in ("argmin", "argmax", "nanargmin", "nanargmax"):
@@ -388,7 +475,9 @@ def _expr_getitem(self: Expr, key: Any) -> np.ndarray:
         at = next(i for i, k in enumerate(key) if k is Ellipsis)
         key = (*key[:at], *(slice(None),) * (self.ndim - len(key) + 1), *key[at + 1 :])
     if len(key) > self.ndim:
-        raise IndexError(f"too many indices: the expression has {self.ndim} dimensions, got {len(key)}")
+        raise IndexError(
+            f"too many indices: the expression has {self.ndim} dimensions, got {len(key)}"
+        )
     key = (*key, *(slice(None),) * (self.ndim - len(key)))
     bounds: list[slice] = []
     picks: list[int | np.ndarray] = []  # per axis: an int (axis dropped) or positions in the region
@@ -423,7 +512,9 @@ def _expr_getitem(self: Expr, key: Any) -> np.ndarray:
 
 def _expr_array(self: Expr, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
     if copy is False:
-        raise ValueError("an expression has no memory to view: np.asarray(expr, copy=False) is impossible")
+        raise ValueError(
+            "an expression has no memory to view: np.asarray(expr, copy=False) is impossible"
+        )
     out = np.empty(self.shape, self.dtype)
 
     def write(region: tuple[slice, ...], block: np.ndarray) -> None:
@@ -445,7 +536,9 @@ def _expr_len(self: Expr) -> int:
 
 
 def _expr_iter(self: Expr) -> Any:
-    raise TypeError("iterating an expression would evaluate it row by row: compute() it or index parts")
+    raise TypeError(
+        "iterating an expression would evaluate it row by row: compute() it or index parts"
+    )
 
 
 def install() -> None:

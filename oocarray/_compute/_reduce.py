@@ -69,7 +69,9 @@ class Reduction:
         scalar for a full reduction."""
         if self.keepdims:
             return result
-        squeezed = result.reshape(tuple(n for i, n in enumerate(self.kept_shape) if i not in self.axes))
+        squeezed = result.reshape(
+            tuple(n for i, n in enumerate(self.kept_shape) if i not in self.axes)
+        )
         return squeezed[()] if squeezed.ndim == 0 else squeezed
 
 
@@ -92,7 +94,9 @@ class Accumulate(Reduction):
         "count_nonzero": (np.count_nonzero, np.add, 0),
     }
 
-    def __init__(self, name: str, expr: Expr, axes: tuple[int, ...], keepdims: bool, dtype: Any) -> None:
+    def __init__(
+        self, name: str, expr: Expr, axes: tuple[int, ...], keepdims: bool, dtype: Any
+    ) -> None:
         super().__init__(name, expr, axes, keepdims)
         self.function, self.combine, identity = self.FUNCTIONS[name]
         self.kwargs: dict[str, Any] = {}
@@ -121,15 +125,17 @@ class Accumulate(Reduction):
 class Extreme(Reduction):
     """min, max, nanmin, nanmax."""
 
-    FUNCTIONS = {"min": (np.min, np.minimum), "max": (np.max, np.maximum),
-                 "nanmin": (np.nanmin, np.fmin), "nanmax": (np.nanmax, np.fmax)}
+    FUNCTIONS = {
+        "min": (np.min, np.minimum),
+        "max": (np.max, np.maximum),
+        "nanmin": (np.nanmin, np.fmin),
+        "nanmax": (np.nanmax, np.fmax),
+    }
 
     def __init__(self, name: str, expr: Expr, axes: tuple[int, ...], keepdims: bool) -> None:
         super().__init__(name, expr, axes, keepdims)
         if any(expr.shape[a] == 0 for a in axes):
-            raise ValueError(
-                f"zero-size array to reduction operation {name} which has no identity"
-            )
+            raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
         self.function, self.combine = self.FUNCTIONS[name]
         self.acc = np.empty(self.kept_shape, dtype=expr.dtype)
         self.seen = np.zeros(self.kept_shape, dtype=bool)
@@ -177,7 +183,9 @@ class Moments(Reduction):
         self.ddof = ddof
         self.count = np.zeros(self.kept_shape, dtype=np.float64)
         self.mean = np.zeros(self.kept_shape, dtype=work)
-        self.m2 = np.zeros(self.kept_shape, dtype=work.type(0).real.dtype if work.kind == "c" else work)
+        self.m2 = np.zeros(
+            self.kept_shape, dtype=work.type(0).real.dtype if work.kind == "c" else work
+        )
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
         values = block.astype(self.work, copy=False)
@@ -187,14 +195,22 @@ class Moments(Reduction):
             total = np.where(valid, values, 0).sum(axis=self.axes, keepdims=True, dtype=self.work)
         else:
             valid = None
-            count = np.full(self.kept_shape_of(block), math.prod(block.shape[a] for a in self.axes), np.float64)
+            count = np.full(
+                self.kept_shape_of(block), math.prod(block.shape[a] for a in self.axes), np.float64
+            )
             total = values.sum(axis=self.axes, keepdims=True, dtype=self.work)
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = total / np.where(count == 0, 1, count).astype(self.work.type(0).real.dtype if self.work.kind == "c" else self.work)
+            mean = total / np.where(count == 0, 1, count).astype(
+                self.work.type(0).real.dtype if self.work.kind == "c" else self.work
+            )
         if self.kind == "mean":
             return count, mean, None
         deviation = values - mean
-        squared = (deviation * deviation.conj()).real if deviation.dtype.kind == "c" else deviation * deviation
+        squared = (
+            (deviation * deviation.conj()).real
+            if deviation.dtype.kind == "c"
+            else deviation * deviation
+        )
         if valid is not None:
             squared = np.where(valid, squared, 0)
         return count, mean, squared.sum(axis=self.axes, keepdims=True)
@@ -216,14 +232,18 @@ class Moments(Reduction):
             self.mean[target] = mean_a + delta * weight_b
             if m2_b is not None:
                 cross = (delta * delta.conj()).real if delta.dtype.kind == "c" else delta * delta
-                self.m2[target] = self.m2[target] + m2_b + cross * (count_a * count_b / safe).astype(real)
+                self.m2[target] = (
+                    self.m2[target] + m2_b + cross * (count_a * count_b / safe).astype(real)
+                )
         self.count[target] = total
 
     def finish(self) -> Any:
         empty = self.count == 0
         if empty.any():
             warnings.warn(
-                "Mean of empty slice" if self.kind == "mean" else "Degrees of freedom <= 0 for slice",
+                "Mean of empty slice"
+                if self.kind == "mean"
+                else "Degrees of freedom <= 0 for slice",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -234,7 +254,9 @@ class Moments(Reduction):
                 denominator = self.count - self.ddof
                 if (denominator <= 0).any() and not empty.any():
                     warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)
-                result = self.m2 / np.where(denominator <= 0, np.nan, denominator).astype(self.m2.dtype)
+                result = self.m2 / np.where(denominator <= 0, np.nan, denominator).astype(
+                    self.m2.dtype
+                )
                 if self.kind == "std":
                     result = np.sqrt(result)
         return self.shaped(np.asarray(result).astype(self.result_dtype, copy=False))
@@ -276,9 +298,12 @@ class ArgExtreme(Reduction):
             value = work[local]
             unravelled = np.unravel_index(local, shape)
             index = np.ravel_multi_index(
-                tuple(int(u) + s.start for u, s in zip(unravelled, region, strict=True)), self.expr.shape
+                tuple(int(u) + s.start for u, s in zip(unravelled, region, strict=True)),
+                self.expr.shape,
             )
-            return np.full(self.kept_shape_of(block), value), np.full(self.kept_shape_of(block), index)
+            return np.full(self.kept_shape_of(block), value), np.full(
+                self.kept_shape_of(block), index
+            )
         axis = self.axes[0]
         local = self._local_arg(block, axis)
         value = np.take_along_axis(block, np.expand_dims(local, axis), axis)
@@ -368,6 +393,14 @@ def make_reduction(
 REDUCTIONS: Sequence[str] = (
     *Accumulate.FUNCTIONS,
     *Extreme.FUNCTIONS,
-    "mean", "var", "std", "nanmean", "nanvar", "nanstd",
-    "argmin", "argmax", "nanargmin", "nanargmax",
+    "mean",
+    "var",
+    "std",
+    "nanmean",
+    "nanvar",
+    "nanstd",
+    "argmin",
+    "argmax",
+    "nanargmin",
+    "nanargmax",
 )

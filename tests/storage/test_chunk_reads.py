@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 import oocarray as oc
 from oocarray import _native
-from oocarray._stores import _pool
-from oocarray._stores._chunk_jobs import ChunkJobs
+from oocarray._storage import _pool
+from oocarray._storage._chunk_jobs import ChunkJobs
 
 needs_zstd = pytest.mark.skipif(not _native.zstd_available(), reason="no libzstd.so.1 here")
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
-from oocarray._units import parse_size
+from oocarray._memory._units import parse_size
 
 __all__ = ["Config", "config", "configure", "on_change"]
 

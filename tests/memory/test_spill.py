@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray import _native, _physical
-from oocarray._units import format_bytes
+from oocarray import _native
+from oocarray._memory import _physical
+from oocarray._memory._units import format_bytes
 
 REGION = _native.get_large_threshold()
 
@@ -436,7 +437,7 @@ def test_sixteen_mib_regions_are_cached() -> None:
 
 
 def test_default_spill_directory_is_not_in_memory() -> None:
-    from oocarray import _spill_files
+    from oocarray._memory import _spill_files
 
     assert _spill_files._is_in_memory("/dev/shm") == os.path.ismount("/dev/shm")
     base = _spill_files.default_base()

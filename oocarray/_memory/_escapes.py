@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from oocarray import _config, _native, _tracing
+from oocarray import _native
+from oocarray._memory import _config, _tracing
 
 __all__ = ["describe_escapes", "find_arrays"]
 

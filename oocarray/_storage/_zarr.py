@@ -23,11 +23,11 @@ import zarr
 import zarr.codecs
 
 from oocarray import _native
-from oocarray._indexing import ChunkPiece, parse_key
-from oocarray._stores import _pool
-from oocarray._stores._base import Store, check_dtype
-from oocarray._stores._chunk_jobs import ChunkJobs, scratch_set
-from oocarray._stores._zarr_layout import Layout, OpenShard, layout_of
+from oocarray._storage import _pool
+from oocarray._storage._base import Store, check_dtype
+from oocarray._storage._chunk_jobs import ChunkJobs, scratch_set
+from oocarray._storage._indexing import ChunkPiece, parse_key
+from oocarray._storage._zarr_layout import Layout, OpenShard, layout_of
 from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
 __all__ = ["CODECS", "ZarrStore", "create_zarr", "is_group", "require_group"]

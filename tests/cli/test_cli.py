@@ -28,7 +28,7 @@ def test_demo_rejects_a_bad_budget(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_console_script_entry_point() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "oocarray._cli", "--version"],
+        [sys.executable, "-m", "oocarray", "--version"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -17,8 +17,9 @@ import stat
 import tempfile
 import threading
 
-from oocarray import _config, _native
-from oocarray._units import format_bytes
+from oocarray import _native
+from oocarray._memory import _config
+from oocarray._memory._units import format_bytes
 from oocarray.errors import SpillError
 
 __all__ = ["apply_settings", "private_dir", "spill_error"]

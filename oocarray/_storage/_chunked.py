@@ -21,12 +21,12 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 
-from oocarray import _temp_dirs
-from oocarray._indexing import ChunkPiece, Selection, parse_key
-from oocarray._manager import Manager, _parse_shape, active_manager, system
-from oocarray._stores import Store, open_store
-from oocarray._stores._base import auto_chunks
-from oocarray._units import format_bytes
+from oocarray._memory import Manager, active_manager, parse_shape, system
+from oocarray._memory._units import format_bytes
+from oocarray._storage import _temp_dirs
+from oocarray._storage._base import auto_chunks
+from oocarray._storage._formats import Store, open_store
+from oocarray._storage._indexing import ChunkPiece, Selection, parse_key
 from oocarray.errors import ClosedError
 
 __all__ = ["ChunkedArray", "create", "from_dask", "from_numpy", "open", "temp"]
@@ -549,11 +549,11 @@ def create(
     >>> oc.open(path, dataset="temperature")[0, :3]
     array([280., 280., 280.], dtype=float32)
     """
-    from oocarray._stores._zarr import CODECS, ZarrStore, create_zarr, is_group, require_group
+    from oocarray._storage._zarr import CODECS, ZarrStore, create_zarr, is_group, require_group
 
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
-    dims = _parse_shape(shape)
+    dims = parse_shape(shape)
     parsed = _parse_dtype(dtype)
     shard_shape = None if shards is None else _parse_chunks(shards, dims, parsed, "shards")
     if shard_shape is not None and chunks is None:

@@ -23,7 +23,8 @@ import os
 import threading
 from dataclasses import dataclass
 
-from oocarray import _config, _native
+from oocarray import _native
+from oocarray._memory import _config
 
 __all__ = ["ResidentMemory", "WatcherStats", "resident_memory", "watcher_stats"]
 

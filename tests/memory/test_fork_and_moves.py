@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 import oocarray as oc
-from oocarray import _native, _physical
+from oocarray import _native
+from oocarray._memory import _physical
 
 N = 1 << 20  # int64 elements: 8 MiB, a region
 
@@ -277,7 +278,7 @@ def test_the_watcher_runs_in_a_forked_child() -> None:
                 import os, threading
                 import numpy as np
                 import oocarray as oc
-                from oocarray import _physical
+                from oocarray._memory import _physical
                 rss = _physical.resident_memory()
                 limit = rss.anon_bytes + rss.shmem_bytes + (64 << 20)
                 oc.configure(max_physical_bytes=limit)

@@ -21,17 +21,14 @@ from typing import Any, Literal, Self, cast
 
 import numpy as np
 
-from oocarray import _config, _native, _spill_files
-from oocarray._escapes import describe_escapes
-from oocarray._failures import disk_refusal
-from oocarray._manager import (
-    Manager,
-    MemoryStats,
-    _Activation,
-    manager_by_node_id,
-    system,
-)
-from oocarray._units import format_bytes, parse_size
+from oocarray import _native
+from oocarray._memory import _config, _spill_files
+from oocarray._memory._activation import Activation
+from oocarray._memory._escapes import describe_escapes
+from oocarray._memory._failures import disk_refusal
+from oocarray._memory._manager import Manager, MemoryStats, system
+from oocarray._memory._registry import manager_by_node_id
+from oocarray._memory._units import format_bytes, parse_size
 from oocarray.errors import ClosedError, SpillError, WorkspaceLeakError
 
 __all__ = ["Workspace", "WorkspaceConfig", "WorkspaceStats", "destroy_workspaces"]
@@ -248,7 +245,7 @@ class Workspace(Manager):
         self._cycle_escapes = 0
         self._cycle_thread: int | None = None
         self._cycle_lock = threading.Lock()
-        self._cycle_activation: _Activation | None = None
+        self._cycle_activation: Activation | None = None
         self._cycle_number = 0
         _workspaces_of_this_thread().append(weakref.ref(self))
 
@@ -268,7 +265,7 @@ class Workspace(Manager):
                 )
             self._cycle_thread = me
         try:
-            activation = _Activation(self)
+            activation = Activation(self)
             activation.__enter__()
         except BaseException:
             self._cycle_thread = None

@@ -18,8 +18,8 @@ _DEMO_MIN_BUDGET_BYTES = 1 << 20
 
 def _demo_budget(text: str) -> int:
     """The ``--budget`` of the demo, checked against what the demo and the machine need."""
-    from oocarray._spill_files import private_dir
-    from oocarray._units import format_bytes, parse_size
+    from oocarray._memory._spill_files import private_dir
+    from oocarray._memory._units import format_bytes, parse_size
 
     budget = parse_size(text, "--budget")
     assert budget is not None
@@ -48,7 +48,7 @@ def _demo_budget(text: str) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     import oocarray as oc
-    from oocarray._units import format_bytes
+    from oocarray._memory._units import format_bytes
 
     budget = _demo_budget(args.budget)
     rows = max(budget // (8 * 1024 * 16), 1)  # one batch is a sixteenth of the budget

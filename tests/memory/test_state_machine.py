@@ -50,7 +50,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import oocarray as oc
-from oocarray import _manager, _native
+from oocarray import _native
+from oocarray._memory import _manager
 
 PAGE = mmap.PAGESIZE
 STRUCT = np.dtype([("a", "<i4"), ("b", "<f8")])

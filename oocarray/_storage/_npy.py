@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from oocarray._stores._base import Store, auto_chunks, check_dtype
+from oocarray._storage._base import Store, auto_chunks, check_dtype
 
 __all__ = ["NpyStore"]
 

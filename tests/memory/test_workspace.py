@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import oocarray as oc
-from oocarray import _manager, _native
-from oocarray._physical import resident_memory
+from oocarray import _native
+from oocarray._memory import _manager
+from oocarray._memory._physical import resident_memory
 
 MiB = 1 << 20
 

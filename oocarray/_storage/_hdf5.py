@@ -8,7 +8,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from oocarray._stores._base import Store, auto_chunks, check_dtype
+from oocarray._storage._base import Store, auto_chunks, check_dtype
 from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
 __all__ = ["HDF5Store"]

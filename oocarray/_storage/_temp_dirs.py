@@ -23,7 +23,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 
-from oocarray import _spill_files
+from oocarray._memory import _spill_files
 
 __all__ = ["new_temp_dir", "remove_temp_dir"]
 

@@ -26,8 +26,11 @@ from typing import Literal
 
 import numpy as np
 
-from oocarray import _native, _spill_files
-from oocarray._manager import _budget_message, _open_owner, _require_array, manager_by_node_id
+from oocarray import _native
+from oocarray._memory import _spill_files
+from oocarray._memory._manager import require_array
+from oocarray._memory._refusals import budget_message
+from oocarray._memory._registry import manager_by_node_id, open_owner
 from oocarray.errors import MemoryBudgetError
 
 __all__ = ["move_guard", "spill", "unspill"]
@@ -75,7 +78,7 @@ _native.move_guard()  # decided now, before other code installs signal handlers
 
 
 def _block(arr: np.ndarray, what: str) -> tuple[int, ...]:
-    _require_array(arr, what)
+    require_array(arr, what)
     info = _native.block_info(arr)
     if info is None:
         raise ValueError(
@@ -143,8 +146,8 @@ def unspill(arr: np.ndarray) -> int:
     if isinstance(result, tuple):
         refused_id, limit, used = result
         raise MemoryBudgetError(
-            _budget_message(
-                info[2], _open_owner(info[0]), manager_by_node_id(refused_id), limit, used
+            budget_message(
+                info[2], open_owner(info[0]), manager_by_node_id(refused_id), limit, used
             )
         )
     return int(result)

@@ -14,35 +14,33 @@ counter has to move and frees racing with the close stay exact.
 
 from __future__ import annotations
 
-import contextvars
-import gc
-import mmap
-import operator
 import sys
 import threading
-import time
-import weakref
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Literal, NoReturn, Self
 
 import numpy as np
 import numpy.typing as npt
 
-from oocarray import _config, _native, _physical, _spill_files, _tracing
-from oocarray._escapes import describe_escapes
-from oocarray._units import format_bytes, parse_size
+from oocarray import _native
+from oocarray._memory import _config, _physical, _spill_files, _tracing
+from oocarray._memory._activation import Activation, active, exit_entered, nearest_open
+from oocarray._memory._escapes import describe_escapes
+from oocarray._memory._gc import collect_garbage_throttled
+from oocarray._memory._refusals import budget_message, relieve_pressure
+from oocarray._memory._registry import manager_by_node_id, open_owner, register
+from oocarray._memory._shapes import parse_shape
+from oocarray._memory._stats import CUMULATIVE, SUMMED, MemoryStats
+from oocarray._memory._units import format_bytes, parse_size
 from oocarray.errors import ClosedError, MemoryBudgetError, ScopeLeakError
 
 __all__ = [
     "Manager",
     "MemoryStats",
     "active_manager",
-    "detach",
-    "location",
     "manager_by_node_id",
-    "owner",
+    "require_array",
     "system",
 ]
 
@@ -57,184 +55,7 @@ _SPILL_POLICIES = {
 }
 _LOCATIONS = {"ram": _native.LOCATION_RAM, "mmap": _native.LOCATION_MMAP}
 
-# Garbage collection before a budget refusal or an escape report is throttled to this interval.
-_GC_MIN_INTERVAL_S = 0.5
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryStats:
-    """Counters of a manager and its subtree; bytes are exact, as NumPy requested them.
-
-    Attributes
-    ----------
-    name
-        The manager's name.
-    current_bytes, current_count
-        Bytes and number of live arrays owned by the manager or its descendants, wherever
-        they are (``ram_bytes + mmap_bytes + spilled_bytes``).
-    peak_bytes
-        Highest ``ram_bytes`` since creation or :meth:`Manager.reset_peak`.
-    total_bytes, total_count
-        Everything ever allocated in the subtree.
-    own_bytes, own_count
-        Live arrays owned by this manager itself, including those that escaped into it from
-        closed children.
-    max_bytes
-        The budget, or ``None``.
-    ram_bytes, mmap_bytes, spilled_bytes
-        Where the live bytes are: in RAM (what ``max_bytes`` limits), placed in temporary
-        files from the start (``location="mmap"`` or the ``"mmap"`` spill policy), or moved
-        there by a spill.
-    spills, spill_moved_bytes, unspills, unspill_moved_bytes
-        How many arrays, and how many bytes, were moved to disk and back.
-    escaped, escaped_bytes
-        Arrays that were still alive when a child scope closed and were handed to this manager.
-    kept, kept_bytes
-        Arrays marked with :meth:`Manager.keep` and still alive.
-    """
-
-    name: str
-    current_bytes: int
-    current_count: int
-    peak_bytes: int
-    total_bytes: int
-    total_count: int
-    own_bytes: int
-    own_count: int
-    max_bytes: int | None
-    ram_bytes: int
-    mmap_bytes: int
-    spilled_bytes: int
-    escaped: int
-    escaped_bytes: int
-    kept: int
-    kept_bytes: int
-    spills: int
-    spill_moved_bytes: int
-    unspills: int
-    unspill_moved_bytes: int
-
-
-# Node counters that only grow; a pruned child's are kept by its parent.
-_CUMULATIVE = (
-    "total_bytes",
-    "total_count",
-    "spill_count",
-    "spill_moved_bytes",
-    "unspill_count",
-    "unspill_moved_bytes",
-)
-# Node counters that stats() adds up over a subtree.
-_SUMMED = ("live_count", "spilled_bytes", "mapped_bytes", *_CUMULATIVE)
-
-_registry: weakref.WeakValueDictionary[int, Manager] = weakref.WeakValueDictionary()
 _tree_lock = threading.RLock()
-_last_gc = 0.0
-
-
-def _collect_garbage_throttled() -> bool:
-    global _last_gc
-    now = time.monotonic()
-    if now - _last_gc < _GC_MIN_INTERVAL_S:
-        return False
-    _last_gc = now
-    # Finalizers run by the collection allocate outside the manager that is under pressure.
-    previous = _native.set_handler(None)
-    try:
-        gc.collect()
-    finally:
-        _native.set_handler(previous)
-    return True
-
-
-def _parse_shape(shape: object) -> tuple[int, ...]:
-    """``shape`` as a tuple of ints; like NumPy, any integer, integer sequence or integer
-    array (``np.array([2, 3])``, a 0-d one) is a shape."""
-    example = "e.g. (1024, 64), 1024 or np.array([1024, 64])"
-    if isinstance(shape, (str, bytes, bool, np.bool_)):
-        raise TypeError(f"shape must be an int or a sequence of ints, {example}; got {shape!r}")
-    try:
-        dims: tuple[object, ...] = (operator.index(shape),)  # type: ignore[arg-type]
-    except TypeError:
-        if not isinstance(shape, (Sequence, np.ndarray)):
-            raise TypeError(
-                f"shape must be an int or a sequence of ints, {example}; got {shape!r}"
-            ) from None
-        dims = tuple(shape)
-    result = []
-    for d in dims:
-        if isinstance(d, (bool, np.bool_)):
-            raise TypeError(f"shape entries must be ints, {example}; got {shape!r}")
-        try:
-            size = operator.index(d)  # type: ignore[arg-type]
-        except TypeError:
-            raise TypeError(f"shape entries must be ints, {example}; got {shape!r}") from None
-        if size < 0:
-            raise ValueError(f"shape entries must not be negative; got {shape!r}")
-        result.append(size)
-    return tuple(result)
-
-
-class _Activation:
-    """Routes NumPy allocations of the current thread/context to a manager until exit.
-
-    The activations of a context form a stack (a context variable).  Exits may come in any
-    order (a generator closed inside another block, ``__exit__`` calls out of order): an exit
-    removes its own entry wherever it is, and the handler is then recomputed from what is left
-    (the top entry, or the handler in force before the first entry), never restored from a
-    saved value that may belong to a manager closed since.
-    """
-
-    __slots__ = ("_from_enter", "_manager")
-
-    def __init__(self, manager: Manager, *, from_enter: bool = False) -> None:
-        self._manager = manager
-        self._from_enter = from_enter
-
-    def __enter__(self) -> Manager:
-        manager = self._manager
-        if manager.closed:
-            raise ClosedError(
-                f"manager {manager.name!r} is closed and cannot be activated; "
-                "create a new manager or use its parent"
-            )
-        baseline, stack = _activations.get()
-        if not stack:
-            baseline = _native.get_handler()
-        _activations.set((baseline, (*stack, self)))
-        _native.set_handler(manager._node.handler)
-        _native.take_failure()
-        return manager
-
-    def __exit__(self, *exc: object) -> None:
-        baseline, stack = _activations.get()
-        remaining = tuple(a for a in stack if a is not self)
-        if len(remaining) == len(stack):
-            return  # entered in another context: this one never routed to it
-        _activations.set((baseline, remaining))
-        _route_to_top()
-
-
-# The handler in force before the first activation of this context, and the activations.
-_activations: contextvars.ContextVar[tuple[object, tuple[_Activation, ...]]] = (
-    contextvars.ContextVar("oocarray_activations", default=(None, ()))
-)
-
-
-def _route_to_top() -> None:
-    """Point this context's handler at its top activation's manager, or at the nearest open
-    ancestor when that one has closed; back to the original handler when none is left."""
-    baseline, stack = _activations.get()
-    if stack:
-        _native.set_handler(_nearest_open(stack[-1]._manager)._node.handler)
-    else:
-        _native.set_handler(baseline)
-
-
-def _nearest_open(manager: Manager) -> Manager:
-    while manager.closed and manager._parent is not None:
-        manager = manager._parent
-    return manager
 
 
 class Manager:
@@ -360,9 +181,9 @@ class Manager:
         # Escapes that are not ndarrays (temporary chunked arrays), counted by close hooks.
         self._escaped = 0
         self._escaped_bytes = 0
-        self._pruned: dict[str, int] = dict.fromkeys(_CUMULATIVE, 0)
+        self._pruned: dict[str, int] = dict.fromkeys(CUMULATIVE, 0)
         self._close_hooks: list[Callable[[], tuple[int, int] | None]] = []
-        _registry[self._node.id] = self
+        register(self._node.id, self)
         if parent is not None:
             with _tree_lock:
                 parent._prune_children()
@@ -384,6 +205,11 @@ class Manager:
     def children(self) -> tuple[Manager, ...]:
         """Open child managers."""
         return tuple(c for c in self._children if not c.closed)
+
+    @property
+    def _handler(self) -> object:
+        """The NumPy handler capsule that routes allocations here."""
+        return self._node.handler
 
     @property
     def closed(self) -> bool:
@@ -450,7 +276,7 @@ class Manager:
                 and not _handler_in_use(child)
             ):
                 counters = child._node.counters()
-                for key in _CUMULATIVE:
+                for key in CUMULATIVE:
                     self._pruned[key] += counters[key] + child._pruned[key]  # type: ignore[literal-required]
             else:
                 keep.append(child)
@@ -465,7 +291,7 @@ class Manager:
 
     # ---- activation ----
 
-    def activate(self) -> _Activation:
+    def activate(self) -> Activation:
         """Make this manager active in the current thread without closing it on exit.
 
         Examples
@@ -480,10 +306,10 @@ class Manager:
         8000
         >>> m.close()
         """
-        return _Activation(self)
+        return Activation(self)
 
     def __enter__(self) -> Self:
-        _Activation(self, from_enter=True).__enter__()
+        Activation(self, from_enter=True).__enter__()
         return self
 
     def __exit__(
@@ -492,11 +318,7 @@ class Manager:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        _, stack = _activations.get()
-        for activation in reversed(stack):
-            if activation._manager is self and activation._from_enter:
-                activation.__exit__()
-                break
+        exit_entered(self)
         # An escape report must not hide the exception that is already propagating.
         self._close(raise_leaks=exc_type is None)
 
@@ -508,14 +330,14 @@ class Manager:
 
     def empty(self, shape: object, dtype: npt.DTypeLike = float, *, order: str = "C") -> np.ndarray:
         """A new uninitialised array owned by this manager (like :func:`numpy.empty`)."""
-        dims = _parse_shape(shape)
+        dims = parse_shape(shape)
         self._check_open()
         with self.activate():
             return np.empty(dims, dtype=dtype, order=order)  # type: ignore[call-overload,no-any-return]
 
     def zeros(self, shape: object, dtype: npt.DTypeLike = float, *, order: str = "C") -> np.ndarray:
         """A new zero-filled array owned by this manager (like :func:`numpy.zeros`)."""
-        dims = _parse_shape(shape)
+        dims = parse_shape(shape)
         self._check_open()
         with self.activate():
             return np.zeros(dims, dtype=dtype, order=order)  # type: ignore[call-overload,no-any-return]
@@ -529,7 +351,7 @@ class Manager:
         order: str = "C",
     ) -> np.ndarray:
         """A new array filled with ``fill_value``, owned by this manager."""
-        dims = _parse_shape(shape)
+        dims = parse_shape(shape)
         self._check_open()
         with self.activate():
             return np.full(dims, fill_value, dtype=dtype, order=order)  # type: ignore[call-overload,no-any-return]
@@ -557,7 +379,7 @@ class Manager:
             info = _native.block_info(arr)
             size = info[2] if info else arr.nbytes
             raise MemoryBudgetError(
-                _budget_message(size, self, manager_by_node_id(refused_id), limit, used)
+                budget_message(size, self, manager_by_node_id(refused_id), limit, used)
             )
         info = _native.block_info(arr)
         if info is not None:
@@ -573,7 +395,7 @@ class Manager:
         MemoryBudgetError
             The array does not fit in this manager's budget.
         """
-        _require_array(arr, "attach")
+        require_array(arr, "attach")
         self._check_open()
         if _native.block_info(arr) is None:
             raise ValueError(
@@ -592,10 +414,10 @@ class Manager:
         ValueError
             ``arr`` is not owned by this manager or one of its descendants.
         """
-        _require_array(arr, "keep")
+        require_array(arr, "keep")
         info = _native.block_info(arr)
         if info is None or not self._owns_in_subtree(info[0]):
-            holder = owner(arr)
+            holder = None if info is None else open_owner(info[0])
             raise ValueError(
                 f"keep() takes arrays owned by manager {self.name!r} or its children; this one "
                 f"is owned by {holder.name if holder else 'no manager'!r}"
@@ -612,16 +434,16 @@ class Manager:
     def _memory_stats(self) -> MemoryStats:
         with _tree_lock:
             counters = self._node.counters()
-            totals = dict.fromkeys(_SUMMED, 0)
+            totals = dict.fromkeys(SUMMED, 0)
             open_children = [c for c in self._children if not c.closed]
             open_below: set[int] = {id(d) for c in open_children for d in c._subtree()}
             own_count = 0
             own_disk = 0
             for m in self._subtree():
                 c = m._node.counters()
-                for key in _SUMMED:
+                for key in SUMMED:
                     totals[key] += c[key]  # type: ignore[literal-required]
-                for key in _CUMULATIVE:
+                for key in CUMULATIVE:
                     totals[key] += m._pruned[key]
                 if id(m) not in open_below:
                     own_count += c["live_count"]
@@ -754,7 +576,7 @@ class Manager:
             self._become_ghost()
             escaped, escaped_bytes = self._escapes()
             if escaped and self._on_close == "raise":
-                _collect_garbage_throttled()
+                collect_garbage_throttled()
                 escaped, escaped_bytes = self._escapes()
             if escaped and self._on_close == "spill":
                 self._spill_subtree(skip_kept=True)
@@ -782,7 +604,7 @@ class Manager:
         fail.  ``m.empty()`` and activation check :attr:`closed` in Python."""
         self._budget_when_closed = self.max_bytes
         self._closed = True
-        heir = _nearest_open(self)
+        heir = nearest_open(self)
         for m in self._subtree():
             m._node.max_bytes = -1
             m._node.location = _LOCATIONS[heir.location]
@@ -837,7 +659,7 @@ class Manager:
         )
 
 
-def _require_array(arr: object, what: str) -> None:
+def require_array(arr: object, what: str) -> None:
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"{what}() takes a numpy.ndarray, got {type(arr).__name__}")
 
@@ -848,33 +670,6 @@ def _handler_in_use(manager: Manager) -> bool:
     # The node's own reference and getrefcount's argument: CPython reference counting is the
     # only way to see into contexts other than the current one.
     return sys.getrefcount(manager._node.handler) > 2
-
-
-def _budget_message(
-    size: int,
-    asked: Manager | None,
-    refused: Manager | None,
-    limit: int,
-    used: int,
-    dump: str | None = None,
-) -> str:
-    who = refused.name if refused else "an ancestor"
-    where = asked.name if asked else "a manager"
-    message = (
-        f"cannot allocate {format_bytes(size)} in manager {where!r}: the budget of {who!r} is "
-        f"{format_bytes(limit)} and {format_bytes(used)} of it is in use. Free or oc.spill() "
-        f"arrays, raise max_bytes, or process the data in smaller pieces."
-    )
-    tree = refused or asked
-    if dump is None and tree is not None:
-        dump = tree.debug_dump()
-    if dump is not None:
-        message += "\n" + dump
-    return message
-
-
-def manager_by_node_id(node_id: int) -> Manager | None:
-    return _registry.get(node_id)
 
 
 _system: Manager | None = None
@@ -897,48 +692,9 @@ def system() -> Manager:
                 root = Manager.__new__(Manager)
                 root._init("System", None, None, "keep", "ram", "mmap")
                 _system = root
-                _native.set_pressure_callback(_relieve_pressure)
+                _native.set_pressure_callback(relieve_pressure)
                 _config.on_change(_apply_config)
     return _system
-
-
-def _relieve_pressure(node_id: int, nbytes: int) -> bool:
-    """Called by the handler before a budget refusal: collect garbage, at most twice a second;
-    True when it ran, so the reservation is worth trying again."""
-    collected = _collect_garbage_throttled()
-    _snapshot_refusal(node_id, nbytes)
-    return collected
-
-
-# The debug dump taken when the handler was about to refuse an allocation, per thread: NumPy
-# creates its exception later, after the temporaries of the failed expression were freed.
-_refusals = threading.local()
-
-
-def _snapshot_refusal(node_id: int, nbytes: int) -> None:
-    """Record the tree as it is now, when an allocation under a ``spill="fail"`` policy is
-    about to be refused (other policies place the array on disk instead: no dump needed)."""
-    _refusals.last = None
-    asked = manager_by_node_id(node_id)
-    if asked is None or asked._node.spill_policy != _native.SPILL_FAIL:
-        return
-    refusing: Manager | None = asked
-    while refusing is not None:
-        limit = int(refusing._node.max_bytes)
-        if limit >= 0 and refusing._node.counters()["current_bytes"] + nbytes > limit:
-            break
-        refusing = refusing._parent
-    tree = refusing or asked
-    _refusals.last = (node_id, nbytes, tree._node.id, tree.debug_dump())
-
-
-def refusal_dump(node_id: int, nbytes: int, refused_id: int) -> str | None:
-    """The dump recorded when this refusal happened (see ``_snapshot_refusal``), or None."""
-    last: tuple[int, int, int, str] | None = getattr(_refusals, "last", None)
-    _refusals.last = None
-    if last is None or last[:3] != (node_id, nbytes, refused_id or last[2]):
-        return None
-    return last[3]
 
 
 def _apply_config(settings: _config.Config) -> None:
@@ -957,70 +713,5 @@ def active_manager() -> Manager | None:
 
     When the manager activated last has closed since (its block ended while this context
     went on, as a generator or an asyncio task may), its nearest open ancestor is active."""
-    _, stack = _activations.get()
-    return _nearest_open(stack[-1]._manager) if stack else None
-
-
-def _open_owner(node_id: int) -> Manager | None:
-    m = manager_by_node_id(node_id)
-    while m is not None and m.closed:
-        m = m.parent
-    return m
-
-
-def owner(arr: np.ndarray) -> Manager | None:
-    """The manager that owns the memory under ``arr`` (a view's base counts), or ``None``.
-
-    Arrays that escaped a closed scope report the open manager they were handed to.
-    """
-    _require_array(arr, "owner")
-    info = _native.block_info(arr)
-    return None if info is None else _open_owner(info[0])
-
-
-def location(arr: np.ndarray) -> str | None:
-    """Where the memory under ``arr`` lives: ``"ram"``, ``"mmap"`` (a spilled or file-placed
-    array, or a view of a memory-mapped file), ``"workspace"``, or ``None`` when oocarray does
-    not manage it."""
-    _require_array(arr, "location")
-    info = _native.block_info(arr)
-    if info is None:
-        return "mmap" if _is_memory_mapped(arr) else None
-    if info[3] & _native.FLAG_ARENA:
-        return "workspace"
-    return "mmap" if info[3] & (_native.FLAG_SPILLED | _native.FLAG_MAPPED) else "ram"
-
-
-def _is_memory_mapped(arr: np.ndarray) -> bool:
-    base: object = arr
-    while base is not None:
-        if isinstance(base, (np.memmap, mmap.mmap)):
-            return True
-        base = base.base if isinstance(base, np.ndarray) else getattr(base, "obj", None)
-    return False
-
-
-def detach(arr: np.ndarray) -> np.ndarray:
-    """Release ``arr`` from every scope: it is owned by the system manager from now on and is
-    never reported as an escape.  A workspace array is copied out to the workspace's parent
-    manager instead, and the copy is returned.  Unmanaged arrays are returned unchanged.
-
-    Examples
-    --------
-    >>> import numpy as np, oocarray as oc
-    >>> with oc.Manager(on_close="raise"):
-    ...     kept = oc.detach(np.arange(10))
-    >>> oc.owner(kept) is oc.system()
-    True
-    """
-    _require_array(arr, "detach")
-    info = _native.block_info(arr)
-    if info is None:
-        return arr
-    from oocarray._workspace import detach_from_workspace
-
-    copy = detach_from_workspace(arr, info)
-    if copy is not None:
-        return copy
-    system()._transfer(arr, kept=False)
-    return arr
+    top = active()
+    return None if top is None else nearest_open(top)  # type: ignore[return-value]

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import oocarray as oc
-from oocarray import _manager, _native
+from oocarray import _native
+from oocarray._memory import _manager
 
 
 def test_system_is_the_root_and_default_parent() -> None:

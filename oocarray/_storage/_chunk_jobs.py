@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from oocarray import _native
-from oocarray._manager import active_manager
-from oocarray._stores import _pool
+from oocarray._memory import active_manager
+from oocarray._storage import _pool
 from oocarray.errors import CorruptChunkError
 
 __all__ = ["ChunkJobs", "scratch_set"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from oocarray._indexing import ChunkPiece
+from oocarray._storage._indexing import ChunkPiece
 from oocarray.errors import ReadOnlyError
 
 __all__ = ["Store", "auto_chunks", "check_dtype"]

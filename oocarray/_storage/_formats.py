@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from oocarray._stores._base import Store
+from oocarray._storage._base import Store
 from oocarray.errors import StoreNotFoundError
 
 __all__ = ["Store", "detect_format", "open_store"]
@@ -52,13 +52,13 @@ def open_store(
             f"dataset= names an array in an HDF5 file or a zarr group, but {path!r} is a .npy file"
         )
     if kind == "zarr":
-        from oocarray._stores._zarr import ZarrStore
+        from oocarray._storage._zarr import ZarrStore
 
         return ZarrStore.open(path, mode, allow_object, dataset)
     if kind == "hdf5":
-        from oocarray._stores._hdf5 import HDF5Store
+        from oocarray._storage._hdf5 import HDF5Store
 
         return HDF5Store(path, mode, dataset, allow_object)
-    from oocarray._stores._npy import NpyStore
+    from oocarray._storage._npy import NpyStore
 
     return NpyStore(path, mode, allow_object)

@@ -14,9 +14,11 @@ import math
 import os
 from typing import Any
 
-from oocarray import _config, _native, _spill_files
-from oocarray._manager import _budget_message, manager_by_node_id, refusal_dump
-from oocarray._units import format_bytes
+from oocarray import _native
+from oocarray._memory import _config, _spill_files
+from oocarray._memory._refusals import budget_message, refusal_dump
+from oocarray._memory._registry import manager_by_node_id
+from oocarray._memory._units import format_bytes
 from oocarray.errors import (
     ClosedError,
     MemoryBudgetError,
@@ -116,7 +118,7 @@ def _describe(failure: tuple[int, ...]) -> tuple[str, str, int] | None:
             err,
         )
     dump = refusal_dump(node_id, requested, refused_id)
-    message = _budget_message(requested, asked, manager_by_node_id(refused_id), limit, used, dump)
+    message = budget_message(requested, asked, manager_by_node_id(refused_id), limit, used, dump)
     if kind == _native.FAIL_SPILL:
         message += f"\nPlacing the array on disk instead failed too: {disk_refusal(err, requested)}"
     return "budget", message, err

@@ -1,0 +1,39 @@
+"""The memory layer: managers, workspaces, spill, the resident-memory watcher.
+
+Nothing here knows about chunked storage or compute; the layers above import from here."""
+
+from oocarray._memory._arrays import detach, location, owner
+from oocarray._memory._config import Config, config, configure
+from oocarray._memory._manager import Manager, MemoryStats, active_manager, system
+from oocarray._memory._shapes import parse_shape
+from oocarray._memory._spill import move_guard, spill, unspill
+from oocarray._memory._units import format_bytes, parse_size
+from oocarray._memory._workspace import (
+    Workspace,
+    WorkspaceConfig,
+    WorkspaceStats,
+    destroy_workspaces,
+)
+
+__all__ = [
+    "Config",
+    "Manager",
+    "MemoryStats",
+    "Workspace",
+    "WorkspaceConfig",
+    "WorkspaceStats",
+    "active_manager",
+    "config",
+    "configure",
+    "destroy_workspaces",
+    "detach",
+    "format_bytes",
+    "location",
+    "move_guard",
+    "owner",
+    "parse_shape",
+    "parse_size",
+    "spill",
+    "system",
+    "unspill",
+]
