@@ -66,7 +66,7 @@ def elementwise(
     function: Callable[..., Any], *args: Any, name: str | None = None, **kwargs: Any
 ) -> Expr:
     """``function(*args, **kwargs)`` elementwise, lazily, over chunked arrays and NumPy values."""
-    what = name or getattr(function, "__name__", "an elementwise function")
+    what = str(name or getattr(function, "__name__", "an elementwise function"))
     shape = _shape_of(args, what)
     dtype = result_dtype(function, args, kwargs)
     return Apply(function, [as_expr(a, shape) for a in args], shape, dtype, kwargs, name)

@@ -76,7 +76,10 @@ def _base_grid(work: Pass) -> tuple[int, ...]:
             return store.grid
     for expr in work.exprs():
         for source in expr.sources():
-            return tuple(max(1, c) for c in source.chunks)
+            if len(source.chunks) == len(work.shape):  # not the inputs of np.stack
+                return tuple(
+                    max(1, min(c, n)) for c, n in zip(source.chunks, work.shape, strict=True)
+                )
     shape = work.shape
     return (1, *shape[1:]) if shape else ()
 
@@ -123,7 +126,7 @@ def _budget_left(manager: Manager) -> int | None:
     while node is not None:
         stats = node.stats()
         if stats.max_bytes is not None:
-            room = max(0, stats.max_bytes - stats.current_bytes)
+            room = max(0, stats.max_bytes - stats.ram_bytes)
             left = room if left is None else min(left, room)
         node = node.parent
     return left

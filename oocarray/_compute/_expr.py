@@ -201,6 +201,7 @@ def as_expr(value: Any, shape: tuple[int, ...] | None = None) -> Expr:
     array = np.asarray(value)
     if array.dtype.hasobject:
         raise TypeError(
-            f"expressions over chunked arrays take numbers and NumPy arrays, not {type(value).__name__}"
+            "expressions over chunked arrays take numbers and NumPy arrays, not "
+            f"{type(value).__name__}"
         )
     return Constant(value, shape if shape is not None else array.shape)

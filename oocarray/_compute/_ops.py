@@ -19,7 +19,7 @@ from oocarray._compute import _build
 from oocarray._compute._engine import StoreTarget, evaluate
 from oocarray._compute._expr import BlockReads, Expr, as_expr
 from oocarray._compute._reduce import REDUCTIONS, Histogram, Reduction, make_reduction
-from oocarray._memory import active_manager, system
+from oocarray._memory import Manager, active_manager, system
 from oocarray._storage import ChunkedArray, create, temp
 
 __all__ = ["LazyOps", "LazyResult", "compute", "install"]
@@ -68,7 +68,8 @@ def compute(*items: Any, progress: bool = True) -> tuple[Any, ...]:
             results.append(result)
         else:
             raise TypeError(
-                f"oc.compute takes lazy results (compute=False) and expressions, got {type(item).__name__}"
+                "oc.compute takes lazy results (compute=False) and expressions, got "
+                f"{type(item).__name__}"
             )
     evaluate([r for r in reductions if r is not None], stores, progress)
     return tuple(
@@ -80,11 +81,11 @@ def compute(*items: Any, progress: bool = True) -> tuple[Any, ...]:
 def _budget_left() -> int | None:
     manager = active_manager() or system()
     left = None
-    node = manager
+    node: Manager | None = manager
     while node is not None:
         stats = node.stats()
         if stats.max_bytes is not None:
-            room = max(0, stats.max_bytes - stats.current_bytes)
+            room = max(0, stats.max_bytes - stats.ram_bytes)
             left = room if left is None else min(left, room)
         node = node.parent
     return left
@@ -102,7 +103,7 @@ def _materialize_target(expr: Expr) -> tuple[StoreTarget, Any]:
 
         return StoreTarget(expr, write), out
     result = temp(expr.shape, expr.dtype)
-    return StoreTarget(expr, result.__setitem__, result.write_grid), result
+    return StoreTarget(expr, result.__setitem__, result.shards or result.chunks), result
 
 
 def _reduce(
@@ -134,7 +135,8 @@ def histogram(
     and with a number of bins: the first finds the minimum and maximum, as NumPy does)."""
     if weights is not None:
         raise TypeError(
-            "histogram of chunked arrays takes no weights (compute them as an expression and use np.bincount on parts)"
+            "histogram of chunked arrays takes no weights: compute the weighted counts as an "
+            "expression, or histogram parts loaded with x[...]"
         )
     expr = as_expr(a)
 
@@ -149,7 +151,8 @@ def histogram(
             bin_range = (low, high)
             if isinstance(bins, str):
                 raise TypeError(
-                    "histogram of chunked arrays takes a number of bins or bin edges, not a rule name"
+                    "histogram of chunked arrays takes a number of bins or bin edges, "
+                    "not a rule name"
                 )
             edges = np.histogram_bin_edges(np.array([low, high]), bins=bins)
             return Histogram(expr, edges, None, bool(density))
@@ -267,8 +270,8 @@ class LazyOps:
     __le__ = _binary(np.less_equal)[0]
     __gt__ = _binary(np.greater)[0]
     __ge__ = _binary(np.greater_equal)[0]
-    __eq__ = _binary(np.equal)[0]  # type: ignore[assignment]
-    __ne__ = _binary(np.not_equal)[0]  # type: ignore[assignment]
+    __eq__ = _binary(np.equal)[0]
+    __ne__ = _binary(np.not_equal)[0]
     __hash__ = object.__hash__  # arrays stay usable as keys of weak sets and dicts
 
     def __neg__(self) -> Any:
@@ -390,7 +393,7 @@ class LazyOps:
             dimension_names=dimension_names,
             attributes=attributes,
         )
-        evaluate([], [StoreTarget(expr, out.__setitem__, out.write_grid)], progress)
+        evaluate([], [StoreTarget(expr, out.__setitem__, out.shards or out.chunks)], progress)
         return out
 
 
@@ -550,8 +553,11 @@ def install() -> None:
             if cls is ChunkedArray and name in ("__bool__",):
                 continue
             setattr(cls, name, value)
-    Expr.__getitem__ = _expr_getitem  # type: ignore[attr-defined]
-    Expr.__array__ = _expr_array  # type: ignore[attr-defined]
-    Expr.__repr__ = _expr_repr  # type: ignore[method-assign]
-    Expr.__len__ = _expr_len  # type: ignore[attr-defined]
-    Expr.__iter__ = _expr_iter  # type: ignore[attr-defined]
+    for name, function in (
+        ("__getitem__", _expr_getitem),
+        ("__array__", _expr_array),
+        ("__repr__", _expr_repr),
+        ("__len__", _expr_len),
+        ("__iter__", _expr_iter),
+    ):
+        setattr(Expr, name, function)

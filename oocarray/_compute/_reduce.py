@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -84,7 +84,7 @@ def _probe_dtype(function: Any, dtype: np.dtype[Any], **kwargs: Any) -> np.dtype
 class Accumulate(Reduction):
     """sum, prod, any, all, count_nonzero and nansum, nanprod: partials combine with one ufunc."""
 
-    FUNCTIONS = {
+    FUNCTIONS: ClassVar[dict[str, Any]] = {
         "sum": (np.sum, np.add, 0),
         "nansum": (np.nansum, np.add, 0),
         "prod": (np.prod, np.multiply, 1),
@@ -125,7 +125,7 @@ class Accumulate(Reduction):
 class Extreme(Reduction):
     """min, max, nanmin, nanmax."""
 
-    FUNCTIONS = {
+    FUNCTIONS: ClassVar[dict[str, Any]] = {
         "min": (np.min, np.minimum),
         "max": (np.max, np.maximum),
         "nanmin": (np.nanmin, np.fmin),
@@ -169,7 +169,7 @@ class Moments(Reduction):
         numpy_function = getattr(np, name)
         kwargs = {} if dtype is None else {"dtype": np.dtype(dtype)}
         if self.kind != "mean":
-            kwargs["ddof"] = ddof  # type: ignore[assignment]
+            kwargs["ddof"] = ddof
         self.result_dtype = _probe_dtype(numpy_function, expr.dtype, **kwargs)
         if dtype is not None:
             work = np.dtype(dtype)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextvars
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from oocarray import _native
 from oocarray.errors import ClosedError
@@ -22,6 +22,9 @@ class Activated(Protocol):
     def parent(self) -> Any: ...
     @property
     def _handler(self) -> object: ...
+
+
+M = TypeVar("M", bound=Activated)
 
 
 class Activation:
@@ -80,7 +83,7 @@ def _route_to_top() -> None:
         _native.set_handler(baseline)
 
 
-def nearest_open(manager: Activated) -> Activated:
+def nearest_open(manager: M) -> M:
     while manager.closed and manager.parent is not None:
         manager = manager.parent
     return manager
