@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute._expr import BlockReads, Expr
+from oocarray._compute._fuse import Kernel, kernel_for
 from oocarray._compute._reduce import Reduction
 from oocarray._memory import Manager, Workspace, active_manager, detach, system
 
@@ -55,9 +56,18 @@ class Pass:
     shape: tuple[int, ...]
     reductions: list[Reduction]
     stores: list[StoreTarget]
+    kernels: dict[int, Kernel | None] | None = None
 
     def exprs(self) -> list[Expr]:
         return [r.expr for r in self.reductions] + [s.expr for s in self.stores]
+
+    def fuse(self) -> None:
+        """Compile each expression into a numexpr kernel where it can be (once per pass)."""
+        self.kernels = {id(e): kernel_for(e) for e in self.exprs()}
+
+    def value(self, expr: Expr, region: Region, reads: BlockReads) -> np.ndarray:
+        kernel = self.kernels.get(id(expr)) if self.kernels else None
+        return kernel.evaluate(region, reads) if kernel else expr.evaluate(region, reads)
 
 
 def _workers() -> int:
@@ -164,10 +174,10 @@ def _evaluate_block(work: Pass, region: Region, workers: _Workers) -> list[Any]:
         shape = tuple(s.stop - s.start for s in region)
         partials = []
         for reduction in work.reductions:
-            block = np.broadcast_to(reduction.expr.evaluate(region, reads), shape)
+            block = np.broadcast_to(work.value(reduction.expr, region, reads), shape)
             partials.append(_detached(reduction.partial(block, region)))
         for store in work.stores:
-            block = store.expr.evaluate(region, reads)
+            block = work.value(store.expr, region, reads)
             store.write(region, np.broadcast_to(block, shape).astype(store.expr.dtype, copy=False))
         reads.clear()
         del block
@@ -187,6 +197,7 @@ def run_pass(work: Pass, progress: bool = True) -> None:
     """Evaluates a pass: merges every reduction's partials and writes every store."""
     manager = active_manager() or system()
     blocks, worker_count = plan_blocks(work, _budget_left(manager))
+    work.fuse()
     workers = _Workers(manager)
     bar = _progress(len(blocks), progress)
     pending: dict[int, list[Any]] = {}

@@ -336,7 +336,9 @@ class ZarrStore(Store):
         first = local[0]
         if isinstance(first, slice):
             positions = range(*first.indices(self.chunks[0]))
-            lo, hi = (min(positions), max(positions) + 1) if positions else (0, 0)
+            # The ends of a range, not min()/max() over it: those walk every row in Python.
+            ends = (positions[0], positions[-1]) if positions else (0, -1)
+            lo, hi = min(ends), max(ends) + 1
         else:
             lo, hi = (int(first.min()), int(first.max()) + 1) if first.size else (0, 0)
         row_bytes = math.prod(self.chunks[1:]) * layout.stored_dtype.itemsize
