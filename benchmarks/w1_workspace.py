@@ -36,7 +36,7 @@ from benchmarks._timing import (
     interleave,
     per_op,
 )
-from oocarray._physical import resident_memory
+from oocarray._memory._physical import resident_memory
 
 MiB = 1 << 20
 ELEMENTS = 16 << 20
@@ -231,7 +231,7 @@ def run(quick: bool = False) -> Result:
         )
     )
     notes.append(
-        f"W1 RSS: measured with oocarray._physical.resident_memory().anon_bytes after the "
+        f"W1 RSS: measured with oocarray._memory._physical.resident_memory().anon_bytes after the "
         f"learning cycle and {RSS_WARM_CYCLES} warm cycles, then after {rss_cycles:,} more "
         f"(x f32 {size}); peak sampled every 50 cycles; workspace: {_format_stats(rss_stats)}."
     )

@@ -40,7 +40,7 @@ from benchmarks._timing import (
     interleave,
 )
 from oocarray import _native
-from oocarray._physical import ResidentMemory, resident_memory
+from oocarray._memory._physical import ResidentMemory, resident_memory
 
 TARGET = 1.25
 MiB = 1 << 20

@@ -40,7 +40,7 @@ import numpy as np
 import oocarray as oc
 from benchmarks._disk import fs_description, scratch_spill_dir
 from benchmarks._timing import Result, Table, TextRow, format_bytes, format_mib, format_seconds
-from oocarray._physical import watcher_stats
+from oocarray._memory._physical import watcher_stats
 
 MiB = 1 << 20
 BUDGET = 256 * MiB

@@ -138,7 +138,7 @@ class Kernel:
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         values = {f"v{i}": leaf.evaluate(region, reads) for i, leaf in enumerate(self.leaves)}
-        return numexpr.evaluate(self.text, local_dict={**values, **self.constants})
+        return np.asarray(numexpr.evaluate(self.text, local_dict={**values, **self.constants}))
 
 
 def _operations(expr: Expr) -> int:
