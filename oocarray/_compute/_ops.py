@@ -304,21 +304,36 @@ class LazyOps:
 
     # -- reductions -----------------------------------------------------------------------
     def sum(
-        self, axis: Any = None, dtype: Any = None, keepdims: bool = False, compute: bool = True
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        keepdims: bool = False,
+        compute: bool = True,
+        progress: bool = True,
     ) -> Any:
         """Sum in one streaming pass (``compute=False``: a lazy result for :func:`oc.compute`)."""
-        return _reduce("sum", self, axis, dtype, keepdims, compute=compute)
+        return _reduce("sum", self, axis, dtype, keepdims, compute=compute, progress=progress)
 
     def prod(
-        self, axis: Any = None, dtype: Any = None, keepdims: bool = False, compute: bool = True
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        keepdims: bool = False,
+        compute: bool = True,
+        progress: bool = True,
     ) -> Any:
-        return _reduce("prod", self, axis, dtype, keepdims, compute=compute)
+        return _reduce("prod", self, axis, dtype, keepdims, compute=compute, progress=progress)
 
     def mean(
-        self, axis: Any = None, dtype: Any = None, keepdims: bool = False, compute: bool = True
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        keepdims: bool = False,
+        compute: bool = True,
+        progress: bool = True,
     ) -> Any:
         """Mean in one streaming pass."""
-        return _reduce("mean", self, axis, dtype, keepdims, compute=compute)
+        return _reduce("mean", self, axis, dtype, keepdims, compute=compute, progress=progress)
 
     def var(
         self,
@@ -327,9 +342,10 @@ class LazyOps:
         ddof: int = 0,
         keepdims: bool = False,
         compute: bool = True,
+        progress: bool = True,
     ) -> Any:
         """Variance in one streaming pass, merging chunk moments."""
-        return _reduce("var", self, axis, dtype, keepdims, ddof, compute=compute)
+        return _reduce("var", self, axis, dtype, keepdims, ddof, compute=compute, progress=progress)
 
     def std(
         self,
@@ -338,30 +354,47 @@ class LazyOps:
         ddof: int = 0,
         keepdims: bool = False,
         compute: bool = True,
+        progress: bool = True,
     ) -> Any:
         """Standard deviation in one streaming pass, merging chunk moments."""
-        return _reduce("std", self, axis, dtype, keepdims, ddof, compute=compute)
+        return _reduce("std", self, axis, dtype, keepdims, ddof, compute=compute, progress=progress)
 
-    def min(self, axis: Any = None, keepdims: bool = False, compute: bool = True) -> Any:
-        return _reduce("min", self, axis, None, keepdims, compute=compute)
+    def min(
+        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
+    ) -> Any:
+        return _reduce("min", self, axis, None, keepdims, compute=compute, progress=progress)
 
-    def max(self, axis: Any = None, keepdims: bool = False, compute: bool = True) -> Any:
-        return _reduce("max", self, axis, None, keepdims, compute=compute)
+    def max(
+        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
+    ) -> Any:
+        return _reduce("max", self, axis, None, keepdims, compute=compute, progress=progress)
 
-    def any(self, axis: Any = None, keepdims: bool = False, compute: bool = True) -> Any:
-        return _reduce("any", self, axis, None, keepdims, compute=compute)
+    def any(
+        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
+    ) -> Any:
+        return _reduce("any", self, axis, None, keepdims, compute=compute, progress=progress)
 
-    def all(self, axis: Any = None, keepdims: bool = False, compute: bool = True) -> Any:
-        return _reduce("all", self, axis, None, keepdims, compute=compute)
+    def all(
+        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
+    ) -> Any:
+        return _reduce("all", self, axis, None, keepdims, compute=compute, progress=progress)
 
-    def argmin(self, axis: Any = None, keepdims: bool = False, compute: bool = True) -> Any:
-        return _reduce("argmin", self, axis, None, keepdims, compute=compute)
+    def argmin(
+        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
+    ) -> Any:
+        return _reduce("argmin", self, axis, None, keepdims, compute=compute, progress=progress)
 
-    def argmax(self, axis: Any = None, keepdims: bool = False, compute: bool = True) -> Any:
-        return _reduce("argmax", self, axis, None, keepdims, compute=compute)
+    def argmax(
+        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
+    ) -> Any:
+        return _reduce("argmax", self, axis, None, keepdims, compute=compute, progress=progress)
 
-    def count_nonzero(self, axis: Any = None, keepdims: bool = False, compute: bool = True) -> Any:
-        return _reduce("count_nonzero", self, axis, None, keepdims, compute=compute)
+    def count_nonzero(
+        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
+    ) -> Any:
+        return _reduce(
+            "count_nonzero", self, axis, None, keepdims, compute=compute, progress=progress
+        )
 
     # -- materialising --------------------------------------------------------------------
     def compute(self, progress: bool = True) -> Any:

@@ -1,0 +1,184 @@
+"""The chunk loop: bounded memory, Ctrl-C, progress, output chunks whole, fusing."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import oocarray as oc
+from oocarray._compute import _engine, _fuse
+from oocarray._compute._engine import Pass, StoreTarget, plan_blocks
+from oocarray._compute._expr import Expr, as_expr
+
+
+def test_blocks_cover_the_array_once_in_order(tmp_path: Path) -> None:
+    x = oc.create(tmp_path / "x.zarr", (1000, 30), np.float32, chunks=(64, 16), codec="none")
+    work = Pass(x.shape, [], [])
+    work.stores.append(_store_of(as_expr(x * 2)))
+    blocks, workers = plan_blocks(work, None)
+    covered = np.zeros(x.shape, np.int8)
+    for region in blocks:
+        covered[region] += 1
+    assert (covered == 1).all()
+    assert workers >= 1
+    assert all(r[1].start % 16 == 0 for r in blocks)  # blocks are whole chunks across
+
+
+def test_a_budget_limits_the_workers_and_block_size(tmp_path: Path) -> None:
+    x = oc.create(tmp_path / "x.zarr", (1 << 16, 64), np.float64, chunks=(1024, 64), codec="none")
+    work = Pass(x.shape, [], [])
+    work.stores.append(_store_of(as_expr(x + 1)))
+    _, unlimited = plan_blocks(work, None)
+    blocks, limited = plan_blocks(work, 2 * 1024 * 64 * 8 * 4)
+    assert limited <= unlimited and limited == 1
+    assert max(r[0].stop - r[0].start for r in blocks) == 1024
+
+
+def test_streaming_work_stays_within_the_budget(tmp_path: Path) -> None:
+    data = np.random.default_rng(0).random((1 << 15, 64))  # 16 MiB
+    x = oc.from_numpy(data, chunks=(512, 64), codec="none")
+    with oc.Manager("small", max_bytes="4M") as m:
+        mean, std = oc.compute(x.mean(axis=0, compute=False), x.std(axis=0, compute=False))
+        normalised = ((x - mean) / std).compute(progress=False)
+        assert isinstance(normalised, oc.ChunkedArray)  # 16 MiB does not fit 4 MiB
+        peak = m.stats().peak_bytes
+    np.testing.assert_allclose(mean, data.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(std, data.std(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(normalised[...], (data - data.mean(axis=0)) / data.std(axis=0))
+    assert peak <= 4 << 20
+
+
+def test_fused_and_numpy_evaluation_agree() -> None:
+    data = np.random.default_rng(1).random(100_000).astype(np.float32)
+    x = oc.from_numpy(data, chunks=(4096,))
+    expressions = [
+        lambda v: (v - 1.5) * 2,
+        lambda v: np.sqrt(v) + v * v,
+        lambda v: np.where(v > 0.5, v, 0),
+    ]
+    for make in expressions:
+        _fuse.ENABLED = True
+        fused = make(x)
+        assert _fuse.kernel_for(fused) is not None
+        got = fused.compute(progress=False)
+        _fuse.ENABLED = False
+        plain = make(x).compute(progress=False)
+        _fuse.ENABLED = True
+        expected = make(data)
+        assert got.dtype == plain.dtype == expected.dtype
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+        np.testing.assert_array_equal(plain, expected)
+
+
+def test_types_numexpr_lacks_are_left_to_numpy() -> None:
+    x = oc.from_numpy(np.arange(1000, dtype=np.uint8), chunks=(100,))
+    expr = (x * 2 + 1) // 3
+    assert _fuse.kernel_for(expr) is None
+    np.testing.assert_array_equal(
+        expr.compute(progress=False), (np.arange(1000, dtype=np.uint8) * 2 + 1) // 3
+    )
+
+
+CTRL_C = """
+import os, signal, threading, time
+import numpy as np
+import oocarray as oc
+from oocarray._compute import _engine
+
+_engine.TARGET_BLOCK_BYTES = 1  # a block per chunk: many small blocks
+x = oc.from_numpy(np.ones((4096, 256), np.float32), chunks=(16, 256), codec="none")
+
+def slow(block):
+    time.sleep(0.01)
+    return block * 3
+
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+start = time.monotonic()
+try:
+    x.map_blocks(slow, dtype=np.float32).to_zarr({out!r}, chunks=(16, 256), progress=False)
+except KeyboardInterrupt:
+    print("interrupted after", round(time.monotonic() - start - 0.5, 2))
+"""
+
+
+def test_ctrl_c_stops_promptly_and_leaves_whole_chunks(tmp_path: Path) -> None:
+    out = tmp_path / "out.zarr"
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CTRL_C.format(out=str(out)))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("interrupted after"), result.stdout
+    assert float(result.stdout.split()[-1]) < 2.0
+    y = oc.open(out)
+    rows = y[...]
+    written = [bool((rows[i : i + 16] == 3).all()) for i in range(0, 4096, 16)]
+    empty = [bool((rows[i : i + 16] == 0).all()) for i in range(0, 4096, 16)]
+    assert all(w or e for w, e in zip(written, empty, strict=True)), "a chunk was written in part"
+    assert any(empty), "the whole output was written before the interrupt"
+
+
+def test_a_progress_bar_shows_on_long_work_only(tmp_path: Path) -> None:
+    script = """
+    import sys, time
+    import numpy as np
+    import oocarray as oc
+    from oocarray._compute import _engine
+    _engine.TARGET_BLOCK_BYTES = 1  # a block per chunk
+    x = oc.from_numpy(np.ones((64, 8)), chunks=(4, 8))
+    x.sum()  # quick: no bar
+    print("quick done", file=sys.stderr, flush=True)
+    def slow(block):
+        time.sleep(0.3)
+        return block
+    x.map_blocks(slow, dtype=np.float64).sum()
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    quick, _, slow = result.stderr.partition("quick done")
+    assert "block" not in quick
+    assert "block" in result.stderr
+
+
+def test_an_interrupted_pass_leaves_no_worker_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    monkeypatch.setattr(_engine, "TARGET_BLOCK_BYTES", 1)
+    x = oc.from_numpy(np.ones((256, 8)), chunks=(1, 8))
+
+    def slow(block: np.ndarray) -> np.ndarray:
+        time.sleep(0.02)
+        return block
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(KeyboardInterrupt):
+            x.map_blocks(slow, dtype=np.float64).sum(progress=False)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not [t for t in threading.enumerate() if t.name.startswith("oocarray-compute")]
+
+
+def _store_of(expr: Expr) -> StoreTarget:
+    return StoreTarget(expr, lambda region, block: None)
