@@ -14,6 +14,8 @@ from benchmarks import (
     w2_small_alloc,
     w3_spill,
     w4_over_budget,
+    w5_reduce,
+    w6_fused,
     w7_random_rows,
     w7_sharded,
 )
@@ -27,6 +29,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
         "4x the budget in 32 MiB arrays in Manager(max_bytes=256M): peak RSS",
         w4_over_budget.run,
     ),
+    "W5": ("mean+std over axis 0 of a (N, 64) f32 zstd zarr vs dask and the codec floor",
+           w5_reduce.run),
+    "W6": ("((x - m) / s).astype(f4) zarr -> zarr vs dask and blosc2", w6_fused.run),
     "W7": ("random-row reads from an (N, 1024) float32 array", w7_random_rows.run),
     "W7S": ("random-row reads from a sharded zstd zarr array vs zarr-python", w7_sharded.run),
     "F1": ("fork with 1 GiB of arrays on disk vs 1 GiB in RAM", fork_cost.run),
