@@ -11,6 +11,7 @@ from benchmarks import (
     l3_huge_pages,
     large_alloc,
     w1_workspace,
+    w1c_lazy,
     w2_small_alloc,
     w3_spill,
     w4_over_budget,
@@ -18,11 +19,13 @@ from benchmarks import (
     w6_fused,
     w7_random_rows,
     w7_sharded,
+    w9_large,
 )
 from benchmarks._timing import ROW_HEADERS, Result, markdown_table
 
 BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
     "W1": ("workspace cycle vs plain NumPy and the out= floor", w1_workspace.run),
+    "W1C": ("W1's step as a lazy chunked expression vs the out= floor", w1c_lazy.run),
     "W2": ("small-allocation overhead inside a manager", w2_small_alloc.run),
     "W3": ("spill a 2 GiB live array to disk vs os.write + fdatasync", w3_spill.run),
     "W4": (
@@ -40,9 +43,16 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
     "L3": ("workspace arenas with and without transparent huge pages", l3_huge_pages.run),
 }
 
+# Run by hand only (``--large``): they need tens of GiB of disk and most of an hour.
+LARGE: dict[str, tuple[str, Callable[[bool], Result]]] = {
+    "W9": ("W5 and W6 on a 32 GiB array in Manager(max_bytes=2G) vs dask", w9_large.run),
+}
+
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    listing = "; ".join(f"{key}: {title}" for key, (title, _) in BENCHMARKS.items())
+    listing = "; ".join(
+        f"{key}: {title}" for key, (title, _) in {**BENCHMARKS, **LARGE}.items()
+    )
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="oocarray benchmarks; ratios of sides measured in alternating rounds.",
@@ -57,25 +67,36 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick", action="store_true", help="fewer rounds: a smoke run, not for the record"
     )
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="run the by-hand large benchmarks (W9: about 60 GiB of free disk); "
+        "with --quick, a small smoke version of them",
+    )
     return parser.parse_args(argv)
 
 
-def selected(only: list[str] | None) -> list[str]:
+def selected(only: list[str] | None, large: bool = False) -> list[str]:
+    known = {**BENCHMARKS, **LARGE} if large else BENCHMARKS
     if not only:
-        return list(BENCHMARKS)
+        return list(LARGE) if large else list(BENCHMARKS)
     wanted = [part.strip().upper() for item in only for part in item.split(",") if part.strip()]
-    unknown = [w for w in wanted if w not in BENCHMARKS]
+    by_hand = [w for w in wanted if w in LARGE and not large]
+    if by_hand:
+        raise SystemExit(f"{by_hand} run by hand only: add --large")
+    unknown = [w for w in wanted if w not in known]
     if unknown:
-        raise SystemExit(f"unknown benchmark id(s) {unknown}; known: {', '.join(BENCHMARKS)}")
-    return [key for key in BENCHMARKS if key in wanted]
+        raise SystemExit(f"unknown benchmark id(s) {unknown}; known: {', '.join(known)}")
+    return [key for key in known if key in wanted]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     results = []
-    for key in selected(args.only):
-        print(f"running {key}: {BENCHMARKS[key][0]} ...", file=sys.stderr, flush=True)
-        results.append(BENCHMARKS[key][1](args.quick))
+    known = {**BENCHMARKS, **LARGE}
+    for key in selected(args.only, args.large):
+        print(f"running {key}: {known[key][0]} ...", file=sys.stderr, flush=True)
+        results.append(known[key][1](args.quick))
     rows = [row.cells() for result in results for row in result.rows]
     tables = [table for result in results for table in result.tables]
     notes = [note for result in results for note in result.notes]

@@ -133,7 +133,9 @@ class Peak:
     seconds: float
 
 
-def run_child(code: str, env_extra: dict[str, str] | None = None) -> Peak:
+def run_child(
+    code: str, env_extra: dict[str, str] | None = None, lines_out: list[str] | None = None
+) -> Peak:
     """Runs ``code`` in ``python -c``; the code prints ``BASE <json>`` before the work and
     ``END <json>`` after it.  The parent samples the child's status every 5 ms meanwhile."""
     env = dict(os.environ)
@@ -165,6 +167,8 @@ def run_child(code: str, env_extra: dict[str, str] | None = None) -> Peak:
     if proc.returncode != 0:
         raise RuntimeError(f"memory child failed ({proc.returncode}):\n{err[-4000:]}")
     base = end = None
+    if lines_out is not None:
+        lines_out.extend(out.splitlines())
     for line in out.splitlines():
         if line.startswith("BASE "):
             base = json.loads(line[5:])
