@@ -1,0 +1,243 @@
+"""Opening and creating chunked arrays: ``oc.open`` and ``oc.create``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from oocarray._memory import parse_shape
+from oocarray._storage._base import auto_chunks
+from oocarray._storage._chunked import ChunkedArray
+from oocarray._storage._formats import open_store
+
+__all__ = ["create", "open", "parse_chunks"]
+
+_MODES_OPEN = ("r", "r+")
+_MODES_CREATE = ("w", "w-", "x")
+
+
+def open(
+    path: str | os.PathLike[str],
+    mode: str = "r",
+    dataset: str | None = None,
+    *,
+    allow_object: bool = False,
+) -> ChunkedArray:
+    """Open an array on disk; its format (zarr v3/v2, HDF5, ``.npy``) comes from its content.
+
+    Parameters
+    ----------
+    path
+        A zarr array directory, an HDF5 file or a ``.npy`` file.
+    mode
+        ``"r"`` (read-only) or ``"r+"`` (read and write).
+    dataset
+        The array's path inside an HDF5 file or a zarr group (v3 or v2), e.g. ``"a/b"``; not
+        needed when the file or group holds only one.
+    allow_object
+        Read arrays of Python objects (which can run code when loaded): only for data you trust.
+
+    Raises
+    ------
+    StoreNotFoundError
+        Nothing is at ``path`` (or no such dataset in the HDF5 file or zarr group).
+    ValueError
+        ``path`` holds no array oocarray reads, or holds objects and ``allow_object`` is off.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
+    if mode not in _MODES_OPEN:
+        raise ValueError(f"mode must be one of {_MODES_OPEN} for oc.open, got {mode!r}")
+    return ChunkedArray(open_store(path, mode, dataset, allow_object))
+
+
+def parse_chunks(
+    chunks: object, shape: tuple[int, ...], dtype: np.dtype[Any], name: str = "chunks"
+) -> tuple[int, ...]:
+    if chunks is None:
+        return auto_chunks(shape, dtype.itemsize)
+    if isinstance(chunks, (int, np.integer)) and not isinstance(chunks, bool):
+        chunks = (int(chunks),) * len(shape)
+    if not isinstance(chunks, (tuple, list)) or len(chunks) != len(shape):
+        raise ValueError(
+            f"{name} must be None, an int, or one positive int per axis ({len(shape)}), "
+            f"got {chunks!r}"
+        )
+    result = []
+    for c in chunks:
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
+            raise ValueError(f"{name} must be positive ints, got {chunks!r}")
+        result.append(int(c))
+    return tuple(result)
+
+
+INNER_CHUNK_BYTES = 128 << 10
+
+
+def _inner_chunks(shards: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Default chunks inside shards: the shard halved along its leading axes (so they divide
+    it) until a chunk holds at most INNER_CHUNK_BYTES."""
+    chunks = list(shards)
+    for axis in range(len(chunks)):
+        while math.prod(chunks) * itemsize > INNER_CHUNK_BYTES and chunks[axis] % 2 == 0:
+            chunks[axis] //= 2
+    return tuple(chunks)
+
+
+def _parse_dtype(dtype: object) -> np.dtype[Any]:
+    try:
+        parsed: np.dtype[Any] = np.dtype(dtype)  # type: ignore[call-overload]
+    except TypeError as error:
+        raise TypeError(f"dtype {dtype!r} is not a NumPy data type (e.g. 'float32')") from error
+    if parsed.hasobject:  # allow_object= is for opening existing arrays, never for writing
+        raise ValueError(
+            f"chunked arrays cannot store Python objects (dtype {parsed}): use a fixed-width "
+            "string dtype such as 'U16' or 'S16', or a numeric one"
+        )
+    if parsed.fields is not None or parsed.subdtype is not None:
+        raise TypeError(f"structured and sub-array dtypes are not supported, got {parsed}")
+    return parsed
+
+
+def create(
+    path: str | os.PathLike[str],
+    shape: object,
+    dtype: npt.DTypeLike,
+    chunks: object = None,
+    codec: str = "zstd",
+    mode: str = "w",
+    shards: object = None,
+    *,
+    dimension_names: object = None,
+    attributes: object = None,
+    dataset: str | None = None,
+) -> ChunkedArray:
+    """Create a zarr v3 array on disk, filled with zeros, open for reading and writing.
+
+    Parameters
+    ----------
+    path
+        The array's directory, or with ``dataset`` the zarr group that holds it.
+    shape, dtype
+        As for :func:`numpy.empty`.
+    chunks
+        Chunk shape; default: about 4 MiB per chunk, trailing axes whole where they fit (with
+        ``shards``: at most 128 KiB, halving the shard along its leading axes).
+    codec
+        ``"zstd"`` (default), ``"lz4"`` or ``"blosc"`` (both Blosc, with byte shuffle),
+        ``"gzip"``, or ``"none"``.
+    mode
+        ``"w"`` replaces what is at ``path``; ``"w-"`` (or ``"x"``) fails if it exists.
+    shards
+        Shard shape (a multiple of ``chunks`` on every axis), or None for no sharding.  A shard
+        is one file holding many small chunks: random reads decode only the small chunks they
+        touch, while the files stay few.  Writes are made of whole shards (writing part of one
+        rewrites it), so write in shard-sized blocks.
+    dimension_names
+        One name per axis (xarray's dimensions), e.g. ``("time", "station")``.  Default: none
+        for an array of its own, and ``dim_0``, ``dim_1``, ... for an array inside a zarr group
+        (what xarray needs to open the group; name them when the group's arrays do not share
+        their axes).
+    attributes
+        JSON-serialisable metadata stored with the array (``units``, ``long_name``, ...);
+        xarray shows them as the variable's ``attrs``.
+    dataset
+        Create the array at this path (``"temperature"``, ``"a/b"``) inside the zarr v3 group at
+        ``path``, making the group and the groups on the way if needed; ``mode`` then applies
+        to that array alone.  Read it back with ``oc.open(path, dataset=...)``.
+
+    Examples
+    --------
+    xarray opens zarr groups whose arrays name their dimensions:
+
+    >>> import os, tempfile, numpy as np, xarray as xr, oocarray as oc
+    >>> path = os.path.join(tempfile.mkdtemp(), "weather.zarr")
+    >>> t = oc.create(path, (365, 40), "float32", dataset="temperature",
+    ...               dimension_names=("day", "station"), attributes={"units": "K"})
+    >>> t[...] = 280.0
+    >>> ds = xr.open_zarr(path, consolidated=False)
+    >>> ds["temperature"].dims, ds["temperature"].attrs["units"]
+    (('day', 'station'), 'K')
+    >>> oc.open(path, dataset="temperature")[0, :3]
+    array([280., 280., 280.], dtype=float32)
+    """
+    from oocarray._storage._zarr import CODECS, ZarrStore, create_zarr, is_group, require_group
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
+    dims = parse_shape(shape)
+    parsed = _parse_dtype(dtype)
+    shard_shape = None if shards is None else parse_chunks(shards, dims, parsed, "shards")
+    if shard_shape is not None and chunks is None:
+        chunk_shape = _inner_chunks(shard_shape, parsed.itemsize)
+    else:
+        chunk_shape = parse_chunks(chunks, dims, parsed)
+    if shard_shape is not None and any(
+        s % c for s, c in zip(shard_shape, chunk_shape, strict=True)
+    ):
+        raise ValueError(
+            f"shards must be a multiple of chunks on every axis, got shards {shard_shape} for "
+            f"chunks {chunk_shape}"
+        )
+    if not isinstance(codec, str) or codec not in CODECS:
+        raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
+    if mode not in _MODES_CREATE:
+        raise ValueError(f"mode must be one of {_MODES_CREATE} for oc.create, got {mode!r}")
+    names = _parse_dimension_names(dimension_names, len(dims))
+    attrs = _parse_attributes(attributes)
+    if dataset is not None and not isinstance(dataset, str):
+        raise TypeError(f"dataset must be a str such as 'temperature' or 'a/b', got {dataset!r}")
+    target = os.fspath(path) if dataset is None else require_group(os.fspath(path), dataset)
+    if mode != "w" and os.path.exists(target):
+        raise FileExistsError(f"{target!r} exists; use mode='w' to replace it")
+    if names is None and is_group(os.path.dirname(os.path.abspath(target))):
+        names = tuple(f"dim_{axis}" for axis in range(len(dims)))  # xarray's default names
+    create_zarr(
+        target,
+        dims,
+        parsed,
+        chunk_shape,
+        codec,
+        overwrite=mode == "w",
+        shards=shard_shape,
+        dimension_names=names,
+        attributes=attrs,
+    )
+    return ChunkedArray(ZarrStore.open(target, "r+", False))
+
+
+def _parse_dimension_names(names: object, ndim: int) -> tuple[str | None, ...] | None:
+    if names is None:
+        return None
+    if (
+        isinstance(names, (str, bytes))
+        or not isinstance(names, (tuple, list))
+        or len(names) != ndim
+        or not all(n is None or isinstance(n, str) for n in names)
+    ):
+        raise ValueError(
+            f"dimension_names must be one str (or None) per axis ({ndim}), e.g. "
+            f"{tuple(f'dim_{i}' for i in range(ndim))}; got {names!r}"
+        )
+    return tuple(names)
+
+
+def _parse_attributes(attributes: object) -> dict[str, Any] | None:
+    if attributes is None:
+        return None
+    if not isinstance(attributes, Mapping) or not all(isinstance(k, str) for k in attributes):
+        raise TypeError(f"attributes must be a mapping with str keys, got {attributes!r}")
+    try:
+        json.dumps(dict(attributes), allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"attributes must be JSON values (str, numbers, bools, None, lists, dicts), got "
+            f"{attributes!r}: {error}"
+        ) from None
+    return dict(attributes)

@@ -1,0 +1,125 @@
+"""Temporary chunked arrays (``oc.temp``, ``from_numpy``, ``from_dask``) and their lifetime.
+
+A temporary belongs to the manager active when it was made.  Managers hold their temporaries
+weakly: one still referenced when its manager closes escapes to the parent like an ndarray
+(counted there), and its data is deleted when its last reference goes, or at exit.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from oocarray._memory import Manager, active_manager, system
+from oocarray._storage import _temp_dirs
+from oocarray._storage._chunked import ChunkedArray
+from oocarray._storage._create import create
+
+__all__ = ["from_dask", "from_numpy", "temp"]
+
+
+def temp(
+    shape: object, dtype: npt.DTypeLike, chunks: object = None, codec: str = "zstd"
+) -> ChunkedArray:
+    """A zarr array in the spill directory, owned by the active manager (else the system one).
+
+    It lives like an ndarray the manager allocated: its data is deleted when the last
+    reference to it goes, on :meth:`ChunkedArray.close`, or at exit.  Still referenced when its
+    manager closes, it escapes to the parent manager (counted in the parent's
+    ``stats().escaped``, and refused by ``on_close="raise"`` like any escape).  Its directory
+    is private to this process; what a killed process left is removed by the next process
+    that makes a temporary array.
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> with oc.Manager("scratch"):
+    ...     t = oc.temp((100, 4), "float32")
+    ...     t[...] = 1.0
+    >>> float(t[...].sum())  # escaped: still valid after the manager closed
+    400.0
+    >>> t.close()  # deletes the data now; later use raises ClosedError
+    """
+    directory = _temp_dirs.new_temp_dir()
+    try:
+        array = create(directory, shape, dtype, chunks=chunks, codec=codec, mode="w")
+    except BaseException:
+        _temp_dirs.remove_temp_dir(directory, os.getpid())
+        raise
+    array._temporary = True
+    array._delete_data = weakref.finalize(array, _temp_dirs.remove_temp_dir, directory, os.getpid())
+    array._delete_data.atexit = False  # the process's session directory goes at exit
+    _own_temporary(_open_ancestor(active_manager() or system()), array)
+    return array
+
+
+def _open_ancestor(manager: Manager) -> Manager:
+    while manager.closed and manager.parent is not None:
+        manager = manager.parent
+    return manager
+
+
+# The temporary arrays each open manager owns, held weakly (so an array goes as soon as the
+# user drops it), with one close hook per manager that hands the survivors to its parent.
+_temporaries: weakref.WeakKeyDictionary[Manager, weakref.WeakSet[ChunkedArray]] = (
+    weakref.WeakKeyDictionary()
+)
+_temporaries_lock = threading.Lock()
+
+
+def _own_temporary(manager: Manager, array: ChunkedArray) -> None:
+    """Make ``manager`` the owner of a temporary array: when it closes while the array is
+    still referenced, the array escapes to its parent, which owns it from then on."""
+    if manager.parent is None:
+        return  # the system manager never closes
+    with _temporaries_lock:
+        owned = _temporaries.get(manager)
+        if owned is None:
+            owned = _temporaries[manager] = weakref.WeakSet()
+            manager._add_close_hook(functools.partial(_hand_to_parent, weakref.ref(manager)))
+        owned.add(array)
+
+
+def _hand_to_parent(manager_ref: weakref.ref[Manager]) -> tuple[int, int] | None:
+    """The close hook: the closing manager's temporary arrays still referenced escape to its
+    parent, counted like ndarray escapes (their logical bytes)."""
+    manager = manager_ref()
+    if manager is None or manager.parent is None:
+        return None
+    with _temporaries_lock:
+        owned = _temporaries.pop(manager, None)
+    escaped = [array for array in list(owned or ()) if not array._closed]
+    new_owner = _open_ancestor(manager.parent)
+    for array in escaped:
+        _own_temporary(new_owner, array)
+    return len(escaped), sum(array.nbytes for array in escaped)
+
+
+def from_numpy(a: npt.ArrayLike, chunks: object = None, codec: str = "zstd") -> ChunkedArray:
+    """A temporary chunked copy of ``a`` (see :func:`temp` for its lifetime)."""
+    data = np.asarray(a)
+    result = temp(data.shape, data.dtype, chunks=chunks, codec=codec)
+    try:
+        result[...] = data
+    except BaseException:
+        result.close()
+        raise
+    return result
+
+
+def from_dask(d: Any, chunks: object = None, codec: str = "zstd") -> ChunkedArray:
+    """Compute a dask array into a temporary chunked array (see :func:`temp` for its
+    lifetime), chunk by chunk, on dask's scheduler."""
+    result = temp(d.shape, d.dtype, chunks=chunks or d.chunksize, codec=codec)
+    try:
+        d.rechunk(result.chunks).store(result, lock=False)
+    except BaseException:
+        result.close()
+        raise
+    return result
