@@ -142,7 +142,8 @@ def histogram(
 
     def make() -> Reduction:
         bin_range = range
-        if bin_range is None and isinstance(bins, int | np.integer | str):
+        # (no data: NumPy's range is (0, 1), which Histogram's edges of nothing already give)
+        if bin_range is None and isinstance(bins, int | np.integer | str) and expr.size:
             low, high = compute_(
                 LazyResult(lambda: make_reduction("min", expr), "min"),
                 LazyResult(lambda: make_reduction("max", expr), "max"),

@@ -66,8 +66,8 @@ class Reduction:
 
     def shaped(self, result: np.ndarray) -> Any:
         """The accumulator as NumPy shapes a result: reduced axes dropped unless keepdims, and a
-        scalar for a full reduction."""
-        if self.keepdims:
+        scalar for a full reduction (also of a 0-d array with keepdims, as NumPy gives)."""
+        if self.keepdims and result.ndim:
             return result
         squeezed = result.reshape(
             tuple(n for i, n in enumerate(self.kept_shape) if i not in self.axes)
@@ -75,10 +75,11 @@ class Reduction:
         return squeezed[()] if squeezed.ndim == 0 else squeezed
 
 
-def _probe_dtype(function: Any, dtype: np.dtype[Any], **kwargs: Any) -> np.dtype[Any]:
+def _probe_dtype(function: Any, input_dtype: np.dtype[Any], **kwargs: Any) -> np.dtype[Any]:
+    """The dtype ``function`` gives on ``input_dtype`` (``kwargs`` may hold its own ``dtype``)."""
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return np.asarray(function(np.ones(1, dtype), **kwargs)).dtype
+        return np.asarray(function(np.ones(1, input_dtype), **kwargs)).dtype
 
 
 class Accumulate(Reduction):
@@ -188,6 +189,13 @@ class Moments(Reduction):
         )
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
+        # A block's infinities (inf - inf) and overflows give NaN and inf as in NumPy; a
+        # whole-array NumPy call may see no such step (its mean can be NaN already), so these
+        # arithmetic warnings would be spurious here.
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return self._moments(block)
+
+    def _moments(self, block: np.ndarray) -> Any:
         values = block.astype(self.work, copy=False)
         if self.skip_nan and values.dtype.kind in "fc":
             valid = ~np.isnan(values)
@@ -199,10 +207,9 @@ class Moments(Reduction):
                 self.kept_shape_of(block), math.prod(block.shape[a] for a in self.axes), np.float64
             )
             total = values.sum(axis=self.axes, keepdims=True, dtype=self.work)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = total / np.where(count == 0, 1, count).astype(
-                self.work.type(0).real.dtype if self.work.kind == "c" else self.work
-            )
+        mean = total / np.where(count == 0, 1, count).astype(
+            self.work.type(0).real.dtype if self.work.kind == "c" else self.work
+        )
         if self.kind == "mean":
             return count, mean, None
         deviation = values - mean
@@ -225,11 +232,18 @@ class Moments(Reduction):
         mean_a = self.mean[target]
         total = count_a + count_b
         safe = np.where(total == 0, 1, total)
-        delta = mean_b - mean_a
         real = self.m2.dtype
-        with np.errstate(invalid="ignore"):
+        # Infinite means (inf - inf) are NaN by design here, as in NumPy's sums: no warning.
+        with np.errstate(invalid="ignore", over="ignore"):
+            delta = mean_b - mean_a
             weight_b = (count_b / safe).astype(real)
-            self.mean[target] = mean_a + delta * weight_b
+            # An infinite mean stays infinite: mean_a + (mean_b - mean_a) * w would turn
+            # inf followed by a finite mean into inf - inf = NaN.
+            self.mean[target] = np.where(
+                np.isfinite(mean_a) & np.isfinite(mean_b),
+                mean_a + delta * weight_b,
+                mean_a * (count_a / safe).astype(real) + mean_b * weight_b,
+            )
             if m2_b is not None:
                 cross = (delta * delta.conj()).real if delta.dtype.kind == "c" else delta * delta
                 self.m2[target] = (
@@ -239,7 +253,16 @@ class Moments(Reduction):
 
     def finish(self) -> Any:
         empty = self.count == 0
-        if empty.any():
+        short = empty if self.kind == "mean" else self.count - self.ddof <= 0
+        # NumPy's mean and var judge the number of items reduced (so they warn even when the
+        # result is empty); the nan variants judge each cell's count.
+        judge_cells = self.skip_nan and self.expr.dtype.kind in "fc"  # (else nan* = plain)
+        if judge_cells:
+            warn = bool(short.any())
+        else:
+            reduced = math.prod(self.expr.shape[a] for a in self.axes)
+            warn = reduced == 0 if self.kind == "mean" else reduced <= self.ddof
+        if warn:
             warnings.warn(
                 "Mean of empty slice"
                 if self.kind == "mean"
@@ -251,12 +274,12 @@ class Moments(Reduction):
             if self.kind == "mean":
                 result = np.where(empty, np.nan, self.mean)
             else:
-                denominator = self.count - self.ddof
-                if (denominator <= 0).any() and not empty.any():
-                    warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)
-                result = self.m2 / np.where(denominator <= 0, np.nan, denominator).astype(
-                    self.m2.dtype
-                )
+                # NumPy's var divides by max(n - ddof, 0) (inf, or NaN for 0 / 0); its nanvar
+                # gives NaN wherever n - ddof <= 0.
+                denominator = np.maximum(self.count - self.ddof, 0)
+                if judge_cells:
+                    denominator = np.where(short, np.nan, denominator)
+                result = self.m2 / denominator.astype(self.m2.dtype)
                 if self.kind == "std":
                     result = np.sqrt(result)
         return self.shaped(np.asarray(result).astype(self.result_dtype, copy=False))
