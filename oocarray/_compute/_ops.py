@@ -434,6 +434,11 @@ class LazyOps:
 def _clip(a: Any, low: Any, high: Any) -> Expr:
     if low is None and high is None:
         raise ValueError("One of max or min must be given")
+    # One bound only: NumPy's clip is then its minimum or maximum (a None leaf would not do).
+    if low is None:
+        return _build.elementwise(np.minimum, a, high, name="clip")
+    if high is None:
+        return _build.elementwise(np.maximum, a, low, name="clip")
     return _build.elementwise(np.clip, a, low, high, name="clip")
 
 
