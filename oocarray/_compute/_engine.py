@@ -30,7 +30,7 @@ from oocarray._compute._fuse import Kernel, kernel_for
 from oocarray._compute._reduce import Reduction
 from oocarray._memory import Manager, Workspace, active_manager, detach, system
 
-__all__ = ["Pass", "StoreTarget", "run_pass"]
+__all__ = ["Pass", "StoreTarget", "budget_left", "evaluate", "run_pass"]
 
 Region = tuple[slice, ...]
 
@@ -129,7 +129,7 @@ def _source_dtypes(expr: Expr) -> list[np.dtype[Any]]:
     return [s.dtype for s in expr.sources()]
 
 
-def _budget_left(manager: Manager) -> int | None:
+def budget_left(manager: Manager) -> int | None:
     """What the manager (and every ancestor with a budget) still allows."""
     left = None
     node: Manager | None = manager
@@ -196,7 +196,7 @@ def _detached(value: Any) -> Any:
 def run_pass(work: Pass, progress: bool = True) -> None:
     """Evaluates a pass: merges every reduction's partials and writes every store."""
     manager = active_manager() or system()
-    blocks, worker_count = plan_blocks(work, _budget_left(manager))
+    blocks, worker_count = plan_blocks(work, budget_left(manager))
     work.fuse()
     workers = _Workers(manager)
     bar = _progress(len(blocks), progress)

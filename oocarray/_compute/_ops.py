@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import _build
-from oocarray._compute._engine import StoreTarget, evaluate
+from oocarray._compute._engine import StoreTarget, budget_left, evaluate
 from oocarray._compute._expr import BlockReads, Expr, as_expr
 from oocarray._compute._reduce import REDUCTIONS, Histogram, Reduction, make_reduction
-from oocarray._memory import Manager, active_manager, system
+from oocarray._memory import active_manager, system
 from oocarray._storage import ChunkedArray, create, temp
 
 __all__ = ["LazyOps", "LazyResult", "compute", "install"]
@@ -78,23 +78,10 @@ def compute(*items: Any, progress: bool = True) -> tuple[Any, ...]:
     )
 
 
-def _budget_left() -> int | None:
-    manager = active_manager() or system()
-    left = None
-    node: Manager | None = manager
-    while node is not None:
-        stats = node.stats()
-        if stats.max_bytes is not None:
-            room = max(0, stats.max_bytes - stats.ram_bytes)
-            left = room if left is None else min(left, room)
-        node = node.parent
-    return left
-
-
 def _materialize_target(expr: Expr) -> tuple[StoreTarget, Any]:
     """Where ``expr.compute()`` goes: an ndarray when it fits the active budget, else a
     temporary chunked array."""
-    left = _budget_left()
+    left = budget_left(active_manager() or system())
     if left is None or expr.nbytes <= left:
         out = np.empty(expr.shape, expr.dtype)
 
