@@ -117,7 +117,10 @@ class Accumulate(Reduction):
 
     def merge(self, partial: Any, region: Region) -> None:
         target = self.target(region)
-        self.acc[target] = self.combine(self.acc[target], partial)
+        # Partials already infinite or NaN combine to NaN (inf - inf, inf * 0) without the
+        # warning NumPy's whole-array call may not give (complex products, most of all).
+        with np.errstate(invalid="ignore"):
+            self.acc[target] = self.combine(self.acc[target], partial)
 
     def finish(self) -> Any:
         return self.shaped(self.acc)
@@ -294,13 +297,18 @@ class ArgExtreme(Reduction):
             raise TypeError(f"{name}() takes one axis (an int) or None, got {axis!r}")
         axes = normalize_axes(axis, expr.ndim)
         super().__init__(name, expr, axes, keepdims)
-        if expr.size == 0 or any(expr.shape[a] == 0 for a in axes):
+        # (only an empty reduced axis is an error: other empty axes give an empty result)
+        if any(expr.shape[a] == 0 for a in axes):
             raise ValueError(f"attempt to get {name.removeprefix('nan')} of an empty sequence")
         self.flat = axis is None
         self.skip_nan = name.startswith("nan")
         self.is_max = name.endswith("max")
         self.value = np.empty(self.kept_shape, dtype=expr.dtype)
         self.index = np.full(self.kept_shape, -1, dtype=np.intp)
+        # NumPy's nanargmin/nanargmax: NaN becomes +inf (-inf) and the plain arg-extreme of
+        # that is the answer (so [nan, inf] gives 0), unless a whole slice is NaN.
+        self.fill_nan = self.skip_nan and expr.dtype.kind in "fc"
+        self.valid = np.zeros(self.kept_shape, dtype=bool)
 
     def _better(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Where ``a`` beats ``b`` strictly (ties go to the earlier index, merged separately)."""
@@ -315,6 +323,14 @@ class ArgExtreme(Reduction):
     def partial(self, block: np.ndarray, region: Region) -> Any:
         shape = tuple(s.stop - s.start for s in region)
         block = np.broadcast_to(block, shape)
+        if not self.fill_nan:
+            return (*self._arg_partial(block, region, shape), None)
+        nan = np.isnan(block)
+        filled = np.where(nan, -np.inf if self.is_max else np.inf, block).astype(block.dtype)
+        valid = ~nan.all(axis=self.axes, keepdims=True)
+        return (*self._arg_partial(filled, region, shape), valid)
+
+    def _arg_partial(self, block: np.ndarray, region: Region, shape: tuple[int, ...]) -> Any:
         if self.flat:
             work = block.reshape(-1)
             local = self._local_arg(work)
@@ -345,8 +361,14 @@ class ArgExtreme(Reduction):
         return np.argmax(filled, axis=axis) if self.is_max else np.argmin(filled, axis=axis)
 
     def merge(self, partial: Any, region: Region) -> None:
-        value_b, index_b = partial
+        with np.errstate(invalid="ignore"):  # NaN and complex NaN compare without a warning
+            self._merge(partial, region)
+
+    def _merge(self, partial: Any, region: Region) -> None:
+        value_b, index_b, valid_b = partial
         target = self.target(region)
+        if valid_b is not None:
+            self.valid[target] |= valid_b
         value_a = self.value[target]
         index_a = self.index[target]
         fresh = index_a < 0
@@ -358,7 +380,7 @@ class ArgExtreme(Reduction):
         self.index[target] = np.where(take, index_b, index_a)
 
     def finish(self) -> Any:
-        if self.skip_nan and self.value.dtype.kind in "fc" and np.isnan(self.value).any():
+        if self.fill_nan and not self.valid.all():
             raise ValueError("All-NaN slice encountered")
         return self.shaped(self.index)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import oocarray as oc
@@ -153,7 +153,9 @@ def _sum_dtypes(dtype: np.dtype[Any]) -> st.SearchStrategy[Any]:
 def _mean_dtypes(dtype: np.dtype[Any]) -> st.SearchStrategy[Any]:
     if dtype.kind == "c":
         return st.sampled_from([None, "complex128"])
-    if dtype.kind in "iu":  # (float32 cannot hold large integers: NumPy's own var goes astray)
+    if dtype.kind in "iu" or dtype == np.float64:
+        # (a float32 mean of wider data leaves NumPy's own deviations off by its rounding:
+        # a one-element var with ddof=1 is then inf, not NaN)
         return st.sampled_from([None, "float64"])
     return st.sampled_from([None, "float64", "float32"])
 
@@ -176,6 +178,8 @@ def test_sums_and_logic_match_numpy(case: Case, data: st.DataObject) -> None:
 @examples(0.25)
 @given(case=cases(dtypes=ALL_DTYPES, for_products=True), data=st.data())
 def test_products_match_numpy(case: Case, data: st.DataObject) -> None:
+    # Complex products of infinities are NaN or not by the order of the factors
+    assume(case.data.dtype.kind != "c" or np.isfinite(case.data).all())
     x = case.chunked()
     for name in ("prod", "nanprod"):
         kwargs: dict[str, Any] = {
@@ -183,6 +187,8 @@ def test_products_match_numpy(case: Case, data: st.DataObject) -> None:
             "keepdims": data.draw(st.booleans(), label=f"{name} keepdims"),
             "dtype": data.draw(_sum_dtypes(case.data.dtype), label=f"{name} dtype"),
         }
+        if kwargs["dtype"] in ("complex64", "complex128") and not np.isfinite(case.data).all():
+            kwargs["dtype"] = None  # (the same order-dependence, once the values are complex)
         check_reduction(case, x, name, data.draw(st.sampled_from(FORMS)), **kwargs)
 
 
@@ -227,6 +233,10 @@ def test_arg_extremes_match_numpy_exactly(case: Case, data: st.DataObject) -> No
             ),
             "keepdims": data.draw(st.booleans(), label=f"{name} keepdims"),
         }
+        if isinstance(kwargs["axis"], tuple):  # (NumPy's nanarg* may judge NaNs first)
+            with pytest.raises(TypeError):
+                _ours(x, name, data.draw(st.sampled_from(FORMS)), kwargs)
+            continue
         check_reduction(case, x, name, data.draw(st.sampled_from(FORMS)), **kwargs)
 
 
