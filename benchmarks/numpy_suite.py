@@ -1,9 +1,12 @@
 """NumPy's own test suite with an oocarray manager active around every test.
 
 ``python -m benchmarks.numpy_suite [--max-bytes SIZE] [--location ram|mmap] [--spill POLICY]
-[-- PYTEST ARGS]`` runs ``pytest --pyargs numpy`` inside one active manager, so every NumPy
-allocation of the session's main thread (collection and every test) is owned, counted, placed
-and spilled by oocarray.  ``--plain`` runs the suite with no manager, for the
+[-- PYTEST ARGS]`` runs ``pytest --pyargs numpy`` with a manager active around every test: one
+manager for the whole session (collection included), and under it a fresh child with the given
+budget, location and spill policy for each test's call, so every NumPy allocation a test makes
+on its own thread is owned, counted, placed and spilled by oocarray, and each test starts with
+its whole budget (arrays that NumPy's test modules build at import do not fill it).
+``--plain`` runs the suite with no manager, for the
 baseline to compare failures with.  Not part of the test suite: it takes minutes.
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -19,18 +22,24 @@ import pytest
 import oocarray as oc
 
 
-class ManagerReport:
-    """Prints what the manager saw at the end of the run."""
+class ManagerPerTest:
+    """A fresh child manager around the call of every test; prints what they saw."""
 
-    def __init__(self, manager: oc.Manager) -> None:
+    def __init__(self, manager: oc.Manager, **policy: Any) -> None:
         self.manager = manager
+        self.policy = policy
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: Any) -> Iterator[None]:
+        with self.manager.sub(item.name[:60], **self.policy):
+            yield
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         stats = self.manager.stats()
         terminalreporter.write_line(
-            f"oocarray: manager {self.manager.name!r}: {stats.total_count} allocations, "
-            f"peak {stats.peak_bytes} bytes, {stats.spills} spills, "
-            f"{stats.mmap_bytes} bytes on disk now"
+            f"oocarray: {stats.total_count} allocations in manager {self.manager.name!r} and "
+            f"a child per test with {self.policy}; peak {stats.peak_bytes} bytes in RAM, "
+            f"{stats.spills} spills"
         )
 
 
@@ -45,10 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     pytest_args = ["--pyargs", "numpy", "-q", "-p", "no:cacheprovider", *args.pytest_args]
     if args.plain:
         return int(pytest.main(pytest_args))
-    with oc.Manager(
-        "numpy-suite", max_bytes=args.max_bytes, location=args.location, spill=args.spill
-    ) as manager:
-        return int(pytest.main(pytest_args, plugins=[ManagerReport(manager)]))
+    policy = {"max_bytes": args.max_bytes, "location": args.location, "spill": args.spill}
+    with oc.Manager("numpy-suite") as manager:
+        return int(pytest.main(pytest_args, plugins=[ManagerPerTest(manager, **policy)]))
 
 
 if __name__ == "__main__":
