@@ -416,7 +416,11 @@ class CycleMachine(RuleBasedStateMachine):
 
 
 TestCycleMachine = CycleMachine.TestCase
-TestCycleMachine.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+TestCycleMachine.settings = settings(
+    max_examples=max(60, settings.default.max_examples // 4),  # the "long" profile asks for more
+    stateful_step_count=25,
+    deadline=None,
+)
 
 
 # ---- location="mmap": every cycle on disk, or a SpillError (issue 10)
