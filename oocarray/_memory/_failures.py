@@ -9,15 +9,13 @@ which budget refused and carries the debug dump.
 
 from __future__ import annotations
 
-import errno
 import math
-import os
 from typing import Any
 
 from oocarray import _native
-from oocarray._memory import _config, _spill_files
 from oocarray._memory._refusals import budget_message, refusal_dump
 from oocarray._memory._registry import manager_by_node_id
+from oocarray._memory._spill_files import disk_refusal
 from oocarray._memory._units import format_bytes
 from oocarray.errors import (
     ClosedError,
@@ -27,7 +25,7 @@ from oocarray.errors import (
     WorkspaceFullError,
 )
 
-__all__ = ["disk_refusal", "install"]
+__all__ = ["install"]
 
 _installed = False
 
@@ -122,36 +120,6 @@ def _describe(failure: tuple[int, ...]) -> tuple[str, str, int] | None:
     if kind == _native.FAIL_SPILL:
         message += f"\nPlacing the array on disk instead failed too: {disk_refusal(err, requested)}"
     return "budget", message, err
-
-
-def disk_refusal(err: int, nbytes: int) -> str:
-    """Why the spill directory refused a file of ``nbytes`` (``err`` is the errno), and what
-    to do: the ``max_spill_bytes`` limit and a full disk both come back as ``ENOSPC``."""
-    limit = _config.config().max_spill_bytes
-    used = _native.spill_used()
-    free = _free_spill_bytes()
-    if err == errno.ENOSPC and limit is not None and (used + nbytes > limit or free >= nbytes):
-        return (
-            f"the max_spill_bytes limit was reached: {format_bytes(used)} of "
-            f"{format_bytes(limit)} is in use on disk and {format_bytes(nbytes)} more was "
-            "needed. Raise it (oc.configure(max_spill_bytes=...) or OOCARRAY_MAX_SPILL_BYTES), "
-            "or delete or oc.unspill() arrays that are on disk."
-        )
-    reason = f"[{errno.errorcode.get(err, err)}] {os.strerror(err)}"
-    room = "" if free < 0 else f", {format_bytes(free)} free"
-    return (
-        f"{reason} in the spill directory ({format_bytes(nbytes)} needed{room}). Free disk "
-        "space, or point spill_dir (oc.configure or OOCARRAY_SPILL_DIR) at a larger disk."
-    )
-
-
-def _free_spill_bytes() -> int:
-    """Bytes free for this user on the spill directory's disk, or -1 if it cannot be read."""
-    try:
-        info = os.statvfs(_spill_files.private_dir())
-    except OSError:
-        return -1
-    return info.f_bavail * info.f_frsize
 
 
 def _matches(failure: tuple[int, ...], shape: Any, dtype: Any) -> bool:

@@ -2,11 +2,12 @@
 
 Without ``spill_dir`` the system temporary directory is used, or ``/var/tmp`` when the former
 is a tmpfs (spilling to memory would release nothing).  Files themselves are created by the
-native code: unnamed (``O_TMPFILE``) or created ``0600``
-and unlinked at once, with their space reserved by ``posix_fallocate`` before any page is
+native code: unnamed (``O_TMPFILE``) or created ``0600`` and unlinked at once, with their
+space reserved (``posix_fallocate``, or zeros written for small files) before any page is
 written.  The directory is ``<spill_dir>/oocarray-<uid>``, mode ``0700`` and owned by the
-user; it is shared by the user's processes and holds no named file, so a crash or ``kill -9``
-leaves nothing behind.
+user, shared by the user's processes: spill files in it have no name, so a crash or
+``kill -9`` leaves none behind; the folders of temporary chunked arrays in it are removed at
+exit, and those of dead processes at the next start (see ``oocarray._storage._temp_dirs``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from oocarray._memory import _config
 from oocarray._memory._units import format_bytes
 from oocarray.errors import SpillError
 
-__all__ = ["apply_settings", "private_dir", "spill_error"]
+__all__ = ["apply_settings", "disk_refusal", "private_dir", "spill_error"]
 
 _lock = threading.Lock()
 
@@ -104,14 +105,38 @@ def apply_settings(settings: _config.Config) -> None:
 def spill_error(error: OSError, what: str, nbytes: int) -> SpillError:
     """A :class:`SpillError` for a failed move of ``nbytes``, naming the place and the sizes."""
     code = error.errno or errno.EIO
+    return SpillError(
+        code,
+        f"{what} failed: {disk_refusal(code, nbytes)}",
+        _path_under(_config.config().spill_dir),
+    )
+
+
+def disk_refusal(err: int, nbytes: int) -> str:
+    """Why the spill directory refused a file of ``nbytes`` (``err`` is the errno), and what
+    to do: the ``max_spill_bytes`` limit and a full disk both come back as ``ENOSPC``."""
     limit = _config.config().max_spill_bytes
     used = _native.spill_used()
-    detail = f"{os.strerror(code)}"
-    if code == errno.ENOSPC:
-        cap = "" if limit is None else f" (max_spill_bytes is {format_bytes(limit)})"
-        detail = (
-            f"no space left for {format_bytes(nbytes)} in the spill directory{cap}; "
-            f"{format_bytes(used)} already spilled. Free disk space, raise max_spill_bytes or "
-            "point spill_dir at a larger disk"
+    free = _free_spill_bytes()
+    if err == errno.ENOSPC and limit is not None and (used + nbytes > limit or free >= nbytes):
+        return (
+            f"the max_spill_bytes limit was reached: {format_bytes(used)} of "
+            f"{format_bytes(limit)} is in use on disk and {format_bytes(nbytes)} more was "
+            "needed. Raise it (oc.configure(max_spill_bytes=...) or OOCARRAY_MAX_SPILL_BYTES), "
+            "or delete or oc.unspill() arrays that are on disk."
         )
-    return SpillError(code, f"{what} failed: {detail}", _path_under(_config.config().spill_dir))
+    reason = f"[{errno.errorcode.get(err, err)}] {os.strerror(err)}"
+    room = "" if free < 0 else f", {format_bytes(free)} free"
+    return (
+        f"{reason} in the spill directory ({format_bytes(nbytes)} needed{room}). Free disk "
+        "space, or point spill_dir (oc.configure or OOCARRAY_SPILL_DIR) at a larger disk."
+    )
+
+
+def _free_spill_bytes() -> int:
+    """Bytes free for this user on the spill directory's disk, or -1 if it cannot be read."""
+    try:
+        info = os.statvfs(private_dir())
+    except OSError:
+        return -1
+    return info.f_bavail * info.f_frsize

@@ -25,9 +25,9 @@ from oocarray import _native
 from oocarray._memory import _config, _spill_files
 from oocarray._memory._activation import Activation
 from oocarray._memory._escapes import describe_escapes
-from oocarray._memory._failures import disk_refusal
 from oocarray._memory._manager import Manager, MemoryStats, system
 from oocarray._memory._registry import manager_by_node_id
+from oocarray._memory._spill_files import disk_refusal
 from oocarray._memory._units import format_bytes, parse_size
 from oocarray.errors import ClosedError, SpillError, WorkspaceLeakError
 
