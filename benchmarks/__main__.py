@@ -32,8 +32,10 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
         "4x the budget in 32 MiB arrays in Manager(max_bytes=256M): peak RSS",
         w4_over_budget.run,
     ),
-    "W5": ("mean+std over axis 0 of a (N, 64) f32 zstd zarr vs dask and the codec floor",
-           w5_reduce.run),
+    "W5": (
+        "mean+std over axis 0 of a (N, 64) f32 zstd zarr vs dask and the codec floor",
+        w5_reduce.run,
+    ),
     "W6": ("((x - m) / s).astype(f4) zarr -> zarr vs dask and blosc2", w6_fused.run),
     "W7": ("random-row reads from an (N, 1024) float32 array", w7_random_rows.run),
     "W7S": ("random-row reads from a sharded zstd zarr array vs zarr-python", w7_sharded.run),
@@ -50,9 +52,7 @@ LARGE: dict[str, tuple[str, Callable[[bool], Result]]] = {
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    listing = "; ".join(
-        f"{key}: {title}" for key, (title, _) in {**BENCHMARKS, **LARGE}.items()
-    )
+    listing = "; ".join(f"{key}: {title}" for key, (title, _) in {**BENCHMARKS, **LARGE}.items())
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="oocarray benchmarks; ratios of sides measured in alternating rounds.",

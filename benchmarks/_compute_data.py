@@ -61,9 +61,11 @@ def dir_bytes(path: str) -> int:
 
 def warm(path: str) -> None:
     """Reads every file under ``path`` once, so every side starts from a warm page cache."""
-    paths = [path] if os.path.isfile(path) else [
-        os.path.join(d, f) for d, _, files in os.walk(path) for f in files
-    ]
+    paths = (
+        [path]
+        if os.path.isfile(path)
+        else [os.path.join(d, f) for d, _, files in os.walk(path) for f in files]
+    )
     for p in paths:
         with open(p, "rb", buffering=0) as f:
             while f.read(64 * MiB):
@@ -91,8 +93,9 @@ def version(module: str) -> str | None:
     return str(found)
 
 
-def moments_close(got: tuple[np.ndarray, np.ndarray], expected: tuple[np.ndarray, np.ndarray],
-                  who: str) -> None:
+def moments_close(
+    got: tuple[np.ndarray, np.ndarray], expected: tuple[np.ndarray, np.ndarray], who: str
+) -> None:
     for name, g, e in zip(("mean", "std"), got, expected, strict=True):
         g = np.asarray(g, dtype=np.float64)
         if g.shape != e.shape or not np.allclose(g, e, rtol=1e-4, atol=1e-4):
@@ -145,7 +148,10 @@ def run_child(
     env.update(env_extra or {})
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
         text=True,
     )
     peak = 0

@@ -83,18 +83,37 @@ def _run_in(directory: str, quick: bool) -> Result:
     per = {k: statistics.median(v) / ITERATIONS for k, v in times.items()}
     what = f"`((x*2+1)-x).sum()` lazy, x f32 {n >> 20}M in {CHUNK >> 20}M-element chunks"
     rows = [
-        Row("W1c", f"{what}, `oc.from_numpy(codec='none')`: vs the W1 `out=` floor",
-            per["from_numpy"], "`out=` buffers", per["floor"],
-            Ratio.paired(times["from_numpy"], times["floor"]), TARGET),
-        Row("W1c", f"{what}, zarr codec none (page cache): vs the W1 `out=` floor",
-            per["zarr"], "`out=` buffers", per["floor"],
-            Ratio.paired(times["zarr"], times["floor"]), TARGET),
+        Row(
+            "W1c",
+            f"{what}, `oc.from_numpy(codec='none')`: vs the W1 `out=` floor",
+            per["from_numpy"],
+            "`out=` buffers",
+            per["floor"],
+            Ratio.paired(times["from_numpy"], times["floor"]),
+            TARGET,
+        ),
+        Row(
+            "W1c",
+            f"{what}, zarr codec none (page cache): vs the W1 `out=` floor",
+            per["zarr"],
+            "`out=` buffers",
+            per["floor"],
+            Ratio.paired(times["zarr"], times["floor"]),
+            TARGET,
+        ),
     ]
     detail = Table(
         f"W1c per-iteration time by side ({rounds} rounds of {ITERATIONS} iterations)",
         ("side", "median", "min", "max"),
-        [[k, format_seconds(per[k]), format_seconds(min(v) / ITERATIONS),
-          format_seconds(max(v) / ITERATIONS)] for k, v in times.items()],
+        [
+            [
+                k,
+                format_seconds(per[k]),
+                format_seconds(min(v) / ITERATIONS),
+                format_seconds(max(v) / ITERATIONS),
+            ]
+            for k, v in times.items()
+        ],
     )
     mem.close()
     disk.close()

@@ -151,7 +151,6 @@ def memmap_side(path: str, n_rows: int) -> Callable[[], tuple[float, object]]:
         start = clock()
         mm = np.load(path, mmap_mode="r")
         got = _loop(lambda a, b: mm[a:b], n_rows)
-        del mm
         return clock() - start, got
 
     return side
@@ -228,8 +227,9 @@ def run(quick: bool = False) -> Result:
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def _timed(side: Callable[[], tuple[float, object]], results: dict[str, object], name: str
-           ) -> Callable[[], float]:
+def _timed(
+    side: Callable[[], tuple[float, object]], results: dict[str, object], name: str
+) -> Callable[[], float]:
     def timed() -> float:
         seconds, got = side()
         results[name] = got
@@ -252,19 +252,31 @@ def _run_in(directory: str, quick: bool) -> Result:
         cd.warm(p)
 
     makers: dict[str, tuple[str, Callable[[], Callable[[], tuple[float, object]]]]] = {
-        "oocarray": (f"oocarray {oc.__version__ if hasattr(oc, '__version__') else ''}".strip(),
-                     lambda: oocarray_side(data.zarr_path, budget)),
+        "oocarray": (
+            f"oocarray {oc.__version__ if hasattr(oc, '__version__') else ''}".strip(),
+            lambda: oocarray_side(data.zarr_path, budget),
+        ),
         "dask": (f"dask {cd.version('dask')} threads", lambda: dask_side(data.zarr_path)),
-        "zarr": (f"zarr-python {cd.version('zarr')} chunk loop",
-                 lambda: zarr_side(data.zarr_path, data.n_rows)),
-        "tensorstore": (f"tensorstore {cd.version('tensorstore')} chunk loop",
-                        lambda: tensorstore_side(data.zarr_path, data.n_rows)),
-        "memmap": ("numpy.memmap (.npy) chunk loop",
-                   lambda: memmap_side(data.npy_path, data.n_rows)),  # type: ignore[arg-type]
-        "floor-native": ("codec floor: oocarray native reader, no compute",
-                         lambda: native_floor_side(data.zarr_path, data.n_rows)),
-        "floor-numcodecs": ("codec floor: numcodecs Zstd thread pool, no compute",
-                            lambda: numcodecs_floor_side(data.zarr_path, data.n_rows)),
+        "zarr": (
+            f"zarr-python {cd.version('zarr')} chunk loop",
+            lambda: zarr_side(data.zarr_path, data.n_rows),
+        ),
+        "tensorstore": (
+            f"tensorstore {cd.version('tensorstore')} chunk loop",
+            lambda: tensorstore_side(data.zarr_path, data.n_rows),
+        ),
+        "memmap": (
+            "numpy.memmap (.npy) chunk loop",
+            lambda: memmap_side(data.npy_path, data.n_rows),
+        ),  # type: ignore[arg-type]
+        "floor-native": (
+            "codec floor: oocarray native reader, no compute",
+            lambda: native_floor_side(data.zarr_path, data.n_rows),
+        ),
+        "floor-numcodecs": (
+            "codec floor: numcodecs Zstd thread pool, no compute",
+            lambda: numcodecs_floor_side(data.zarr_path, data.n_rows),
+        ),
     }
     missing: list[str] = []
     sides: dict[str, Callable[[], float]] = {}
@@ -289,7 +301,7 @@ def _run_in(directory: str, quick: bool) -> Result:
         if results[name] is not None:
             got = results[name]
             cd.moments_close((got[0], got[1]), reference, f"W5 {name}")  # type: ignore[index]
-    rounds = 3 if quick else 3
+    rounds = 3
     times = interleave(sides, rounds=rounds, warmup=0)
     med = {name: statistics.median(t) for name, t in times.items()}
 
@@ -297,8 +309,10 @@ def _run_in(directory: str, quick: bool) -> Result:
     peak = peak_rss(data.zarr_path, budget)
 
     gib = data.nbytes / GiB
-    what = (f"mean+std axis 0, ({data.n_rows:,}, 64) f32 zarr zstd, {gib:.3g} GiB "
-            f"({stored / data.nbytes:.2f} stored), `Manager(max_bytes={format_bytes(budget)})`")
+    what = (
+        f"mean+std axis 0, ({data.n_rows:,}, 64) f32 zarr zstd, {gib:.3g} GiB "
+        f"({stored / data.nbytes:.2f} stored), `Manager(max_bytes={format_bytes(budget)})`"
+    )
     ooc = med["oocarray"]
     rows: list[Row | TextRow] = []
     for peer, target, label in (
@@ -311,22 +325,44 @@ def _run_in(directory: str, quick: bool) -> Result:
         if peer in missing:
             rows.append(Row("W5", f"{what}: {label}", ooc, peer, None, None, target))
             continue
-        rows.append(Row("W5", f"{what}: {label}", ooc, labels[peer], med[peer],
-                        Ratio.paired(times["oocarray"], times[peer]), target))
+        rows.append(
+            Row(
+                "W5",
+                f"{what}: {label}",
+                ooc,
+                labels[peer],
+                med[peer],
+                Ratio.paired(times["oocarray"], times[peer]),
+                target,
+            )
+        )
     limit = budget + RSS_SLACK
-    rows.append(TextRow(
-        "W5", f"peak RSS of the oocarray side in a fresh process, {what}",
-        f"VmHWM {format_mib(peak.vmhwm)} (before the pass {format_mib(peak.baseline_rss)}); "
-        f"sampled anon+file+shmem {format_mib(peak.sampled_anon_file)}",
-        "—", "—", f"<= {format_mib(limit)}",
-        "yes" if max(peak.vmhwm, peak.sampled_anon_file) <= limit else "**no**",
-    ))
+    rows.append(
+        TextRow(
+            "W5",
+            f"peak RSS of the oocarray side in a fresh process, {what}",
+            f"VmHWM {format_mib(peak.vmhwm)} (before the pass {format_mib(peak.baseline_rss)}); "
+            f"sampled anon+file+shmem {format_mib(peak.sampled_anon_file)}",
+            "—",
+            "—",
+            f"<= {format_mib(limit)}",
+            "yes" if max(peak.vmhwm, peak.sampled_anon_file) <= limit else "**no**",
+        )
+    )
     detail = Table(
         f"W5 time by side ({rounds} interleaved rounds after one checked round; "
         f"{gib:.3g} GiB; GB/s of uncompressed data)",
         ("side", "median", "min", "max", "GB/s"),
-        [[labels[n], format_seconds(med[n]), format_seconds(min(times[n])),
-          format_seconds(max(times[n])), f"{data.nbytes / med[n] / 1e9:.2f}"] for n in times],
+        [
+            [
+                labels[n],
+                format_seconds(med[n]),
+                format_seconds(min(times[n])),
+                format_seconds(max(times[n])),
+                f"{data.nbytes / med[n] / 1e9:.2f}",
+            ]
+            for n in times
+        ],
     )
     notes.append(
         f"W5: data written untimed in {made_s:.0f} s; zarr {format_mib(stored)} on disk; all "

@@ -71,16 +71,16 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def oocarray_side(path: str, out: str, m: np.ndarray, s: np.ndarray, budget: int
-                  ) -> tuple[Side, Reader]:
+def oocarray_side(
+    path: str, out: str, m: np.ndarray, s: np.ndarray, budget: int
+) -> tuple[Side, Reader]:
     x = oc.open(path)
 
     def side() -> float:
         _remove(out)
         with oc.Manager(max_bytes=budget):
             start = clock()
-            ((x - m) / s).astype("f4").to_zarr(out, codec="zstd", chunks=x.chunks,
-                                               progress=False)
+            ((x - m) / s).astype("f4").to_zarr(out, codec="zstd", chunks=x.chunks, progress=False)
             return clock() - start
 
     return side, lambda a, b: oc.open(out)[a:b]
@@ -95,8 +95,12 @@ def dask_side(path: str, out: str, m: np.ndarray, s: np.ndarray) -> tuple[Side, 
         start = clock()
         y = da.from_zarr(path)
         target = zarr.create_array(
-            out, shape=y.shape, chunks=y.chunksize, dtype="f4",
-            compressors=zarr.codecs.ZstdCodec(level=3), overwrite=True,
+            out,
+            shape=y.shape,
+            chunks=y.chunksize,
+            dtype="f4",
+            compressors=zarr.codecs.ZstdCodec(level=3),
+            overwrite=True,
         )
         ((y - m) / s).astype("f4").to_zarr(target, compute=True)  # threads scheduler (default)
         return clock() - start
@@ -104,8 +108,9 @@ def dask_side(path: str, out: str, m: np.ndarray, s: np.ndarray) -> tuple[Side, 
     return side, lambda a, b: zarr.open_array(out, mode="r")[a:b]
 
 
-def blosc2_side(path: str, directory: str, n_rows: int, m: np.ndarray, s: np.ndarray
-                ) -> tuple[Side, Reader, float]:
+def blosc2_side(
+    path: str, directory: str, n_rows: int, m: np.ndarray, s: np.ndarray
+) -> tuple[Side, Reader, float]:
     import blosc2
 
     cparams = {"codec": blosc2.Codec.ZSTD, "clevel": 3}
@@ -113,8 +118,14 @@ def blosc2_side(path: str, directory: str, n_rows: int, m: np.ndarray, s: np.nda
     out = os.path.join(directory, "w6-blosc2.b2nd")
     start = clock()
     x = oc.open(path)
-    b = blosc2.empty((n_rows, w5_data.COLUMNS), dtype=np.float32, chunks=x.chunks,
-                     urlpath=source, mode="w", cparams=cparams)
+    b = blosc2.empty(
+        (n_rows, w5_data.COLUMNS),
+        dtype=np.float32,
+        chunks=x.chunks,
+        urlpath=source,
+        mode="w",
+        cparams=cparams,
+    )
     for a in range(0, n_rows, LOOP_ROWS):
         b[a : min(a + LOOP_ROWS, n_rows)] = x[a : min(a + LOOP_ROWS, n_rows)]
     convert_s = clock() - start
@@ -132,8 +143,9 @@ def blosc2_side(path: str, directory: str, n_rows: int, m: np.ndarray, s: np.nda
     return side, lambda a, b_: blosc2.open(out, mode="r")[a:b_], convert_s
 
 
-def numexpr_side(npy: str, out: str, n_rows: int, m: np.ndarray, s: np.ndarray
-                 ) -> tuple[Side, Reader]:
+def numexpr_side(
+    npy: str, out: str, n_rows: int, m: np.ndarray, s: np.ndarray
+) -> tuple[Side, Reader]:
     import numexpr as ne
 
     def side() -> float:
@@ -188,11 +200,13 @@ def _run_in(directory: str, quick: bool) -> Result:
     labels: dict[str, str] = {}
     missing: list[str] = []
     sides["oocarray"], readers["oocarray"] = oocarray_side(
-        data.zarr_path, os.path.join(directory, "w6-oc.zarr"), m, s, budget)
+        data.zarr_path, os.path.join(directory, "w6-oc.zarr"), m, s, budget
+    )
     labels["oocarray"] = "oocarray `to_zarr`"
     try:
         sides["dask"], readers["dask"] = dask_side(
-            data.zarr_path, os.path.join(directory, "w6-dask.zarr"), m, s)
+            data.zarr_path, os.path.join(directory, "w6-dask.zarr"), m, s
+        )
         labels["dask"] = f"dask {cd.version('dask')} `to_zarr`, threads"
     except ImportError as error:
         missing.append("dask")
@@ -200,14 +214,16 @@ def _run_in(directory: str, quick: bool) -> Result:
     convert_s = None
     try:
         sides["blosc2"], readers["blosc2"], convert_s = blosc2_side(
-            data.zarr_path, directory, n, m, s)
+            data.zarr_path, directory, n, m, s
+        )
         labels["blosc2"] = f"blosc2 {cd.version('blosc2')} lazy expr, .b2nd"
     except ImportError as error:
         missing.append("blosc2")
         notes.append(f"W6: blosc2 is not installed ({error}): its side is missing.")
     try:
         sides["numexpr"], readers["numexpr"] = numexpr_side(
-            data.npy_path, os.path.join(directory, "w6-ne.npy"), n, m, s)
+            data.npy_path, os.path.join(directory, "w6-ne.npy"), n, m, s
+        )
         labels["numexpr"] = f"numexpr {cd.version('numexpr')} on numpy.memmap (.npy)"
     except ImportError as error:
         missing.append("numexpr")
@@ -221,18 +237,22 @@ def _run_in(directory: str, quick: bool) -> Result:
         side()
         _check(name, readers[name], n, m, s)
     out_bytes = {
-        name: cd.dir_bytes(p) for name, p in (
+        name: cd.dir_bytes(p)
+        for name, p in (
             ("oocarray", os.path.join(directory, "w6-oc.zarr")),
             ("dask", os.path.join(directory, "w6-dask.zarr")),
             ("blosc2", os.path.join(directory, "w6-blosc2.b2nd")),
-        ) if os.path.exists(p)
+        )
+        if os.path.exists(p)
     }
     rounds = 3
     times = interleave(sides, rounds=rounds, warmup=0)
     med = {name: statistics.median(t) for name, t in times.items()}
     gib = data.nbytes / GiB
-    what = (f"`((x - m) / s).astype('f4')` zarr zstd -> new zarr zstd, ({n:,}, 64) f32, "
-            f"{gib:.3g} GiB, `Manager(max_bytes={format_bytes(budget)})`")
+    what = (
+        f"`((x - m) / s).astype('f4')` zarr zstd -> new zarr zstd, ({n:,}, 64) f32, "
+        f"{gib:.3g} GiB, `Manager(max_bytes={format_bytes(budget)})`"
+    )
     ooc = med["oocarray"]
     rows: list[Row | TextRow] = []
     for peer, target, label in (
@@ -243,34 +263,55 @@ def _run_in(directory: str, quick: bool) -> Result:
         if peer in missing:
             rows.append(Row("W6", f"{what}: {label}", ooc, peer, None, None, target))
         else:
-            rows.append(Row("W6", f"{what}: {label}", ooc, labels[peer], med[peer],
-                            Ratio.paired(times["oocarray"], times[peer]), target))
+            rows.append(
+                Row(
+                    "W6",
+                    f"{what}: {label}",
+                    ooc,
+                    labels[peer],
+                    med[peer],
+                    Ratio.paired(times["oocarray"], times[peer]),
+                    target,
+                )
+            )
     peak = _peak_rss(data.zarr_path, os.path.join(directory, "w6-rss.zarr"), m, s, budget)
     _remove(os.path.join(directory, "w6-rss.zarr"))
     limit = budget + RSS_SLACK
-    rows.append(TextRow(
-        "W6", f"peak RSS of the oocarray side in a fresh process, {what}",
-        f"VmHWM {format_mib(peak.vmhwm)} (before the pass {format_mib(peak.baseline_rss)}); "
-        f"sampled anon+file+shmem {format_mib(peak.sampled_anon_file)}",
-        "—", "—", f"<= {format_mib(limit)}",
-        "yes" if max(peak.vmhwm, peak.sampled_anon_file) <= limit else "**no**",
-    ))
+    rows.append(
+        TextRow(
+            "W6",
+            f"peak RSS of the oocarray side in a fresh process, {what}",
+            f"VmHWM {format_mib(peak.vmhwm)} (before the pass {format_mib(peak.baseline_rss)}); "
+            f"sampled anon+file+shmem {format_mib(peak.sampled_anon_file)}",
+            "—",
+            "—",
+            f"<= {format_mib(limit)}",
+            "yes" if max(peak.vmhwm, peak.sampled_anon_file) <= limit else "**no**",
+        )
+    )
     detail = Table(
         f"W6 time by side ({rounds} interleaved rounds after one checked round; {gib:.3g} GiB; "
         "GB/s of uncompressed input)",
         ("side", "median", "min", "max", "GB/s", "output on disk"),
-        [[labels[k], format_seconds(med[k]), format_seconds(min(times[k])),
-          format_seconds(max(times[k])), f"{data.nbytes / med[k] / 1e9:.2f}",
-          format_mib(out_bytes[k]) if k in out_bytes else "raw .npy"] for k in times],
+        [
+            [
+                labels[k],
+                format_seconds(med[k]),
+                format_seconds(min(times[k])),
+                format_seconds(max(times[k])),
+                f"{data.nbytes / med[k] / 1e9:.2f}",
+                format_mib(out_bytes[k]) if k in out_bytes else "raw .npy",
+            ]
+            for k in times
+        ],
     )
     notes.append(
         f"W6: data written untimed in {made_s:.0f} s"
         + (f", converted to blosc2 untimed in {convert_s:.0f} s" if convert_s else "")
         + "; input files read once before timing (warm page cache); outputs are not synced."
     )
-    for name in sides:
-        for suffix in ("oc.zarr", "dask.zarr", "blosc2.b2nd", "ne.npy"):
-            _remove(os.path.join(directory, f"w6-{suffix}"))
+    for suffix in ("oc.zarr", "dask.zarr", "blosc2.b2nd", "ne.npy"):
+        _remove(os.path.join(directory, f"w6-{suffix}"))
     return Result(rows, [detail], notes)
 
 

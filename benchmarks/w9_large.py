@@ -42,34 +42,49 @@ FASTER = 1.3
 STORED_FRACTION = 0.92  # zstd keeps about 0.88 of this data; a little margin
 
 
-def _code(side: str, workload: str, path: str, out: str, budget: int,
-          m: np.ndarray | None, s: np.ndarray | None) -> str:
+def _code(
+    side: str,
+    workload: str,
+    path: str,
+    out: str,
+    budget: int,
+    m: np.ndarray | None,
+    s: np.ndarray | None,
+) -> str:
     head = f"""
 import time, json, numpy as np
 from benchmarks import _compute_data as cd
 path, out, budget = {path!r}, {out!r}, {budget}
 """
     if m is not None and s is not None:
-        head += (f"m = np.array({m.tolist()!r}, dtype=np.float32)\n"
-                 f"s = np.array({s.tolist()!r}, dtype=np.float32)\n")
+        head += (
+            f"m = np.array({m.tolist()!r}, dtype=np.float32)\n"
+            f"s = np.array({s.tolist()!r}, dtype=np.float32)\n"
+        )
     if side == "oocarray":
         head += "import oocarray as oc\nx = oc.open(path)\n"
         if workload == "W5":
-            body = ("with oc.Manager(max_bytes=budget):\n"
-                    "    got = oc.compute(x.mean(axis=0, compute=False), "
-                    "x.std(axis=0, compute=False), progress=False)\n")
+            body = (
+                "with oc.Manager(max_bytes=budget):\n"
+                "    got = oc.compute(x.mean(axis=0, compute=False), "
+                "x.std(axis=0, compute=False), progress=False)\n"
+            )
         else:
-            body = ("with oc.Manager(max_bytes=budget):\n"
-                    "    ((x - m) / s).astype('f4').to_zarr(out, codec='zstd', chunks=x.chunks, "
-                    "progress=False)\n    got = None\n")
+            body = (
+                "with oc.Manager(max_bytes=budget):\n"
+                "    ((x - m) / s).astype('f4').to_zarr(out, codec='zstd', chunks=x.chunks, "
+                "progress=False)\n    got = None\n"
+            )
     else:
         head += "import dask, dask.array as da, zarr\ny = da.from_zarr(path)\n"
         if workload == "W5":
             body = "got = dask.compute(y.mean(axis=0), y.std(axis=0), scheduler='threads')\n"
         else:
-            body = ("t = zarr.create_array(out, shape=y.shape, chunks=y.chunksize, dtype='f4', "
-                    "compressors=zarr.codecs.ZstdCodec(level=3), overwrite=True)\n"
-                    "((y - m) / s).astype('f4').to_zarr(t, compute=True)\ngot = None\n")
+            body = (
+                "t = zarr.create_array(out, shape=y.shape, chunks=y.chunksize, dtype='f4', "
+                "compressors=zarr.codecs.ZstdCodec(level=3), overwrite=True)\n"
+                "((y - m) / s).astype('f4').to_zarr(t, compute=True)\ngot = None\n"
+            )
     tail = """
 seconds = time.perf_counter() - start
 print("END " + cd.status_json(), flush=True)
@@ -77,8 +92,12 @@ if got is not None:
     print("GOT " + json.dumps([np.asarray(g, dtype=float).tolist() for g in got]), flush=True)
 print("TIME " + repr(seconds), flush=True)
 """
-    return head + 'print("BASE " + cd.status_json(), flush=True)\nstart = time.perf_counter()\n' \
-        + body + tail
+    return (
+        head
+        + 'print("BASE " + cd.status_json(), flush=True)\nstart = time.perf_counter()\n'
+        + body
+        + tail
+    )
 
 
 def _run_side(code: str) -> tuple[float, cd.Peak, list[list[float]] | None]:
@@ -127,32 +146,50 @@ def _run_in(directory: str, nbytes: int, budget: int) -> Result:
             for side in order:
                 shutil.rmtree(out, ignore_errors=True)
                 seconds, peak, got = _run_side(
-                    _code(side, workload, data.zarr_path, out, budget, m, s))
+                    _code(side, workload, data.zarr_path, out, budget, m, s)
+                )
                 if got is not None:
-                    cd.moments_close((np.array(got[0]), np.array(got[1])), (mean, std),
-                                     f"W9 {workload} {side}")
+                    cd.moments_close(
+                        (np.array(got[0]), np.array(got[1])), (mean, std), f"W9 {workload} {side}"
+                    )
                 runs[side].append((seconds, peak))
-                detail.append([workload, side, format_seconds(seconds),
-                               format_mib(peak.vmhwm), format_mib(peak.sampled_anon_file)])
+                detail.append(
+                    [
+                        workload,
+                        side,
+                        format_seconds(seconds),
+                        format_mib(peak.vmhwm),
+                        format_mib(peak.sampled_anon_file),
+                    ]
+                )
         shutil.rmtree(out, ignore_errors=True)
         ooc = sum(t for t, _ in runs["oocarray"]) / 2
         dsk = sum(t for t, _ in runs["dask"]) / 2
         ooc_peak = max(max(p.vmhwm, p.sampled_anon_file) for _, p in runs["oocarray"])
         dsk_peak = max(max(p.vmhwm, p.sampled_anon_file) for _, p in runs["dask"])
         ratio = ooc / dsk
-        what = ("mean+std axis 0" if workload == "W5" else "`((x - m) / s).astype('f4')` to zarr")
-        rows.append(TextRow(
-            "W9", f"{workload} at {nbytes / GiB:.3g} GiB ({what}), "
-                  f"`Manager(max_bytes={format_bytes(budget)})`",
-            f"{format_seconds(ooc)}; peak RSS {format_mib(ooc_peak)}",
-            f"{format_seconds(dsk)} (dask, threads); peak RSS {format_mib(dsk_peak)}",
-            f"{ratio:.2f}x",
-            f"<= {1 / FASTER:.2f}x; RSS <= {format_mib(limit)}",
-            ("yes" if ratio <= 1 / FASTER else "**no**") + " / "
-            + ("yes" if ooc_peak <= limit else "**no**"),
-        ))
-    table = Table("W9 runs (each a fresh process)",
-                  ("workload", "side", "time", "VmHWM", "sampled anon+file+shmem"), detail)
-    notes = [f"W9: input written untimed in {made_s:.0f} s, "
-             f"{format_mib(cd.dir_bytes(data.zarr_path))} on disk."]
+        what = "mean+std axis 0" if workload == "W5" else "`((x - m) / s).astype('f4')` to zarr"
+        rows.append(
+            TextRow(
+                "W9",
+                f"{workload} at {nbytes / GiB:.3g} GiB ({what}), "
+                f"`Manager(max_bytes={format_bytes(budget)})`",
+                f"{format_seconds(ooc)}; peak RSS {format_mib(ooc_peak)}",
+                f"{format_seconds(dsk)} (dask, threads); peak RSS {format_mib(dsk_peak)}",
+                f"{ratio:.2f}x",
+                f"<= {1 / FASTER:.2f}x; RSS <= {format_mib(limit)}",
+                ("yes" if ratio <= 1 / FASTER else "**no**")
+                + " / "
+                + ("yes" if ooc_peak <= limit else "**no**"),
+            )
+        )
+    table = Table(
+        "W9 runs (each a fresh process)",
+        ("workload", "side", "time", "VmHWM", "sampled anon+file+shmem"),
+        detail,
+    )
+    notes = [
+        f"W9: input written untimed in {made_s:.0f} s, "
+        f"{format_mib(cd.dir_bytes(data.zarr_path))} on disk."
+    ]
     return Result(rows, [table], notes)
