@@ -18,6 +18,7 @@ setup(
                 "native/moves.c",
                 "native/fork.c",
                 "native/physical.c",
+                "native/heap.c",
             ],
             libraries=["dl"],  # dlopen of libzstd.so.1 (part of libc from glibc 2.34)
             depends=["native/oc_core.h"],

@@ -294,7 +294,8 @@ static void *block_new_on_disk(oc_node *owner, size_t size, int *err)
         munmap((char *)data - page, map_bytes);
         return NULL;
     }
-    header_init(h, owner, size, OC_FLAG_REGION | OC_FLAG_MAPPED, map_bytes);
+    /* The placement flags (mapped; a heap slot or a file of its own) stay. */
+    header_init(h, owner, size, OC_FLAG_REGION | atomic_load(&h->flags), map_bytes);
     atomic_fetch_add(&owner->mapped_bytes, (int64_t)size);
     region_registered(h, owner);
     return data;

@@ -14,6 +14,7 @@ static void prepare(void)
 {
     oc_regions_atfork(OC_FORK_PREPARE);
     oc_spill_atfork(OC_FORK_PREPARE);
+    oc_heap_atfork(OC_FORK_PREPARE);
     oc_workspace_atfork(OC_FORK_PREPARE);
     oc_guard_atfork(OC_FORK_PREPARE);
     oc_nodes_atfork(OC_FORK_PREPARE);
@@ -25,6 +26,7 @@ static void release(int phase)
     oc_nodes_atfork(phase);
     oc_guard_atfork(phase);
     oc_workspace_atfork(phase);
+    oc_heap_atfork(phase);
     oc_spill_atfork(phase);
     oc_regions_atfork(phase);
 }

@@ -399,9 +399,9 @@ static int fill_range(char *data, const char *src, size_t bytes)
     return 0;
 }
 
-static int move_in_uffd(char *data, size_t bytes, int fd)
+static int move_in_uffd(char *data, size_t bytes, int fd, uint64_t offset)
 {
-    char *src = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    char *src = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, (off_t)offset);
     if (src == MAP_FAILED) {
         return errno;
     }
@@ -442,9 +442,10 @@ static int move_in_signal(char *data, size_t bytes)
     return err;
 }
 
-int oc_guard_move_in(char *data, size_t bytes, int fd)
+int oc_guard_move_in(char *data, size_t bytes, int fd, uint64_t offset)
 {
-    int err = decide_mode() == OC_GUARD_SIGNAL ? move_in_signal(data, bytes) : move_in_uffd(data, bytes, fd);
+    int err = decide_mode() == OC_GUARD_SIGNAL ? move_in_signal(data, bytes)
+                                               : move_in_uffd(data, bytes, fd, offset);
     if (!err && bytes >= ((size_t)4 << 20) && atomic_load_explicit(&oc_huge_pages, memory_order_relaxed)) {
         madvise(data, bytes, MADV_HUGEPAGE);
     }

@@ -43,6 +43,8 @@
 /* The region's pages are a private (copy-on-write) mapping of its file: fork made it so, to
  * keep parent and child apart.  Alone: in RAM, every page copied out of the file. */
 #define OC_FLAG_COW 128u
+/* The region's data is a slot of the process's shared heap file, not a file of its own. */
+#define OC_FLAG_HEAP 256u
 
 /* spill policies and locations of a node (see Manager) */
 #define OC_SPILL_FAIL 0
@@ -186,6 +188,8 @@ static inline size_t oc_region_data_bytes(const oc_header *h) { return h->map_by
 /* A region's header page has room before the header: the descriptor of its file lives there
  * (-1 while the region is in RAM), kept open for fork and for bringing the data back. */
 static inline int *oc_region_fd(oc_header *h) { return (int *)((char *)h - sizeof(int)); }
+/* Where the region's data starts in that file (0 for a file of its own). */
+static inline uint64_t *oc_region_offset(oc_header *h) { return (uint64_t *)((char *)h - 16); }
 static inline char *oc_block_data(oc_header *h) { return (char *)h + OC_HEADER_BYTES; }
 
 /* spill.c: temporary files, same-address remapping, eviction */
@@ -203,7 +207,15 @@ int oc_node_in_subtree(oc_node *n, oc_node *root);
 int64_t oc_evict(oc_node *scope, int64_t need_bytes, int *err);
 int oc_drop_disk_pages(void);
 void oc_spill_atfork(int phase);
-int oc_make_private(char *data, size_t bytes, int fd); /* map a file copy-on-write over data */
+int oc_make_private(char *data, size_t bytes, int fd, uint64_t offset); /* copy-on-write file map */
+int oc_open_unnamed_file(void);                                  /* fd or -errno, no space reserved */
+int oc_reserve_zeros(int fd, uint64_t offset, size_t bytes);     /* 0 or errno (ENOSPC) */
+
+/* heap.c: one shared file for small on-disk regions */
+size_t oc_heap_slot_max_bytes(void);
+int oc_heap_take(size_t bytes, int *fd, uint64_t *offset); /* 0 or errno */
+void oc_heap_give(uint64_t offset, size_t bytes, int reuse);
+void oc_heap_atfork(int phase);
 
 /* moves.c: keeping writers waiting while a region's pages move */
 typedef struct {
@@ -216,7 +228,7 @@ int oc_guard_mode(void);
 int oc_guard_request(int wanted);
 void oc_guard_out_begin(oc_guard *g, char *data, size_t bytes);
 void oc_guard_out_end(oc_guard *g, int failed);
-int oc_guard_move_in(char *data, size_t bytes, int fd);
+int oc_guard_move_in(char *data, size_t bytes, int fd, uint64_t offset);
 int oc_guard_populate_private(char *data, size_t bytes);
 void oc_guard_atfork(int phase);
 

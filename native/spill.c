@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -58,7 +59,7 @@ int oc_disk_reserve(size_t bytes)
 void oc_disk_unreserve(size_t bytes) { atomic_fetch_sub(&oc_spill_used, (int64_t)bytes); }
 
 static int open_file(size_t bytes);
-static int write_all(int fd, const char *data, size_t bytes);
+static int write_all(int fd, const char *data, size_t bytes, uint64_t offset);
 
 /* Small files get their space by writing zeros: the file system reserves the blocks at
  * write() (a full disk is ENOSPC there, as with posix_fallocate), at a sixth of the cost of
@@ -67,7 +68,18 @@ static int write_all(int fd, const char *data, size_t bytes);
 #define ZEROED_FILE_MAX_BYTES ((size_t)256 << 10)
 static const char zeros[ZEROED_FILE_MAX_BYTES];
 
-static int write_zeros(int fd, size_t bytes) { return write_all(fd, zeros, bytes); }
+int oc_reserve_zeros(int fd, uint64_t offset, size_t bytes)
+{
+    for (size_t done = 0; done < bytes;) {
+        size_t step = bytes - done < sizeof(zeros) ? bytes - done : sizeof(zeros);
+        int err = write_all(fd, zeros, step, offset + done);
+        if (err) {
+            return err;
+        }
+        done += step;
+    }
+    return 0;
+}
 
 /* An unnamed temporary file with `bytes` of space reserved, counted against max_spill_bytes;
  * -errno on failure (nothing counted then).  A caller that fails later unreserves. */
@@ -84,18 +96,39 @@ int oc_open_reserved_file(size_t bytes)
     return fd;
 }
 
-/* Every on-disk region holds a descriptor: past the soft limit, go up to the hard one. */
+/* Every on-disk region holds a descriptor (fork and unspill need its file): past the soft
+ * limit, go up to the hard one, and where the process may (root), raise the hard one to the
+ * kernel's ceiling (fs.nr_open). */
 static int raise_file_limit(void)
 {
     struct rlimit r;
-    if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) {
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0) {
+        return 0;
+    }
+    rlim_t ceiling = r.rlim_max;
+    FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+    if (f != NULL) {
+        unsigned long long n;
+        if (fscanf(f, "%llu", &n) == 1 && n > ceiling) {
+            ceiling = (rlim_t)n;
+        }
+        fclose(f);
+    }
+    if (r.rlim_cur >= ceiling) {
+        return 0;
+    }
+    struct rlimit wanted = {.rlim_cur = ceiling, .rlim_max = ceiling};
+    if (setrlimit(RLIMIT_NOFILE, &wanted) == 0) {
+        return 1;
+    }
+    if (r.rlim_cur >= r.rlim_max) {
         return 0;
     }
     r.rlim_cur = r.rlim_max;
     return setrlimit(RLIMIT_NOFILE, &r) == 0;
 }
 
-static int open_file(size_t bytes)
+int oc_open_unnamed_file(void)
 {
     char path[PATH_MAX + 32];
     pthread_mutex_lock(&dir_mutex);
@@ -113,10 +146,16 @@ static int open_file(size_t bytes)
             unlink(path);
         }
     }
+    return fd < 0 ? -errno : fd;
+}
+
+static int open_file(size_t bytes)
+{
+    int fd = oc_open_unnamed_file();
     if (fd < 0) {
-        return -errno;
+        return fd;
     }
-    int err = bytes <= ZEROED_FILE_MAX_BYTES ? write_zeros(fd, bytes) : posix_fallocate(fd, 0, (off_t)bytes);
+    int err = bytes <= ZEROED_FILE_MAX_BYTES ? oc_reserve_zeros(fd, 0, bytes) : posix_fallocate(fd, 0, (off_t)bytes);
     if (err != 0) {
         close(fd);
         return -err;
@@ -124,11 +163,11 @@ static int open_file(size_t bytes)
     return fd;
 }
 
-static int write_all(int fd, const char *data, size_t bytes)
+static int write_all(int fd, const char *data, size_t bytes, uint64_t offset)
 {
     size_t done = 0;
     while (done < bytes) {
-        ssize_t n = pwrite(fd, data + done, bytes - done, (off_t)done);
+        ssize_t n = pwrite(fd, data + done, bytes - done, (off_t)(offset + done));
         if (n < 0) {
             if (errno == EINTR) {
                 continue;
@@ -138,6 +177,51 @@ static int write_all(int fd, const char *data, size_t bytes)
         done += (size_t)n;
     }
     return 0;
+}
+
+/* ---- where a region's data goes on disk: a slot of the heap file, or a file of its own ---- */
+
+/* Space for `bytes` of a region's data, counted against max_spill_bytes: (fd, offset), and
+ * whether it is a heap slot.  0 or an errno value. */
+static int take_space(size_t bytes, int *fd, uint64_t *offset, int *heap)
+{
+    int err = oc_disk_reserve(bytes);
+    if (err) {
+        return err;
+    }
+    *heap = bytes <= oc_heap_slot_max_bytes();
+    if (*heap) {
+        err = oc_heap_take(bytes, fd, offset);
+    }
+    else {
+        *offset = 0;
+        *fd = open_file(bytes);
+        err = *fd < 0 ? -*fd : 0;
+    }
+    if (err) {
+        oc_disk_unreserve(bytes);
+    }
+    return err;
+}
+
+static void give_space(int fd, uint64_t offset, size_t bytes, int heap, int shared_by_fork)
+{
+    if (heap) {
+        oc_heap_give(offset, bytes, !shared_by_fork);
+    }
+    else {
+        close(fd);
+    }
+    oc_disk_unreserve(bytes);
+}
+
+/* Records where the region's data is on disk. */
+static void place(oc_header *h, int fd, uint64_t offset, int heap, unsigned flag)
+{
+    *oc_region_fd(h) = fd;
+    *oc_region_offset(h) = offset;
+    atomic_fetch_and(&h->flags, ~(OC_FLAG_COW | OC_FLAG_HEAP)); /* a mapping of its own now */
+    atomic_fetch_or(&h->flags, flag | (heap ? OC_FLAG_HEAP : 0u));
 }
 
 /* ---- moving blocks ---- */
@@ -152,23 +236,23 @@ int oc_node_in_subtree(oc_node *n, oc_node *root)
     return 0;
 }
 
-/* Maps a fresh temporary file over the data pages of a region that holds no data yet. */
+/* Maps fresh file space over the data pages of a region that holds no data yet. */
 int oc_map_region_to_file(oc_header *h)
 {
     size_t bytes = oc_region_data_bytes(h);
-    int fd = oc_open_reserved_file(bytes);
-    if (fd < 0) {
-        return -fd;
-    }
-    void *p = mmap(oc_block_data(h), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-    if (p == MAP_FAILED) {
-        int err = errno;
-        close(fd);
-        oc_disk_unreserve(bytes);
+    int fd, heap;
+    uint64_t offset;
+    int err = take_space(bytes, &fd, &offset, &heap);
+    if (err) {
         return err;
     }
-    *oc_region_fd(h) = fd;
-    atomic_fetch_or(&h->flags, OC_FLAG_MAPPED);
+    void *p = mmap(oc_block_data(h), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, (off_t)offset);
+    if (p == MAP_FAILED) {
+        err = errno;
+        give_space(fd, offset, bytes, heap, 0);
+        return err;
+    }
+    place(h, fd, offset, heap, OC_FLAG_MAPPED);
     return 0;
 }
 
@@ -180,32 +264,35 @@ int oc_spill_block(oc_header *h)
     }
     char *data = oc_block_data(h);
     size_t bytes = oc_region_data_bytes(h);
-    int fd = oc_open_reserved_file(bytes);
-    if (fd < 0) {
-        return -fd;
+    int fd, heap;
+    uint64_t offset;
+    int err = take_space(bytes, &fd, &offset, &heap);
+    if (err) {
+        return err;
     }
     oc_guard guard;
     oc_guard_out_begin(&guard, data, bytes);
-    int err = write_all(fd, data, bytes);
-    if (!err && fdatasync(fd) != 0) {
+    err = write_all(fd, data, bytes, offset);
+    /* A file of its own is synced: the data is on disk when spill returns.  Heap slots are
+     * small and share a file whose sync would wait for every other slot too. */
+    if (!err && !heap && fdatasync(fd) != 0) {
         err = errno;
     }
-    if (!err && mmap(data, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    if (!err && mmap(data, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, (off_t)offset) == MAP_FAILED) {
         err = errno;
     }
     oc_guard_out_end(&guard, err != 0);
     if (err) {
-        close(fd);
-        oc_disk_unreserve(bytes);
+        give_space(fd, offset, bytes, heap, 0);
         return err;
     }
-    /* The data is on disk: let the kernel drop its page-cache copy too. */
-    posix_fadvise(fd, 0, (off_t)bytes, POSIX_FADV_DONTNEED);
-    *oc_region_fd(h) = fd;
+    if (!heap) {
+        /* The data is on disk: let the kernel drop its page-cache copy too. */
+        posix_fadvise(fd, 0, (off_t)bytes, POSIX_FADV_DONTNEED);
+    }
+    place(h, fd, offset, heap, OC_FLAG_SPILLED);
     oc_node *owner = atomic_load(&h->owner);
     int64_t size = (int64_t)h->size;
-    atomic_fetch_and(&h->flags, ~OC_FLAG_COW); /* a shared mapping of a file of its own now */
-    atomic_fetch_or(&h->flags, OC_FLAG_SPILLED);
     oc_release(owner, size);
     atomic_fetch_add(&owner->spilled_bytes, size);
     atomic_fetch_add(&owner->spill_count, 1);
@@ -221,17 +308,18 @@ int oc_unspill_block(oc_header *h)
     }
     char *data = oc_block_data(h);
     size_t bytes = oc_region_data_bytes(h);
-    int *fd = oc_region_fd(h);
-    int err = (flags & OC_FLAG_COW) ? oc_guard_populate_private(data, bytes) : oc_guard_move_in(data, bytes, *fd);
+    int fd = *oc_region_fd(h);
+    uint64_t offset = *oc_region_offset(h);
+    int err = (flags & OC_FLAG_COW) ? oc_guard_populate_private(data, bytes)
+                                    : oc_guard_move_in(data, bytes, fd, offset);
     if (err) {
         return err;
     }
-    close(*fd);
-    *fd = -1;
+    give_space(fd, offset, bytes, (flags & OC_FLAG_HEAP) != 0, (flags & OC_FLAG_COW) != 0);
+    *oc_region_fd(h) = -1;
     oc_node *owner = atomic_load(&h->owner);
     int64_t size = (int64_t)h->size;
-    atomic_fetch_and(&h->flags, ~OC_FLAG_ON_DISK);
-    oc_disk_unreserve(bytes);
+    atomic_fetch_and(&h->flags, ~(OC_FLAG_ON_DISK | OC_FLAG_HEAP)); /* COW stays: a private map */
     atomic_fetch_sub((flags & OC_FLAG_SPILLED) ? &owner->spilled_bytes : &owner->mapped_bytes, size);
     atomic_fetch_add(&owner->unspill_count, 1);
     atomic_fetch_add(&owner->unspill_moved_bytes, size);
@@ -245,8 +333,8 @@ void oc_disk_release(oc_header *h)
 {
     unsigned flags = atomic_load(&h->flags);
     oc_node *owner = atomic_load(&h->owner);
-    oc_disk_unreserve(oc_region_data_bytes(h));
-    close(*oc_region_fd(h));
+    give_space(*oc_region_fd(h), *oc_region_offset(h), oc_region_data_bytes(h),
+               (flags & OC_FLAG_HEAP) != 0, (flags & OC_FLAG_COW) != 0);
     *oc_region_fd(h) = -1;
     atomic_fetch_sub((flags & OC_FLAG_SPILLED) ? &owner->spilled_bytes : &owner->mapped_bytes,
                      (int64_t)h->size);
@@ -296,9 +384,10 @@ int oc_drop_disk_pages(void)
 
 /* ---- fork ---- */
 
-int oc_make_private(char *data, size_t bytes, int fd)
+int oc_make_private(char *data, size_t bytes, int fd, uint64_t offset)
 {
-    void *p = mmap(data, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE, fd, 0);
+    void *p = mmap(data, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE, fd,
+                   (off_t)offset);
     return p == MAP_FAILED ? errno : 0;
 }
 
@@ -315,7 +404,8 @@ void oc_spill_atfork(int phase)
     for (oc_header *h = oc_registry_first(); h != NULL; h = oc_registry_next(h)) {
         unsigned flags = atomic_load(&h->flags);
         if ((flags & OC_FLAG_ON_DISK) && !(flags & OC_FLAG_COW) &&
-            oc_make_private(oc_block_data(h), oc_region_data_bytes(h), *oc_region_fd(h)) == 0) {
+            oc_make_private(oc_block_data(h), oc_region_data_bytes(h), *oc_region_fd(h),
+                            *oc_region_offset(h)) == 0) {
             atomic_fetch_or(&h->flags, OC_FLAG_COW);
         }
     }

@@ -327,7 +327,7 @@ void oc_workspace_atfork(int phase)
     }
     pthread_mutex_lock(&on_disk_mutex);
     for (oc_chunk *c = on_disk.next_on_disk; c != &on_disk; c = c->next_on_disk) {
-        if (!c->cow && oc_make_private(c->base, c->capacity, c->fd) == 0) {
+        if (!c->cow && oc_make_private(c->base, c->capacity, c->fd, 0) == 0) {
             c->cow = 1;
         }
     }

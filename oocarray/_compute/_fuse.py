@@ -12,9 +12,9 @@ numexpr's result type is NumPy's.  Anything else is evaluated by NumPy.
 from __future__ import annotations
 
 import warnings
+from types import ModuleType
 from typing import Any
 
-import numexpr
 import numpy as np
 
 from oocarray._compute._expr import Apply, BlockReads, Constant, Expr
@@ -23,6 +23,14 @@ __all__ = ["ENABLED", "Kernel", "kernel_for"]
 
 # Benchmarks turn fusing off to measure what it buys.
 ENABLED = True
+
+
+def _numexpr() -> ModuleType:
+    """numexpr, imported on first use: importing it adds ``expm1x`` to NumPy's namespace
+    (numexpr 2.14), which ``import oocarray`` alone should not do."""
+    import importlib
+
+    return importlib.import_module("numexpr")
 
 Region = tuple[slice, ...]
 
@@ -130,7 +138,7 @@ class Kernel:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                result = numexpr.evaluate(self.text, local_dict={**probe, **self.constants})
+                result = _numexpr().evaluate(self.text, local_dict={**probe, **self.constants})
         except Exception as error:  # numexpr's own refusal of a type or an operation
             raise NotFusable(str(error)) from error
         if result.dtype != self.expr.dtype:
@@ -138,7 +146,7 @@ class Kernel:
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         values = {f"v{i}": leaf.evaluate(region, reads) for i, leaf in enumerate(self.leaves)}
-        return np.asarray(numexpr.evaluate(self.text, local_dict={**values, **self.constants}))
+        return np.asarray(_numexpr().evaluate(self.text, local_dict={**values, **self.constants}))
 
 
 def _operations(expr: Expr) -> int:

@@ -10,6 +10,7 @@ into the array, whatever other code does with signal handlers.
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -631,3 +632,29 @@ def run_python(
         check=False,
         env={**os.environ, **(env or {})},
     )
+
+
+def test_fork_keeps_small_arrays_on_disk_apart(spill_dir: Path) -> None:
+    # Arrays under 256 KiB placed on disk share one heap file: slots, not files of their own.
+    with oc.Manager("small", location="mmap"):
+        a = np.zeros(2048, np.int64)  # 16 KiB
+        neighbour = np.full(2048, 5, np.int64)  # the next slot of the same file
+        assert oc.location(a) == "mmap"
+        seen, child_exit = fork_and_write(a)
+        assert child_exit == 0 and not seen.any()
+        assert a[0] == a[-1] == 99 and (neighbour == 5).all()
+        del neighbour  # a slot mapped by the child too is not reused
+        b = np.ones(2048, np.int64)
+        assert (b == 1).all() and a[0] == 99
+        oc.unspill(a)
+        assert oc.location(a) == "ram" and a[0] == 99 and not a[1:-1].any()
+
+
+def test_tens_of_thousands_of_small_arrays_on_disk(spill_dir: Path) -> None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with oc.Manager("many", location="mmap") as m:
+        arrays = [np.full(512, i, np.int64) for i in range(soft + 1000)]  # 4 KiB each
+        assert m.stats().mmap_bytes == sum(a.nbytes for a in arrays)
+        assert all(int(a[0]) == i and int(a[-1]) == i for i, a in enumerate(arrays))
+        del arrays
+        assert m.stats().mmap_bytes == 0
