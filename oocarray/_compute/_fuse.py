@@ -32,6 +32,7 @@ def _numexpr() -> ModuleType:
 
     return importlib.import_module("numexpr")
 
+
 Region = tuple[slice, ...]
 
 _INFIX = {
