@@ -172,10 +172,20 @@ def _evaluate_block(work: Pass, region: Region, workers: _Workers) -> list[Any]:
     with workers.manager.activate(), ws:
         reads = BlockReads()
         shape = tuple(s.stop - s.start for s in region)
-        partials = []
-        for reduction in work.reductions:
+        partials: list[Any] = [None] * len(work.reductions)
+        shared: dict[Any, Any] = {}
+        block = None
+        # The reduction of highest sharing rank first: its partial serves the others of its key.
+        for i in sorted(range(len(partials)), key=lambda i: -work.reductions[i].sharing_rank):
+            reduction = work.reductions[i]
+            key = reduction.sharing_key()
+            if key is not None and key in shared:
+                partials[i] = shared[key]
+                continue
             block = np.broadcast_to(work.value(reduction.expr, region, reads), shape)
-            partials.append(_detached(reduction.partial(block, region)))
+            partials[i] = _detached(reduction.partial(block, region))
+            if key is not None:
+                shared[key] = partials[i]
         for store in work.stores:
             block = work.value(store.expr, region, reads)
             store.write(region, np.broadcast_to(block, shape).astype(store.expr.dtype, copy=False))

@@ -16,11 +16,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from oocarray._compute._expr import Expr
+from oocarray._compute._expr import Expr, Source
 
 __all__ = ["Reduction", "make_reduction", "normalize_axes"]
 
 Region = tuple[slice, ...]
+
+
+def _identity(expr: Expr) -> Any:
+    """What makes two expressions the same input: one chunked array, or one expression object."""
+    return ("array", id(expr.array)) if isinstance(expr, Source) else ("expr", id(expr))
 
 
 def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
@@ -57,6 +62,13 @@ class Reduction:
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
         raise NotImplementedError
+
+    def sharing_key(self) -> Any:
+        """Reductions of a pass with the same key take one partial per block, computed by the
+        one of highest :attr:`sharing_rank`; None: a partial of its own."""
+        return None
+
+    sharing_rank = 0
 
     def merge(self, partial: Any, region: Region) -> None:
         raise NotImplementedError
@@ -170,6 +182,7 @@ class Moments(Reduction):
         super().__init__(name, expr, axes, keepdims)
         self.skip_nan = name.startswith("nan")
         self.kind = name.removeprefix("nan")
+        self.sharing_rank = 0 if self.kind == "mean" else 1  # a var partial serves a mean too
         numpy_function = getattr(np, name)
         kwargs = {} if dtype is None else {"dtype": np.dtype(dtype)}
         if self.kind != "mean":
@@ -216,14 +229,21 @@ class Moments(Reduction):
         if self.kind == "mean":
             return count, mean, None
         deviation = values - mean
-        squared = (
-            (deviation * deviation.conj()).real
-            if deviation.dtype.kind == "c"
-            else deviation * deviation
-        )
+        if deviation.dtype.kind == "c":
+            squared = (deviation * deviation.conj()).real
+        else:
+            # In place where it is an array (a 0-d block gives a scalar): one block-sized
+            # temporary instead of two.
+            out = deviation if isinstance(deviation, np.ndarray) else None
+            squared = np.square(deviation, out=out)
         if valid is not None:
             squared = np.where(valid, squared, 0)
         return count, mean, squared.sum(axis=self.axes, keepdims=True)
+
+    def sharing_key(self) -> Any:
+        """mean, var and std of one expression over the same axes share their moments: a
+        mean, var and std computed together read and sum each block once."""
+        return ("moments", _identity(self.expr), self.axes, self.work, self.skip_nan)
 
     def kept_shape_of(self, block: np.ndarray) -> tuple[int, ...]:
         return tuple(1 if i in self.axes else n for i, n in enumerate(block.shape))
