@@ -280,20 +280,28 @@ static void *block_new(oc_node *owner, size_t size, int zero)
 static void *block_new_on_disk(oc_node *owner, size_t size, int *err)
 {
     size_t page = oc_page_bytes();
+    size_t data_bytes = size == 0 ? page : (size + page - 1) / page * page;
     size_t map_bytes;
-    void *data = oc_map_reserved(size == 0 ? page : (size + page - 1) / page * page, &map_bytes);
+    /* Small ones: header and data in one mapping of a heap slot. */
+    void *data = oc_map_small_on_disk(data_bytes, &map_bytes, err);
+    oc_header *h;
     if (data == NULL) {
-        *err = errno ? errno : ENOMEM;
-        return NULL;
+        data = oc_map_reserved(data_bytes, &map_bytes);
+        if (data == NULL) {
+            *err = errno ? errno : ENOMEM;
+            return NULL;
+        }
+        h = oc_header_of(data);
+        h->map_bytes = map_bytes;
+        atomic_init(&h->flags, 0);
+        *err = oc_map_region_to_file(h);
+        if (*err) {
+            munmap((char *)data - page, map_bytes);
+            return NULL;
+        }
     }
-    oc_header *h = oc_header_of(data);
+    h = oc_header_of(data);
     h->map_bytes = map_bytes;
-    atomic_init(&h->flags, 0);
-    *err = oc_map_region_to_file(h);
-    if (*err) {
-        munmap((char *)data - page, map_bytes);
-        return NULL;
-    }
     /* The placement flags (mapped; a heap slot or a file of its own) stay. */
     header_init(h, owner, size, OC_FLAG_REGION | atomic_load(&h->flags), map_bytes);
     atomic_fetch_add(&owner->mapped_bytes, (int64_t)size);
@@ -410,8 +418,10 @@ static void block_free(oc_header *h)
     if (flags & OC_FLAG_REGION) {
         /* Under the registry lock: an eviction may be moving this very block to disk. */
         oc_registry_lock();
-        if (atomic_load(&h->flags) & OC_FLAG_ON_DISK) {
-            oc_disk_release(h);
+        int on_disk = (atomic_load(&h->flags) & OC_FLAG_ON_DISK) != 0;
+        oc_disk_space space = {.fd = -1};
+        if (on_disk) {
+            space = oc_disk_release(h);
         }
         else {
             oc_release(owner, size);
@@ -422,6 +432,9 @@ static void block_free(oc_header *h)
         atomic_fetch_sub_explicit(&owner->region_count, 1, memory_order_relaxed);
         h->magic = 0;
         oc_region_unmap(h);
+        if (on_disk) {
+            oc_disk_space_give(space); /* after the unmap: the header may live in that space */
+        }
     }
     else {
         oc_release(owner, size);

@@ -45,6 +45,9 @@
 #define OC_FLAG_COW 128u
 /* The region's data is a slot of the process's shared heap file, not a file of its own. */
 #define OC_FLAG_HEAP 256u
+/* Placed on disk small: its header page is in the heap slot too, one mapping in all (the
+ * kernel's limit on mappings, vm.max_map_count, allows twice as many such arrays). */
+#define OC_FLAG_HEADER_IN_FILE 512u
 
 /* spill policies and locations of a node (see Manager) */
 #define OC_SPILL_FAIL 0
@@ -200,9 +203,20 @@ int oc_open_reserved_file(size_t bytes); /* fd counted against max_spill_bytes, 
 int oc_disk_reserve(size_t bytes);       /* against max_spill_bytes: 0 or ENOSPC */
 void oc_disk_unreserve(size_t bytes);
 int oc_map_region_to_file(oc_header *h);   /* registry lock held; errno value or 0 */
+void *oc_map_small_on_disk(size_t data_bytes, size_t *map_bytes, int *err); /* data, or NULL */
 int oc_spill_block(oc_header *h);          /* registry lock held; errno value or 0 */
 int oc_unspill_block(oc_header *h);        /* registry lock held; errno value or 0 */
-void oc_disk_release(oc_header *h);        /* account a freed on-disk block */
+/* A freed on-disk block's file space, given back once its mapping is gone (a header kept in
+ * the file must stay readable until then). */
+typedef struct {
+    int fd;
+    uint64_t offset;
+    size_t bytes;
+    int heap;
+    int shared_by_fork;
+} oc_disk_space;
+oc_disk_space oc_disk_release(oc_header *h); /* accounts the block; give the space after unmap */
+void oc_disk_space_give(oc_disk_space space);
 int oc_node_in_subtree(oc_node *n, oc_node *root);
 int64_t oc_evict(oc_node *scope, int64_t need_bytes, int *err);
 int oc_drop_disk_pages(void);

@@ -256,6 +256,48 @@ int oc_map_region_to_file(oc_header *h)
     return 0;
 }
 
+/* A region of data_bytes whose header page and data are one mapping of a heap slot; the
+ * header records where.  NULL with *err set when that is not possible (too large, no space). */
+void *oc_map_small_on_disk(size_t data_bytes, size_t *map_bytes, int *err)
+{
+    size_t page = oc_page_bytes();
+    size_t bytes = page + data_bytes;
+    if (bytes > oc_heap_slot_max_bytes()) {
+        *err = EFBIG;
+        return NULL;
+    }
+    int fd, heap;
+    uint64_t offset;
+    *err = take_space(bytes, &fd, &offset, &heap);
+    if (*err) {
+        return NULL;
+    }
+    char *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
+    if (base == MAP_FAILED) {
+        *err = errno;
+        give_space(fd, offset, bytes, heap, 0);
+        return NULL;
+    }
+    oc_header *h = (oc_header *)(base + page - OC_HEADER_BYTES);
+    atomic_init(&h->flags, 0);
+    place(h, fd, offset, heap, OC_FLAG_MAPPED | OC_FLAG_HEADER_IN_FILE);
+    *map_bytes = bytes;
+    return base + page;
+}
+
+/* The part of an on-disk region that its file backs: the data, or with the header page. */
+static char *disk_start(oc_header *h)
+{
+    int in_file = (atomic_load(&h->flags) & OC_FLAG_HEADER_IN_FILE) != 0;
+    return oc_block_data(h) - (in_file ? oc_page_bytes() : 0);
+}
+
+static size_t disk_bytes(oc_header *h)
+{
+    int in_file = (atomic_load(&h->flags) & OC_FLAG_HEADER_IN_FILE) != 0;
+    return oc_region_data_bytes(h) + (in_file ? oc_page_bytes() : 0);
+}
+
 int oc_spill_block(oc_header *h)
 {
     unsigned flags = atomic_load(&h->flags);
@@ -306,20 +348,23 @@ int oc_unspill_block(oc_header *h)
     if (!(flags & OC_FLAG_ON_DISK)) {
         return 0;
     }
-    char *data = oc_block_data(h);
-    size_t bytes = oc_region_data_bytes(h);
+    /* With its header in the file, the header page moves too: after this, fork must copy it
+     * like any anonymous memory rather than share a file page. */
+    char *start = disk_start(h);
+    size_t span = disk_bytes(h);
     int fd = *oc_region_fd(h);
     uint64_t offset = *oc_region_offset(h);
-    int err = (flags & OC_FLAG_COW) ? oc_guard_populate_private(data, bytes)
-                                    : oc_guard_move_in(data, bytes, fd, offset);
+    int err = (flags & OC_FLAG_COW) ? oc_guard_populate_private(start, span)
+                                    : oc_guard_move_in(start, span, fd, offset);
     if (err) {
         return err;
     }
-    give_space(fd, offset, bytes, (flags & OC_FLAG_HEAP) != 0, (flags & OC_FLAG_COW) != 0);
+    give_space(fd, offset, span, (flags & OC_FLAG_HEAP) != 0, (flags & OC_FLAG_COW) != 0);
     *oc_region_fd(h) = -1;
     oc_node *owner = atomic_load(&h->owner);
     int64_t size = (int64_t)h->size;
-    atomic_fetch_and(&h->flags, ~(OC_FLAG_ON_DISK | OC_FLAG_HEAP)); /* COW stays: a private map */
+    /* COW stays: a private map (so it is never cached for reuse). */
+    atomic_fetch_and(&h->flags, ~(OC_FLAG_ON_DISK | OC_FLAG_HEAP | OC_FLAG_HEADER_IN_FILE));
     atomic_fetch_sub((flags & OC_FLAG_SPILLED) ? &owner->spilled_bytes : &owner->mapped_bytes, size);
     atomic_fetch_add(&owner->unspill_count, 1);
     atomic_fetch_add(&owner->unspill_moved_bytes, size);
@@ -329,15 +374,21 @@ int oc_unspill_block(oc_header *h)
     return 0;
 }
 
-void oc_disk_release(oc_header *h)
+oc_disk_space oc_disk_release(oc_header *h)
 {
     unsigned flags = atomic_load(&h->flags);
     oc_node *owner = atomic_load(&h->owner);
-    give_space(*oc_region_fd(h), *oc_region_offset(h), oc_region_data_bytes(h),
-               (flags & OC_FLAG_HEAP) != 0, (flags & OC_FLAG_COW) != 0);
+    oc_disk_space space = {*oc_region_fd(h), *oc_region_offset(h), disk_bytes(h),
+                           (flags & OC_FLAG_HEAP) != 0, (flags & OC_FLAG_COW) != 0};
     *oc_region_fd(h) = -1;
     atomic_fetch_sub((flags & OC_FLAG_SPILLED) ? &owner->spilled_bytes : &owner->mapped_bytes,
                      (int64_t)h->size);
+    return space;
+}
+
+void oc_disk_space_give(oc_disk_space space)
+{
+    give_space(space.fd, space.offset, space.bytes, space.heap, space.shared_by_fork);
 }
 
 /* Spills the oldest RAM regions under `scope` (all of them if scope is NULL) until
@@ -404,8 +455,7 @@ void oc_spill_atfork(int phase)
     for (oc_header *h = oc_registry_first(); h != NULL; h = oc_registry_next(h)) {
         unsigned flags = atomic_load(&h->flags);
         if ((flags & OC_FLAG_ON_DISK) && !(flags & OC_FLAG_COW) &&
-            oc_make_private(oc_block_data(h), oc_region_data_bytes(h), *oc_region_fd(h),
-                            *oc_region_offset(h)) == 0) {
+            oc_make_private(disk_start(h), disk_bytes(h), *oc_region_fd(h), *oc_region_offset(h)) == 0) {
             atomic_fetch_or(&h->flags, OC_FLAG_COW);
         }
     }
