@@ -282,9 +282,13 @@ static void *block_new_on_disk(oc_node *owner, size_t size, int *err)
     size_t page = oc_page_bytes();
     size_t data_bytes = size == 0 ? page : (size + page - 1) / page * page;
     size_t map_bytes;
-    /* Small ones: header and data in one mapping of a heap slot. */
+    /* Small ones: header and data in one mapping of a heap slot; larger ones (EFBIG there) get
+     * reserved address space and a file of their own over the data. */
     void *data = oc_map_small_on_disk(data_bytes, &map_bytes, err);
     oc_header *h;
+    if (data == NULL && *err != EFBIG) {
+        return NULL;
+    }
     if (data == NULL) {
         data = oc_map_reserved(data_bytes, &map_bytes);
         if (data == NULL) {

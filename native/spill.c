@@ -9,10 +9,10 @@
  *
  * Concurrent writes: while pages move, writers wait (moves.c), so no write is lost.
  *
- * Each on-disk region keeps its file open.  fork needs it: before a fork every on-disk region
- * becomes a private (copy-on-write) mapping of its file, so that neither process sees the
- * other's later writes (a shared mapping would hand them over), and bringing data back into RAM
- * reads it from the file.
+ * Each on-disk region keeps its file open: a file of its own, or for small regions a slot of
+ * the shared heap file (heap.c).  fork needs it: before a fork every on-disk region becomes a
+ * private (copy-on-write) mapping of its file, so that neither process sees the other's later
+ * writes (a shared mapping would hand them over); bringing data back into RAM reads the file.
  */
 #include "oc_core.h"
 
@@ -96,9 +96,9 @@ int oc_open_reserved_file(size_t bytes)
     return fd;
 }
 
-/* Every on-disk region holds a descriptor (fork and unspill need its file): past the soft
- * limit, go up to the hard one, and where the process may (root), raise the hard one to the
- * kernel's ceiling (fs.nr_open). */
+/* Every large on-disk region and arena holds a descriptor (fork and unspill need its file):
+ * past the soft limit, go up to the hard one, and where the process may, raise the hard one to
+ * the kernel's ceiling (fs.nr_open). */
 static int raise_file_limit(void)
 {
     struct rlimit r;

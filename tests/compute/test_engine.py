@@ -182,3 +182,35 @@ def test_an_interrupted_pass_leaves_no_worker_behind(monkeypatch: pytest.MonkeyP
 
 def _store_of(expr: Expr) -> StoreTarget:
     return StoreTarget(expr, lambda region, block: None)
+
+
+def test_a_damaged_chunk_stops_the_pass_with_corrupt_chunk_error(tmp_path: Path) -> None:
+    x = oc.create(tmp_path / "x.zarr", (4096, 16), np.float32, chunks=(256, 16), codec="zstd")
+    x[...] = np.arange(4096 * 16, dtype=np.float32).reshape(4096, 16)
+    chunk = tmp_path / "x.zarr" / "c" / "7" / "0"
+    chunk.write_bytes(chunk.read_bytes()[: chunk.stat().st_size // 2])
+    with pytest.raises(oc.CorruptChunkError):
+        oc.open(tmp_path / "x.zarr").mean(axis=0, progress=False)
+    import threading
+
+    assert not [t for t in threading.enumerate() if t.name.startswith("oocarray-compute")]
+
+
+def test_passes_from_several_threads_at_once() -> None:
+    import threading
+
+    data = np.random.default_rng(2).random((20_000, 8))
+    x = oc.from_numpy(data, chunks=(500, 8))
+    results: list[np.ndarray] = []
+
+    def run() -> None:
+        results.append(((x - 0.5) * 2).sum(axis=0, progress=False))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4
+    for got in results:
+        np.testing.assert_allclose(got, ((data - 0.5) * 2).sum(axis=0))
