@@ -104,8 +104,14 @@ def _reduce(
     progress: bool = True,
 ) -> Any:
     expr = as_expr(self)
-    make_reduction(name, expr, axis, keepdims, dtype, ddof)  # arguments checked now, not later
-    lazy = LazyResult(lambda: make_reduction(name, expr, axis, keepdims, dtype, ddof), name)
+    # Made now, so bad arguments raise here; the first evaluation uses it, later ones (a lazy
+    # result computed again) make their own accumulators.
+    made = [make_reduction(name, expr, axis, keepdims, dtype, ddof)]
+
+    def make() -> Reduction:
+        return made.pop() if made else make_reduction(name, expr, axis, keepdims, dtype, ddof)
+
+    lazy = LazyResult(make, name)
     return lazy if not compute else lazy.compute(progress)
 
 
