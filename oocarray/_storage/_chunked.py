@@ -8,6 +8,7 @@ datasets are memory-mapped: basic indexing returns views of the map, with no cop
 from __future__ import annotations
 
 import html
+import threading
 import weakref
 from types import TracebackType
 from typing import Any, Self
@@ -56,6 +57,7 @@ class ChunkedArray:
         self._rows_fast = bool(store.shape) and store.chunks[1:] == store.shape[1:]
         self.chunk_reads = 0
         self.chunk_writes = 0
+        self._append_lock = threading.Lock()  # appends of one array object run one at a time
 
     # ---- description ----
 
@@ -230,6 +232,80 @@ class ChunkedArray:
                 blocks.append((piece.chunk, block))
             store.write_blocks(blocks)
         self.chunk_writes += len(blocks)
+
+    def append(self, rows: npt.ArrayLike) -> None:
+        """Add ``rows`` at the end of axis 0 of a zarr array (opened ``"r+"`` or created).
+
+        Chunk-atomic: the chunks (shards) the new rows touch are each written whole, beside
+        their file and renamed, and only then is the metadata rewritten (the same way) with the
+        new length.  A crash at any point leaves the array as it was before the call or as it
+        is after it; chunks written past the old end by an append that did not finish hold no
+        rows the metadata admits, and a later append writes over them whole.  A last chunk
+        that was only partly filled is read, completed and written back.  Appends to one
+        array object are serialised; appends from several processes to one array are not
+        coordinated.
+
+        Parameters
+        ----------
+        rows
+            An array of ``n`` rows: shape ``(n, *x.shape[1:])`` (for one row, ``row[None]``),
+            of a dtype that casts to ``x.dtype`` within its kind (``float64`` into a
+            ``float32`` array, not floats into integers).
+
+        Raises
+        ------
+        TypeError
+            The array is not zarr (HDF5 and ``.npy`` do not grow), is 0-d, or ``rows`` has a
+            dtype of another kind.
+        ValueError
+            ``rows`` does not have the array's number of axes or trailing shape.
+        ReadOnlyError
+            The array was opened read-only.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc, tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "log.zarr")
+        >>> y = oc.create(path, (0, 3), "float32", chunks=(4, 3))
+        >>> y.append(np.ones((5, 3)))
+        >>> y.append(np.zeros((2, 3), np.float32))
+        >>> y.shape, oc.open(path)[:, 0]
+        ((7, 3), array([1., 1., 1., 1., 1., 0., 0.], dtype=float32))
+        """
+        from oocarray._storage._zarr import ZarrStore
+
+        self._check_open()
+        store = self._store
+        if not isinstance(store, ZarrStore):
+            raise TypeError(
+                f"append() grows zarr arrays; {self.path!r} is {self.format}, which does not "
+                "grow: copy it to zarr (oc.from_batches or x.to_zarr) and append to that"
+            )
+        store.check_writable()
+        if not self.shape:
+            raise TypeError("append() adds rows along axis 0; a 0-d array has none")
+        values = np.asarray(rows)
+        if values.ndim != self.ndim or values.shape[1:] != self.shape[1:]:
+            one = " (for a single row, pass row[None])" if values.shape == self.shape[1:] else ""
+            raise ValueError(
+                f"append() takes rows of shape (n, {', '.join(map(str, self.shape[1:]))}) for "
+                f"an array of shape {self.shape}, got an array of shape {values.shape}{one}"
+            )
+        if not np.can_cast(values.dtype, self.dtype, "same_kind"):
+            raise TypeError(
+                f"cannot append {values.dtype} rows to a {self.dtype} array (the cast is not "
+                f"within one kind); convert them first, e.g. rows.astype({str(self.dtype)!r})"
+            )
+        if len(values) == 0:
+            return
+        with self._append_lock:
+            old = self.shape[0]
+            new = old + len(values)
+            grown = ChunkedArray(store.grown(new))
+            grown[old:new] = values
+            self.chunk_reads += grown.chunk_reads
+            self.chunk_writes += grown.chunk_writes
+            store.commit_rows(new)
 
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         """The whole array in memory, allocated in the active manager (its budget applies).

@@ -603,6 +603,42 @@ class ZarrStore(Store):
                 os.unlink(tmp)
             raise
 
+    # ---- growing along axis 0 (append) ----
+
+    def grown(self, rows: int) -> ZarrStore:
+        """A second store of this array whose shape has ``rows`` rows in memory only: appends
+        write their chunks through it while the metadata on disk still says the old shape, so
+        readers never see rows whose chunks are not written yet."""
+        handle = zarr.open_array(store=self.path, mode="r+")
+        shape = (rows, *self.shape[1:])
+        # What zarr-python's own resize does once it has saved the metadata; nothing is saved
+        # here (commit_rows does that, after the data).
+        object.__setattr__(handle.async_array, "metadata", handle.metadata.update_shape(shape))
+        return ZarrStore(handle, self.path, False, allow_object=True)
+
+    def commit_rows(self, rows: int) -> None:
+        """Make the array ``rows`` rows long: its metadata file is rewritten beside itself and
+        renamed over the old one (a reader sees the old shape or the new, whole), and this
+        store takes the new shape."""
+        self.check_writable()
+        shape = (rows, *self.shape[1:])
+        name = "zarr.json" if self.zarr_format == 3 else ".zarray"
+        target = os.path.join(self._root, name)
+        with open(target, "rb") as f:
+            meta = json.load(f)
+        meta["shape"] = list(shape)
+        fd, tmp = tempfile.mkstemp(dir=self._root, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(meta, f, indent=2)
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        self.array = zarr.open_array(store=self.path, mode="r+")
+        self.shape = shape
+
     def stored_bytes(self) -> int:
         total = 0
         for directory, _, files in os.walk(self._root):
