@@ -1,0 +1,144 @@
+"""The order of one epoch: which rows, in which order, go to which rank, worker and batch.
+
+An epoch is a sequence of *positions* ``0 .. n_rows - 1``; position ``p`` holds one row of
+the sources.  The order is a pure function of ``(mode, seed, epoch)`` and the chunk grid, so
+every rank and worker computes the same order without talking to the others:
+
+- ``"none"``: position ``p`` is row ``p``.
+- ``"chunks"``: the chunks are permuted; consecutive permuted chunks form *windows* of
+  ``window`` chunks; the rows of a window are permuted within it.  A window is read whole
+  (its chunks in file order) and its batches are gathered from memory.
+- ``"full"``: an exact permutation of all rows.
+
+Ranks take contiguous ranges of positions (sizes differ by one row at most), so each reads
+about its share of the windows.  Within a rank, positions are cut into batches and workers
+take contiguous runs of batches (the first ``batches % workers`` workers one more), so each
+worker also reads about its share.  Every position belongs to exactly one rank, worker and
+batch: every row is seen exactly once per epoch.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+__all__ = ["Plan", "Window", "consumed_per_worker", "worker_batches"]
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Consecutive positions ``start .. start + size`` of an epoch, all from one window.
+
+    ``runs`` are the row ranges ``(a, b)`` of the sources that the window holds, in file
+    order: a window buffer holds them one after the other.  ``order`` maps the window's
+    positions to indices in that buffer (None: in buffer order).
+    """
+
+    start: int
+    runs: tuple[tuple[int, int], ...]
+    order: np.ndarray | None
+
+    @property
+    def size(self) -> int:
+        return sum(b - a for a, b in self.runs)
+
+    def rows(self) -> np.ndarray:
+        """The source row of each buffer index."""
+        return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in self.runs])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The order of one epoch of ``n_rows`` rows read in chunks of ``chunk_rows`` rows."""
+
+    n_rows: int
+    chunk_rows: int
+    mode: str  # "none", "chunks" or "full"
+    window_chunks: int
+    seed: int
+    epoch: int
+
+    @property
+    def n_chunks(self) -> int:
+        return -(-self.n_rows // self.chunk_rows)
+
+    @cached_property
+    def _chunk_order(self) -> np.ndarray:
+        if self.mode == "chunks":
+            return np.random.default_rng([self.seed, self.epoch, 0]).permutation(self.n_chunks)
+        return np.arange(self.n_chunks)
+
+    @cached_property
+    def _window_starts(self) -> list[int]:
+        """The first position of every window, and ``n_rows`` last."""
+        sizes = np.minimum(self.chunk_rows, self.n_rows - self._chunk_order * self.chunk_rows)
+        per_window = np.add.reduceat(sizes, np.arange(0, self.n_chunks, self.window_chunks))
+        return [0, *np.cumsum(per_window).tolist()] if self.n_chunks else [0]
+
+    @cached_property
+    def permutation(self) -> np.ndarray:
+        """``"full"``: the source row of every position."""
+        rng = np.random.default_rng([self.seed, self.epoch, 1])
+        dtype = np.int32 if self.n_rows < 2**31 else np.int64
+        return rng.permutation(np.arange(self.n_rows, dtype=dtype))
+
+    def window_at(self, position: int) -> int:
+        """The number of the window holding ``position`` (modes "none" and "chunks")."""
+        return bisect.bisect_right(self._window_starts, position) - 1
+
+    def window(self, number: int) -> Window:
+        """Window ``number``: its chunks' row runs in file order and its row order."""
+        chunks = np.sort(self._chunk_order[number * self.window_chunks : (number + 1) * self.window_chunks])
+        runs: list[tuple[int, int]] = []
+        for c in chunks.tolist():
+            a, b = c * self.chunk_rows, min((c + 1) * self.chunk_rows, self.n_rows)
+            if runs and runs[-1][1] == a:  # adjacent chunks: one read
+                runs[-1] = (runs[-1][0], b)
+            else:
+                runs.append((a, b))
+        start = self._window_starts[number]
+        size = self._window_starts[number + 1] - start
+        order = None
+        if self.mode == "chunks":
+            rng = np.random.default_rng([self.seed, self.epoch, 2, number])
+            order = rng.permutation(size)
+        return Window(start, tuple(runs), order)
+
+    # ---- splits ----
+
+    def rank_range(self, rank: int, world_size: int) -> tuple[int, int]:
+        """The positions of ``rank``: contiguous, sizes within one row of each other."""
+        return rank * self.n_rows // world_size, (rank + 1) * self.n_rows // world_size
+
+
+def batch_count(rows: int, batch_size: int, drop_last: bool) -> int:
+    return rows // batch_size if drop_last else -(-rows // batch_size)
+
+
+def worker_batches(batches: int, worker: int, workers: int) -> tuple[int, int]:
+    """The run ``[first, stop)`` of a rank's batches that ``worker`` of ``workers`` makes: runs
+    in worker order, the first ``batches % workers`` workers one batch more."""
+    base, extra = divmod(batches, workers)
+    first = worker * base + min(worker, extra)
+    return first, first + base + (worker < extra)
+
+
+def consumed_per_worker(batches: int, workers: int, consumed: int) -> list[int]:
+    """How many of each worker's batches are among the first ``consumed`` a torch DataLoader
+    yields: it takes one batch from each worker in turn, skipping workers that are done."""
+    counts = [b - a for a, b in (worker_batches(batches, w, workers) for w in range(workers))]
+    done = [0] * workers
+    left = consumed
+    while left > 0:
+        progressed = False
+        for w in range(workers):
+            if left and done[w] < counts[w]:
+                done[w] += 1
+                left -= 1
+                progressed = True
+        if not progressed:
+            break
+    return done

@@ -1,0 +1,79 @@
+"""The torch dataset of :meth:`Batches.torch`: batches as tensors, sharded over DataLoader
+workers and ranks.
+
+Imported only when ``.torch()`` is called: torch is optional.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from oocarray._feed._batches import Batches
+
+__all__ = ["TorchBatches"]
+
+
+class TorchBatches(IterableDataset[Any]):
+    """A ``torch.utils.data.IterableDataset`` of the batches of :func:`oocarray.batches`.
+
+    Yields tensors (``torch.from_numpy``, no copy), or tuples of them for several sources.
+    Load it with ``DataLoader(ds, batch_size=None, ...)``: the batches are already made.
+
+    - **In the main process** (``num_workers=0``) batches come from the prefetching ring,
+      with the same rule as :func:`oocarray.batches`: a batch is valid until the next one
+      (a tensor still referenced, or a view of it, is left alone and the ring takes a new
+      buffer).  Each iteration advances the epoch.
+    - **In DataLoader workers** each worker makes a contiguous share of this rank's batches
+      (each row once per epoch over all workers), in new buffers (the DataLoader copies them
+      into shared memory after they are handed over).  Works with ``fork``, ``forkserver`` and
+      ``spawn`` workers: chunked arrays and memory maps are reopened by path in each worker,
+      arrays in memory are pickled.  The workers iterate copies of this dataset, so call
+      :meth:`set_epoch` before every epoch (as with ``DistributedSampler``).
+    - **Ranks**: give ``rank=`` and ``world_size=`` (and ``seed=``) to :func:`oocarray.batches`.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> from torch.utils.data import DataLoader
+    >>> ds = oc.batches(np.arange(10.0), batch_size=4).torch()
+    >>> [t.tolist() for t in DataLoader(ds, batch_size=None)]
+    [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], [8.0, 9.0]]
+    """
+
+    def __init__(self, batches: Batches) -> None:
+        super().__init__()
+        self.batches = batches
+
+    def __len__(self) -> int:
+        """Batches per epoch of this rank (all workers together)."""
+        return len(self.batches)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next epoch ``epoch``, in this process and in workers started after."""
+        self.batches.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """:meth:`Batches.state_dict`.  With workers, this process does not see the batches:
+        save ``{"epoch": epoch, "batches": steps}`` from the training loop instead (steps:
+        batches taken from the DataLoader this epoch)."""
+        return self.batches.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next epoch skips ``state["batches"]`` batches of the DataLoader's
+        order, each worker its own share of them."""
+        self.batches.load_state_dict(state)
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        if info is None:
+            return self.batches._iterate(torch.from_numpy)
+        epoch, skip = self.batches._start()
+        return self.batches._worker_iterator(
+            epoch, skip, info.id, info.num_workers, torch.from_numpy
+        )
