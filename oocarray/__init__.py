@@ -14,6 +14,7 @@ Examples
 """
 
 from oocarray._compute import Expr, LazyResult, compute
+from oocarray._feed import map_chunks
 from oocarray._memory import (
     Config,
     Manager,
@@ -80,6 +81,7 @@ __all__ = [
     "from_dask",
     "from_numpy",
     "location",
+    "map_chunks",
     "move_guard",
     "open",
     "owner",
@@ -89,6 +91,16 @@ __all__ = [
     "temp",
     "unspill",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # oc.dask imports distributed, which is optional and slow to import: only when used.
+    if name == "dask":
+        import importlib
+
+        return importlib.import_module("oocarray.dask")
+    raise AttributeError(f"module 'oocarray' has no attribute {name!r}")
+
 
 _failures.install()
 system()

@@ -4,4 +4,6 @@ Sits above the compute layer: it may import ``_memory``, ``_storage`` and ``_com
 ``_diagnostics`` or ``_cli``.
 """
 
-__all__: list[str] = []
+from oocarray._feed._map_chunks import map_chunks
+
+__all__: list[str] = ["map_chunks"]
