@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from benchmarks import (
     fork_cost,
+    fusion_choice,
     l3_huge_pages,
     large_alloc,
     w1_workspace,
@@ -37,6 +38,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
         w5_reduce.run,
     ),
     "W6": ("((x - m) / s).astype(f4) zarr -> zarr vs dask and blosc2", w6_fused.run),
+    "FUSE": ("a chunk's expression as one numexpr program vs NumPy ufuncs", fusion_choice.run),
     "W7": ("random-row reads from an (N, 1024) float32 array", w7_random_rows.run),
     "W7S": ("random-row reads from a sharded zstd zarr array vs zarr-python", w7_sharded.run),
     "F1": ("fork with 1 GiB of arrays on disk vs 1 GiB in RAM", fork_cost.run),

@@ -7,15 +7,19 @@ measurements from :mod:`datasets.w5_data`, written once untimed by oocarray's wr
 untimed afterwards); every input file is read once before timing (warm page cache); no side
 syncs its output to disk.  Sides, interleaved round by round with the order rotated:
 
-- **oocarray**: ``((x - m) / s).astype("f4").to_zarr(out, codec="zstd", chunks=x.chunks)``,
+The output is written twice over, each time with every side using the same codec: zstd level 3
+(the input's codec), then Blosc LZ4 clevel 5 with byte shuffle (oocarray's ``codec="lz4"``: as
+compact as zstd on these floats and several times faster to write).
+
+- **oocarray**: ``((x - m) / s).astype("f4").to_zarr(out, codec=..., chunks=x.chunks)``,
   inside ``oc.Manager(max_bytes=BUDGET)`` (entered untimed);
 - **dask**: ``((y - m) / s).astype("f4")`` on ``da.from_zarr``, stored by ``to_zarr`` into a
-  zarr array created by zarr-python with the same chunks and ``ZstdCodec(level=3)``, threads
+  zarr array created by zarr-python with the same chunks and the same codec, threads
   scheduler;
 - **blosc2** (when importable): the same data converted once (untimed) to blosc2's own format
   (``.b2nd``, the same chunks, ZSTD clevel 3 with blosc2's default shuffle), the lazy
-  expression ``(b - m) / s`` computed to a new ``.b2nd`` (ZSTD clevel 3); its result is already
-  float32, so no cast is needed;
+  expression ``(b - m) / s`` computed to a new ``.b2nd`` (ZSTD clevel 3, or LZ4 clevel 5; with
+  shuffle); its result is already float32, so no cast is needed;
 - **numexpr on numpy.memmap** (no target, a reference for uncompressed data): the raw ``.npy``
   through ``numexpr.evaluate("(x - m) / s", out=...)`` in 16 MiB blocks into a new ``.npy``.
 
@@ -72,7 +76,7 @@ def _remove(path: str) -> None:
 
 
 def oocarray_side(
-    path: str, out: str, m: np.ndarray, s: np.ndarray, budget: int
+    path: str, out: str, m: np.ndarray, s: np.ndarray, budget: int, codec: str
 ) -> tuple[Side, Reader]:
     x = oc.open(path)
 
@@ -80,13 +84,22 @@ def oocarray_side(
         _remove(out)
         with oc.Manager(max_bytes=budget):
             start = clock()
-            ((x - m) / s).astype("f4").to_zarr(out, codec="zstd", chunks=x.chunks, progress=False)
+            ((x - m) / s).astype("f4").to_zarr(out, codec=codec, chunks=x.chunks, progress=False)
             return clock() - start
 
     return side, lambda a, b: oc.open(out)[a:b]
 
 
-def dask_side(path: str, out: str, m: np.ndarray, s: np.ndarray) -> tuple[Side, Reader]:
+def _zarr_compressor(codec: str) -> object:
+    """zarr-python's codec for what oocarray's ``codec=`` writes."""
+    import zarr
+
+    if codec == "zstd":
+        return zarr.codecs.ZstdCodec(level=3)
+    return zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle", typesize=4)
+
+
+def dask_side(path: str, out: str, m: np.ndarray, s: np.ndarray, codec: str) -> tuple[Side, Reader]:
     import dask.array as da
     import zarr
 
@@ -99,7 +112,7 @@ def dask_side(path: str, out: str, m: np.ndarray, s: np.ndarray) -> tuple[Side, 
             shape=y.shape,
             chunks=y.chunksize,
             dtype="f4",
-            compressors=zarr.codecs.ZstdCodec(level=3),
+            compressors=_zarr_compressor(codec),
             overwrite=True,
         )
         ((y - m) / s).astype("f4").to_zarr(target, compute=True)  # threads scheduler (default)
@@ -108,15 +121,13 @@ def dask_side(path: str, out: str, m: np.ndarray, s: np.ndarray) -> tuple[Side, 
     return side, lambda a, b: zarr.open_array(out, mode="r")[a:b]
 
 
-def blosc2_side(
-    path: str, directory: str, n_rows: int, m: np.ndarray, s: np.ndarray
-) -> tuple[Side, Reader, float]:
+def blosc2_input(path: str, directory: str, n_rows: int) -> tuple[str, float]:
+    """W6's input converted (untimed) to blosc2's own format: the same chunks, ZSTD clevel 3
+    with blosc2's default shuffle, as the zarr input is zstd."""
     import blosc2
 
-    cparams = {"codec": blosc2.Codec.ZSTD, "clevel": 3}
-    source = os.path.join(directory, "x.b2nd")
-    out = os.path.join(directory, "w6-blosc2.b2nd")
     start = clock()
+    source = os.path.join(directory, "x.b2nd")
     x = oc.open(path)
     b = blosc2.empty(
         (n_rows, w5_data.COLUMNS),
@@ -124,11 +135,27 @@ def blosc2_side(
         chunks=x.chunks,
         urlpath=source,
         mode="w",
-        cparams=cparams,
+        cparams={"codec": blosc2.Codec.ZSTD, "clevel": 3},
     )
     for a in range(0, n_rows, LOOP_ROWS):
         b[a : min(a + LOOP_ROWS, n_rows)] = x[a : min(a + LOOP_ROWS, n_rows)]
-    convert_s = clock() - start
+    return source, clock() - start
+
+
+def blosc2_side(
+    source: str, directory: str, m: np.ndarray, s: np.ndarray, codec: str
+) -> tuple[Side, Reader]:
+    """The lazy expression ``(b - m) / s`` computed to a new ``.b2nd``: ZSTD clevel 3 or LZ4
+    clevel 5, blosc2's default shuffle either way (oocarray's ``"lz4"`` is Blosc LZ4 clevel 5
+    with byte shuffle)."""
+    import blosc2
+
+    cparams = (
+        {"codec": blosc2.Codec.ZSTD, "clevel": 3}
+        if codec == "zstd"
+        else {"codec": blosc2.Codec.LZ4, "clevel": 5}
+    )
+    out = os.path.join(directory, f"w6-blosc2-{codec}.b2nd")
     b = blosc2.open(source, mode="r")
     mb = blosc2.asarray(m)
     sb = blosc2.asarray(s)
@@ -140,7 +167,7 @@ def blosc2_side(
         expr.compute(urlpath=out, mode="w", chunks=b.chunks, cparams=cparams)
         return clock() - start
 
-    return side, lambda a, b_: blosc2.open(out, mode="r")[a:b_], convert_s
+    return side, lambda a, b_: blosc2.open(out, mode="r")[a:b_]
 
 
 def numexpr_side(
@@ -181,11 +208,18 @@ def _check(name: str, read: Reader, n_rows: int, m: np.ndarray, s: np.ndarray) -
             raise RuntimeError(f"W6 {name}: output block {index} differs from NumPy's")
 
 
+CODECS = ("zstd", "lz4")
+CODEC_LABELS = {
+    "zstd": "zstd level 3",
+    "lz4": "Blosc lz4 clevel 5 + byte shuffle (`codec='lz4'`)",
+}
+
+
 def _run_in(directory: str, quick: bool) -> Result:
     nbytes = QUICK_BYTES if quick else FULL_BYTES
     budget = QUICK_BUDGET if quick else BUDGET
     notes: list[str] = []
-    need = 6 * nbytes + GiB  # input zarr + .npy + blosc2 copy + the outputs of one round
+    need = 7 * nbytes + GiB  # input zarr + .npy + blosc2 copy + the outputs of one round
     if not cd.enough_disk(directory, need):
         raise SystemExit(f"W6 needs {format_bytes(need)} free in {directory}")
     data, made_s = cd.make_data(directory, nbytes)
@@ -194,75 +228,48 @@ def _run_in(directory: str, quick: bool) -> Result:
     m = mean.astype(np.float32)
     s = std.astype(np.float32)
     n = data.n_rows
-
-    sides: dict[str, Side] = {}
-    readers: dict[str, Reader] = {}
-    labels: dict[str, str] = {}
-    missing: list[str] = []
-    sides["oocarray"], readers["oocarray"] = oocarray_side(
-        data.zarr_path, os.path.join(directory, "w6-oc.zarr"), m, s, budget
-    )
-    labels["oocarray"] = "oocarray `to_zarr`"
     try:
-        sides["dask"], readers["dask"] = dask_side(
-            data.zarr_path, os.path.join(directory, "w6-dask.zarr"), m, s
-        )
-        labels["dask"] = f"dask {cd.version('dask')} `to_zarr`, threads"
+        b2_source: str | None
+        b2_source, convert_s = blosc2_input(data.zarr_path, directory, n)
     except ImportError as error:
-        missing.append("dask")
-        notes.append(f"W6: dask is not installed ({error}): its side is missing.")
-    convert_s = None
-    try:
-        sides["blosc2"], readers["blosc2"], convert_s = blosc2_side(
-            data.zarr_path, directory, n, m, s
-        )
-        labels["blosc2"] = f"blosc2 {cd.version('blosc2')} lazy expr, .b2nd"
-    except ImportError as error:
-        missing.append("blosc2")
-        notes.append(f"W6: blosc2 is not installed ({error}): its side is missing.")
-    try:
-        sides["numexpr"], readers["numexpr"] = numexpr_side(
-            data.npy_path, os.path.join(directory, "w6-ne.npy"), n, m, s
-        )
-        labels["numexpr"] = f"numexpr {cd.version('numexpr')} on numpy.memmap (.npy)"
-    except ImportError as error:
-        missing.append("numexpr")
-        notes.append(f"W6: numexpr is not installed ({error}): its side is missing.")
-    for p in (data.zarr_path, data.npy_path, os.path.join(directory, "x.b2nd")):
-        if os.path.exists(p):
+        b2_source, convert_s = None, 0.0
+        notes.append(f"W6: blosc2 is not installed ({error}): its sides are missing.")
+    for p in (data.zarr_path, data.npy_path, b2_source):
+        if p is not None and os.path.exists(p):
             cd.warm(p)
 
-    # One untimed round checks every side's output.
-    for name, side in sides.items():
-        side()
-        _check(name, readers[name], n, m, s)
-    out_bytes = {
-        name: cd.dir_bytes(p)
-        for name, p in (
-            ("oocarray", os.path.join(directory, "w6-oc.zarr")),
-            ("dask", os.path.join(directory, "w6-dask.zarr")),
-            ("blosc2", os.path.join(directory, "w6-blosc2.b2nd")),
-        )
-        if os.path.exists(p)
-    }
-    rounds = 3
-    times = interleave(sides, rounds=rounds, warmup=0)
-    med = {name: statistics.median(t) for name, t in times.items()}
-    gib = data.nbytes / GiB
-    what = (
-        f"`((x - m) / s).astype('f4')` zarr zstd -> new zarr zstd, ({n:,}, 64) f32, "
-        f"{gib:.3g} GiB, `Manager(max_bytes={format_bytes(budget)})`"
-    )
-    ooc = med["oocarray"]
     rows: list[Row | TextRow] = []
-    for peer, target, label in (
-        ("dask", DASK_TARGET, "vs dask (>= 1.5x faster)"),
-        ("blosc2", BLOSC2_TARGET, "vs blosc2 lazy expression (>= blosc2)"),
-        ("numexpr", None, "vs numexpr on numpy.memmap, uncompressed .npy -> .npy"),
-    ):
-        if peer in missing:
-            rows.append(Row("W6", f"{what}: {label}", ooc, peer, None, None, target))
-        else:
+    tables: list[Table] = []
+    gib = data.nbytes / GiB
+    for codec in CODECS:
+        what = (
+            f"`((x - m) / s).astype('f4')` zarr zstd -> new zarr, {CODEC_LABELS[codec]}, "
+            f"({n:,}, 64) f32, {gib:.3g} GiB, `Manager(max_bytes={format_bytes(budget)})`"
+        )
+        sides, readers, labels, outputs = _sides(directory, data, b2_source, m, s, budget, codec)
+        if codec == CODECS[0]:
+            sides["numexpr"], readers["numexpr"] = numexpr_side(
+                data.npy_path, os.path.join(directory, "w6-ne.npy"), n, m, s
+            )
+            labels["numexpr"] = f"numexpr {cd.version('numexpr')} on numpy.memmap (.npy)"
+        # One untimed round checks every side's output.
+        for name, side in sides.items():
+            side()
+            _check(name, readers[name], n, m, s)
+        out_bytes = {k: cd.dir_bytes(p) for k, p in outputs.items() if os.path.exists(p)}
+        rounds = 3
+        times = interleave(sides, rounds=rounds, warmup=0)
+        med = {name: statistics.median(t) for name, t in times.items()}
+        ooc = med["oocarray"]
+        for peer, target, label in (
+            ("dask", DASK_TARGET, "vs dask, the same output codec (>= 1.5x faster)"),
+            ("blosc2", BLOSC2_TARGET, "vs blosc2 lazy expression, the same codec (>= blosc2)"),
+            ("numexpr", None, "vs numexpr on numpy.memmap, uncompressed .npy -> .npy"),
+        ):
+            if peer not in sides:
+                if peer != "numexpr" or codec == CODECS[0]:
+                    rows.append(Row("W6", f"{what}: {label}", ooc, peer, None, None, target))
+                continue
             rows.append(
                 Row(
                     "W6",
@@ -274,48 +281,89 @@ def _run_in(directory: str, quick: bool) -> Result:
                     target,
                 )
             )
-    peak = _peak_rss(data.zarr_path, os.path.join(directory, "w6-rss.zarr"), m, s, budget)
-    _remove(os.path.join(directory, "w6-rss.zarr"))
-    limit = budget + RSS_SLACK
-    rows.append(
-        TextRow(
-            "W6",
-            f"peak RSS of the oocarray side in a fresh process, {what}",
-            f"VmHWM {format_mib(peak.vmhwm)} (before the pass {format_mib(peak.baseline_rss)}); "
-            f"sampled anon+file+shmem {format_mib(peak.sampled_anon_file)}",
-            "—",
-            "—",
-            f"<= {format_mib(limit)}",
-            "yes" if max(peak.vmhwm, peak.sampled_anon_file) <= limit else "**no**",
+        tables.append(
+            Table(
+                f"W6 time by side, output {CODEC_LABELS[codec]} ({rounds} interleaved rounds "
+                f"after one checked round; {gib:.3g} GiB; GB/s of uncompressed input)",
+                ("side", "median", "min", "max", "GB/s", "output on disk"),
+                [
+                    [
+                        labels[k],
+                        format_seconds(med[k]),
+                        format_seconds(min(times[k])),
+                        format_seconds(max(times[k])),
+                        f"{data.nbytes / med[k] / 1e9:.2f}",
+                        format_mib(out_bytes[k]) if k in out_bytes else "raw .npy",
+                    ]
+                    for k in times
+                ],
+            )
         )
-    )
-    detail = Table(
-        f"W6 time by side ({rounds} interleaved rounds after one checked round; {gib:.3g} GiB; "
-        "GB/s of uncompressed input)",
-        ("side", "median", "min", "max", "GB/s", "output on disk"),
-        [
-            [
-                labels[k],
-                format_seconds(med[k]),
-                format_seconds(min(times[k])),
-                format_seconds(max(times[k])),
-                f"{data.nbytes / med[k] / 1e9:.2f}",
-                format_mib(out_bytes[k]) if k in out_bytes else "raw .npy",
-            ]
-            for k in times
-        ],
-    )
+        for p in (*outputs.values(), os.path.join(directory, "w6-ne.npy")):
+            _remove(p)
+    for codec in CODECS:
+        out = os.path.join(directory, "w6-rss.zarr")
+        peak = _peak_rss(data.zarr_path, out, m, s, budget, codec)
+        _remove(out)
+        limit = budget + RSS_SLACK
+        rows.append(
+            TextRow(
+                "W6",
+                f"peak RSS of the oocarray side in a fresh process, output {CODEC_LABELS[codec]}, "
+                f"`Manager(max_bytes={format_bytes(budget)})`",
+                f"VmHWM {format_mib(peak.vmhwm)} (before the pass "
+                f"{format_mib(peak.baseline_rss)}); sampled anon+file+shmem "
+                f"{format_mib(peak.sampled_anon_file)}",
+                "—",
+                "—",
+                f"<= {format_mib(limit)}",
+                "yes" if max(peak.vmhwm, peak.sampled_anon_file) <= limit else "**no**",
+            )
+        )
     notes.append(
         f"W6: data written untimed in {made_s:.0f} s"
-        + (f", converted to blosc2 untimed in {convert_s:.0f} s" if convert_s else "")
+        + (f", converted to blosc2 untimed in {convert_s:.0f} s" if b2_source else "")
         + "; input files read once before timing (warm page cache); outputs are not synced."
     )
-    for suffix in ("oc.zarr", "dask.zarr", "blosc2.b2nd", "ne.npy"):
-        _remove(os.path.join(directory, f"w6-{suffix}"))
-    return Result(rows, [detail], notes)
+    return Result(rows, tables, notes)
 
 
-def _peak_rss(path: str, out: str, m: np.ndarray, s: np.ndarray, budget: int) -> cd.Peak:
+def _sides(
+    directory: str,
+    data: cd.Data,
+    b2_source: str | None,
+    m: np.ndarray,
+    s: np.ndarray,
+    budget: int,
+    codec: str,
+) -> tuple[dict[str, Side], dict[str, Reader], dict[str, str], dict[str, str]]:
+    """The sides writing one output codec: oocarray, dask and blosc2 (when importable)."""
+    sides: dict[str, Side] = {}
+    readers: dict[str, Reader] = {}
+    labels: dict[str, str] = {}
+    outputs = {
+        "oocarray": os.path.join(directory, f"w6-oc-{codec}.zarr"),
+        "dask": os.path.join(directory, f"w6-dask-{codec}.zarr"),
+        "blosc2": os.path.join(directory, f"w6-blosc2-{codec}.b2nd"),
+    }
+    sides["oocarray"], readers["oocarray"] = oocarray_side(
+        data.zarr_path, outputs["oocarray"], m, s, budget, codec
+    )
+    labels["oocarray"] = f"oocarray `to_zarr(codec={codec!r})`"
+    try:
+        sides["dask"], readers["dask"] = dask_side(data.zarr_path, outputs["dask"], m, s, codec)
+        labels["dask"] = f"dask {cd.version('dask')} `to_zarr`, threads"
+    except ImportError:
+        pass
+    if b2_source is not None:
+        sides["blosc2"], readers["blosc2"] = blosc2_side(b2_source, directory, m, s, codec)
+        labels["blosc2"] = f"blosc2 {cd.version('blosc2')} lazy expr, .b2nd"
+    return sides, readers, labels, outputs
+
+
+def _peak_rss(
+    path: str, out: str, m: np.ndarray, s: np.ndarray, budget: int, codec: str
+) -> cd.Peak:
     code = f"""
 import numpy as np, oocarray as oc
 from benchmarks import _compute_data as cd
@@ -324,7 +372,7 @@ m = np.array({m.tolist()!r}, dtype=np.float32)
 s = np.array({s.tolist()!r}, dtype=np.float32)
 print("BASE " + cd.status_json(), flush=True)
 with oc.Manager(max_bytes={budget}):
-    ((x - m) / s).astype("f4").to_zarr({out!r}, codec="zstd", chunks=x.chunks, progress=False)
+    ((x - m) / s).astype("f4").to_zarr({out!r}, codec={codec!r}, chunks=x.chunks, progress=False)
 print("END " + cd.status_json(), flush=True)
 """
     return cd.run_child(code)

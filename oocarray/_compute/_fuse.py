@@ -6,7 +6,9 @@ cache-sized pieces, so the block is read once and no temporary leaves the cache;
 library made for exactly this.  An expression is fused when every node is an operation numexpr
 has and every leaf is of a type it computes in; Python scalars are given the dtype NumPy's own
 rules (NEP 50) give them against the other operand, and a probe on one element checks that
-numexpr's result type is NumPy's.  Anything else is evaluated by NumPy.
+numexpr's result type is NumPy's.  Anything else is evaluated by NumPy, and so is everything
+where NumPy measured faster (:func:`_worth_fusing`): with the workspace taking the allocator
+out of NumPy's temporaries, fusing pays only for chains of 64-bit arithmetic.
 """
 
 from __future__ import annotations
@@ -161,10 +163,29 @@ def _operations(expr: Expr) -> int:
     return count
 
 
-def kernel_for(expr: Expr, min_operations: int = 2) -> Kernel | None:
-    """A numexpr kernel for ``expr``, or None when NumPy should evaluate it (a single
-    operation gains nothing from fusing)."""
-    if not ENABLED or _operations(expr) < min_operations:
+def _worth_fusing(expr: Expr, min_operations: int) -> bool:
+    """Where numexpr beats NumPy ufuncs in a cyclic workspace (``python -m benchmarks --only
+    FUSE``): chains of arithmetic on 64-bit values.  NumPy wins on 32-bit values (its SIMD
+    loops take twice the items per instruction) and on every transcendental function (NumPy's
+    are vectorised, numexpr's are not without Intel's VML: ``tanh`` was 8x slower)."""
+    if _operations(expr) < min_operations or expr.dtype.itemsize < 8:
+        return False
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Apply) and node.function in _CALLS and node.function not in _CHEAP:
+            return False
+        stack.extend(node.children())
+    return True
+
+
+# Calls numexpr evaluates as fast as NumPy: no transcendental function behind them.
+_CHEAP = {np.absolute, np.where}
+
+
+def kernel_for(expr: Expr, min_operations: int = 3) -> Kernel | None:
+    """A numexpr kernel for ``expr``, or None when NumPy should evaluate it."""
+    if not ENABLED or not _worth_fusing(expr, min_operations):
         return None
     try:
         return Kernel(expr)

@@ -45,6 +45,40 @@ def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def _leading_matrix(values: np.ndarray, axes: tuple[int, ...]) -> np.ndarray | None:
+    """A C-contiguous real float block reduced over its leading axes as a (rows, columns)
+    matrix (a view), else None."""
+    if (
+        not isinstance(values, np.ndarray)
+        or values.dtype not in (np.float32, np.float64)
+        or not axes
+        or axes != tuple(range(len(axes)))
+        or not values.flags.c_contiguous
+    ):
+        return None
+    return values.reshape(math.prod(values.shape[: len(axes)]), -1)
+
+
+def _column_sums(matrix: np.ndarray) -> np.ndarray:
+    """Column sums of a C-contiguous (rows, columns) float matrix.
+
+    NumPy reduces axis 0 by adding each row into the result, which is slow for narrow rows
+    and accumulates error row after row.  Viewing ``k`` rows as one wide row first (about
+    2048 items) sums k interleaved strands at full vector speed (3-5x faster here, for W5's
+    64 float32 columns) and splits the error k ways; the strands are then added.
+    """
+    rows, columns = matrix.shape
+    strands = max(1, min(rows, _WIDE_ROW_ITEMS // max(1, columns)))
+    whole = rows - rows % strands  # the rows left over are added on their own
+    wide = matrix[:whole].reshape(whole // strands, strands * columns)
+    sums: np.ndarray = np.add.reduce(wide, axis=0).reshape(strands, columns).sum(axis=0)
+    return sums + matrix[whole:].sum(axis=0) if whole < rows else sums
+
+
+# Items in one wide row of :func:`_column_sums` (8 KiB of float32).
+_WIDE_ROW_ITEMS = 2048
+
+
 class Reduction:
     """One reduction of an expression; subclasses say how a block becomes a partial, how partials
     merge, and how the accumulator becomes the result."""
@@ -125,6 +159,11 @@ class Accumulate(Reduction):
         self.acc = np.full(self.kept_shape, identity, dtype=result)
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
+        if self.function is np.sum and block.dtype == self.result_dtype:
+            matrix = _leading_matrix(block, self.axes)
+            if matrix is not None and len(self.axes) < block.ndim:
+                kept = (1,) * len(self.axes) + block.shape[len(self.axes) :]
+                return _column_sums(matrix).reshape(kept)
         return np.asarray(self.function(block, axis=self.axes, keepdims=True, **self.kwargs))
 
     def merge(self, partial: Any, region: Region) -> None:
@@ -213,6 +252,9 @@ class Moments(Reduction):
 
     def _moments(self, block: np.ndarray) -> Any:
         values = block.astype(self.work, copy=False)
+        matrix = _leading_matrix(values, self.axes)
+        if matrix is not None and not (self.skip_nan and values.dtype.kind == "f"):
+            return self._matrix_moments(matrix, values.shape)
         if self.skip_nan and values.dtype.kind in "fc":
             valid = ~np.isnan(values)
             count = valid.sum(axis=self.axes, keepdims=True).astype(np.float64)
@@ -239,6 +281,19 @@ class Moments(Reduction):
         if valid is not None:
             squared = np.where(valid, squared, 0)
         return count, mean, squared.sum(axis=self.axes, keepdims=True)
+
+    def _matrix_moments(self, matrix: np.ndarray, shape: tuple[int, ...]) -> Any:
+        """The moments of a block reduced over its leading axes, as a (rows, columns) matrix:
+        the same streams as NumPy's ``var`` but with fast column sums."""
+        kept = (1,) * len(self.axes) + shape[len(self.axes) :]
+        rows = matrix.shape[0]
+        count = np.full(kept, rows, np.float64)
+        mean = (_column_sums(matrix) / max(rows, 1)).reshape(kept)
+        if self.kind == "mean":
+            return count, mean, None
+        deviation = matrix - mean.reshape(1, -1)
+        np.square(deviation, out=deviation)
+        return count, mean, _column_sums(deviation).reshape(kept)
 
     def sharing_key(self) -> Any:
         """mean, var and std of one expression over the same axes share their moments: a

@@ -55,7 +55,7 @@ def test_streaming_work_stays_within_the_budget(tmp_path: Path) -> None:
     assert peak <= 4 << 20
 
 
-def test_fused_and_numpy_evaluation_agree() -> None:
+def test_fused_and_numpy_evaluation_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     data = np.random.default_rng(1).random(100_000).astype(np.float32)
     x = oc.from_numpy(data, chunks=(4096,))
     expressions = [
@@ -63,6 +63,8 @@ def test_fused_and_numpy_evaluation_agree() -> None:
         lambda v: np.sqrt(v) + v * v,
         lambda v: np.where(v > 0.5, v, 0),
     ]
+    # Fuse whatever numexpr can compute, not only what it computes faster.
+    monkeypatch.setattr(_fuse, "_worth_fusing", lambda expr, min_operations: True)
     for make in expressions:
         _fuse.ENABLED = True
         fused = make(x)
@@ -75,6 +77,22 @@ def test_fused_and_numpy_evaluation_agree() -> None:
         assert got.dtype == plain.dtype == expected.dtype
         np.testing.assert_allclose(got, expected, rtol=1e-6)
         np.testing.assert_array_equal(plain, expected)
+
+
+def test_numexpr_runs_where_it_measured_faster() -> None:
+    doubles = oc.from_numpy(np.linspace(-2, 2, 10_000), chunks=(1000,))
+    singles = oc.from_numpy(np.linspace(-2, 2, 10_000, dtype=np.float32), chunks=(1000,))
+    polynomial = ((doubles * 1.5 + 0.5) * doubles - 2) * doubles
+    assert _fuse.kernel_for(polynomial) is not None
+    assert _fuse.kernel_for(abs(doubles - 1) * 2 + 1) is not None
+    assert _fuse.kernel_for(((singles * 1.5 + 0.5) * singles - 2) * singles) is None  # 32-bit
+    assert _fuse.kernel_for(np.tanh(doubles) * 2 + 1) is None  # a transcendental function
+    assert _fuse.kernel_for(doubles * 2) is None  # one operation
+    np.testing.assert_allclose(
+        polynomial.compute(progress=False),
+        ((np.linspace(-2, 2, 10_000) * 1.5 + 0.5) * np.linspace(-2, 2, 10_000) - 2)
+        * np.linspace(-2, 2, 10_000),
+    )
 
 
 def test_types_numexpr_lacks_are_left_to_numpy() -> None:
