@@ -14,7 +14,7 @@ Examples
 """
 
 from oocarray._compute import Expr, LazyResult, compute
-from oocarray._feed import map_chunks
+from oocarray._feed import Batches, batches, from_batches, map_chunks, read_parquet
 from oocarray._memory import (
     Config,
     Manager,
@@ -52,6 +52,7 @@ from oocarray.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Batches",
     "ChunkedArray",
     "ClosedError",
     "Config",
@@ -72,12 +73,14 @@ __all__ = [
     "WorkspaceLeakError",
     "WorkspaceStats",
     "__version__",
+    "batches",
     "compute",
     "config",
     "configure",
     "create",
     "destroy_workspaces",
     "detach",
+    "from_batches",
     "from_dask",
     "from_numpy",
     "location",
@@ -86,6 +89,7 @@ __all__ = [
     "open",
     "owner",
     "parse_size",
+    "read_parquet",
     "spill",
     "system",
     "temp",
