@@ -171,7 +171,11 @@ def cluster_client(
         n_workers=workers,
         threads_per_worker=None if workers is None else 1,
         processes=True,
+        host="127.0.0.1",  # a cluster of this machine: no port open to the network
         dashboard_address=None,
+        # No dashboard, and the scheduler's HTTP server (which runs anyway) on a free port:
+        # its default, 8787, warns when another cluster holds it.
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
     )
     try:
         with distributed.Client(cluster, set_as_default=False) as own:  # type: ignore[no-untyped-call]
@@ -199,31 +203,41 @@ def run_blocks(
     """``task(job, index, *blocks(index))`` for every index, as tasks of the cluster.
 
     A few tasks per worker thread are in flight at a time, so ndarray blocks reach workers as
-    they are needed, not all at once.  The first error cancels the tasks not finished and is
-    raised here; blocks finished before it stay done."""
+    they are needed, not all at once.  After an error no task is submitted, the tasks already
+    out finish (so every block is written and marked, or not touched, once this returns), and
+    the first error is raised here.  Ctrl-C cancels the tasks out and returns at once (a task
+    running still finishes its block in the worker)."""
     window = 2 * max(1, sum(client.nthreads().values()))
     token = uuid.uuid4().hex[:12]
     queue = iter(todo)
     in_flight: dict[Any, int] = {}
 
-    def submit(count: int) -> None:
+    def submit(count: int) -> list[Any]:
+        futures = []
         for index in [i for _, i in zip(range(count), queue, strict=False)]:
             args = [client.scatter(b, hash=False) for b in blocks(index)]
             future = client.submit(
                 budgeted(task), job, index, *args, key=f"oocarray-map-chunks-{token}-{index}"
             )
             in_flight[future] = index
+            futures.append(future)
+        return futures
 
-    submit(window)
-    pending = distributed.as_completed(list(in_flight))  # type: ignore[no-untyped-call]
+    pending = distributed.as_completed(submit(window), loop=client.loop)  # type: ignore[no-untyped-call]
+    failure: Exception | None = None
     try:
         for future in pending:
             in_flight.pop(future)
-            future.result()
+            try:
+                future.result()
+            except Exception as error:
+                failure = failure or error
+                continue
             bar.update(1)
-            before = set(in_flight)
-            submit(1)
-            pending.update([f for f in in_flight if f not in before])  # type: ignore[no-untyped-call]
+            if failure is None:
+                pending.update(submit(1))  # type: ignore[no-untyped-call]
     except BaseException:
         client.cancel(list(in_flight))
         raise
+    if failure is not None:
+        raise failure
