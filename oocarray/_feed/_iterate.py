@@ -171,13 +171,15 @@ class BatchIterator:
         del outs, item
         if self._convert is not None:
             arrays = [self._convert(a) for a in arrays]
-        batch = arrays[0] if self._single else tuple(arrays)
         if not shared.fresh:
+            # Counted before the batch is made: the reference it holds (a tuple's, or the
+            # array itself) becomes the caller's, the one allowed when taking back.
             self._held = slot
             self._handed = arrays
             self._baseline = [_refs(arrays, i) for i in range(len(arrays))]
         else:
             shared.free.put(slot)
+        batch = arrays[0] if self._single else tuple(arrays)
         del arrays
         if self._on_batch is not None:
             self._on_batch()

@@ -65,6 +65,10 @@ class Plan:
     def n_chunks(self) -> int:
         return -(-self.n_rows // self.chunk_rows)
 
+    @property
+    def n_windows(self) -> int:
+        return -(-self.n_chunks // self.window_chunks)
+
     @cached_property
     def _chunk_order(self) -> np.ndarray:
         if self.mode == "chunks":
