@@ -205,7 +205,10 @@ def map_chunks(
         raise ValueError(f"workers must be a positive int or None, got {workers!r}")
     structure, names, targets = _parse_out(out)
     dtypes = _per_output(dtype, structure, names, "dtype", _is_single_dtype)
-    row_shapes = _per_output(row_shape, structure, names, "row_shape", _is_single_shape)
+    row_shapes = [
+        None if r is None else tuple(parse_shape(r))
+        for r in _per_output(row_shape, structure, names, "row_shape", _is_single_shape)
+    ]
     for target, name, d, r in zip(targets, names, dtypes, row_shapes, strict=True):
         if isinstance(target, ChunkedArray):
             _check_existing(target, name, rows, d, r)
@@ -310,6 +313,8 @@ def _is_single_dtype(value: object) -> bool:
 
 
 def _is_single_shape(value: object) -> bool:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return True  # one axis: 3 is (3,)
     return isinstance(value, (tuple, list)) and all(
         isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value
     )
@@ -441,10 +446,13 @@ def _output_record(record: dict[str, Any], name: Any, array: ChunkedArray) -> di
     }
 
 
-def _matches(stored: dict[str, Any] | None, record: dict[str, Any], array: ChunkedArray) -> bool:
+def _matches(
+    stored: dict[str, Any] | None, record: dict[str, Any], name: Any, array: ChunkedArray
+) -> bool:
+    """Whether an output's sidecar names this job, this output and the array's shape."""
     if stored is None:
         return False
-    wanted = _output_record(record, stored.get("output"), array)
+    wanted = _output_record(record, name, array)
     return all(stored.get(k) == v for k, v in wanted.items() if k != "complete")
 
 
@@ -494,13 +502,13 @@ def _resumable(
 ) -> ChunkedArray | None:
     """The array at ``target`` when it holds this job's output, to resume; else None."""
     stored = _read_record(target)
-    if stored is None or stored.get("output") != str(name):
+    if stored is None:
         return None
     try:
         array = open_array(target, mode="r+")
     except (OSError, ValueError):
         return None
-    if array.format != "zarr" or not _matches(stored, record, array):
+    if array.format != "zarr" or not _matches(stored, record, name, array):
         return None
     if dtype is not None and np.dtype(dtype) != array.dtype:
         return None
@@ -523,7 +531,7 @@ def _outputs(
     arrays: list[ChunkedArray | None] = []
     for target, name, dtype, row_shape in zip(targets, job.names, dtypes, row_shapes, strict=True):
         if isinstance(target, ChunkedArray):
-            if not (resume and _matches(_read_record(target.path), record, target)):
+            if not (resume and _matches(_read_record(target.path), record, name, target)):
                 shutil.rmtree(_sidecar(target.path), ignore_errors=True)
                 _write_record(target.path, _output_record(record, name, target))
             arrays.append(target)
@@ -541,9 +549,7 @@ def _outputs(
                 continue
             assert isinstance(target, str)
             dtype = dtypes[i] if dtypes[i] is not None else inferred[i][0]
-            shape = (
-                tuple(parse_shape(row_shapes[i])) if row_shapes[i] is not None else inferred[i][1]
-            )
+            shape = row_shapes[i] if row_shapes[i] is not None else inferred[i][1]
             arrays[i] = _create_output(target, job, dtype, shape, codec)
             _write_record(target, _output_record(record, job.names[i], arrays[i]))  # type: ignore[arg-type]
     done = set(range(job.block_count))
