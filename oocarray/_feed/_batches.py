@@ -291,11 +291,14 @@ class Batches:
         plan = self._plan(epoch)
         lo, hi = plan.rank_range(self._rank, self._world_size)
         count = batch_count(hi - lo, self._batch_size, self._drop_last)
-        done = consumed_per_worker(count, workers, skip)[worker]
+        done, turn = consumed_per_worker(count, workers, skip)
+        # A resumed DataLoader asks its worker 0 first; the batch due next is the one of the
+        # worker whose turn it was: worker i plays the part of worker turn + i.
+        role = (worker + turn) % workers
         return BatchIterator(
             self._sources,
             plan,
-            self._spans(plan, worker, workers, done),
+            self._spans(plan, role, workers, done[role]),
             batch_size=self._batch_size,
             prefetch=self._prefetch,
             fresh=True,

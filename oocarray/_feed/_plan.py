@@ -130,19 +130,16 @@ def worker_batches(batches: int, worker: int, workers: int) -> tuple[int, int]:
     return first, first + base + (worker < extra)
 
 
-def consumed_per_worker(batches: int, workers: int, consumed: int) -> list[int]:
+def consumed_per_worker(batches: int, workers: int, consumed: int) -> tuple[list[int], int]:
     """How many of each worker's batches are among the first ``consumed`` a torch DataLoader
-    yields: it takes one batch from each worker in turn, skipping workers that are done."""
+    yields, and whose turn is next: the DataLoader takes one batch from each worker in turn,
+    skipping workers that are done."""
     counts = [b - a for a, b in (worker_batches(batches, w, workers) for w in range(workers))]
     done = [0] * workers
-    left = consumed
-    while left > 0:
-        progressed = False
-        for w in range(workers):
-            if left and done[w] < counts[w]:
-                done[w] += 1
-                left -= 1
-                progressed = True
-        if not progressed:
-            break
-    return done
+    turn = 0
+    for _ in range(min(consumed, batches)):
+        while done[turn] == counts[turn]:
+            turn = (turn + 1) % workers
+        done[turn] += 1
+        turn = (turn + 1) % workers
+    return done, turn

@@ -358,5 +358,6 @@ def test_plan_splits_cover_every_position_once(
             order = np.arange(w.size) if w.order is None else w.order
             rows.extend(w.rows()[order].tolist())
         assert sorted(rows) == list(range(n_rows))
-    consumed = consumed_per_worker(batch_count(n_rows, batch_size, drop_last), workers, 5)
+    consumed, turn = consumed_per_worker(batch_count(n_rows, batch_size, drop_last), workers, 5)
     assert sum(consumed) == min(5, batch_count(n_rows, batch_size, drop_last))
+    assert 0 <= turn < workers
