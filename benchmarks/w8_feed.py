@@ -20,12 +20,12 @@ zarr-python (``z[a:b] = block`` into an array of the same chunks and codec), alt
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -54,10 +54,8 @@ class _Rss:
         while not self._stop.wait(0.1):
             total = 0
             for p in [me, *me.children(recursive=True)]:
-                try:
+                with contextlib.suppress(psutil.Error):  # a worker that just exited
                     total += p.memory_info().rss
-                except psutil.Error:
-                    pass
             self.samples.append(total)
 
     def __enter__(self) -> _Rss:
@@ -75,7 +73,9 @@ class _Rss:
         return f"{format_mib(int(first))} -> {format_mib(int(last))} (max {format_mib(max(s))})"
 
 
-def _epoch(batches: Iterator[Any], n_rows: int, limit: int | None = None) -> tuple[float, int, bool]:
+def _epoch(
+    batches: Iterator[Any], n_rows: int, limit: int | None = None
+) -> tuple[float, int, bool]:
     """Seconds, rows and whether every row came once (None limit: the whole epoch)."""
     counts = np.zeros(n_rows, dtype=np.int32)
     rows = 0
@@ -286,7 +286,8 @@ def run(quick: bool = False) -> Result:
             ),
             TextRow(
                 "W8i",
-                f"ingest {format_mib(ingest_bytes)} of 16384-row blocks, from_batches vs zarr-python",
+                f"ingest {format_mib(ingest_bytes)} in 16384-row blocks, from_batches vs "
+                "zarr-python",
                 f"{ingest_bytes / ours_s / 2**20:,.0f} MiB/s",
                 f"{ingest_bytes / theirs_s / 2**20:,.0f} MiB/s",
                 f"{theirs_s / ours_s:.2f}x",

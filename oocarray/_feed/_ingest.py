@@ -226,7 +226,7 @@ def read_parquet(
     [[[0.0, 0.0], [10.0, 1.0], [20.0, 2.0]], [[30.0, 3.0], [40.0, 4.0]]]
     """
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
     except ImportError as error:
         raise ImportError(
             'read_parquet needs pyarrow: pip install "oocarray[parquet]" (or pyarrow)'
@@ -247,13 +247,15 @@ def _block_of(batch: Any, dtype: npt.DTypeLike | None) -> np.ndarray:
         column = batch.column(0)
         if column.null_count:
             raise TypeError(f"column {names[0]!r} has null lists; fill or drop them first")
-        flat = column.flatten().to_numpy(zero_copy_only=False)
+        flat: np.ndarray = column.flatten().to_numpy(zero_copy_only=False)
         block = flat.reshape(len(column), column.type.list_size)
         return block if dtype is None else block.astype(dtype, copy=False)
     arrays = []
     for name, column in zip(names, batch.columns, strict=True):
         kind = column.type
-        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+        if not (
+            pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+        ):
             raise TypeError(
                 f"column {name!r} is {kind}; read_parquet makes numeric blocks: choose numeric "
                 "columns with columns=[...]"

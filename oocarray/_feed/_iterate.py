@@ -19,6 +19,7 @@ temporaries live in a cyclic workspace under it.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import sys
 import threading
@@ -68,9 +69,7 @@ class _Shared:
         self.workspace = Workspace("batches-read", parent=self.manager, learning="over_time")
         self.filler = Filler(sources, plan, self.manager, self.workspace)
         self.slots: list[list[np.ndarray]] = (
-            []
-            if fresh
-            else [self.new_buffers(batch_size) for _ in range(max(1, prefetch + 1))]
+            [] if fresh else [self.new_buffers(batch_size) for _ in range(max(1, prefetch + 1))]
         )
         self.free: queue.Queue[int] = queue.Queue()
         for slot in range(max(1, prefetch + 1)):
@@ -228,7 +227,7 @@ class BatchIterator:
         shared.close()
 
     def __del__(self) -> None:
-        try:
+        # Dropped unfinished (a loop left with break): stop the thread.  Nothing can be
+        # reported from here, and at interpreter exit the modules may be gone.
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:  # noqa: S110 - nothing to report to at interpreter exit
-            pass

@@ -95,7 +95,9 @@ class Plan:
 
     def window(self, number: int) -> Window:
         """Window ``number``: its chunks' row runs in file order and its row order."""
-        chunks = np.sort(self._chunk_order[number * self.window_chunks : (number + 1) * self.window_chunks])
+        chunks = np.sort(
+            self._chunk_order[number * self.window_chunks : (number + 1) * self.window_chunks]
+        )
         runs: list[tuple[int, int]] = []
         for c in chunks.tolist():
             a, b = c * self.chunk_rows, min((c + 1) * self.chunk_rows, self.n_rows)

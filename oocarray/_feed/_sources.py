@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -155,14 +155,15 @@ def _reopened(path: str, dataset: str | None) -> Source:
 
 
 def _mapped(filename: str, dtype: str, shape: tuple[int, ...], offset: int, order: str) -> Source:
-    return ArraySource(
-        np.memmap(filename, dtype=np.dtype(dtype), mode="r", shape=shape, offset=offset, order=order)  # type: ignore[arg-type]
-    )
+    layout: Literal["C", "F"] = "F" if order == "F" else "C"
+    mapped = np.memmap(filename, np.dtype(dtype), "r", offset, shape, layout)
+    return ArraySource(mapped)
 
 
 def _memmap_args(array: np.ndarray) -> tuple[str, str, tuple[int, ...], int, str] | None:
     """How to map ``array`` again, when it is a whole ``np.memmap`` of a file (not a view)."""
-    if not isinstance(array, np.memmap) or not isinstance(array.base, mmap.mmap):
+    base: object = array.base  # a whole map's base is the mmap; a view's is another array
+    if not isinstance(array, np.memmap) or not isinstance(base, mmap.mmap):
         return None
     filename = getattr(array, "filename", None)
     if not filename or not (array.flags.c_contiguous or array.flags.f_contiguous):

@@ -6,15 +6,11 @@ Imported only when ``.torch()`` is called: torch is optional.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-    from oocarray._feed._batches import Batches
 
 __all__ = ["TorchBatches"]
 
@@ -46,7 +42,8 @@ class TorchBatches(IterableDataset[Any]):
     [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], [8.0, 9.0]]
     """
 
-    def __init__(self, batches: Batches) -> None:
+    def __init__(self, batches: Any) -> None:
+        # An oocarray.Batches (not imported: _batches imports this module when asked).
         super().__init__()
         self.batches = batches
 
@@ -62,7 +59,8 @@ class TorchBatches(IterableDataset[Any]):
         """:meth:`Batches.state_dict`.  With workers, this process does not see the batches:
         save ``{"epoch": epoch, "batches": steps}`` from the training loop instead (steps:
         batches taken from the DataLoader this epoch)."""
-        return self.batches.state_dict()
+        state: dict[str, Any] = self.batches.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next epoch skips ``state["batches"]`` batches of the DataLoader's
@@ -71,9 +69,12 @@ class TorchBatches(IterableDataset[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
+        batches: Iterator[Any]
         if info is None:
-            return self.batches._iterate(torch.from_numpy)
-        epoch, skip = self.batches._start()
-        return self.batches._worker_iterator(
-            epoch, skip, info.id, info.num_workers, torch.from_numpy
-        )
+            batches = self.batches._iterate(torch.from_numpy)
+        else:
+            epoch, skip = self.batches._start()
+            batches = self.batches._worker_iterator(
+                epoch, skip, info.id, info.num_workers, torch.from_numpy
+            )
+        return batches

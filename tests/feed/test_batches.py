@@ -222,9 +222,11 @@ def test_the_plain_loop_reuses_the_ring(data: tuple[oc.ChunkedArray, np.ndarray]
 def test_on_escape_raise(data: tuple[oc.ChunkedArray, np.ndarray]) -> None:
     x, _ = data
     kept = []
+    it = iter(oc.batches(x, 64, on_escape="raise"))
+    first = next(it)
+    kept.append(first)  # a second reference besides the variable
     with pytest.raises(oc.WorkspaceLeakError, match="still referenced"):
-        for batch in oc.batches(x, 64, on_escape="raise"):
-            kept.append(batch)
+        next(it)
     assert len(kept) == 1  # the first batch, kept, stopped the second
 
 
@@ -239,12 +241,16 @@ def test_detach_keeps_a_batch_even_with_raise(data: tuple[oc.ChunkedArray, np.nd
 
 def test_breaking_out_stops_the_prefetch_thread(data: tuple[oc.ChunkedArray, np.ndarray]) -> None:
     x, _ = data
-    before = threading.active_count()
+
+    def prefetching() -> int:
+        return sum(t.name == "oocarray-batches" for t in threading.enumerate())
+
     for i, _batch in enumerate(oc.batches(x, 16, prefetch=4)):
+        assert prefetching() == 1
         if i == 2:
             break
     gc.collect()
-    assert threading.active_count() == before
+    assert prefetching() == 0
 
 
 def test_errors_of_the_prefetch_thread_reach_the_loop(tmp_path: Path) -> None:

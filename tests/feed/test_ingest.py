@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -126,7 +127,7 @@ def test_from_batches_writes_every_block_in_order(
     total = sum(sizes)
     data = np.arange(total * 2, dtype=np.int32).reshape(total, 2)
     edges = np.cumsum([0, *sizes])
-    blocks = [data[a:b] for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    blocks = [data[a:b] for a, b in itertools.pairwise(edges)]
     shards = (chunk_rows * 2, 2) if sharded else None
     y = oc.from_batches(blocks, path, chunks=(chunk_rows, 2), shards=shards)
     assert y.shape == (total, 2)
