@@ -19,6 +19,7 @@ setup(
                 "native/fork.c",
                 "native/physical.c",
                 "native/heap.c",
+                "native/pager.c",
             ],
             libraries=["dl"],  # dlopen of libzstd.so.1 (part of libc from glibc 2.34)
             depends=["native/oc_core.h"],

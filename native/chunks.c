@@ -323,6 +323,28 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
     return zstd_range(s, src, (size_t)stored, chunk_n, skip, dst, n, err, err_n);
 }
 
+/* Decode bytes [skip, skip + n) of one chunk (chunk_n bytes decoded) whose stored bytes are
+ * at fd/offset/nbytes (nbytes -1: the rest of the file) into dst, on this thread's state: for
+ * callers that run without the GIL (pager.c).  0, or -1 with a message in err. */
+int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t chunk_n, size_t skip,
+                    char *dst, size_t n, char *err, size_t err_n)
+{
+    if (codec == OC_CODEC_ZSTD && !zstd_ready()) {
+        snprintf(err, err_n, "libzstd.so.1 is not available");
+        return -1;
+    }
+    reader_state *s = state_get();
+    if (s != NULL && codec == OC_CODEC_ZSTD && s->dctx == NULL) {
+        s->dctx = zstd.create();
+    }
+    if (s == NULL || (codec == OC_CODEC_ZSTD && s->dctx == NULL)) {
+        snprintf(err, err_n, "out of memory");
+        return -1;
+    }
+    job_spec job = {.fd = fd, .offset = offset, .nbytes = nbytes, .skip = (int64_t)skip};
+    return run_job(s, codec, &job, chunk_n, dst, n, err, err_n);
+}
+
 /* ---- Python ---- */
 
 PyObject *oc_py_zstd_available(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))

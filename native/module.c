@@ -683,6 +683,321 @@ static PyObject *set_large_threshold(PyObject *Py_UNUSED(m), PyObject *arg)
     Py_RETURN_NONE;
 }
 
+
+/* ---- chunk-backed ndarrays: the object that owns a paged range (pager.c) ---- */
+
+typedef struct {
+    PyObject_HEAD
+    pg_array *pages;
+    Py_ssize_t exports;
+    PyObject *on_release; /* called with the object once the last view is gone (write-back) */
+    PyObject *weakreflist;
+} PagesObject;
+
+static PyTypeObject PagesType;
+
+/* Pages(paths, table, codec, chunk_nbytes, data_nbytes, unit_nbytes, fill, writable, node,
+ *       readahead): all checked by the Python caller; table is int64 (nchunks, 3). */
+static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"paths", "table", "codec", "chunk_nbytes", "data_nbytes",
+                             "unit_nbytes", "fill", "writable", "node", "readahead", NULL};
+    PyObject *paths, *table_obj, *node_obj;
+    int codec, writable, readahead;
+    Py_ssize_t chunk_n, data_n, unit_n;
+    Py_buffer fill;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi", kwlist, &PyList_Type, &paths,
+                                     &table_obj, &codec, &chunk_n, &data_n, &unit_n, &fill,
+                                     &writable, &node_obj, &readahead)) {
+        return NULL;
+    }
+    oc_node *node = NULL;
+    if (node_obj != Py_None) {
+        if (!PyObject_TypeCheck(node_obj, &NodeType)) {
+            PyBuffer_Release(&fill);
+            PyErr_SetString(PyExc_TypeError, "node must be a Node or None");
+            return NULL;
+        }
+        node = ((NodeObject *)node_obj)->node;
+    }
+    Py_buffer tv;
+    if (PyObject_GetBuffer(table_obj, &tv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        PyBuffer_Release(&fill);
+        return NULL;
+    }
+    size_t page = oc_page_bytes();
+    Py_ssize_t npaths = PyList_GET_SIZE(paths);
+    size_t nchunks = (size_t)tv.len / 24;
+    if (tv.itemsize != 8 || tv.len % 24 != 0 || chunk_n <= 0 || data_n <= 0 || unit_n <= 0 ||
+        (size_t)unit_n % page != 0 || fill.len <= 0 || readahead < 0 ||
+        nchunks * (size_t)chunk_n < (size_t)data_n) {
+        PyBuffer_Release(&tv);
+        PyBuffer_Release(&fill);
+        PyErr_SetString(PyExc_ValueError, "inconsistent Pages arguments");
+        return NULL;
+    }
+    int64_t *table = malloc((size_t)tv.len);
+    char **cpaths = calloc((size_t)(npaths ? npaths : 1), sizeof(char *));
+    char *cfill = malloc((size_t)fill.len);
+    int bad = table == NULL || cpaths == NULL || cfill == NULL;
+    if (!bad) {
+        memcpy(table, tv.buf, (size_t)tv.len);
+        memcpy(cfill, fill.buf, (size_t)fill.len);
+        for (size_t i = 0; i < nchunks; i++) {
+            if (table[3 * i] >= npaths) {
+                bad = 2;
+            }
+        }
+        for (Py_ssize_t i = 0; i < npaths && !bad; i++) {
+            const char *p = PyUnicode_AsUTF8(PyList_GET_ITEM(paths, i));
+            if (p == NULL || (cpaths[i] = strdup(p)) == NULL) {
+                bad = p == NULL ? 3 : 1;
+            }
+        }
+    }
+    size_t fill_n = (size_t)fill.len;
+    PyBuffer_Release(&tv);
+    PyBuffer_Release(&fill);
+    if (bad) {
+        for (Py_ssize_t i = 0; cpaths != NULL && i < npaths; i++) {
+            free(cpaths[i]);
+        }
+        free(cpaths);
+        free(table);
+        free(cfill);
+        if (bad == 2) {
+            PyErr_SetString(PyExc_ValueError, "a chunk names a path that is not given");
+        } else if (bad == 1) {
+            PyErr_NoMemory();
+        }
+        return NULL;
+    }
+    PagesObject *self = (PagesObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        for (Py_ssize_t i = 0; i < npaths; i++) {
+            free(cpaths[i]);
+        }
+        free(cpaths);
+        free(table);
+        free(cfill);
+        return NULL;
+    }
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = oc_pager_create(&self->pages, cpaths, (int)npaths, table, nchunks, codec, (size_t)chunk_n,
+                          (size_t)data_n, (size_t)unit_n, cfill, fill_n, writable, node, readahead);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        self->pages = NULL;
+        Py_DECREF(self);
+        return errno_error(err);
+    }
+    return (PyObject *)self;
+}
+
+static void Pages_finalize(PagesObject *self)
+{
+    PyObject *cb = self->on_release;
+    if (cb == NULL || self->pages == NULL) {
+        return;
+    }
+    self->on_release = NULL;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = PyObject_CallOneArg(cb, (PyObject *)self);
+    if (r == NULL) {
+        PyErr_WriteUnraisable(cb);
+    }
+    Py_XDECREF(r);
+    Py_DECREF(cb);
+    PyErr_Restore(type, value, tb);
+}
+
+static void Pages_dealloc(PagesObject *self)
+{
+    if (PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0) {
+        return; /* the write-back made a new reference: dealloc comes again */
+    }
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    Py_CLEAR(self->on_release);
+    if (self->pages != NULL) {
+        pg_array *p = self->pages;
+        self->pages = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        oc_pager_destroy(p);
+        Py_END_ALLOW_THREADS
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Pages_getbuffer(PagesObject *self, Py_buffer *view, int flags)
+{
+    int writable = oc_pager_writable(self->pages);
+    if ((flags & PyBUF_WRITABLE) && !writable) {
+        PyErr_SetString(PyExc_BufferError, "the chunk-backed array is read-only (mode='r')");
+        view->obj = NULL;
+        return -1;
+    }
+    self->exports++;
+    return PyBuffer_FillInfo(view, (PyObject *)self, oc_pager_base(self->pages),
+                             (Py_ssize_t)oc_pager_data_bytes(self->pages), !writable, flags);
+}
+
+static void Pages_releasebuffer(PagesObject *self, Py_buffer *Py_UNUSED(view)) { self->exports--; }
+
+static PyBufferProcs Pages_as_buffer = {
+    .bf_getbuffer = (getbufferproc)Pages_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)Pages_releasebuffer,
+};
+
+static PyObject *Pages_stats(PagesObject *self, PyObject *Py_UNUSED(a))
+{
+    long long s[10];
+    oc_pager_stats(self->pages, s);
+    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsL}", "fills", s[0], "zero_fills", s[1], "readaheads",
+                         s[2], "evictions", s[3], "failures", s[4], "faults", s[5], "decoded_bytes",
+                         s[6], "resident_bytes", s[7], "dirty_units", s[8], "unit_bytes", s[9]);
+}
+
+static PyObject *Pages_dirty_units(PagesObject *self, PyObject *Py_UNUSED(a))
+{
+    size_t n = oc_pager_dirty(self->pages, NULL, 0);
+    for (;;) {
+        size_t *units = PyMem_Malloc((n ? n : 1) * sizeof(size_t));
+        if (units == NULL) {
+            return PyErr_NoMemory();
+        }
+        size_t got = oc_pager_dirty(self->pages, units, n);
+        if (got > n) {
+            PyMem_Free(units);
+            n = got;
+            continue;
+        }
+        PyObject *list = PyList_New((Py_ssize_t)got);
+        for (size_t i = 0; list != NULL && i < got; i++) {
+            PyObject *v = PyLong_FromSize_t(units[i]);
+            if (v == NULL) {
+                Py_CLEAR(list);
+                break;
+            }
+            PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+        }
+        PyMem_Free(units);
+        return list;
+    }
+}
+
+static PyObject *Pages_begin_writeback(PagesObject *self, PyObject *arg)
+{
+    Py_ssize_t u = PyLong_AsSsize_t(arg);
+    if (u < 0) {
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "unit < 0"), NULL);
+    }
+    int r = oc_pager_begin_writeback(self->pages, (size_t)u);
+    if (r < 0) {
+        return errno_error(-r);
+    }
+    return PyBool_FromLong(r);
+}
+
+static PyObject *Pages_abort_writeback(PagesObject *self, PyObject *arg)
+{
+    Py_ssize_t u = PyLong_AsSsize_t(arg);
+    if (u < 0) {
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "unit < 0"), NULL);
+    }
+    oc_pager_abort_writeback(self->pages, (size_t)u);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pages_trim(PagesObject *self, PyObject *Py_UNUSED(a))
+{
+    size_t freed;
+    Py_BEGIN_ALLOW_THREADS
+    freed = oc_pager_trim(self->pages);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromSize_t(freed);
+}
+
+static PyObject *Pages_prefetch(PagesObject *self, PyObject *args)
+{
+    Py_ssize_t first, last;
+    if (!PyArg_ParseTuple(args, "nn", &first, &last)) {
+        return NULL;
+    }
+    if (first >= 0 && last > first) {
+        oc_pager_prefetch(self->pages, (size_t)first, (size_t)last);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pages_get_error(PagesObject *self, void *Py_UNUSED(c))
+{
+    const char *e = oc_pager_error(self->pages);
+    return e[0] ? PyUnicode_FromString(e) : Py_NewRef(Py_None);
+}
+
+static PyObject *Pages_get_address(PagesObject *self, void *Py_UNUSED(c))
+{
+    return PyLong_FromVoidPtr(oc_pager_base(self->pages));
+}
+
+static PyMethodDef Pages_methods[] = {
+    {"stats", (PyCFunction)Pages_stats, METH_NOARGS, "Counters of fills, evictions and faults."},
+    {"dirty_units", (PyCFunction)Pages_dirty_units, METH_NOARGS, "Units written since their last write-back."},
+    {"begin_writeback", (PyCFunction)Pages_begin_writeback, METH_O, "Mark a dirty unit clean and write-protect it; whether it was dirty."},
+    {"abort_writeback", (PyCFunction)Pages_abort_writeback, METH_O, "A write-back failed: the unit is dirty again."},
+    {"trim", (PyCFunction)Pages_trim, METH_NOARGS, "Drop every clean resident unit; the bytes released."},
+    {"prefetch", (PyCFunction)Pages_prefetch, METH_VARARGS, "Queue fills of units [first, last)."},
+    {NULL},
+};
+
+static PyObject *Pages_get_on_release(PagesObject *self, void *Py_UNUSED(c))
+{
+    return Py_NewRef(self->on_release ? self->on_release : Py_None);
+}
+
+static int Pages_set_on_release(PagesObject *self, PyObject *v, void *Py_UNUSED(c))
+{
+    Py_XSETREF(self->on_release, v == NULL || v == Py_None ? NULL : Py_NewRef(v));
+    return 0;
+}
+
+static PyGetSetDef Pages_getset[] = {
+    {"on_release", (getter)Pages_get_on_release, (setter)Pages_set_on_release, "cb(pages), called once when the last view is gone.", NULL},
+    {"error", (getter)Pages_get_error, NULL, "Why the last failed fill failed, or None.", NULL},
+    {"address", (getter)Pages_get_address, NULL, "Where the data starts.", NULL},
+    {NULL},
+};
+
+static PyTypeObject PagesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "oocarray._native.Pages",
+    .tp_basicsize = sizeof(PagesObject),
+    .tp_dealloc = (destructor)Pages_dealloc,
+    .tp_finalize = (destructor)Pages_finalize,
+    .tp_weaklistoffset = offsetof(PagesObject, weakreflist),
+    .tp_as_buffer = &Pages_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An address range filled from chunks on first touch; the base of its ndarrays.",
+    .tp_new = Pages_new,
+    .tp_methods = Pages_methods,
+    .tp_getset = Pages_getset,
+};
+
+static PyObject *pager_check(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    int wp = 0;
+    int err = oc_pager_check(&wp);
+    return Py_BuildValue("(iO)", err, wp ? Py_True : Py_False);
+}
+
+static PyObject *pager_threads(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    return PyLong_FromLong(atomic_load(&oc_pager_threads));
+}
+
 static PyMethodDef module_methods[] = {
     {"set_handler", set_handler, METH_O, "Install a handler capsule (None: NumPy's default); return the old one."},
     {"get_handler", get_handler, METH_NOARGS, "The handler capsule of the current context."},
@@ -708,6 +1023,8 @@ static PyMethodDef module_methods[] = {
     {"set_physical_limit", set_physical_limit, METH_O, "max_physical_bytes for allocations (-1: none)."},
     {"physical_sample", physical_sample, METH_O, "Resident anonymous + shared bytes just measured."},
     {"forks_prepared", forks_prepared, METH_NOARGS, "How many times this process prepared a fork."},
+    {"pager_check", pager_check, METH_NOARGS, "(errno or 0, write-protect faults?) of opening a kernel-mode userfaultfd."},
+    {"pager_threads", pager_threads, METH_NOARGS, "Threads serving chunk-backed arrays now."},
     {"read_chunks", oc_py_read_chunks, METH_VARARGS, "Run chunk jobs (read, decode) until none is left; None or (job, message)."},
     {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},
     {"zstd_write", oc_py_zstd_write, METH_VARARGS, "Write one zstd frame of a buffer's bytes to a file, compressed without the GIL."},
@@ -725,7 +1042,7 @@ static struct PyModuleDef native_module = {
 PyMODINIT_FUNC PyInit__native(void)
 {
     import_array();
-    if (PyType_Ready(&NodeType) < 0) {
+    if (PyType_Ready(&NodeType) < 0 || PyType_Ready(&PagesType) < 0) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&native_module);
@@ -734,6 +1051,7 @@ PyMODINIT_FUNC PyInit__native(void)
     }
     oc_fork_install();
     if (PyModule_AddObjectRef(m, "Node", (PyObject *)&NodeType) < 0 ||
+        PyModule_AddObjectRef(m, "Pages", (PyObject *)&PagesType) < 0 ||
         PyModule_AddIntConstant(m, "HEADER_BYTES", OC_HEADER_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "FLAG_REGION", OC_FLAG_REGION) < 0 ||
         PyModule_AddIntConstant(m, "FLAG_KEPT", OC_FLAG_KEPT) < 0 ||

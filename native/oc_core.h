@@ -319,5 +319,27 @@ void oc_nodes_atfork(int phase);
 PyObject *oc_py_read_chunks(PyObject *m, PyObject *args);
 PyObject *oc_py_zstd_available(PyObject *m, PyObject *a);
 PyObject *oc_py_zstd_write(PyObject *m, PyObject *args);
+int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t chunk_n, size_t skip,
+                    char *dst, size_t n, char *err, size_t err_n);
+
+/* pager.c: chunk-backed ndarrays (pages filled on touch through userfaultfd) */
+typedef struct pg_array pg_array;
+int oc_pager_check(int *write_protect); /* 0, or the errno of opening a kernel-mode uffd */
+int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, size_t nchunks,
+                    int codec, size_t chunk_bytes, size_t data_bytes, size_t unit_bytes,
+                    char *fill, size_t fill_n, int writable, oc_node *node, int readahead);
+void oc_pager_destroy(pg_array *a);
+char *oc_pager_base(pg_array *a);
+size_t oc_pager_data_bytes(pg_array *a);
+int oc_pager_writable(pg_array *a);
+void oc_pager_stats(pg_array *a, long long out[10]);
+const char *oc_pager_error(pg_array *a);
+size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n);
+int oc_pager_begin_writeback(pg_array *a, size_t u);
+void oc_pager_abort_writeback(pg_array *a, size_t u);
+size_t oc_pager_trim(pg_array *a);
+void oc_pager_prefetch(pg_array *a, size_t first, size_t last);
+void oc_pager_atfork(int phase);
+extern atomic_int oc_pager_threads;
 
 #endif

@@ -19,6 +19,7 @@ __all__ = [
     "CorruptChunkError",
     "MemoryBudgetError",
     "OOCArrayError",
+    "PagingUnavailableError",
     "ReadOnlyError",
     "ScopeLeakError",
     "SpillError",
@@ -81,3 +82,17 @@ class StoreNotFoundError(OOCArrayError, FileNotFoundError):
 
 class ReadOnlyError(OOCArrayError, ValueError):
     """A write was attempted on an array opened read-only."""
+
+
+class PagingUnavailableError(OOCArrayError, OSError):
+    """Chunk-backed ndarrays (``x.as_ndarray()`` over chunks) need Linux userfaultfd with
+    kernel-mode faults, which this process may not use; ``errno`` says why, the message how to
+    enable it."""
+
+    def __init__(self, err: int, message: str) -> None:
+        super().__init__(err, message)
+        self.errno = err
+        self.strerror = message
+
+    def __str__(self) -> str:
+        return self.strerror

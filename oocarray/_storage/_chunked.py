@@ -19,6 +19,7 @@ import numpy.typing as npt
 from oocarray._memory._units import format_bytes
 from oocarray._storage._formats import Store
 from oocarray._storage._indexing import ChunkPiece, Selection, parse_key
+from oocarray._storage._paged import PagedArrays
 from oocarray.errors import ClosedError
 
 __all__ = ["ChunkedArray"]
@@ -58,6 +59,7 @@ class ChunkedArray:
         self.chunk_reads = 0
         self.chunk_writes = 0
         self._append_lock = threading.Lock()  # appends of one array object run one at a time
+        self._paged: PagedArrays | None = None  # chunk-backed ndarrays made by as_ndarray()
 
     # ---- description ----
 
@@ -329,20 +331,42 @@ class ChunkedArray:
         )
 
     def as_ndarray(self, mode: str = "r") -> np.ndarray:
-        """The whole array as an ``np.ndarray`` over its file's pages, with no copy: the
-        explicit zero-copy view of a memory-mapped array (``.npy``, contiguous uncompressed
-        HDF5).  Indexing copies what it selects; this does not.
+        """The whole array as a plain ``np.ndarray``, with no copy up front.
+
+        Memory-mapped arrays (``.npy``, contiguous uncompressed HDF5) give a view of their
+        file's pages.  Chunked zarr arrays give a *chunk-backed* ndarray (Linux userfaultfd):
+        its address range is reserved, and the first touch of a page, from any thread or
+        system call, decodes the chunk behind it into place on native threads (sequential
+        access reads the next chunks ahead).  Any NumPy, SciPy or scikit-learn code runs on it
+        as on a ``numpy.memmap``; views, ``np.asarray``, pickling (as a plain array) and C
+        extensions work.  Resident chunks count against the active manager's budget (the
+        root's outside any manager); over it, the least recently filled clean chunks are
+        dropped and read again on their next touch.  The mapping lives until the last view of
+        the array is gone.
+
+        A chunk that cannot be decoded cannot raise an exception at the access that needs it:
+        its pages are poisoned, the access gets ``SIGBUS``, and the reason is written to
+        stderr.  Check a store first with ``x[...]`` reads (which raise
+        :class:`CorruptChunkError`) where that matters.
 
         Parameters
         ----------
         mode
-            ``"r"``: a read-only view.  ``"r+"``: writes into the view change the file (the
-            array must be open with ``mode="r+"``).
+            ``"r"``: read-only.  ``"r+"``: writes change the store (the array must be open with
+            ``mode="r+"``).  For chunk-backed arrays each chunk's first write is tracked, and
+            dirty chunks are written back, each whole, by :meth:`flush`, :meth:`close` and
+            when the last view is gone.  Only the process that made the array writes back: a
+            forked child's writes stay its own.
 
         Raises
         ------
         NotImplementedError
-            The array is stored in chunks (zarr, chunked HDF5): read it with ``x[...]``.
+            A chunked store that cannot be paged: chunks that do not span every axis but the
+            first, codecs other than zstd or none, chunked HDF5, ``"r+"`` on shards or on
+            chunks that are not whole pages.  The message says how to rewrite it.
+        PagingUnavailableError
+            userfaultfd with kernel-mode faults is not permitted here, or turned off with
+            ``OOCARRAY_USERFAULTFD=0``; the message says how to enable it.
         ReadOnlyError
             ``mode="r+"`` on an array opened read-only.
 
@@ -358,20 +382,30 @@ class ChunkedArray:
         self._check_open()
         if mode not in ("r", "r+"):
             raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
-        memmap = self._store.memmap
-        if memmap is None:
-            raise NotImplementedError(
-                f"as_ndarray() is a view of a memory-mapped file (.npy, contiguous "
-                f"uncompressed HDF5); the {self.format} array at {self.path!r} is stored in "
-                "chunks: read it with x[...] instead"
-            )
         if mode == "r+":
             self._store.check_writable()
+        memmap = self._store.memmap
+        if memmap is None:
+            if self._paged is None:
+                self._paged = PagedArrays(self._store)
+            return self._paged.make(mode)
         view = memmap.view(np.ndarray)
         if mode == "r" and view.flags.writeable:
             view = view.view()
             view.flags.writeable = False
         return view
+
+    def flush(self) -> int:
+        """Write back the chunks written through :meth:`as_ndarray` ``("r+")`` views, each
+        chunk whole (written beside its file and renamed); the number of chunks written.  A
+        full disk raises ``OSError`` (``ENOSPC``) and leaves the chunks dirty."""
+        self._check_open()
+        return 0 if self._paged is None else self._paged.flush()
+
+    def paging_stats(self) -> list[dict[str, int]]:
+        """Counters of each live chunk-backed ndarray of this array: fills, zero fills,
+        read-aheads, evictions, failures, faults, decoded and resident bytes, dirty units."""
+        return [] if self._paged is None else self._paged.stats()
 
     def __iter__(self) -> Any:
         for i in range(len(self)):
@@ -399,6 +433,10 @@ class ChunkedArray:
     def close(self) -> None:
         """Release open files, and delete the data of a temporary array; later reads and
         writes raise :class:`ClosedError`.  Closing twice does nothing."""
+        if self._closed:
+            return
+        if self._paged is not None and not self._temporary:
+            self._paged.flush()
         self._closed = True
         self._store.close()
         if self._delete_data is not None:

@@ -1,0 +1,1075 @@
+/*
+ * Chunk-backed ndarrays: an address range whose pages are filled from a chunk store on first
+ * touch (Linux userfaultfd).  See ../shared/notes/userfaultfd.md for the lessons this follows.
+ *
+ * An array's range is reserved (anonymous, MAP_NORESERVE) and registered for missing-page
+ * faults (and write-protect faults when it is writable).  The range is cut into fill units: a
+ * page-aligned run of bytes, the chunk's size rounded up to pages (the chunk itself where its
+ * size is a whole number of pages).  A unit that straddles chunks is filled from the parts of
+ * each it needs: the native reader decodes byte ranges of a chunk without the rest.
+ *
+ * Threads (none of them needs the GIL, and none waits on anything but its own queue):
+ *  - one reader drains many fault messages per read(), rounds each to its unit, drops the
+ *    ones already being filled, queues fills (and read-ahead after sequential faults) for the
+ *    workers, and answers write-protect faults itself (a unit's first write makes it dirty and
+ *    unprotects the whole unit);
+ *  - workers decode a unit into their own staging buffer and install it with UFFDIO_COPY
+ *    (UFFDIO_ZEROPAGE for read-only units of absent chunks with a zero fill value), which
+ *    wakes every thread waiting on it.  A unit that cannot be decoded is poisoned
+ *    (UFFDIO_POISON, Linux 6.6+; PROT_NONE before that): its accesses get SIGBUS (SIGSEGV),
+ *    never a hang, and the reason is written to stderr and kept for `error`.
+ *
+ * Resident units are counted against the owning manager node's budget; a fill that does not
+ * fit drops the least recently filled clean units of arrays of the same node (one
+ * MADV_DONTNEED per unit, refilled on the next touch), with some slack so that not every fill
+ * evicts.  Dirty units are written back by Python (flush()) and only then become evictable.
+ *
+ * The mapping lives as long as the Pages object, which is the base of every ndarray over it:
+ * unregistered and unmapped only when the last view is gone, after every fill queued for it
+ * has finished.  The threads stop when the last such array is gone, and start again with the
+ * next.  fork: the child's copy of a range is no longer registered (no EVENT_FORK, which needs
+ * CAP_SYS_PTRACE), so the child opens its own descriptor, registers every range again and
+ * starts its own threads; units not yet filled are filled in the child from the store.
+ */
+#include "oc_core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <signal.h>
+#include <time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Newer than the build machine's kernel headers, checked at run time. */
+#ifndef USERFAULTFD_IOC_NEW
+#define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
+#endif
+#define PG_FEATURE_POISON ((uint64_t)1 << 14)
+struct pg_uffdio_poison {
+    struct uffdio_range range;
+    uint64_t mode;
+    int64_t updated;
+};
+#define PG_UFFDIO_POISON _IOWR(UFFDIO, 0x08, struct pg_uffdio_poison)
+
+enum { U_EMPTY, U_FILLING, U_CLEAN, U_DIRTY, U_EVICTING, U_FAILED };
+#define F_WRITE 1 /* a write-protect fault came while the unit was being filled */
+
+typedef struct pg_array pg_array;
+struct pg_array {
+    char *base;
+    size_t map_bytes;  /* page multiple */
+    size_t data_bytes; /* the array's bytes */
+    size_t unit_bytes;
+    size_t nunits;
+    size_t chunk_bytes;
+    size_t nchunks;
+    int codec;
+    int writable;
+    int readahead; /* units read ahead after a sequential fault */
+    char **paths;
+    int npaths;
+    int64_t *table; /* per chunk: path index (-1 absent), offset, stored bytes (-1: the file) */
+    char *fill;     /* one element's fill bytes */
+    size_t fill_n;
+    int fill_zero;
+    uint8_t *state; /* per unit, under `lock` */
+    uint8_t *flags;
+    size_t *ring; /* resident units in fill order (one entry each), for eviction */
+    size_t ring_head, ring_len;
+    uint64_t *stamp;
+    oc_node *node; /* holds a reference; resident units are counted on it */
+    pid_t pid;     /* the process that may write dirty units back */
+    long long last_fault;
+    int inflight; /* queued or running jobs, evictions */
+    int dead;
+    pg_array *next;
+    atomic_llong fills, zero_fills, readaheads, evictions, failures, faults, decoded_bytes,
+        resident_bytes, charged_bytes;
+    char error[320];
+};
+
+typedef struct {
+    pg_array *a;
+    size_t unit;
+    int ahead;
+} pg_job;
+
+static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER; /* starting and stopping */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;      /* arrays, states, the queue */
+static pthread_cond_t work_cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER;
+static int uffd = -1;
+static int wake_fd = -1;
+static uint64_t features;
+static pg_array *arrays;
+static int narrays;
+static pg_job *queue;
+static size_t q_head, q_len, q_cap;
+static pthread_t reader_thread;
+static pthread_t *worker_threads;
+static int nworkers;
+static int running;
+static int stopping;
+static uint64_t fill_seq;
+atomic_int oc_pager_threads; /* reader and workers alive, for tests */
+
+/* ---- the descriptor ---- */
+
+static int uffd_new(void)
+{
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0 && errno == EPERM) {
+        /* Linux 6.1+: access to /dev/userfaultfd grants kernel-mode fault handling. */
+        int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+        if (dev >= 0) {
+            fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+            close(dev);
+        }
+        else {
+            errno = EPERM;
+        }
+    }
+    return fd < 0 ? -errno : fd;
+}
+
+/* A descriptor serving kernel-mode faults too, with write-protect faults and poison where the
+ * kernel has them; or -errno. */
+static int uffd_open(uint64_t *granted)
+{
+    int fd = uffd_new();
+    if (fd < 0) {
+        return fd;
+    }
+    struct uffdio_api api = {.api = UFFD_API, .features = 0};
+    if (ioctl(fd, UFFDIO_API, &api) != 0) {
+        int err = errno;
+        close(fd);
+        return -err;
+    }
+    close(fd);
+    uint64_t wanted = api.features & (UFFD_FEATURE_PAGEFAULT_FLAG_WP | PG_FEATURE_POISON);
+    fd = uffd_new();
+    if (fd < 0) {
+        return fd;
+    }
+    api = (struct uffdio_api){.api = UFFD_API, .features = wanted};
+    if (ioctl(fd, UFFDIO_API, &api) != 0) {
+        int err = errno;
+        close(fd);
+        return -err;
+    }
+    *granted = wanted;
+    return fd;
+}
+
+int oc_pager_check(int *write_protect)
+{
+    uint64_t granted = 0;
+    int fd = uffd_open(&granted);
+    if (fd < 0) {
+        return -fd;
+    }
+    close(fd);
+    *write_protect = (granted & UFFD_FEATURE_PAGEFAULT_FLAG_WP) != 0;
+    return 0;
+}
+
+static void uffd_wake(char *p, size_t n)
+{
+    struct uffdio_range r = {.start = (uintptr_t)p, .len = n};
+    ioctl(uffd, UFFDIO_WAKE, &r);
+}
+
+static int uffd_protect(char *p, size_t n, int on)
+{
+    struct uffdio_writeprotect w = {.range = {.start = (uintptr_t)p, .len = n},
+                                    .mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0};
+    while (ioctl(uffd, UFFDIO_WRITEPROTECT, &w) != 0) {
+        if (errno != EAGAIN) {
+            return errno;
+        }
+    }
+    return 0;
+}
+
+/* ---- the queue (lock held) ---- */
+
+static int enqueue(pg_array *a, size_t unit, int ahead)
+{
+    if (q_len == q_cap) {
+        size_t cap = q_cap ? 2 * q_cap : 256;
+        pg_job *q = malloc(cap * sizeof *q);
+        if (q == NULL) {
+            return -1;
+        }
+        for (size_t i = 0; i < q_len; i++) {
+            q[i] = queue[(q_head + i) % q_cap];
+        }
+        free(queue);
+        queue = q;
+        q_cap = cap;
+        q_head = 0;
+    }
+    queue[(q_head + q_len) % q_cap] = (pg_job){a, unit, ahead};
+    q_len++;
+    a->inflight++;
+    return 0;
+}
+
+static pg_array *find(uintptr_t addr)
+{
+    for (pg_array *a = arrays; a != NULL; a = a->next) {
+        if (addr >= (uintptr_t)a->base && addr < (uintptr_t)a->base + a->map_bytes) {
+            return a;
+        }
+    }
+    return NULL;
+}
+
+static size_t unit_len(pg_array *a, size_t u)
+{
+    size_t start = u * a->unit_bytes;
+    return a->map_bytes - start < a->unit_bytes ? a->map_bytes - start : a->unit_bytes;
+}
+
+/* ---- the reader ---- */
+
+typedef struct {
+    char *p;
+    size_t n;
+    int unprotect;
+} pg_wake;
+
+static void *reader_main(void *arg)
+{
+    (void)arg;
+    int fd = uffd, stop_fd = wake_fd;
+    struct uffd_msg msgs[128];
+    pg_wake wakes[128];
+    size_t page = oc_page_bytes();
+    for (;;) {
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = stop_fd, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            break;
+        }
+        if (p[1].revents) {
+            break;
+        }
+        ssize_t got = read(fd, msgs, sizeof msgs);
+        if (got < 0) {
+            if (errno == EAGAIN || errno == EINTR) {
+                continue;
+            }
+            break;
+        }
+        int n = (int)(got / (ssize_t)sizeof(struct uffd_msg)), nw = 0, queued = 0;
+        pthread_mutex_lock(&lock);
+        for (int i = 0; i < n; i++) {
+            if (msgs[i].event != UFFD_EVENT_PAGEFAULT) {
+                continue;
+            }
+            uintptr_t addr = (uintptr_t)msgs[i].arg.pagefault.address;
+            uint64_t fl = msgs[i].arg.pagefault.flags;
+            pg_array *a = find(addr);
+            if (a == NULL || a->dead) {
+                continue;
+            }
+            atomic_fetch_add_explicit(&a->faults, 1, memory_order_relaxed);
+            size_t u = (addr - (uintptr_t)a->base) / a->unit_bytes;
+            char *ustart = a->base + u * a->unit_bytes;
+            char *pg = (char *)(addr & ~(uintptr_t)(page - 1));
+            int st = a->state[u];
+            if (fl & UFFD_PAGEFAULT_FLAG_WP) {
+                if (st == U_CLEAN && a->writable) {
+                    a->state[u] = U_DIRTY;
+                    wakes[nw++] = (pg_wake){ustart, unit_len(a, u), 1};
+                }
+                else if (st == U_DIRTY) {
+                    wakes[nw++] = (pg_wake){ustart, unit_len(a, u), 1};
+                }
+                else if (st == U_FILLING) {
+                    a->flags[u] |= F_WRITE; /* the filler unprotects it when done */
+                }
+                else {
+                    wakes[nw++] = (pg_wake){pg, page, 0};
+                }
+                continue;
+            }
+            if (st == U_EMPTY) {
+                a->state[u] = U_FILLING;
+                if (enqueue(a, u, 0) != 0) {
+                    a->state[u] = U_EMPTY; /* out of memory: the fault comes again */
+                    wakes[nw++] = (pg_wake){pg, page, 0};
+                    continue;
+                }
+                queued++;
+                long long gap = (long long)u - a->last_fault;
+                if (gap > 0 && gap <= a->readahead + 1) {
+                    for (size_t v = u + 1; v <= u + (size_t)a->readahead && v < a->nunits; v++) {
+                        if (a->state[v] == U_EMPTY && enqueue(a, v, 1) == 0) {
+                            a->state[v] = U_FILLING;
+                            queued++;
+                        }
+                    }
+                }
+                a->last_fault = (long long)u;
+            }
+            else if (st == U_CLEAN || st == U_DIRTY || st == U_FAILED) {
+                wakes[nw++] = (pg_wake){pg, page, 0}; /* filled since the fault was raised */
+            }
+            /* U_FILLING: the fill wakes it; U_EVICTING: the eviction wakes it to fault again */
+        }
+        pthread_mutex_unlock(&lock);
+        if (queued) {
+            pthread_cond_broadcast(&work_cond);
+        }
+        for (int i = 0; i < nw; i++) {
+            if (wakes[i].unprotect) {
+                uffd_protect(wakes[i].p, wakes[i].n, 0); /* also wakes the writers */
+            }
+            else {
+                uffd_wake(wakes[i].p, wakes[i].n);
+            }
+        }
+    }
+    atomic_fetch_sub(&oc_pager_threads, 1);
+    return NULL;
+}
+
+/* ---- budget and eviction ---- */
+
+static void force_count(oc_node *n, int64_t bytes)
+{
+    for (oc_node *p = n; p != NULL; p = p->parent) {
+        atomic_fetch_add_explicit(&p->current_bytes, bytes, memory_order_relaxed);
+    }
+}
+
+/* Drops clean units of arrays counted on `node`, least recently filled first, until `want`
+ * bytes are released or none is left; the bytes released. */
+static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
+{
+    size_t freed = 0;
+    while (freed < want) {
+        pthread_mutex_lock(&lock);
+        pg_array *victim = NULL;
+        size_t vu = 0;
+        for (int guard = 0; guard < 4 && victim == NULL; guard++) {
+            pg_array *best = NULL;
+            for (pg_array *a = arrays; a != NULL; a = a->next) {
+                if (a->dead || a->node != node || a->ring_len == 0 || (only && a != only)) {
+                    continue;
+                }
+                if (best == NULL || a->stamp[a->ring[a->ring_head]] < best->stamp[best->ring[best->ring_head]]) {
+                    best = a;
+                }
+            }
+            if (best == NULL) {
+                break;
+            }
+            /* Pop entries of `best` until a clean one; dirty ones go to the back. */
+            for (size_t tries = best->ring_len; tries > 0 && best->ring_len > 0; tries--) {
+                size_t u = best->ring[best->ring_head];
+                best->ring_head = (best->ring_head + 1) % best->nunits;
+                best->ring_len--;
+                if (best->state[u] == U_CLEAN) {
+                    victim = best;
+                    vu = u;
+                    break;
+                }
+                if (best->state[u] == U_DIRTY) {
+                    best->ring[(best->ring_head + best->ring_len) % best->nunits] = u;
+                    best->ring_len++;
+                }
+            }
+            if (victim == NULL) {
+                /* only dirty units left in this array: look no further */
+                break;
+            }
+        }
+        if (victim == NULL) {
+            pthread_mutex_unlock(&lock);
+            break;
+        }
+        victim->state[vu] = U_EVICTING;
+        victim->inflight++;
+        pthread_mutex_unlock(&lock);
+        char *p = victim->base + vu * victim->unit_bytes;
+        size_t len = unit_len(victim, vu);
+        madvise(p, len, MADV_DONTNEED);
+        atomic_fetch_sub(&victim->resident_bytes, (long long)len);
+        atomic_fetch_sub(&victim->charged_bytes, (long long)len);
+        oc_release(victim->node, (int64_t)len);
+        atomic_fetch_add(&victim->evictions, 1);
+        pthread_mutex_lock(&lock);
+        victim->state[vu] = U_EMPTY;
+        victim->inflight--;
+        pthread_cond_broadcast(&idle_cond);
+        pthread_mutex_unlock(&lock);
+        uffd_wake(p, len); /* threads that faulted meanwhile fault again, and are filled */
+        freed += len;
+    }
+    return freed;
+}
+
+static void charge(pg_array *a, size_t bytes)
+{
+    atomic_fetch_add(&a->resident_bytes, (long long)bytes);
+    if (a->node == NULL) {
+        return;
+    }
+    atomic_fetch_add(&a->charged_bytes, (long long)bytes);
+    for (;;) {
+        if (oc_reserve(a->node, (int64_t)bytes) == NULL) {
+            break;
+        }
+        /* Over the budget: release a little more than needed (the low watermark), so that the
+         * next fills fit without evicting again. */
+        size_t slack = (size_t)atomic_load(&a->resident_bytes) / 8;
+        if (evict_lru(a->node, bytes + slack, NULL) == 0) {
+            force_count(a->node, (int64_t)bytes); /* nothing left to drop: this unit must go in */
+            break;
+        }
+    }
+    oc_raise_peaks(a->node);
+}
+
+/* ---- filling ---- */
+
+static void fill_pattern(pg_array *a, char *d, size_t lo, size_t hi)
+{
+    if (a->fill_zero) {
+        memset(d, 0, hi - lo);
+        return;
+    }
+    for (size_t i = lo; i < hi; i++) {
+        d[i - lo] = a->fill[i % a->fill_n];
+    }
+}
+
+/* Decode unit u into stage; 0, or -1 with a message.  *absent: every chunk was absent. */
+static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *absent, char *err,
+                       size_t err_n)
+{
+    size_t start = u * a->unit_bytes;
+    size_t end = start + len < a->data_bytes ? start + len : a->data_bytes;
+    *absent = 1;
+    if (end < start + len) {
+        memset(stage + (end - start), 0, start + len - end);
+    }
+    size_t C = a->chunk_bytes;
+    for (size_t c = start / C; c < a->nchunks && c * C < end; c++) {
+        size_t cs = c * C;
+        size_t lo = start > cs ? start : cs;
+        size_t hi = end < cs + C ? end : cs + C;
+        char *d = stage + (lo - start);
+        int64_t *t = &a->table[3 * c];
+        if (t[0] < 0) {
+            fill_pattern(a, d, lo, hi);
+            continue;
+        }
+        int fd = open(a->paths[t[0]], O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ENOENT) { /* a chunk never written holds the fill value */
+                fill_pattern(a, d, lo, hi);
+                continue;
+            }
+            snprintf(err, err_n, "chunk %zu: cannot open %s: %s", c, a->paths[t[0]], strerror(errno));
+            return -1;
+        }
+        *absent = 0;
+        char why[256];
+        int rc = oc_decode_range(a->codec, fd, t[1], t[2], C, lo - cs, d, hi - lo, why, sizeof why);
+        close(fd);
+        if (rc != 0) {
+            snprintf(err, err_n, "chunk %zu (%s) cannot be decoded: %s", c, a->paths[t[0]], why);
+            return -1;
+        }
+        atomic_fetch_add_explicit(&a->decoded_bytes, (long long)(hi - lo), memory_order_relaxed);
+    }
+    return 0;
+}
+
+/* Install src at dst with UFFDIO_COPY; 0 or errno. */
+static int install(char *dst, const char *src, size_t len, int wp)
+{
+    size_t page = oc_page_bytes();
+    for (size_t done = 0; done < len;) {
+        struct uffdio_copy c = {.dst = (uintptr_t)(dst + done),
+                                .src = (uintptr_t)(src + done),
+                                .len = len - done,
+                                .mode = wp ? UFFDIO_COPY_MODE_WP : 0};
+        if (ioctl(uffd, UFFDIO_COPY, &c) == 0) {
+            break;
+        }
+        if (c.copy > 0) {
+            done += (size_t)c.copy;
+            continue;
+        }
+        if (errno == EAGAIN || errno == ENOMEM) {
+            struct timespec pause = {0, 100000};
+            nanosleep(&pause, NULL);
+            continue;
+        }
+        if (errno == EEXIST) {
+            done += page; /* present already (a fill cut short by fork): keep it */
+            continue;
+        }
+        return errno;
+    }
+    return 0;
+}
+
+static void poison(pg_array *a, char *dst, size_t len)
+{
+    size_t page = oc_page_bytes();
+    if (features & PG_FEATURE_POISON) {
+        for (size_t off = 0; off < len; off += page) {
+            struct pg_uffdio_poison p = {.range = {.start = (uintptr_t)(dst + off), .len = page}};
+            if (ioctl(uffd, PG_UFFDIO_POISON, &p) != 0 && errno != EEXIST) {
+                goto fallback;
+            }
+        }
+        return;
+    }
+fallback:
+    (void)a;
+    mprotect(dst, len, PROT_NONE); /* accesses get SIGSEGV */
+    uffd_wake(dst, len);
+}
+
+static void ring_push(pg_array *a, size_t u)
+{
+    a->ring[(a->ring_head + a->ring_len) % a->nunits] = u;
+    a->ring_len++;
+}
+
+static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
+{
+    char *dst = a->base + u * a->unit_bytes;
+    size_t len = unit_len(a, u);
+    char err[320] = "";
+    int absent = 0, rc = 0;
+    if (*stage_n < len) {
+        void *p = NULL;
+        if (posix_memalign(&p, 4096, len) != 0) {
+            snprintf(err, sizeof err, "out of memory for a staging buffer of %zu bytes", len);
+            rc = -1;
+        }
+        else {
+            free(*stage);
+            *stage = p;
+            *stage_n = len;
+        }
+    }
+    if (rc == 0) {
+        charge(a, len);
+        rc = decode_unit(a, u, *stage, len, &absent, err, sizeof err);
+        if (rc == 0) {
+            int e = absent && a->fill_zero && !a->writable ? 0 : install(dst, *stage, len, a->writable);
+            if (absent && a->fill_zero && !a->writable) {
+                struct uffdio_zeropage z = {.range = {.start = (uintptr_t)dst, .len = len}};
+                while (ioctl(uffd, UFFDIO_ZEROPAGE, &z) != 0 && errno == EAGAIN) {
+                    z.zeropage = 0;
+                }
+                atomic_fetch_add(&a->zero_fills, 1);
+            }
+            if (e != 0) {
+                snprintf(err, sizeof err, "installing the pages failed: %s", strerror(e));
+                rc = -1;
+            }
+        }
+        if (rc != 0) {
+            atomic_fetch_sub(&a->resident_bytes, (long long)len);
+            if (a->node != NULL) {
+                atomic_fetch_sub(&a->charged_bytes, (long long)len);
+                oc_release(a->node, (int64_t)len);
+            }
+        }
+    }
+    int unprotect = 0;
+    pthread_mutex_lock(&lock);
+    if (rc != 0) {
+        a->state[u] = U_FAILED;
+        snprintf(a->error, sizeof a->error, "bytes %zu-%zu: %s", u * a->unit_bytes, u * a->unit_bytes + len, err);
+    }
+    else {
+        unprotect = a->writable && (a->flags[u] & F_WRITE);
+        a->state[u] = unprotect ? U_DIRTY : U_CLEAN;
+        a->stamp[u] = ++fill_seq;
+        ring_push(a, u);
+    }
+    a->flags[u] = 0;
+    pthread_mutex_unlock(&lock);
+    if (rc != 0) {
+        atomic_fetch_add(&a->failures, 1);
+        fprintf(stderr,
+                "oocarray: a chunk-backed array cannot fill bytes %zu-%zu: %s; accesses to them "
+                "raise SIGBUS\n",
+                u * a->unit_bytes, u * a->unit_bytes + len, err);
+        poison(a, dst, len);
+    }
+    else {
+        atomic_fetch_add(&a->fills, 1);
+        if (unprotect) {
+            uffd_protect(dst, len, 0);
+        }
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    (void)arg;
+    char *stage = NULL;
+    size_t stage_n = 0;
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        while (q_len == 0 && !stopping) {
+            pthread_cond_wait(&work_cond, &lock);
+        }
+        if (stopping) {
+            pthread_mutex_unlock(&lock);
+            break;
+        }
+        pg_job job = queue[q_head];
+        q_head = (q_head + 1) % q_cap;
+        q_len--;
+        int dead = job.a->dead;
+        if (dead) {
+            job.a->state[job.unit] = U_EMPTY;
+        }
+        pthread_mutex_unlock(&lock);
+        if (!dead) {
+            if (job.ahead) {
+                atomic_fetch_add(&job.a->readaheads, 1);
+            }
+            fill(job.a, job.unit, &stage, &stage_n);
+        }
+        pthread_mutex_lock(&lock);
+        job.a->inflight--;
+        pthread_cond_broadcast(&idle_cond);
+        pthread_mutex_unlock(&lock);
+    }
+    free(stage);
+    atomic_fetch_sub(&oc_pager_threads, 1);
+    return NULL;
+}
+
+/* ---- starting and stopping (life_lock held) ---- */
+
+static int spawn(pthread_t *t, void *(*fn)(void *))
+{
+    pthread_attr_t attr;
+    sigset_t all, old;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the threads take no signals */
+    int err = pthread_create(t, &attr, fn, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (err == 0) {
+        atomic_fetch_add(&oc_pager_threads, 1);
+    }
+    return err;
+}
+
+static void stop_threads(void)
+{
+    if (!running) {
+        return;
+    }
+    pthread_mutex_lock(&lock);
+    stopping = 1;
+    pthread_mutex_unlock(&lock);
+    pthread_cond_broadcast(&work_cond);
+    uint64_t one = 1;
+    ssize_t w = write(wake_fd, &one, sizeof one);
+    (void)w;
+    pthread_join(reader_thread, NULL);
+    for (int i = 0; i < nworkers; i++) {
+        pthread_join(worker_threads[i], NULL);
+    }
+    free(worker_threads);
+    worker_threads = NULL;
+    nworkers = 0;
+    close(uffd);
+    close(wake_fd);
+    uffd = wake_fd = -1;
+    pthread_mutex_lock(&lock);
+    stopping = 0;
+    q_len = q_head = 0;
+    pthread_mutex_unlock(&lock);
+    running = 0;
+}
+
+static int start_threads(void)
+{
+    if (running) {
+        return 0;
+    }
+    int fd = uffd_open(&features);
+    if (fd < 0) {
+        return -fd;
+    }
+    int efd = eventfd(0, EFD_CLOEXEC);
+    if (efd < 0) {
+        int err = errno;
+        close(fd);
+        return err;
+    }
+    uffd = fd;
+    wake_fd = efd;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int want = cpus < 2 ? 2 : cpus > 8 ? 8 : (int)cpus;
+    worker_threads = calloc((size_t)want, sizeof(pthread_t));
+    int err = worker_threads == NULL ? ENOMEM : spawn(&reader_thread, reader_main);
+    if (err) {
+        free(worker_threads);
+        worker_threads = NULL;
+        close(fd);
+        close(efd);
+        uffd = wake_fd = -1;
+        return err;
+    }
+    running = 1;
+    for (int i = 0; i < want; i++) {
+        if (spawn(&worker_threads[i], worker_main) != 0) {
+            break;
+        }
+        nworkers++;
+    }
+    if (nworkers == 0) {
+        stop_threads();
+        return EAGAIN;
+    }
+    return 0;
+}
+
+static int register_range(pg_array *a)
+{
+    struct uffdio_register r = {.range = {.start = (uintptr_t)a->base, .len = a->map_bytes},
+                                .mode = UFFDIO_REGISTER_MODE_MISSING |
+                                        (a->writable ? UFFDIO_REGISTER_MODE_WP : 0)};
+    return ioctl(uffd, UFFDIO_REGISTER, &r) == 0 ? 0 : errno;
+}
+
+/* ---- arrays ---- */
+
+static void array_free(pg_array *a)
+{
+    if (a->paths != NULL) {
+        for (int i = 0; i < a->npaths; i++) {
+            free(a->paths[i]);
+        }
+    }
+    free(a->paths);
+    free(a->table);
+    free(a->fill);
+    free(a->state);
+    free(a->flags);
+    free(a->ring);
+    free(a->stamp);
+    if (a->node != NULL) {
+        oc_node_decref(a->node);
+    }
+    free(a);
+}
+
+/* Takes ownership of paths, table and fill (freed on failure too).  0 with *out, or errno. */
+int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, size_t nchunks,
+                    int codec, size_t chunk_bytes, size_t data_bytes, size_t unit_bytes,
+                    char *fill, size_t fill_n, int writable, oc_node *node, int readahead)
+{
+    size_t page = oc_page_bytes();
+    pg_array *a = calloc(1, sizeof *a);
+    if (a == NULL) {
+        for (int i = 0; i < npaths; i++) {
+            free(paths[i]);
+        }
+        free(paths);
+        free(table);
+        free(fill);
+        return ENOMEM;
+    }
+    a->paths = paths;
+    a->npaths = npaths;
+    a->table = table;
+    a->nchunks = nchunks;
+    a->fill = fill;
+    a->fill_n = fill_n;
+    a->fill_zero = 1;
+    for (size_t i = 0; i < fill_n; i++) {
+        a->fill_zero &= fill[i] == 0;
+    }
+    a->codec = codec;
+    a->chunk_bytes = chunk_bytes;
+    a->data_bytes = data_bytes;
+    a->unit_bytes = unit_bytes;
+    a->map_bytes = (data_bytes + page - 1) / page * page;
+    a->nunits = (a->map_bytes + unit_bytes - 1) / unit_bytes;
+    a->writable = writable;
+    a->readahead = readahead;
+    a->last_fault = -2 - readahead;
+    a->pid = getpid();
+    a->state = calloc(a->nunits, 1);
+    a->flags = calloc(a->nunits, 1);
+    a->ring = calloc(a->nunits, sizeof(size_t));
+    a->stamp = calloc(a->nunits, sizeof(uint64_t));
+    if (node != NULL) {
+        oc_node_incref(node);
+        a->node = node;
+    }
+    if (a->state == NULL || a->flags == NULL || a->ring == NULL || a->stamp == NULL) {
+        array_free(a);
+        return ENOMEM;
+    }
+    a->base = mmap(NULL, a->map_bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (a->base == MAP_FAILED) {
+        int err = errno;
+        array_free(a);
+        return err;
+    }
+    madvise(a->base, a->map_bytes, MADV_NOHUGEPAGE); /* fills install small pages */
+    pthread_mutex_lock(&life_lock);
+    int err = start_threads();
+    if (err == 0 && (err = register_range(a)) == 0) {
+        pthread_mutex_lock(&lock);
+        a->next = arrays;
+        arrays = a;
+        narrays++;
+        pthread_mutex_unlock(&lock);
+    }
+    else if (narrays == 0) {
+        stop_threads();
+    }
+    pthread_mutex_unlock(&life_lock);
+    if (err) {
+        munmap(a->base, a->map_bytes);
+        array_free(a);
+        return err;
+    }
+    *out = a;
+    return 0;
+}
+
+/* The last view is gone: wait for the fills queued for it, then unregister and unmap. */
+void oc_pager_destroy(pg_array *a)
+{
+    pthread_mutex_lock(&life_lock);
+    pthread_mutex_lock(&lock);
+    a->dead = 1;
+    for (pg_array **p = &arrays; *p != NULL; p = &(*p)->next) {
+        if (*p == a) {
+            *p = a->next;
+            break;
+        }
+    }
+    while (a->inflight > 0) {
+        pthread_cond_wait(&idle_cond, &lock);
+    }
+    narrays--;
+    int last = narrays == 0;
+    pthread_mutex_unlock(&lock);
+    if (uffd >= 0) {
+        struct uffdio_range r = {.start = (uintptr_t)a->base, .len = a->map_bytes};
+        ioctl(uffd, UFFDIO_UNREGISTER, &r);
+    }
+    munmap(a->base, a->map_bytes);
+    if (a->node != NULL) {
+        oc_release(a->node, (int64_t)atomic_load(&a->charged_bytes));
+    }
+    if (last) {
+        stop_threads();
+    }
+    pthread_mutex_unlock(&life_lock);
+    array_free(a);
+}
+
+char *oc_pager_base(pg_array *a) { return a->base; }
+size_t oc_pager_data_bytes(pg_array *a) { return a->data_bytes; }
+int oc_pager_writable(pg_array *a) { return a->writable; }
+
+void oc_pager_stats(pg_array *a, long long out[10])
+{
+    out[0] = atomic_load(&a->fills);
+    out[1] = atomic_load(&a->zero_fills);
+    out[2] = atomic_load(&a->readaheads);
+    out[3] = atomic_load(&a->evictions);
+    out[4] = atomic_load(&a->failures);
+    out[5] = atomic_load(&a->faults);
+    out[6] = atomic_load(&a->decoded_bytes);
+    out[7] = atomic_load(&a->resident_bytes);
+    pthread_mutex_lock(&lock);
+    long long dirty = 0;
+    for (size_t u = 0; u < a->nunits; u++) {
+        dirty += a->state[u] == U_DIRTY;
+    }
+    pthread_mutex_unlock(&lock);
+    out[8] = dirty;
+    out[9] = (long long)a->unit_bytes;
+}
+
+const char *oc_pager_error(pg_array *a) { return a->error; }
+
+/* Dirty units, into out (at most n); how many there are.  None in a forked child: only the
+ * process that made the array writes it back. */
+size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n)
+{
+    size_t k = 0;
+    if (a->pid != getpid()) {
+        return 0;
+    }
+    pthread_mutex_lock(&lock);
+    for (size_t u = 0; u < a->nunits; u++) {
+        if (a->state[u] == U_DIRTY) {
+            if (k < n) {
+                out[k] = u;
+            }
+            k++;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return k;
+}
+
+/* Before unit u is written back: it becomes clean and write-protected, so a write from now on
+ * makes it dirty again.  1 when it was dirty, 0 if not; -errno on failure. */
+int oc_pager_begin_writeback(pg_array *a, size_t u)
+{
+    if (u >= a->nunits) {
+        return -EINVAL;
+    }
+    pthread_mutex_lock(&lock);
+    int was = a->state[u] == U_DIRTY;
+    if (was) {
+        a->state[u] = U_CLEAN;
+    }
+    pthread_mutex_unlock(&lock);
+    if (!was) {
+        return 0;
+    }
+    int err = uffd_protect(a->base + u * a->unit_bytes, unit_len(a, u), 1);
+    if (err) {
+        pthread_mutex_lock(&lock);
+        a->state[u] = U_DIRTY;
+        pthread_mutex_unlock(&lock);
+        return -err;
+    }
+    return 1;
+}
+
+/* The write-back of unit u failed: it is dirty again (and writable). */
+void oc_pager_abort_writeback(pg_array *a, size_t u)
+{
+    pthread_mutex_lock(&lock);
+    int clean = a->state[u] == U_CLEAN;
+    if (clean) {
+        a->state[u] = U_DIRTY;
+    }
+    pthread_mutex_unlock(&lock);
+    if (clean) {
+        uffd_protect(a->base + u * a->unit_bytes, unit_len(a, u), 0);
+    }
+}
+
+/* Drops every clean unit of this array; the bytes released. */
+size_t oc_pager_trim(pg_array *a)
+{
+    if (a->node != NULL) {
+        return evict_lru(a->node, (size_t)-1, a);
+    }
+    return 0;
+}
+
+/* Queues fills of units [first, last) that are not resident yet (read-ahead on request). */
+void oc_pager_prefetch(pg_array *a, size_t first, size_t last)
+{
+    int queued = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t u = first; u < last && u < a->nunits; u++) {
+        if (a->state[u] == U_EMPTY && enqueue(a, u, 1) == 0) {
+            a->state[u] = U_FILLING;
+            queued = 1;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (queued) {
+        pthread_cond_broadcast(&work_cond);
+    }
+}
+
+/* ---- fork ---- */
+
+void oc_pager_atfork(int phase)
+{
+    if (phase == OC_FORK_PREPARE) {
+        pthread_mutex_lock(&life_lock);
+        pthread_mutex_lock(&lock);
+        return;
+    }
+    if (phase == OC_FORK_CHILD) {
+        /* The parent's threads did not come along, and its descriptor serves its own address
+         * space: the child makes its own and registers every range again. */
+        pthread_cond_init(&work_cond, NULL);
+        pthread_cond_init(&idle_cond, NULL);
+        if (running) {
+            close(uffd);
+            close(wake_fd);
+            uffd = wake_fd = -1;
+            free(worker_threads);
+            worker_threads = NULL;
+            nworkers = 0;
+            running = 0;
+            stopping = 0;
+            q_len = q_head = 0;
+            atomic_store(&oc_pager_threads, 0);
+        }
+        for (pg_array *a = arrays; a != NULL; a = a->next) {
+            a->inflight = 0;
+            for (size_t u = 0; u < a->nunits; u++) {
+                if (a->state[u] == U_FILLING || a->state[u] == U_EVICTING) {
+                    a->state[u] = U_EMPTY; /* refilled on touch; pages present are kept */
+                }
+                a->flags[u] = 0;
+            }
+        }
+        pthread_mutex_unlock(&lock);
+        if (narrays > 0) {
+            int err = start_threads();
+            for (pg_array *a = arrays; a != NULL && err == 0; a = a->next) {
+                err = register_range(a);
+            }
+            if (err) {
+                fprintf(stderr,
+                        "oocarray: a forked child cannot serve its chunk-backed arrays (%s); "
+                        "their pages not yet filled are made inaccessible\n",
+                        strerror(err));
+                for (pg_array *a = arrays; a != NULL; a = a->next) {
+                    for (size_t u = 0; u < a->nunits; u++) {
+                        if (a->state[u] == U_EMPTY) {
+                            mprotect(a->base + u * a->unit_bytes, unit_len(a, u), PROT_NONE);
+                        }
+                    }
+                }
+            }
+        }
+        pthread_mutex_unlock(&life_lock);
+        return;
+    }
+    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&life_lock);
+}
