@@ -95,4 +95,4 @@ class PagingUnavailableError(OOCArrayError, OSError):
         self.strerror = message
 
     def __str__(self) -> str:
-        return self.strerror
+        return self.strerror or ""

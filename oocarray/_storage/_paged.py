@@ -45,7 +45,11 @@ Geometry = tuple[int, int, int, np.dtype[Any], tuple[int, ...]]
 def paging_available() -> tuple[bool, str]:
     """Whether chunk-backed ndarrays work in this process, and if not, why and how to fix it."""
     if os.environ.get(DISABLE_ENV, "").strip().lower() in ("0", "off", "false", "no"):
-        return False, f"chunk-backed ndarrays are turned off by {DISABLE_ENV}={os.environ[DISABLE_ENV]!r}"
+        value = os.environ[DISABLE_ENV]
+        return False, (
+            f"chunk-backed ndarrays are turned off by {DISABLE_ENV}={value!r}: unset it (or set "
+            "it to 1) to use them"
+        )
     pid = os.getpid()
     if pid not in _checked:
         _checked[pid] = _native.pager_check()
@@ -74,9 +78,7 @@ class PagedArrays:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._pages: weakref.WeakKeyDictionary[Any, Geometry | None] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._pages: weakref.WeakKeyDictionary[Any, Geometry | None] = weakref.WeakKeyDictionary()
 
     def make(self, mode: str) -> np.ndarray:
         """A new chunk-backed ndarray of the whole array (see :meth:`ChunkedArray.as_ndarray`)."""
@@ -137,7 +139,7 @@ class PagedArrays:
         if budget >= 0:
             readahead = max(0, min(readahead, budget // (4 * unit)))
         fill = np.array(store.fill_value, dtype=dtype).tobytes()
-        pages = _native.Pages(
+        pages: Any = _native.Pages(
             paths=paths,
             table=table,
             codec=layout.native_codec,
