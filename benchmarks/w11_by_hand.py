@@ -1,4 +1,5 @@
-"""W11 by hand (not yet registered in __main__): as_ndarray() of a zstd (N, 64) f32 store; warm page cache.  Run: python -m benchmarks.w11_by_hand [MiB]"""
+"""W11 by hand (not yet registered in __main__): ``as_ndarray()`` of a zstd (N, 64) float32
+store, warm page cache.  Run: ``python -m benchmarks.w11_by_hand [MiB]``."""
 
 import os
 import shutil
@@ -52,11 +53,11 @@ def dask_side():
 
 ts_scan = best(scan)
 ts_stream = best(stream)
-print("full scan as_ndarray().mean(0): best %.3f med %.3f s" % ts_scan[:2])
-print("streaming x.mean(0):           best %.3f med %.3f s" % ts_stream[:2])
+print("full scan as_ndarray().mean(0): best {:.3f} med {:.3f} s".format(*ts_scan[:2]))
+print("streaming x.mean(0):           best {:.3f} med {:.3f} s".format(*ts_stream[:2]))
 try:
     ts_dask = best(dask_side, 5)
-    print("dask from_zarr mean(0):        best %.3f med %.3f s" % ts_dask[:2])
+    print("dask from_zarr mean(0):        best {:.3f} med {:.3f} s".format(*ts_dask[:2]))
 except ImportError:
     pass
 print(
@@ -79,20 +80,20 @@ def rnd_x():
 tp = best(rnd_paged)
 tx = best(rnd_x)
 assert np.array_equal(tp[2], tx[2])
-print("2000 random rows, cold as_ndarray: best %.3f med %.3f s" % tp[:2])
-print("2000 random rows, x[rows]:         best %.3f med %.3f s" % tx[:2])
+print("2000 random rows, cold as_ndarray: best {:.3f} med {:.3f} s".format(*tp[:2]))
+print("2000 random rows, x[rows]:         best {:.3f} med {:.3f} s".format(*tx[:2]))
 a = x.as_ndarray()
 a[rows]
-tw = best(lambda: a[rows])
-print("2000 random rows, warm as_ndarray: best %.4f med %.4f s" % tw[:2])
+warm = a
+tw = best(lambda: warm[rows])
+print("2000 random rows, warm as_ndarray: best {:.4f} med {:.4f} s".format(*tw[:2]))
 with oc.Manager(max_bytes="128M") as m:
     a = x.as_ndarray()
     t = time.perf_counter()
     r = a.mean(axis=0)
     dt = time.perf_counter() - t
     print(
-        "scan under a 128M budget: %.3f s, peak %.1f MiB, stats %s"
-        % (dt, m.stats().peak_bytes / MiB, x.paging_stats()[-1])
+        f"scan under a 128M budget: {dt:.3f} s, peak {m.stats().peak_bytes / MiB:.1f} MiB, stats {x.paging_stats()[-1]}"
     )
     del a
 shutil.rmtree(tmp)
