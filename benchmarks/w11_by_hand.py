@@ -93,7 +93,8 @@ with oc.Manager(max_bytes="128M") as m:
     r = a.mean(axis=0)
     dt = time.perf_counter() - t
     print(
-        f"scan under a 128M budget: {dt:.3f} s, peak {m.stats().peak_bytes / MiB:.1f} MiB, stats {x.paging_stats()[-1]}"
+        f"scan under a 128M budget: {dt:.3f} s, peak {m.stats().peak_bytes / MiB:.1f} MiB,",
+        f"stats {x.paging_stats()[-1]}",
     )
     del a
 shutil.rmtree(tmp)
