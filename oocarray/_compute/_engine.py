@@ -155,7 +155,9 @@ class _Workers:
         ws = getattr(self.local, "workspace", None)
         if ws is None:
             with self.manager.activate():
-                ws = Workspace("compute", learning="over_time", on_escape="raise")
+                # "pin": what a library keeps from a block (zarr-python caches arrays it makes
+                # while writing a shard) stays valid and is left alone, never reused.
+                ws = Workspace("compute", learning="over_time", on_escape="pin")
             self.local.workspace = ws
             with self.lock:
                 self.workspaces.append(ws)
