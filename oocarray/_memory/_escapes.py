@@ -12,9 +12,12 @@ from typing import Any
 import numpy as np
 
 from oocarray import _native
-from oocarray._memory import _config, _tracing
+from oocarray._memory import _config, _events, _tracing
 
 __all__ = ["describe_escapes", "find_arrays"]
+
+# Holder hints cost scans of the heap: only the first escape gets them.
+_HINTED_ARRAYS = 1
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -64,14 +67,22 @@ def describe_escapes(
     """``headline``, then one line per live array owned by ``node_ids`` that ``wanted`` picks
     (shape, dtype, bytes, and where it was allocated when tracing is on)."""
     lines = [headline]
-    for arr, info in find_arrays(node_ids):
-        if not wanted(info):
-            continue
+    found = [pair for pair in find_arrays(node_ids) if wanted(pair[1])]
+    arrays = [arr for arr, _ in found]
+    infos = [info for _, info in found]
+    del found
+    for i, info in enumerate(infos):
+        arr = arrays[i]
         lines.append(f"  - array shape={arr.shape} dtype={arr.dtype} bytes={info[2]}{label(info)}")
         record = _tracing.record_for(info[1])
         if record is not None:
             lines.append("    allocated at:")
             lines.append(record.format("      "))
+        if i < _HINTED_ARRAYS:
+            for hint in list(_events.holder_hints):
+                for line in hint(arr, {id(arrays)}):
+                    lines.append(f"    held by {line}")
+        del arr
     if not _config.config().trace:
         lines.append("  (oc.configure(trace=True) records where each array was allocated)")
     return "\n".join(lines)
