@@ -7,7 +7,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -29,10 +29,13 @@ def find_arrays(node_ids: set[int]) -> list[tuple[np.ndarray, tuple[int, ...]]]:
 
     def consider(candidates: Iterable[object]) -> None:
         for ref in candidates:
-            if isinstance(ref, np.ndarray):
-                info = _native.block_info(ref)
+            # type(), not isinstance(): isinstance reads ``__class__``, which lazy modules and
+            # deprecation shims in the heap answer with a warning (torch.distributed.reduce_op).
+            if issubclass(type(ref), np.ndarray):
+                array = cast(np.ndarray, ref)
+                info = _native.block_info(array)
                 if info is not None and info[0] in node_ids and info[1] not in found:
-                    found[info[1]] = (ref, info)
+                    found[info[1]] = (array, info)
 
     # Running frames do not show their locals to the garbage collector: read them directly.
     # Before Python 3.13 f_locals is a snapshot dict stored on the frame, which would keep the
