@@ -42,7 +42,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
     "FUSE": ("a chunk's expression as one numexpr program vs NumPy ufuncs", fusion_choice.run),
     "W7": ("random-row reads from an (N, 1024) float32 array", w7_random_rows.run),
     "W7S": ("random-row reads from a sharded zstd zarr array vs zarr-python", w7_sharded.run),
-    "W8": ("training feed: shuffled batches of a zstd zarr vs torch DataLoader recipes", w8_feed.run),
+    "W8": ("training feed: shuffled batches of a zstd zarr vs torch DataLoaders", w8_feed.run),
     "F1": ("fork with 1 GiB of arrays on disk vs 1 GiB in RAM", fork_cost.run),
     "L1": ("64 MiB allocate + first touch inside a manager", large_alloc.run_large),
     "L2": ("small/large threshold sweep, 16 KiB to 32 MiB", large_alloc.run_sweep),

@@ -240,7 +240,7 @@ def run(quick: bool = False) -> Result:
                     continue
                 limit = None
                 if name.startswith("(a)"):
-                    limit = 2 if "0 workers" in name else 6
+                    limit = 1 if "0 workers" in name else 4
                 with _Rss() as rss:
                     seconds, rows, once = _epoch(make(), n_rows, limit)
                 results[name].append((seconds, rows, once, rss.summary(), limit is not None))

@@ -14,6 +14,17 @@ Examples
 """
 
 from oocarray._compute import Expr, LazyResult, compute
+from oocarray._diagnostics import (
+    MemoryEvent,
+    MemoryMonitor,
+    MemoryReport,
+    MetricsServer,
+    memory_report,
+    on_event,
+    remove_listener,
+    serve_metrics,
+    who_holds,
+)
 from oocarray._feed import Batches, batches, from_batches, map_chunks, read_parquet
 from oocarray._memory import (
     Config,
@@ -62,7 +73,11 @@ __all__ = [
     "LazyResult",
     "Manager",
     "MemoryBudgetError",
+    "MemoryEvent",
+    "MemoryMonitor",
+    "MemoryReport",
     "MemoryStats",
+    "MetricsServer",
     "OOCArrayError",
     "PagingUnavailableError",
     "ReadOnlyError",
@@ -87,15 +102,20 @@ __all__ = [
     "from_numpy",
     "location",
     "map_chunks",
+    "memory_report",
     "move_guard",
+    "on_event",
     "open",
     "owner",
     "parse_size",
     "read_parquet",
+    "remove_listener",
+    "serve_metrics",
     "spill",
     "system",
     "temp",
     "unspill",
+    "who_holds",
 ]
 
 

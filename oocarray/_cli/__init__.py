@@ -1,4 +1,4 @@
-"""The ``oocarray`` command."""
+"""The ``oocarray`` command: ``info``, ``stats``, ``convert``, ``demo`` and ``bench``."""
 
 from oocarray._cli._main import main
 

@@ -1,123 +1,112 @@
-"""The ``oocarray`` command line."""
+"""The ``oocarray`` command line: the parser, the dispatch to each command, and errors as one
+line on stderr.
+
+Exit status: 0 on success, 1 when the work failed (a missing or damaged file, a format
+oocarray does not read, a full disk), 2 when the command line is wrong, 130 on Ctrl-C.
+"""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
 
-import numpy as np
+from oocarray._cli import _bench, _convert, _demo, _info, _stats
+from oocarray._cli._args import Parser, UsageError
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
-
-# The demo's batches are a sixteenth of the budget: below this they would be empty.
-_DEMO_MIN_BUDGET_BYTES = 1 << 20
-
-
-def _demo_budget(text: str) -> int:
-    """The ``--budget`` of the demo, checked against what the demo and the machine need."""
-    from oocarray._memory._spill_files import private_dir
-    from oocarray._memory._units import format_bytes, parse_size
-
-    budget = parse_size(text, "--budget")
-    assert budget is not None
-    if budget < _DEMO_MIN_BUDGET_BYTES:
-        raise ValueError(
-            f"--budget must be at least {format_bytes(_DEMO_MIN_BUDGET_BYTES)} for the demo, "
-            f"got {text!r}; try --budget 256M"
-        )
-    disk = os.statvfs(private_dir())
-    free = disk.f_bavail * disk.f_frsize
-    if budget + (256 << 20) > free:
-        raise ValueError(
-            f"--budget {text}: the demo places an array larger than the budget on disk, and the "
-            f"spill directory has {format_bytes(free)} free; choose a smaller budget or set "
-            "OOCARRAY_SPILL_DIR to a larger disk"
-        )
-    return budget
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
-def _demo(args: argparse.Namespace) -> int:
+def build_parser() -> Parser:
+    """The parser of the whole command line, with a subcommand per job."""
     import oocarray as oc
-    from oocarray._memory._units import format_bytes
 
-    budget = _demo_budget(args.budget)
-    # A batch is a sixteenth of the budget, and of a quarter of RAM when the budget is larger
-    # than RAM: its arrays and temporaries live in RAM.
-    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    rows = max(min(budget, ram // 4) // (8 * 1024 * 16), 1)
-    print(f"oocarray {oc.__version__} demo: NumPy code under a {format_bytes(budget)} budget\n")
-    with oc.Manager("etl", max_bytes=budget) as etl:
-        totals = np.zeros(1024)
-        for step in range(4):
-            with etl.sub(f"batch-{step}") as batch:
-                x = np.random.default_rng(step).standard_normal((rows, 1024))
-                y = np.tanh(x) * 2 + 1  # x, y and the temporaries are owned by the batch scope
-                totals += y.sum(axis=0)
-                if step == 3:
-                    print("1. Inside the last batch scope, every NumPy allocation is counted:")
-                    print(etl.debug_dump(), "\n")
-                    batch.keep(y)  # an intended escape, handed to 'etl' when the batch closes
-                    del x
-                else:
-                    del x, y  # nothing escapes this batch
-        big = np.ones((budget // 8 // 1024 + 128, 1024))  # more than the whole budget
-        print(
-            f"2. An array of {format_bytes(big.nbytes)}, more than the whole budget, was placed "
-            f"on disk instead of failing: oc.location(big) = {oc.location(big)!r}, "
-            f"big[::1024].sum() = {big[::1024].sum():,.0f}."
-        )
-        moved = oc.spill(y)
-        print(
-            f"3. oc.spill(y) moved {format_bytes(moved)} to disk at the same address "
-            f"(y[0, :2] = {np.round(y[0, :2], 3)}); RAM in use now "
-            f"{format_bytes(etl.stats().ram_bytes)}."
-        )
-        oc.unspill(y)
-        with etl.sub("strict", spill="fail"):
-            try:
-                np.ones(budget // 8 + 1)
-            except oc.MemoryBudgetError as error:
-                first_line = str(error).splitlines()[0]
-                print(
-                    f"4. With spill='fail' the same request raises MemoryBudgetError:\n"
-                    f"   {first_line}"
-                )
-        del big
-    print(
-        f"\n5. Closed: etl.closed={etl.closed}; the arrays it handed on stay valid "
-        f"(totals[:3]={np.round(totals[:3], 2)})."
+    parser = Parser(
+        prog="oocarray",
+        description="NumPy on data larger than RAM: describe, summarise and convert arrays "
+        "on disk (zarr, HDF5, .npy) in bounded memory, see the main job run (demo), and run "
+        "the benchmarks.",
+        epilog="Run 'oocarray COMMAND --help' for a command's options.",
     )
-    print("\nThe whole tree now:")
-    print(oc.system().debug_dump())
-    return 0
+    parser.add_argument("--version", action="version", version=f"oocarray {oc.__version__}")
+    parser.add_argument(
+        "--traceback",
+        action="store_true",
+        help="on an error, show the full Python traceback instead of one line",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in (_info, _stats, _convert, _demo, _bench):
+        module.add_parser(commands)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``oocarray`` command line."""
-    import oocarray as oc
+    """Run the ``oocarray`` command line with ``argv`` (default: ``sys.argv[1:]``) and return
+    its exit status.
 
-    parser = argparse.ArgumentParser(prog="oocarray", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"oocarray {oc.__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run a small demonstration of managed memory")
-    demo.add_argument("--budget", default="256M", help="RAM budget of the demo (default 256M)")
-    demo.set_defaults(run=_demo)
-    args = parser.parse_args(argv)
+    Examples
+    --------
+    >>> main(["--version"])
+    oocarray 0.1.0
+    0
+    """
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    prog = "oocarray"
+    show_traceback = "--traceback" in args_list
     try:
+        try:
+            args = build_parser().parse_args(args_list)
+        except SystemExit as stop:  # --help and --version
+            return stop.code if isinstance(stop.code, int) else 0
+        prog = f"oocarray {args.command}"
         return int(args.run(args))
-    except (ValueError, TypeError) as error:
-        print(f"oocarray: error: {error}", file=sys.stderr)
-        return 2
-    except (oc.OOCArrayError, MemoryError, OSError) as error:
-        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-        print(f"oocarray: error: {first_line}", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # output piped into `head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except UsageError as error:
+        if show_traceback:
+            raise
+        _error(error.prog, str(error))
+        return EXIT_USAGE
+    except Exception as error:
+        if show_traceback:
+            raise
+        _error(prog, _describe(error))
+        return EXIT_FAILED
+
+
+def _describe(error: BaseException) -> str:
+    """The first line of an error, and its kind where the message alone would be unclear."""
+    import oocarray as oc
+
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(error, OSError) and error.filename and not first:
+        first = f"{error.strerror or 'failed'}: {error.filename}"
+    if isinstance(error, KeyError | ImportError | MemoryError) and not isinstance(
+        error, oc.OOCArrayError
+    ):
+        return f"{type(error).__name__}: {first}" if first else type(error).__name__
+    if isinstance(error, oc.OOCArrayError | OSError | ValueError | TypeError) and first:
+        return first
+    # Anything else is unexpected: name it, and say how to see where it came from.
+    return (
+        f"unexpected {type(error).__name__}: {first} (run again with --traceback for details)"
+        if first
+        else f"unexpected {type(error).__name__} (run again with --traceback for details)"
+    )
+
+
+def _error(prog: str, message: str) -> None:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    sys.stderr.flush()
 
 
 if __name__ == "__main__":

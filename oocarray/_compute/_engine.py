@@ -155,7 +155,9 @@ class _Workers:
         ws = getattr(self.local, "workspace", None)
         if ws is None:
             with self.manager.activate():
-                ws = Workspace("compute", learning="over_time", on_escape="raise")
+                # "pin": what a library keeps from a block (zarr-python caches arrays it makes
+                # while writing a shard) stays valid and is left alone, never reused.
+                ws = Workspace("compute", learning="over_time", on_escape="pin")
             self.local.workspace = ws
             with self.lock:
                 self.workspaces.append(ws)
@@ -209,6 +211,15 @@ def run_pass(work: Pass, progress: bool = True) -> None:
     blocks, worker_count = plan_blocks(work, budget_left(manager))
     work.fuse()
     workers = _Workers(manager)
+    if len(blocks) == 1 and not work.stores:
+        # One block to reduce: evaluated here, without starting threads for it.
+        try:
+            partials = _evaluate_block(work, blocks[0], workers)
+        finally:
+            workers.close()
+        for reduction, partial in zip(work.reductions, partials, strict=True):
+            reduction.merge(partial, blocks[0])
+        return
     bar = _progress(len(blocks), progress)
     pending: dict[int, list[Any]] = {}
     next_merge = 0

@@ -71,7 +71,9 @@ class Filler:
                 if order is None:
                     out[...] = buffer[a:b]
                 else:
-                    np.take(buffer, order, axis=0, out=out)
+                    # Indices valid by construction: "clip" lets NumPy write into out
+                    # directly ("raise" gathers into a temporary first).
+                    np.take(buffer, order, axis=0, out=out, mode="clip")
             elif order is None:  # positions in file order: one run of rows
                 source.copy_rows(window.runs[0][0] + a, out)
             else:

@@ -72,7 +72,7 @@ class ArraySource(Source):
         self._reopen = reopen
 
     def gather(self, rows: np.ndarray, out: np.ndarray) -> None:
-        np.take(self.array, rows, axis=0, out=out)
+        np.take(self.array, rows, axis=0, out=out, mode="clip")  # no temporary (see _fill)
 
     def copy_rows(self, start: int, out: np.ndarray) -> None:
         out[...] = self.array[start : start + len(out)]

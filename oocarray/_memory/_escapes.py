@@ -7,14 +7,17 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from oocarray import _native
-from oocarray._memory import _config, _tracing
+from oocarray._memory import _config, _events, _tracing
 
 __all__ = ["describe_escapes", "find_arrays"]
+
+# Holder hints cost scans of the heap: only the first escape gets them.
+_HINTED_ARRAYS = 1
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -26,10 +29,13 @@ def find_arrays(node_ids: set[int]) -> list[tuple[np.ndarray, tuple[int, ...]]]:
 
     def consider(candidates: Iterable[object]) -> None:
         for ref in candidates:
-            if isinstance(ref, np.ndarray):
-                info = _native.block_info(ref)
+            # type(), not isinstance(): isinstance reads ``__class__``, which lazy modules and
+            # deprecation shims in the heap answer with a warning (torch.distributed.reduce_op).
+            if issubclass(type(ref), np.ndarray):
+                array = cast(np.ndarray, ref)
+                info = _native.block_info(array)
                 if info is not None and info[0] in node_ids and info[1] not in found:
-                    found[info[1]] = (ref, info)
+                    found[info[1]] = (array, info)
 
     # Running frames do not show their locals to the garbage collector: read them directly.
     # Before Python 3.13 f_locals is a snapshot dict stored on the frame, which would keep the
@@ -64,14 +70,22 @@ def describe_escapes(
     """``headline``, then one line per live array owned by ``node_ids`` that ``wanted`` picks
     (shape, dtype, bytes, and where it was allocated when tracing is on)."""
     lines = [headline]
-    for arr, info in find_arrays(node_ids):
-        if not wanted(info):
-            continue
+    found = [pair for pair in find_arrays(node_ids) if wanted(pair[1])]
+    arrays = [arr for arr, _ in found]
+    infos = [info for _, info in found]
+    del found
+    for i, info in enumerate(infos):
+        arr = arrays[i]
         lines.append(f"  - array shape={arr.shape} dtype={arr.dtype} bytes={info[2]}{label(info)}")
         record = _tracing.record_for(info[1])
         if record is not None:
             lines.append("    allocated at:")
             lines.append(record.format("      "))
+        if i < _HINTED_ARRAYS:
+            for hint in list(_events.holder_hints):
+                for line in hint(arr, {id(arrays)}):
+                    lines.append(f"    held by {line}")
+        del arr
     if not _config.config().trace:
         lines.append("  (oc.configure(trace=True) records where each array was allocated)")
     return "\n".join(lines)

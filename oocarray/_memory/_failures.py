@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from oocarray import _native
+from oocarray._memory import _events
 from oocarray._memory._refusals import budget_message, refusal_dump
 from oocarray._memory._registry import manager_by_node_id
 from oocarray._memory._spill_files import disk_refusal
@@ -116,6 +117,15 @@ def _describe(failure: tuple[int, ...]) -> tuple[str, str, int] | None:
             err,
         )
     dump = refusal_dump(node_id, requested, refused_id)
+    if _events.listeners:
+        _events.emit(
+            "budget_refusal",
+            asked,
+            requested_bytes=requested,
+            refused=getattr(manager_by_node_id(refused_id), "name", None),
+            limit_bytes=limit,
+            used_bytes=used,
+        )
     message = budget_message(requested, asked, manager_by_node_id(refused_id), limit, used, dump)
     if kind == _native.FAIL_SPILL:
         message += f"\nPlacing the array on disk instead failed too: {disk_refusal(err, requested)}"

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from oocarray import _native
-from oocarray._memory import _config, _physical, _spill_files, _tracing
+from oocarray._memory import _config, _events, _physical, _spill_files, _tracing
 from oocarray._memory._activation import Activation, active, exit_entered, nearest_open
 from oocarray._memory._escapes import describe_escapes
 from oocarray._memory._gc import collect_garbage_throttled
@@ -188,6 +188,8 @@ class Manager:
             with _tree_lock:
                 parent._prune_children()
                 parent._children.append(self)
+        if _events.listeners:
+            _events.emit("manager_opened", self, max_bytes=budget)
 
     # ---- identity and tree ----
 
@@ -378,6 +380,15 @@ class Manager:
             refused_id, limit, used = refused
             info = _native.block_info(arr)
             size = info[2] if info else arr.nbytes
+            if _events.listeners:
+                _events.emit(
+                    "budget_refusal",
+                    self,
+                    requested_bytes=size,
+                    refused=getattr(manager_by_node_id(refused_id), "name", None),
+                    limit_bytes=limit,
+                    used_bytes=used,
+                )
             raise MemoryBudgetError(
                 budget_message(size, self, manager_by_node_id(refused_id), limit, used)
             )
@@ -494,11 +505,14 @@ class Manager:
 
     def _spill_subtree(self, *, skip_kept: bool) -> int:
         try:
-            return int(_native.spill_subtree(self._node, skip_kept))
+            moved = int(_native.spill_subtree(self._node, skip_kept))
         except OSError as error:
             raise _spill_files.spill_error(
                 error, f"spilling manager {self.name!r}", self.stats().ram_bytes
             ) from error
+        if moved and _events.listeners:
+            _events.emit("spill", self, bytes=moved, reason="on_close" if skip_kept else "manager")
+        return moved
 
     def reset_peak(self) -> None:
         """Restart peak tracking from the current bytes."""
@@ -589,6 +603,12 @@ class Manager:
                     parent._escaped += handed[0]
                     parent._escaped_bytes += handed[1]
             parent._prune_children()
+        if _events.listeners:
+            if escaped:
+                _events.emit(
+                    "escape", self, count=escaped, bytes=escaped_bytes, on_close=self._on_close
+                )
+            _events.emit("manager_closed", self, escaped=escaped, escaped_bytes=escaped_bytes)
         if raise_leaks and escaped and self._on_close == "raise":
             raise ScopeLeakError(self._leak_message(escaped, escaped_bytes))
         if raise_leaks and child_errors:

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 
 from oocarray import _native
-from oocarray._memory import _config
+from oocarray._memory import _config, _events
 
 __all__ = ["ResidentMemory", "WatcherStats", "resident_memory", "watcher_stats"]
 
@@ -118,6 +118,8 @@ class _Watcher:
                 with contextlib.suppress(OSError):  # the disk refused: nothing more to move now
                     released = _native.evict(excess)
                 self.spilled_bytes += released
+                if released and _events.listeners:
+                    _events.emit("spill", None, bytes=released, reason="max_physical_bytes")
         _native.physical_sample(unreclaimable - released)
         total = rss.anon_bytes + rss.shmem_bytes + rss.file_bytes
         if total > limit:

@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 from oocarray import _native
+from oocarray._memory import _events
 from oocarray._memory._gc import collect_garbage_throttled
 from oocarray._memory._registry import manager_by_node_id
 from oocarray._memory._units import format_bytes
@@ -44,6 +45,14 @@ def relieve_pressure(node_id: int, nbytes: int) -> bool:
     True when it ran, so the reservation is worth trying again."""
     collected = collect_garbage_throttled()
     _snapshot_refusal(node_id, nbytes)
+    if _events.listeners:
+        asked = manager_by_node_id(node_id)
+        _events.emit(
+            "over_budget",
+            asked,
+            requested_bytes=nbytes,
+            spill=getattr(asked, "spill_policy", None),
+        )
     return collected
 
 

@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 
 from oocarray import _native
-from oocarray._memory import _spill_files
+from oocarray._memory import _events, _spill_files
 from oocarray._memory._manager import require_array
 from oocarray._memory._refusals import budget_message
 from oocarray._memory._registry import manager_by_node_id, open_owner
@@ -118,9 +118,12 @@ def spill(arr: np.ndarray) -> int:
     """
     info = _block(arr, "spill")
     try:
-        return int(_native.spill(arr))
+        moved = int(_native.spill(arr))
     except OSError as error:
         raise _spill_files.spill_error(error, "spilling an array", info[2]) from error
+    if moved and _events.listeners:
+        _events.emit("spill", open_owner(info[0]), bytes=moved, reason="array")
+    return moved
 
 
 def unspill(arr: np.ndarray) -> int:
@@ -145,9 +148,20 @@ def unspill(arr: np.ndarray) -> int:
         raise _spill_files.spill_error(error, "bringing an array back", info[2]) from error
     if isinstance(result, tuple):
         refused_id, limit, used = result
+        if _events.listeners:
+            _events.emit(
+                "budget_refusal",
+                open_owner(info[0]),
+                requested_bytes=info[2],
+                refused=getattr(manager_by_node_id(refused_id), "name", None),
+                limit_bytes=limit,
+                used_bytes=used,
+            )
         raise MemoryBudgetError(
             budget_message(
                 info[2], open_owner(info[0]), manager_by_node_id(refused_id), limit, used
             )
         )
+    if result and _events.listeners:
+        _events.emit("unspill", open_owner(info[0]), bytes=int(result))
     return int(result)

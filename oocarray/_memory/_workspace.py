@@ -22,7 +22,7 @@ from typing import Any, Literal, Self, cast
 import numpy as np
 
 from oocarray import _native
-from oocarray._memory import _config, _spill_files
+from oocarray._memory import _config, _events, _spill_files
 from oocarray._memory._activation import Activation
 from oocarray._memory._escapes import describe_escapes
 from oocarray._memory._manager import Manager, MemoryStats, system
@@ -314,11 +314,31 @@ class Workspace(Manager):
         self._cycles += 1
         self._learn(requested, overflowed)
         escaped = arena_escapes + external_escapes
+        if _events.listeners:
+            self._emit_cycle_end(escaped, requested, overflowed)
         if self._mode == _native.WS_MODE_BYPASS:
             return
         self._cycle_escapes += escaped
         if escaped and self.config.on_escape == "raise" and exc_type is None:
             raise WorkspaceLeakError(self._cycle_leak_message(escaped))
+
+    def _emit_cycle_end(self, escaped: int, requested: int, overflowed: bool) -> None:
+        if escaped and self._mode != _native.WS_MODE_BYPASS:
+            _events.emit(
+                "escape", self, count=escaped, cycle=self._cycles, on_escape=self.config.on_escape
+            )
+        ws = self._node.ws_stats()
+        _events.emit(
+            "cycle_end",
+            self,
+            cycle=self._cycles,
+            requested_bytes=requested,
+            arena_bytes=ws["arena_bytes"],
+            next_arena_bytes=self._target_bytes,
+            overflowed=overflowed,
+            escaped=escaped,
+            external_allocations=ws["external_allocations"],
+        )
 
     def _budget_refuses(self, nbytes: int) -> bool:
         """Whether a budget on the way up would refuse ``nbytes`` more RAM now."""

@@ -8,7 +8,9 @@ datasets are memory-mapped: basic indexing returns views of the map, with no cop
 from __future__ import annotations
 
 import html
+import os
 import threading
+import uuid
 import weakref
 from types import TracebackType
 from typing import Any, Self
@@ -17,10 +19,10 @@ import numpy as np
 import numpy.typing as npt
 
 from oocarray._memory._units import format_bytes
-from oocarray._storage._formats import Store
+from oocarray._storage._formats import Store, open_store
 from oocarray._storage._indexing import ChunkPiece, Selection, parse_key
 from oocarray._storage._paged import PagedArrays
-from oocarray.errors import ClosedError
+from oocarray.errors import ClosedError, StoreNotFoundError
 
 __all__ = ["ChunkedArray"]
 
@@ -428,6 +430,53 @@ class ChunkedArray:
             meta=np.empty((0,) * self.ndim, dtype=self.dtype),
         )
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle by path: unpickling reopens the same array (path, format, dataset, mode);
+        no data and no store state goes into the pickle.
+
+        This is what lets ``x.to_dask()`` graphs and ``oc.from_dask(d)`` run on a
+        ``distributed`` cluster: each task carries the path, and the worker process reads
+        (or writes) the chunks itself.  The receiving process must see the same path (one
+        machine, or a shared file system); ``"r"`` stays read-only there, ``"r+"`` writable.
+
+        A temporary array (``oc.temp``, ``from_numpy``, ``from_dask``) pickles the same way,
+        for processes on this machine: the copy opens the original's directory in the spill
+        dir but does not own it.  Its data is still deleted when the original is closed or
+        dropped (a copy that reads after that finds no chunks, and gets zeros as zarr does
+        for chunks never written), so keep the original referenced while copies are in use
+        (the graph of ``x.to_dask()`` holds it; so does ``from_dask`` while it writes).
+        Where that path does not exist (another machine, or the original is gone),
+        unpickling raises :class:`~oocarray.errors.StoreNotFoundError` saying to write the
+        data to a path the workers see with ``to_zarr`` first.  A closed array raises
+        :class:`~oocarray.errors.ClosedError`.
+
+        Examples
+        --------
+        >>> import os, pickle, tempfile, numpy as np, oocarray as oc
+        >>> x = oc.create(os.path.join(tempfile.mkdtemp(), "x.zarr"), (4,), "int64")
+        >>> x[...] = np.arange(4)
+        >>> y = pickle.loads(pickle.dumps(x))  # a second handle on the same store
+        >>> y.path == x.path, y[...]
+        (True, array([0, 1, 2, 3]))
+        """
+        self._check_open()
+        return (
+            _reopen,
+            (
+                os.path.abspath(self.path),  # the receiver may run in another directory
+                "r" if self.readonly else "r+",
+                getattr(self._store, "dataset_name", None),  # HDF5; a zarr path names its array
+                self.dtype.hasobject,  # opened with allow_object=True, or it would not be open
+                self._temporary,
+            ),
+        )
+
+    def __dask_tokenize__(self) -> str:
+        # A path names a place, not its content (writes change it): without this, dask would
+        # name to_dask() graphs by the pickle (the path), and a cluster could hand back
+        # results persisted before a write.  A fresh token per graph, as before pickling.
+        return uuid.uuid4().hex
+
     # ---- lifetime ----
 
     def close(self) -> None:
@@ -501,6 +550,23 @@ class ChunkedArray:
             for k, v in self._summary().items()
         )
         return f"<table><caption>oocarray.ChunkedArray</caption>{rows}</table>"
+
+
+def _reopen(
+    path: str, mode: str, dataset: str | None, allow_object: bool, temporary: bool
+) -> ChunkedArray:
+    """Unpickle a ChunkedArray: open its store again by path (see ``__reduce__``)."""
+    try:
+        return ChunkedArray(open_store(path, mode, dataset, allow_object))
+    except StoreNotFoundError as error:
+        if not temporary:
+            raise
+        raise StoreNotFoundError(
+            f"the temporary array at {path!r} cannot be reopened here: its data lives in the "
+            "spill directory of the process that made it, on that machine, and only while "
+            "that array is open; write it to a path every worker sees first "
+            "(x.to_zarr(path)) and use the array that returns"
+        ) from error
 
 
 def _numpy_key(selection: Selection) -> tuple[int | slice | np.ndarray, ...]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -27,69 +26,13 @@ from oocarray._storage import _pool
 from oocarray._storage._base import Store, check_dtype
 from oocarray._storage._chunk_jobs import ChunkJobs, scratch_set
 from oocarray._storage._indexing import ChunkPiece, parse_key
+from oocarray._storage._zarr_groups import array_in_group, is_group
 from oocarray._storage._zarr_layout import Layout, OpenShard, layout_of
 from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
-__all__ = ["CODECS", "ZarrStore", "create_zarr", "is_group", "require_group"]
+__all__ = ["ZarrStore"]
 
 
-def _compressors(codec: str, itemsize: int) -> Any:
-    if codec == "zstd":
-        return zarr.codecs.ZstdCodec(level=3)
-    if codec in ("lz4", "blosc"):
-        return zarr.codecs.BloscCodec(
-            cname="lz4" if codec == "lz4" else "zstd",
-            clevel=5,
-            shuffle="shuffle",
-            typesize=itemsize,
-        )
-    if codec == "gzip":
-        return zarr.codecs.GzipCodec(level=5)
-    if codec == "none":
-        return None
-    raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
-
-
-CODECS = ("zstd", "lz4", "blosc", "gzip", "none")
-
-
-def create_zarr(
-    path: str,
-    shape: tuple[int, ...],
-    dtype: np.dtype[Any],
-    chunks: tuple[int, ...],
-    codec: str,
-    overwrite: bool,
-    shards: tuple[int, ...] | None = None,
-    dimension_names: tuple[str | None, ...] | None = None,
-    attributes: dict[str, Any] | None = None,
-) -> None:
-    zarr.create_array(
-        store=path,
-        shape=shape,
-        chunks=chunks,
-        shards=shards,
-        dtype=dtype,
-        # zarr-python stores little-endian unless told: keep the byte order asked for.
-        serializer=zarr.codecs.BytesCodec(endian=_endian(dtype)) if dtype.itemsize > 1 else "auto",
-        compressors=_compressors(codec, dtype.itemsize),
-        fill_value=0,
-        zarr_format=3,
-        dimension_names=dimension_names,
-        attributes=attributes,
-        overwrite=overwrite,
-    )
-
-
-def _endian(dtype: np.dtype[Any]) -> str:
-    order = dtype.byteorder
-    if order == "=":
-        order = "<" if sys.byteorder == "little" else ">"
-    return "big" if order == ">" else "little"
-
-
-# Uncompressed reads smaller than this copy on the calling thread: waking helpers costs more
-# than it saves (a 2 MiB read over two chunk files: 126 us alone, 157 us on two threads).
 _PARALLEL_COPY_BYTES = 8 << 20
 
 
@@ -178,76 +121,6 @@ def _open_or_none(path: str) -> int | None:
         return None  # chunks never written hold the fill value
 
 
-def is_group(path: str) -> bool:
-    """Whether ``path`` holds a zarr group (v3 or v2) rather than an array."""
-    v3 = os.path.join(path, "zarr.json")
-    if os.path.isfile(v3):
-        try:
-            with open(v3, "rb") as f:
-                meta = json.load(f)
-        except (OSError, ValueError):
-            return False  # unreadable metadata: zarr-python reports it when the node is opened
-        return isinstance(meta, dict) and meta.get("node_type") == "group"
-    return os.path.isfile(os.path.join(path, ".zgroup")) and not os.path.isfile(
-        os.path.join(path, ".zarray")
-    )
-
-
-def _array_in_group(path: str, dataset: str | None) -> str:
-    """The directory of the array ``dataset`` (``"a/b"``) in the group at ``path``; without a
-    name, of the group's only array.  Names are checked against the group's members, so the
-    result never leaves the group."""
-    if dataset is not None and not isinstance(dataset, str):
-        raise TypeError(f"dataset must be a str, got {dataset!r}")
-    if not is_group(path):
-        raise ValueError(
-            f"dataset= names an array inside a zarr group, but {path!r} is a zarr array: "
-            "open it without dataset="
-        )
-    members = dict(zarr.open_group(store=path, mode="r").members(max_depth=None))
-    arrays = sorted(name for name, node in members.items() if isinstance(node, zarr.Array))
-    if dataset is None:
-        if len(arrays) != 1:
-            raise ValueError(
-                f"{path!r} is a zarr group with {len(arrays)} arrays {arrays}; choose one with "
-                "dataset=..."
-            )
-        name = arrays[0]
-    else:
-        name = dataset.strip("/")
-        if name in members and name not in arrays:
-            raise ValueError(f"{dataset!r} in {path!r} is a zarr group, not an array")
-        if name not in arrays:
-            raise StoreNotFoundError(
-                f"no array {dataset!r} in zarr group {path!r}; it has {arrays}"
-            )
-    return os.path.join(path, *name.split("/"))
-
-
-def require_group(path: str, dataset: str) -> str:
-    """Make the zarr v3 group at ``path`` (and the groups on the way to ``dataset``) unless they
-    exist; the directory where the array ``dataset`` goes."""
-    parts = dataset.strip("/").split("/")
-    if any(part in ("", ".", "..") or part.startswith("__") for part in parts):
-        raise ValueError(
-            f"dataset must be a name like 'temperature' or 'a/b' (no empty, '.', '..' or "
-            f"'__'-prefixed parts), got {dataset!r}"
-        )
-    if not is_group(path) and any(
-        os.path.isfile(os.path.join(path, name)) for name in ("zarr.json", ".zarray")
-    ):
-        raise ValueError(f"{path!r} is a zarr array; dataset= needs a zarr group there")
-    if os.path.isfile(os.path.join(path, ".zgroup")):
-        raise ValueError(
-            f"{path!r} is a zarr v2 group; oc.create writes zarr v3 arrays, which a v2 group "
-            "cannot hold: write into a new path or a v3 group"
-        )
-    group = zarr.open_group(store=path, mode="a", zarr_format=3)
-    for part in parts[:-1]:
-        group = group.require_group(part)
-    return os.path.join(path, *parts)
-
-
 class ZarrStore(Store):
     format = "zarr"
 
@@ -290,7 +163,7 @@ class ZarrStore(Store):
         """Open the zarr array at ``path``, or the array ``dataset`` of the group there (a group
         holding one array needs no ``dataset``)."""
         if dataset is not None or is_group(path):
-            path = _array_in_group(path, dataset)
+            path = array_in_group(path, dataset)
         try:
             array = zarr.open_array(store=path, mode="r" if mode == "r" else "r+")
         except FileNotFoundError as error:

@@ -232,3 +232,25 @@ def test_passes_from_several_threads_at_once() -> None:
     assert len(results) == 4
     for got in results:
         np.testing.assert_allclose(got, ((data - 0.5) * 2).sum(axis=0))
+
+
+def test_first_sharded_write_of_a_process(tmp_path: Path) -> None:
+    # zarr-python caches arrays it makes for a shard layout (its Morton order) the first time
+    # it writes one: made inside a worker's workspace cycle, they outlive it and must be left
+    # alone, not reported as a leak.  A fresh process, so that the cache is empty.
+    code = textwrap.dedent(
+        f"""
+        import numpy as np, oocarray as oc
+        data = np.arange(40 * 12, dtype=np.float32).reshape(40, 12)
+        out = oc.from_numpy(data, chunks=(10, 12)).to_zarr(
+            {str(tmp_path / "s.zarr")!r}, chunks=(10, 12), shards=(20, 12), progress=False
+        )
+        assert np.array_equal(oc.open({str(tmp_path / "s.zarr")!r})[:], data)
+        print("ok")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

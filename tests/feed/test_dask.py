@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -199,3 +200,25 @@ def test_to_dask_is_lazy_and_from_dask_computes_each_chunk_once(x: oc.ChunkedArr
     t = oc.from_dask(source)
     assert calls[made:].count(100) == 10 and len(calls) - made == 10
     np.testing.assert_array_equal(t[...], 2.0)
+
+
+def test_to_dask_and_from_dask_run_on_the_cluster(
+    client: distributed.Client, x: oc.ChunkedArray
+) -> None:
+    # Chunked arrays in a graph pickle by path: each worker reopens the store and reads (or,
+    # for from_dask's temporary target, writes) the chunks itself.
+    expected = x[...]
+    with distributed.get_task_stream(client) as tasks:
+        total = x.to_dask().sum().compute(scheduler=client)
+    assert tasks.data  # the graph ran on the workers
+    np.testing.assert_allclose(total, expected.sum(), rtol=1e-4)
+    t = oc.from_numpy(expected, chunks=(500, 8))  # a temporary: same machine, so by path too
+    np.testing.assert_array_equal(t.to_dask().max(axis=0).compute(scheduler=client),
+                                  expected.max(axis=0))  # fmt: skip
+
+    d = (x.to_dask() - 1) * 2
+    with dask.config.set(scheduler=client), distributed.get_task_stream(client) as tasks:
+        y = oc.from_dask(d)
+    assert tasks.data
+    np.testing.assert_array_equal(y[...], (expected - 1) * 2)
+    assert y.chunks == x.chunks

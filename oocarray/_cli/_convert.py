@@ -1,0 +1,367 @@
+"""``oocarray convert SRC DST``: between .npy, HDF5 and zarr, rechunking and recompressing in
+bounded memory.
+
+zarr outputs are written by the compute layer (``to_zarr``: chunks read, encoded and written in
+parallel in a workspace); sharded zarr, HDF5 and ``.npy`` outputs by a loop over blocks of the
+output's write grid.  Everything runs in an ``oc.Manager`` with the ``--max-ram`` budget, and
+is written next to ``DST`` under a temporary name first, then renamed: a failed or interrupted
+conversion leaves no partial output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+import oocarray as oc
+from oocarray._cli._args import Parser, UsageError, add_common, shape_argument
+from oocarray._cli._info import describe
+from oocarray._cli._open import open_array
+from oocarray._cli._output import format_bytes
+
+__all__ = ["add_parser", "output_format"]
+
+FORMATS = ("zarr", "hdf5", "npy")
+ZARR_CODECS = ("zstd", "lz4", "blosc", "gzip", "none")
+HDF5_CODECS = ("gzip", "lzf", "none")
+_EXTENSIONS = {
+    ".zarr": "zarr",
+    ".h5": "hdf5",
+    ".hdf5": "hdf5",
+    ".hdf": "hdf5",
+    ".he5": "hdf5",
+    ".npy": "npy",
+}
+_PROG = "oocarray convert"
+
+
+def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
+    """Register ``convert`` on the command line."""
+    parser = commands.add_parser(
+        "convert",
+        help="convert between .npy, HDF5 and zarr, rechunking and recompressing",
+        description="Copy an array between formats (.npy, HDF5, zarr v3 with or without "
+        "shards; zarr v2 and sharded zarr are read too), with new chunks, shards or codec, in "
+        "bounded memory. The output format comes from DST's extension (.zarr, .h5/.hdf5, "
+        ".npy) or --to.",
+    )
+    parser.add_argument("src", help="the array to read: a zarr directory, an HDF5 or .npy file")
+    parser.add_argument("dst", help="where the copy goes (must not exist unless --overwrite)")
+    add_common(parser, max_ram="1G")
+    parser.add_argument("--to", choices=FORMATS, help="output format (default: from DST's name)")
+    parser.add_argument(
+        "--chunks",
+        type=shape_argument,
+        metavar="N,M,...",
+        help="chunk shape of a zarr or HDF5 output (default: the source's chunks when it has "
+        "any, else about 4 MiB)",
+    )
+    parser.add_argument(
+        "--shards",
+        type=shape_argument,
+        metavar="N,M,...",
+        help="shard shape of a zarr output, a multiple of the chunks",
+    )
+    parser.add_argument(
+        "--codec",
+        help=f"zarr: {', '.join(ZARR_CODECS)} (default zstd); "
+        f"HDF5: {', '.join(HDF5_CODECS)} (default none)",
+    )
+    parser.add_argument(
+        "--out-dataset",
+        default="data",
+        metavar="NAME",
+        help="name of the dataset in an HDF5 output (default 'data')",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run)
+
+
+def output_format(dst: str, to: str | None) -> str:
+    """The format to write: ``to``, else from the name (or content) of ``dst``.
+
+    Examples
+    --------
+    >>> output_format("out.h5", None), output_format("out", "npy")
+    ('hdf5', 'npy')
+    """
+    if to is not None:
+        return to
+    ext = os.path.splitext(dst.rstrip("/" + os.sep))[1].lower()
+    if ext in _EXTENSIONS:
+        return _EXTENSIONS[ext]
+    if os.path.isdir(dst) and os.path.isfile(os.path.join(dst, "zarr.json")):
+        return "zarr"
+    raise UsageError(
+        f"cannot tell the output format from {dst!r}: end it with .zarr, .h5 or .npy, or give "
+        "--to zarr|hdf5|npy",
+        _PROG,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Convert ``args.src`` to ``args.dst``."""
+    fmt = output_format(args.dst, args.to)
+    codec = _check_options(args, fmt)
+    if not os.path.lexists(args.src):
+        raise oc.StoreNotFoundError(f"no array at {args.src!r}: the path does not exist")
+    if os.path.lexists(args.dst):
+        if os.path.exists(args.src) and os.path.samefile(args.src, args.dst):
+            raise UsageError(f"SRC and DST are the same: {args.src!r}", _PROG)
+        if not args.overwrite:
+            raise FileExistsError(f"{args.dst!r} exists; give --overwrite to replace it")
+    parent = os.path.dirname(os.path.abspath(args.dst))
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"the directory of {args.dst!r} does not exist: {parent!r}")
+    start = time.perf_counter()
+    progress = not args.no_progress
+    with oc.Manager("convert", max_bytes=args.max_ram) as manager:
+        with open_array(args.src, args.dataset) as x:
+            partial = _partial_name(args.dst, fmt)
+            try:
+                if fmt == "zarr":
+                    _write_zarr(x, partial, args.chunks, args.shards, codec, progress)
+                elif fmt == "hdf5":
+                    limit = args.max_ram // 4
+                    _write_hdf5(x, partial, args.out_dataset, args.chunks, codec, limit, progress)
+                else:
+                    _write_npy(x, partial, args.max_ram // 4, progress)
+                _replace(partial, args.dst)
+            except BaseException:
+                _remove(partial)
+                raise
+        peak = manager.stats().peak_bytes
+    seconds = time.perf_counter() - start
+    info = describe(args.dst, args.out_dataset if fmt == "hdf5" else None)
+    layout = f"chunks {tuple(info['chunks'])}"
+    if info["shards"]:
+        layout += f", shards {tuple(info['shards'])}"
+    ratio = info["compression_ratio"]
+    print(
+        f"{args.src} -> {args.dst}: {info['format']}, shape {tuple(info['shape'])}, "
+        f"{info['dtype']}, {layout}, codec {info['codec']}"
+    )
+    print(
+        f"  {format_bytes(info['logical_bytes'])} in memory, "
+        f"{format_bytes(info['stored_bytes'])} stored"
+        + (f" (ratio {ratio:.2f})" if ratio else "")
+        + f", in {seconds:.1f} s; peak NumPy memory {format_bytes(peak)} of the "
+        f"{format_bytes(args.max_ram)} budget"
+    )
+    return 0
+
+
+def _check_options(args: argparse.Namespace, fmt: str) -> str:
+    """The codec to write with, after checking that the options fit the output format."""
+    if fmt == "npy":
+        for name, value in (("--chunks", args.chunks), ("--shards", args.shards)):
+            if value is not None:
+                raise UsageError(
+                    f"{name} does not apply to a .npy output (it has no chunks)", _PROG
+                )
+        if args.codec not in (None, "none"):
+            raise UsageError(
+                f".npy files are not compressed: --codec {args.codec} needs a zarr or HDF5 output",
+                _PROG,
+            )
+        return "none"
+    if fmt == "hdf5":
+        if args.shards is not None:
+            raise UsageError("--shards applies to zarr outputs only", _PROG)
+        codec = args.codec or "none"
+        if codec not in HDF5_CODECS:
+            raise UsageError(
+                f"HDF5 outputs take --codec {', '.join(HDF5_CODECS)}, got {codec!r} (zstd and "
+                "lz4 need a zarr output)",
+                _PROG,
+            )
+        return str(codec)
+    codec = args.codec or "zstd"
+    if codec not in ZARR_CODECS:
+        raise UsageError(
+            f"zarr outputs take --codec {', '.join(ZARR_CODECS)}, got {codec!r}", _PROG
+        )
+    return str(codec)
+
+
+def _partial_name(dst: str, fmt: str) -> str:
+    """A fresh name beside ``dst`` to write to before the rename."""
+    parent, name = os.path.split(os.path.abspath(dst))
+    handle, path = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=parent)
+    os.close(handle)
+    if fmt == "zarr":
+        os.unlink(path)  # a directory will be made there
+    return path
+
+
+def _replace(partial: str, dst: str) -> None:
+    """Move the finished output over ``dst`` (removing what was there)."""
+    if os.path.isdir(dst) and not os.path.islink(dst):
+        shutil.rmtree(dst)
+    elif os.path.lexists(dst) and (os.path.isdir(partial) or os.path.islink(dst)):
+        os.unlink(dst)
+    os.replace(partial, dst)
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def _source_chunks(x: oc.ChunkedArray) -> tuple[int, ...] | None:
+    """The source's chunks when it is chunked (zarr, chunked HDF5), else None."""
+    return None if x.location == "mmap" or x.format == "npy" else x.chunks
+
+
+def _write_zarr(
+    x: oc.ChunkedArray,
+    path: str,
+    chunks: tuple[int, ...] | None,
+    shards: tuple[int, ...] | None,
+    codec: str,
+    progress: bool,
+) -> None:
+    _check_ndim(x, chunks, "--chunks")
+    _check_ndim(x, shards, "--shards")
+    if chunks is None and shards is None:  # keep the source's layout
+        chunks, shards = _source_chunks(x), x.shards
+    if chunks is not None:
+        chunks = tuple(min(c, max(n, 1)) for c, n in zip(chunks, x.shape, strict=True))
+    if shards is None:
+        source: Any = x  # the compute layer's methods
+        source.to_zarr(path, codec=codec, chunks=chunks, mode="w-", progress=progress).close()
+        return
+    # Sharded: whole shards, one block of them at a time.
+    with oc.create(path, x.shape, x.dtype, chunks=chunks, codec=codec, shards=shards) as out:
+        grid = out.shards or out.chunks
+        block = _block_shape(x.shape, grid, x.dtype.itemsize, 0)
+        _copy(x, block, out.__setitem__, progress)
+
+
+def _write_hdf5(
+    x: oc.ChunkedArray,
+    path: str,
+    name: str,
+    chunks: tuple[int, ...] | None,
+    codec: str,
+    limit_bytes: int,
+    progress: bool,
+) -> None:
+    try:
+        import h5py
+    except ImportError:
+        raise ImportError(
+            "HDF5 outputs need h5py: pip install 'oocarray[hdf5]' (or pip install h5py)"
+        ) from None
+    _check_ndim(x, chunks, "--chunks")
+    compression = None if codec == "none" else codec
+    # Contiguous (memory-mapped when read) unless chunks or compression are asked for;
+    # compression keeps the source's chunks, or h5py picks some.
+    layout: Any = chunks if chunks is not None or compression is None else _source_chunks(x)
+    if x.size == 0 or x.ndim == 0:
+        layout = None
+    elif layout is not None:
+        layout = tuple(min(c, n) for c, n in zip(layout, x.shape, strict=True))
+    elif compression is not None:
+        layout = True
+    if layout is None and compression is not None and x.ndim == 0:
+        compression = None  # a scalar has no chunks to compress
+    with h5py.File(path, "w") as f:
+        dataset = f.create_dataset(
+            name, shape=x.shape, dtype=x.dtype, chunks=layout, compression=compression
+        )
+        unit = dataset.chunks or (1, *x.shape[1:])
+        block = _block_shape(x.shape, unit, x.dtype.itemsize, limit_bytes)
+        _copy(x, block, dataset.__setitem__, progress)
+
+
+def _write_npy(x: oc.ChunkedArray, path: str, limit_bytes: int, progress: bool) -> None:
+    header = {
+        "descr": np.lib.format.dtype_to_descr(x.dtype),
+        "fortran_order": False,
+        "shape": x.shape,
+    }
+    with open(path, "wb") as f:
+        try:
+            np.lib.format.write_array_header_1_0(f, header)
+        except ValueError:  # a header over 64 KiB
+            np.lib.format.write_array_header_2_0(f, header)
+        # Whole rows in order: the file is written front to back, nothing is mapped.
+        block = _block_shape(x.shape, (1, *x.shape[1:]), x.dtype.itemsize, limit_bytes)
+
+        def write(region: tuple[slice, ...], values: np.ndarray) -> None:
+            np.ascontiguousarray(values).tofile(f)
+
+        _copy(x, block, write, progress)
+
+
+def _check_ndim(x: oc.ChunkedArray, shape: tuple[int, ...] | None, option: str) -> None:
+    if shape is not None and len(shape) != x.ndim:
+        raise UsageError(
+            f"{option} needs one length per axis ({x.ndim} for shape {x.shape}), got "
+            f"{','.join(map(str, shape))}",
+            _PROG,
+        )
+
+
+def _block_shape(
+    shape: tuple[int, ...], unit: tuple[int, ...], itemsize: int, limit_bytes: int
+) -> tuple[int, ...]:
+    """Blocks of whole ``unit``s (the output's chunks or shards), as many along the first axis
+    as fit ``limit_bytes`` (at least one unit).
+
+    Examples
+    --------
+    >>> _block_shape((1000, 10), (10, 10), 8, 4000)
+    (50, 10)
+    """
+    if not shape:
+        return ()
+    unit = tuple(max(1, min(u, n)) for u, n in zip(unit, shape, strict=True))
+    unit_bytes = math.prod(unit) * itemsize
+    count = max(1, limit_bytes // unit_bytes) if unit_bytes else 1
+    return (min(unit[0] * count, max(shape[0], 1)), *unit[1:])
+
+
+def _regions(shape: tuple[int, ...], block: tuple[int, ...]) -> Iterator[tuple[slice, ...]]:
+    """The blocks of ``shape``, in C order."""
+    if not shape:
+        yield ()
+        return
+    if 0 in shape:
+        return
+    grid = [range(0, n, b) for n, b in zip(shape, block, strict=True)]
+    for corner in np.ndindex(*(len(g) for g in grid)):
+        yield tuple(
+            slice(g[i], min(g[i] + b, n))
+            for g, i, b, n in zip(grid, corner, block, shape, strict=True)
+        )
+
+
+def _copy(
+    x: oc.ChunkedArray,
+    block: tuple[int, ...],
+    write: Callable[[tuple[slice, ...], np.ndarray], Any],
+    progress: bool,
+) -> None:
+    """Read ``x`` block by block and hand each block to ``write``."""
+    from tqdm.auto import tqdm
+
+    regions = list(_regions(x.shape, block))
+    with tqdm(
+        total=len(regions), unit="block", delay=2.0, leave=False, disable=not progress
+    ) as bar:
+        for region in regions:
+            write(region, x[region])  # the block is freed before the next read
+            bar.update()

@@ -1,0 +1,394 @@
+"""``oc.MemoryMonitor``: a timeline of memory, sampled by a background thread."""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType, TracebackType
+from typing import Any, Self
+
+from oocarray import _native
+from oocarray._diagnostics._usage import manager_usage, resident_memory
+from oocarray._memory import config, format_bytes
+
+__all__ = ["MemoryMonitor", "MemoryPeak", "MemorySample"]
+
+_FIXED = (
+    "time_s",
+    "rss_anon_bytes",
+    "rss_shmem_bytes",
+    "rss_file_bytes",
+    "managed_bytes",
+    "ram_bytes",
+    "mmap_bytes",
+    "spilled_bytes",
+    "spill_file_bytes",
+)
+_MANAGER_COLUMN = "ram_bytes[{}]"
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySample:
+    """One look at memory.
+
+    Attributes
+    ----------
+    time_s
+        Seconds since the monitor started.
+    rss_anon_bytes, rss_shmem_bytes, rss_file_bytes
+        Resident memory of the process: anonymous, shared, file-backed.
+    managed_bytes
+        Live bytes of every managed array (``ram_bytes + mmap_bytes + spilled_bytes``).
+    ram_bytes, mmap_bytes, spilled_bytes
+        Where they are: in RAM, placed on disk from the start, moved to disk by a spill.
+    spill_file_bytes
+        Disk reserved by spill files.
+    managers
+        RAM bytes of each named manager and workspace open at that moment, by name
+        (managers called alike are added up).
+    """
+
+    time_s: float
+    rss_anon_bytes: int
+    rss_shmem_bytes: int
+    rss_file_bytes: int
+    managed_bytes: int
+    ram_bytes: int
+    mmap_bytes: int
+    spilled_bytes: int
+    spill_file_bytes: int
+    managers: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def rss_bytes(self) -> int:
+        """All resident memory: anonymous + shared + file-backed."""
+        return self.rss_anon_bytes + self.rss_shmem_bytes + self.rss_file_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPeak:
+    """The highest values a monitor saw (between samples a peak can be missed: sample more
+    often, or look at ``oc.memory_report().resident.peak_bytes``, the kernel's own peak).
+
+    Attributes
+    ----------
+    rss_bytes, rss_time_s
+        Highest resident memory (all kinds) and when.
+    rss_anon_bytes
+        Highest anonymous + shared resident memory (what spilling can release).
+    managed_bytes, ram_bytes, spilled_bytes
+        Highest managed bytes, managed bytes in RAM, and spilled bytes.
+    managers
+        Highest RAM bytes of each named manager.
+    duration_s, samples
+        How long the monitor ran, and how many samples it took.
+    """
+
+    rss_bytes: int
+    rss_time_s: float
+    rss_anon_bytes: int
+    managed_bytes: int
+    ram_bytes: int
+    spilled_bytes: int
+    managers: Mapping[str, int]
+    duration_s: float
+    samples: int
+
+    def __str__(self) -> str:
+        text = (
+            f"peak resident {format_bytes(self.rss_bytes)} at {self.rss_time_s:.2f} s "
+            f"(anonymous + shared {format_bytes(self.rss_anon_bytes)}); managed "
+            f"{format_bytes(self.managed_bytes)}, in RAM {format_bytes(self.ram_bytes)}, spilled "
+            f"{format_bytes(self.spilled_bytes)}; {self.samples} samples over "
+            f"{self.duration_s:.2f} s"
+        )
+        if self.managers:
+            text += "; " + ", ".join(f"{k} {format_bytes(v)}" for k, v in self.managers.items())
+        return text
+
+
+class MemoryMonitor:
+    """Record memory over time in a background thread.
+
+    Each sample holds the process's resident memory (anonymous, shared, file-backed), the
+    bytes managed by oocarray (in RAM, on disk), spill-file bytes and the RAM of every named
+    manager.  Use it as a context manager, or call :meth:`start` and :meth:`stop`; a sample is
+    taken at both ends too.
+
+    Parameters
+    ----------
+    interval
+        Seconds between samples (at least 0.001).  A sample costs a read of
+        ``/proc/self/status`` and a walk of the manager tree: tens of microseconds.
+    max_samples
+        Keep at most this many (the oldest are dropped), or ``None``.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> with oc.MemoryMonitor(interval=0.01) as mon:
+    ...     with oc.Manager("etl"):
+    ...         a = np.ones(2**20)   # 8 MiB
+    ...         _ = mon.sample()     # one now, besides the thread's
+    ...         del a
+    >>> mon.peak.managers["etl"]
+    8388608
+    >>> len(mon.samples) >= 3
+    True
+    """
+
+    def __init__(self, interval: float = 0.1, *, max_samples: int | None = None) -> None:
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+            raise TypeError(f"interval must be a number of seconds, got {interval!r}")
+        if not interval >= 0.001:
+            raise ValueError(f"interval must be at least 0.001 seconds, got {interval!r}")
+        if max_samples is not None and (not isinstance(max_samples, int) or max_samples < 2):
+            raise ValueError(
+                f"max_samples must be an int of at least 2 or None, got {max_samples!r}"
+            )
+        self.interval = float(interval)
+        self.max_samples = max_samples
+        self._samples: list[MemorySample] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = 0.0
+        self._stopped_at: float | None = None
+        self.budgets: dict[str, int] = {}
+        """Budgets seen: ``"max_bytes"`` and ``"max_physical_bytes"`` of the settings, and
+        the ``max_bytes`` of each named manager (by name)."""
+
+    # ---- running ----
+
+    def start(self) -> Self:
+        """Start sampling (a new timeline: earlier samples are dropped)."""
+        if self.running:
+            raise RuntimeError("the monitor is already running; stop() it first")
+        with self._lock:
+            self._samples = []
+        self.budgets = {}
+        self._stop.clear()
+        self._t0 = time.monotonic()
+        self._stopped_at = None
+        self.sample()
+        self._thread = threading.Thread(target=self._run, name="oocarray-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling, after one last sample.  Stopping twice does nothing."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._stop.set()
+        thread.join()
+        self._thread = None
+        self.sample()
+        self._stopped_at = time.monotonic()
+
+    @property
+    def running(self) -> bool:
+        """Whether the sampling thread runs."""
+        return self._thread is not None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> MemorySample:
+        """Take one sample now (any thread may), add it to the timeline and return it."""
+        rss = resident_memory()
+        tree = manager_usage()
+        settings = config()
+        managers: dict[str, int] = {}
+        budgets: dict[str, int] = {}
+        for _, usage in tree.walk():
+            if usage.kind != "system" and usage.open and usage.named:
+                managers[usage.name] = managers.get(usage.name, 0) + usage.ram_bytes
+                if usage.max_bytes is not None:
+                    budgets[usage.name] = usage.max_bytes
+        if settings.max_bytes is not None:
+            budgets["max_bytes"] = settings.max_bytes
+        if settings.max_physical_bytes is not None:
+            budgets["max_physical_bytes"] = settings.max_physical_bytes
+        point = MemorySample(
+            time_s=time.monotonic() - self._t0,
+            rss_anon_bytes=rss.anon_bytes,
+            rss_shmem_bytes=rss.shmem_bytes,
+            rss_file_bytes=rss.file_bytes,
+            managed_bytes=tree.current_bytes,
+            ram_bytes=tree.ram_bytes,
+            mmap_bytes=tree.mmap_bytes,
+            spilled_bytes=tree.spilled_bytes,
+            spill_file_bytes=int(_native.spill_used()),
+            managers=MappingProxyType(managers),
+        )
+        with self._lock:
+            self._samples.append(point)
+            if self.max_samples is not None and len(self._samples) > self.max_samples:
+                del self._samples[0]
+            self.budgets.update(budgets)
+        return point
+
+    # ---- results ----
+
+    @property
+    def samples(self) -> list[MemorySample]:
+        """The timeline so far (a copy)."""
+        with self._lock:
+            return list(self._samples)
+
+    @property
+    def peak(self) -> MemoryPeak:
+        """The highest values seen (:class:`MemoryPeak`)."""
+        samples = self.samples
+        if not samples:
+            raise ValueError("the monitor has no samples yet; start() it first")
+        top = max(samples, key=lambda s: s.rss_bytes)
+        managers: dict[str, int] = {}
+        for s in samples:
+            for name, value in s.managers.items():
+                managers[name] = max(managers.get(name, 0), value)
+        end = self._stopped_at if self._stopped_at is not None else time.monotonic()
+        return MemoryPeak(
+            rss_bytes=top.rss_bytes,
+            rss_time_s=top.time_s,
+            rss_anon_bytes=max(s.rss_anon_bytes + s.rss_shmem_bytes for s in samples),
+            managed_bytes=max(s.managed_bytes for s in samples),
+            ram_bytes=max(s.ram_bytes for s in samples),
+            spilled_bytes=max(s.spilled_bytes for s in samples),
+            managers=MappingProxyType(managers),
+            duration_s=(end - self._t0) if self._t0 else samples[-1].time_s,
+            samples=len(samples),
+        )
+
+    def manager_names(self) -> list[str]:
+        """Names of the managers seen, in the order they first appeared."""
+        names: dict[str, None] = {}
+        for s in self.samples:
+            names.update(dict.fromkeys(s.managers))
+        return list(names)
+
+    def rows(self) -> list[dict[str, float | int | None]]:
+        """The samples as flat rows (the columns of :meth:`to_csv`); a manager that was not
+        open at a sample has ``None`` there (an empty CSV field, NaN in :meth:`to_frame`)."""
+        names = self.manager_names()
+        out = []
+        for s in self.samples:
+            row: dict[str, float | int | None] = {k: getattr(s, k) for k in _FIXED}
+            for name in names:
+                row[_MANAGER_COLUMN.format(name)] = s.managers.get(name)
+            out.append(row)
+        return out
+
+    def to_frame(self) -> Any:
+        """The samples as a :class:`pandas.DataFrame` indexed by ``time_s`` (needs pandas)."""
+        try:
+            pd: Any = importlib.import_module("pandas")
+        except ImportError as error:
+            raise ImportError(
+                "MemoryMonitor.to_frame() needs pandas (pip install pandas); "
+                "to_csv() and .samples work without it"
+            ) from error
+        rows = self.rows()
+        columns = list(rows[0]) if rows else list(_FIXED)
+        return pd.DataFrame(rows, columns=columns).set_index("time_s")
+
+    def to_csv(self, path: str | os.PathLike[str]) -> None:
+        """Write the samples to a CSV file: a header, then one row per sample (bytes as
+        integers, ``time_s`` in seconds); :meth:`from_csv` reads it back."""
+        rows = self.rows()
+        columns = list(rows[0]) if rows else list(_FIXED)
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    @classmethod
+    def from_csv(cls, path: str | os.PathLike[str]) -> MemoryMonitor:
+        """A stopped monitor holding the samples of a file :meth:`to_csv` wrote (to plot a
+        saved timeline)."""
+        monitor = cls()
+        samples = []
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = set(_FIXED) - set(reader.fieldnames or ())
+            if missing:
+                raise ValueError(
+                    f"{os.fspath(path)!r} is not a MemoryMonitor CSV file: columns "
+                    f"{sorted(missing)} are missing"
+                )
+            for row in reader:
+                managers = {
+                    key[len("ram_bytes[") : -1]: int(value)
+                    for key, value in row.items()
+                    if key.startswith("ram_bytes[") and key.endswith("]") and value != ""
+                }
+                samples.append(
+                    MemorySample(
+                        time_s=float(row["time_s"]),
+                        **{k: int(row[k]) for k in _FIXED[1:]},
+                        managers=MappingProxyType(managers),
+                    )
+                )
+        monitor._samples = samples
+        monitor._t0 = 0.0
+        return monitor
+
+    def plot(
+        self,
+        ax: Any = None,
+        *,
+        managers: bool = True,
+        budgets: bool = True,
+        title: str | None = "Memory over time",
+    ) -> Any:
+        """Plot the timeline with matplotlib (imported now; ``pip install matplotlib``).
+
+        Lines: resident memory (anonymous + shared, and with file-backed pages added),
+        managed bytes in RAM, bytes on disk, each named manager's RAM (``managers``), and
+        budgets as dotted horizontal lines (``budgets``).  Bytes are shown in the unit that
+        fits (KiB, MiB or GiB).
+
+        Parameters
+        ----------
+        ax
+            A matplotlib ``Axes`` to draw on; by default a new ``Figure`` is made (not
+            registered with pyplot, so nothing stays open; a notebook shows it as the cell's
+            result).
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+        """
+        from oocarray._diagnostics._plot import plot_timeline
+
+        return plot_timeline(
+            self.samples,
+            self.budgets,
+            ax=ax,
+            managers=managers,
+            budgets=budgets,
+            title=title,
+        )
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        count = len(self.samples)
+        return f"<oocarray.MemoryMonitor {state}: {count} samples every {self.interval} s>"

@@ -1,0 +1,82 @@
+"""Zarr groups: telling a group from an array, finding an array in one, making the way to one."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import zarr
+
+from oocarray.errors import StoreNotFoundError
+
+__all__ = ["array_in_group", "is_group", "require_group"]
+
+
+def is_group(path: str) -> bool:
+    """Whether ``path`` holds a zarr group (v3 or v2) rather than an array."""
+    v3 = os.path.join(path, "zarr.json")
+    if os.path.isfile(v3):
+        try:
+            with open(v3, "rb") as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            return False  # unreadable metadata: zarr-python reports it when the node is opened
+        return isinstance(meta, dict) and meta.get("node_type") == "group"
+    return os.path.isfile(os.path.join(path, ".zgroup")) and not os.path.isfile(
+        os.path.join(path, ".zarray")
+    )
+
+
+def array_in_group(path: str, dataset: str | None) -> str:
+    """The directory of the array ``dataset`` (``"a/b"``) in the group at ``path``; without a
+    name, of the group's only array.  Names are checked against the group's members, so the
+    result never leaves the group."""
+    if dataset is not None and not isinstance(dataset, str):
+        raise TypeError(f"dataset must be a str, got {dataset!r}")
+    if not is_group(path):
+        raise ValueError(
+            f"dataset= names an array inside a zarr group, but {path!r} is a zarr array: "
+            "open it without dataset="
+        )
+    members = dict(zarr.open_group(store=path, mode="r").members(max_depth=None))
+    arrays = sorted(name for name, node in members.items() if isinstance(node, zarr.Array))
+    if dataset is None:
+        if len(arrays) != 1:
+            raise ValueError(
+                f"{path!r} is a zarr group with {len(arrays)} arrays {arrays}; choose one with "
+                "dataset=..."
+            )
+        name = arrays[0]
+    else:
+        name = dataset.strip("/")
+        if name in members and name not in arrays:
+            raise ValueError(f"{dataset!r} in {path!r} is a zarr group, not an array")
+        if name not in arrays:
+            raise StoreNotFoundError(
+                f"no array {dataset!r} in zarr group {path!r}; it has {arrays}"
+            )
+    return os.path.join(path, *name.split("/"))
+
+
+def require_group(path: str, dataset: str) -> str:
+    """Make the zarr v3 group at ``path`` (and the groups on the way to ``dataset``) unless they
+    exist; the directory where the array ``dataset`` goes."""
+    parts = dataset.strip("/").split("/")
+    if any(part in ("", ".", "..") or part.startswith("__") for part in parts):
+        raise ValueError(
+            f"dataset must be a name like 'temperature' or 'a/b' (no empty, '.', '..' or "
+            f"'__'-prefixed parts), got {dataset!r}"
+        )
+    if not is_group(path) and any(
+        os.path.isfile(os.path.join(path, name)) for name in ("zarr.json", ".zarray")
+    ):
+        raise ValueError(f"{path!r} is a zarr array; dataset= needs a zarr group there")
+    if os.path.isfile(os.path.join(path, ".zgroup")):
+        raise ValueError(
+            f"{path!r} is a zarr v2 group; oc.create writes zarr v3 arrays, which a v2 group "
+            "cannot hold: write into a new path or a v3 group"
+        )
+    group = zarr.open_group(store=path, mode="a", zarr_format=3)
+    for part in parts[:-1]:
+        group = group.require_group(part)
+    return os.path.join(path, *parts)
