@@ -15,6 +15,7 @@ from benchmarks import (
     w1c_lazy,
     w2_small_alloc,
     w3_spill,
+    w4_hard,
     w4_over_budget,
     w5_reduce,
     w6_fused,
@@ -33,6 +34,10 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
     "W4": (
         "4x the budget in 32 MiB arrays in Manager(max_bytes=256M): peak RSS",
         w4_over_budget.run,
+    ),
+    "W4H": (
+        "W4, a reduction and a training epoch in a 320 MiB cgroup where plain NumPy is killed",
+        w4_hard.run,
     ),
     "W5": (
         "mean+std over axis 0 of a (N, 64) f32 zstd zarr vs dask and the codec floor",

@@ -8,6 +8,7 @@ datasets are memory-mapped: basic indexing returns views of the map, with no cop
 from __future__ import annotations
 
 import html
+import math
 import os
 import threading
 import uuid
@@ -89,7 +90,7 @@ class ChunkedArray:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # Python ints: no overflow, whatever a store says
 
     @property
     def nbytes(self) -> int:

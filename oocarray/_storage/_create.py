@@ -175,6 +175,11 @@ def create(
         raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
     dims = parse_shape(shape)
     parsed = _parse_dtype(dtype)
+    if math.prod(dims) * max(parsed.itemsize, 1) > np.iinfo(np.intp).max:
+        raise ValueError(
+            f"shape {dims} of {parsed} is more than {np.iinfo(np.intp).max} bytes, which no "
+            "NumPy array or index can address; give a smaller shape"
+        )
     shard_shape = None if shards is None else parse_chunks(shards, dims, parsed, "shards")
     if shard_shape is not None and chunks is None:
         chunk_shape = _inner_chunks(shard_shape, parsed.itemsize)

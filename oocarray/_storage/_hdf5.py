@@ -57,6 +57,17 @@ class HDF5Store(Store):
     format = "hdf5"
 
     def __init__(self, path: str, mode: str, dataset: str | None, allow_object: bool) -> None:
+        try:
+            self._open(path, mode, dataset, allow_object)
+        except (RuntimeError, AttributeError, KeyError, IndexError, ArithmeticError) as error:
+            if isinstance(error, KeyError) and dataset is not None:
+                raise
+            # HDF5 reports damaged metadata (object headers, B-trees, heaps) as RuntimeError.
+            raise ValueError(
+                f"the HDF5 file {path!r} is damaged: {type(error).__name__}: {error}"
+            ) from error
+
+    def _open(self, path: str, mode: str, dataset: str | None, allow_object: bool) -> None:
         self.path = path
         self.readonly = mode == "r"
         self.file = h5py.File(path, "r" if self.readonly else "r+")

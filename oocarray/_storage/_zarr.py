@@ -34,6 +34,43 @@ __all__ = ["ZarrStore"]
 
 
 _PARALLEL_COPY_BYTES = 8 << 20
+# What zarr-python raises from metadata of the wrong structure, besides its ValueErrors.
+_METADATA_DAMAGE = (
+    AttributeError,
+    TypeError,
+    KeyError,
+    IndexError,
+    ArithmeticError,
+    AssertionError,
+    RecursionError,
+)
+
+
+def _new_file_mode() -> int:
+    """The mode ``open()`` would give a new file: 0666 less the process's umask (read from
+    /proc, since ``os.umask`` can only be read by changing it, which races other threads)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o644
+
+
+def _mkstemp_beside(directory: str) -> tuple[int, str]:
+    """A new file in ``directory`` to write and rename over a store file: made with
+    ``O_EXCL`` (never a link someone placed), then given an ordinary file's mode, since
+    ``mkstemp``'s 0600 would make the store unreadable to the users it is shared with."""
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        os.fchmod(fd, _new_file_mode())
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    return fd, tmp
 
 
 def _basic(index: tuple[Any, ...]) -> bool:
@@ -162,13 +199,23 @@ class ZarrStore(Store):
     ) -> ZarrStore:
         """Open the zarr array at ``path``, or the array ``dataset`` of the group there (a group
         holding one array needs no ``dataset``)."""
-        if dataset is not None or is_group(path):
-            path = array_in_group(path, dataset)
+        if dataset is not None and not isinstance(dataset, str):
+            raise TypeError(f"dataset must be a str, got {dataset!r}")
         try:
-            array = zarr.open_array(store=path, mode="r" if mode == "r" else "r+")
-        except FileNotFoundError as error:
-            raise StoreNotFoundError(f"no zarr array at {path!r}") from error
-        return cls(array, path, mode == "r", allow_object)
+            if dataset is not None or is_group(path):
+                path = array_in_group(path, dataset)
+            try:
+                array = zarr.open_array(store=path, mode="r" if mode == "r" else "r+")
+            except FileNotFoundError as error:
+                raise StoreNotFoundError(f"no zarr array at {path!r}") from error
+            return cls(array, path, mode == "r", allow_object)
+        except _METADATA_DAMAGE as error:
+            # zarr-python trusts the JSON's structure (``null`` for zarr.json is an
+            # AttributeError deep inside it): say what is wrong, as a ValueError.
+            raise ValueError(
+                f"the zarr metadata at {path!r} is damaged or not zarr: "
+                f"{type(error).__name__}: {error}"
+            ) from error
 
     def _codec_name(self) -> str:
         meta: Any = self.array.metadata
@@ -455,7 +502,7 @@ class ZarrStore(Store):
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
         # Write beside it and rename: readers never see half a chunk.
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+        fd, tmp = _mkstemp_beside(directory)
         try:
             try:
                 codec = layout.codec
@@ -500,7 +547,7 @@ class ZarrStore(Store):
         with open(target, "rb") as f:
             meta = json.load(f)
         meta["shape"] = list(shape)
-        fd, tmp = tempfile.mkstemp(dir=self._root, prefix=".tmp-")
+        fd, tmp = _mkstemp_beside(self._root)
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(meta, f, indent=2)
