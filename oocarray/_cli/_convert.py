@@ -26,6 +26,7 @@ from oocarray._cli._args import Parser, UsageError, add_common, shape_argument
 from oocarray._cli._info import describe
 from oocarray._cli._open import open_array
 from oocarray._cli._output import format_bytes
+from oocarray._compute._progress import progress_bar
 
 __all__ = ["add_parser", "output_format"]
 
@@ -356,10 +357,8 @@ def _copy(
     progress: bool,
 ) -> None:
     """Read ``x`` block by block and hand each block to ``write``."""
-    from tqdm.auto import tqdm
-
     regions = list(_regions(x.shape, block))
-    with tqdm(
+    with progress_bar(
         total=len(regions), unit="block", delay=2.0, leave=False, disable=not progress
     ) as bar:
         for region in regions:

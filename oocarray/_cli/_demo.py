@@ -31,6 +31,7 @@ from oocarray._cli._args import Parser, UsageError, size_argument
 from oocarray._cli._demo_data import FEATURES, ROW_BYTES, DemoData
 from oocarray._cli._output import format_bytes, format_number, table
 from oocarray._cli._resident import ResidentSampler, owned_bytes, read_status, reset_peak
+from oocarray._compute._progress import progress_bar
 
 __all__ = ["DemoPlan", "add_parser"]
 
@@ -304,15 +305,13 @@ def _took(records: list[StepRecord]) -> str:
 
 def _generate(data: DemoData, path: str, manager: oc.Manager, progress: bool) -> oc.ChunkedArray:
     """Write the demo table with ``oc.from_batches``, blocks made ahead by a thread pool."""
-    from tqdm.auto import tqdm
-
     workers = max(1, min(4, os.cpu_count() or 1))
 
     def make(index: int) -> np.ndarray:
         with manager.activate():  # the pool's threads count against the budget too
             return data.block(index)
 
-    def blocks(bar: tqdm) -> Iterator[np.ndarray]:
+    def blocks(bar: Any) -> Iterator[np.ndarray]:
         with ThreadPoolExecutor(workers, thread_name_prefix="oocarray-demo") as pool:
             ahead: list[Future[np.ndarray]] = []
             for index in range(data.n_blocks):
@@ -324,7 +323,7 @@ def _generate(data: DemoData, path: str, manager: oc.Manager, progress: bool) ->
                 yield future.result()
                 bar.update()
 
-    with tqdm(
+    with progress_bar(
         total=data.n_blocks, desc="generate", unit="block", leave=False, disable=not progress
     ) as bar:
         return oc.from_batches(
@@ -361,8 +360,6 @@ def _train(
     x: oc.ChunkedArray, plan: DemoPlan, epochs: int, manager: oc.Manager, progress: bool
 ) -> tuple[list[list[float]], np.ndarray]:
     """Train; returns the mean loss of each fifth of each epoch, and the weights."""
-    from tqdm.auto import tqdm
-
     weights = manager.zeros(FEATURES, np.float32)
     bias = manager.zeros(1, np.float32)
     feed = oc.batches(x, plan.batch_rows, shuffle="chunks", seed=0)
@@ -372,7 +369,7 @@ def _train(
     rate = min(0.05, max(0.002, 6 / (per_epoch * epochs)))
     workspace = oc.Workspace("train-step")
     losses: list[list[float]] = []
-    with tqdm(
+    with progress_bar(
         total=per_epoch * epochs, desc="train", unit="batch", leave=False, disable=not progress
     ) as bar:
         for _ in range(epochs):

@@ -27,6 +27,7 @@ import numpy as np
 
 from oocarray._compute._expr import BlockReads, Expr
 from oocarray._compute._fuse import Kernel, kernel_for
+from oocarray._compute._progress import progress_bar
 from oocarray._compute._reduce import Reduction
 from oocarray._memory import Manager, Workspace, active_manager, detach, system
 
@@ -276,9 +277,7 @@ def _progress(total: int, enabled: bool) -> Any:
     """A tqdm bar that shows itself only once the pass has run about two seconds."""
     if not enabled or total < 2:
         return _NoProgress()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, delay=2.0, unit="block", leave=False)
+    return progress_bar(total=total, delay=2.0, unit="block", leave=False)
 
 
 def evaluate(

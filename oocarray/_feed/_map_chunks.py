@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from oocarray._compute._progress import progress_bar
 from oocarray._feed import _map_sidecar as sidecar
 from oocarray._feed._map_args import (
     common_length,
@@ -243,6 +244,4 @@ def _progress_bar(total: int, done: int, enabled: bool) -> Any:
     """A tqdm bar that shows itself only once the work has run about two seconds."""
     if not enabled or total - done < 2:
         return _NoProgress()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=done, delay=2.0, unit="block", leave=False)
+    return progress_bar(total=total, initial=done, delay=2.0, unit="block", leave=False)
