@@ -3,6 +3,7 @@ dataset's file offset, so reads are views of the map with no copy."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import h5py
@@ -152,6 +153,12 @@ class HDF5Store(Store):
                 f"chunk {chunk} of HDF5 dataset {self.dataset_name!r} in {self.path!r} cannot "
                 f"be decoded ({self.codec}): it is corrupt or truncated ({error})"
             ) from error
+        except RuntimeError as error:
+            # Damaged metadata on the way to the chunk (its B-tree, the heap).
+            raise CorruptChunkError(
+                f"chunk {chunk} of HDF5 dataset {self.dataset_name!r} in {self.path!r} cannot "
+                f"be found: the file is damaged ({error})"
+            ) from error
         return out
 
     def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
@@ -163,7 +170,10 @@ class HDF5Store(Store):
             self.ds[region] = data
 
     def stored_bytes(self) -> int:
-        return int(self.ds.id.get_storage_size())
+        try:
+            return int(self.ds.id.get_storage_size())
+        except RuntimeError:  # damaged metadata: the file's size is the best answer left
+            return os.path.getsize(self.path)
 
     def close(self) -> None:
         if isinstance(self.memmap, np.memmap) and not self.readonly:

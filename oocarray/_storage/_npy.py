@@ -16,6 +16,16 @@ class NpyStore(Store):
     codec = "none"
 
     def __init__(self, path: str, mode: str, allow_object: bool) -> None:
+        try:
+            self._open(path, mode, allow_object)
+        except (OverflowError, AttributeError, KeyError, IndexError) as error:
+            # A header whose shape or dtype NumPy cannot map (sizes past the address space).
+            raise ValueError(
+                f"the .npy file {path!r} has a header no array fits: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+
+    def _open(self, path: str, mode: str, allow_object: bool) -> None:
         self.path = path
         self.readonly = mode == "r"
         with open(path, "rb") as f:
