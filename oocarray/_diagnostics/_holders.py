@@ -13,6 +13,7 @@ import inspect
 import os
 import re
 import sys
+import time
 import types
 from collections.abc import Set
 from dataclasses import dataclass
@@ -105,14 +106,27 @@ def who_holds(obj: object, *, limit: int = 5, depth: int = 6) -> list[Holder]:
 
 
 def holder_lines(obj: object, ignore: set[int]) -> list[str]:
-    """The hook the memory layer calls for leak reports: one line per holder."""
+    """The hook the memory layer calls for leak reports: one line per holder.
+
+    Each search scans the whole heap a few times, which takes seconds in a large process: a
+    search comes at most once a second and once per ten times the last one took, so that code
+    raising many leak errors (and catching them) spends at most a tenth of its time here."""
+    now = time.monotonic()
+    if now < _pacing["next"]:
+        return []  # (oc.who_holds(array) searches on demand)
     try:
         search = _start(extra_ignore=ignore, scans=_LEAK_SCANS)
         holders = _search(obj, search, 2, 4)
         search.direct.clear()
     except Exception:
         return []
+    finally:
+        _pacing["next"] = time.monotonic() + max(1.0, 10 * (time.monotonic() - now))
     return [f"{h.description} [{h.kind}]" for h in holders]
+
+
+# When the next leak report may search for holders (see :func:`holder_lines`).
+_pacing = {"next": 0.0}
 
 
 def _start(extra_ignore: set[int], scans: int = 40) -> _Search:

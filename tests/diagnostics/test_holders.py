@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import oocarray as oc
+from oocarray._diagnostics import _holders
 
 HELD: list[np.ndarray] = []
 LAST_ERROR: list[BaseException] = []
@@ -17,6 +18,19 @@ LAST_ERROR: list[BaseException] = []
 def _forget() -> None:
     HELD.clear()
     LAST_ERROR.clear()
+    _holders._pacing["next"] = 0.0  # every test's leak report searches
+
+
+def test_leak_reports_in_quick_succession_search_once() -> None:
+    messages = []
+    for _ in range(2):
+        with pytest.raises(oc.ScopeLeakError) as raised, oc.Manager("leaky", on_close="raise"):
+            HELD.append(np.ones(4))
+        HELD.clear()
+        messages.append(str(raised.value))
+    assert "held by item 0 of a list, in global 'HELD'" in messages[0]
+    assert "held by" not in messages[1]
+    assert "array shape=(4,)" in messages[1]
 
 
 def test_a_list_in_a_global() -> None:
