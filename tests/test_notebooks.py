@@ -140,7 +140,8 @@ def test_managers_budgets_spill_workspaces(tmp_path: Path) -> None:
     assert "detached result owned by System at ram" in out
     faults_without = number(r"without a workspace: " + NUMBER + " page faults", out)
     faults_with = number(r"with oc.Workspace: +" + NUMBER + " page faults", out)
-    assert faults_with * 10 < faults_without
+    # (about 1,200 against 17 on a quiet machine; 1,332 against 144 once under heavy load)
+    assert faults_with * 4 < faults_without
 
 
 def test_etl_to_training(tmp_path: Path) -> None:

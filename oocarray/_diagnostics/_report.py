@@ -51,7 +51,7 @@ class MemoryReport:
     >>> with oc.Manager("etl", max_bytes="64M") as m:
     ...     a = np.ones((1024, 1024))
     ...     report = oc.memory_report()
-    >>> report.find("etl").ram_bytes
+    >>> report.find("etl").current_bytes  # (in RAM, or on disk if it was placed there)
     8388608
     >>> report.resident.total_bytes > 0
     True

@@ -85,10 +85,15 @@ def placed_by_watcher(stack: ExitStack) -> np.ndarray:
     stack.enter_context(oc.Manager("watched"))
     a = np.zeros(N, np.int64)
     a[::512] = 0  # resident
-    rss = _physical.resident_memory()
-    oc.configure(max_physical_bytes=rss.anon_bytes + rss.shmem_bytes - (4 << 20))
     stack.callback(oc.configure, max_physical_bytes=None)
-    _physical.check_now()
+    # The watcher moves the coldest regions first: in a long test session other live arrays
+    # may go before this one, so the limit comes down until it has moved this one too.
+    for _ in range(16):
+        rss = _physical.resident_memory()
+        oc.configure(max_physical_bytes=rss.anon_bytes + rss.shmem_bytes - (4 << 20))
+        _physical.check_now()
+        if oc.location(a) == "mmap":
+            break
     return a
 
 
