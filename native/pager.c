@@ -501,7 +501,9 @@ static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *abse
         }
         *absent = 0;
         char why[256];
-        int rc = oc_decode_range(a->codec, fd, t[1], t[2], C, lo - cs, d, hi - lo, why, sizeof why);
+        /* a spill's last chunk is as long as the data left (a zarr chunk is always whole) */
+        size_t cn = a->spill && cs + C > a->data_bytes ? a->data_bytes - cs : C;
+        int rc = oc_decode_range(a->codec, fd, t[1], t[2], cn, lo - cs, d, hi - lo, why, sizeof why);
         if (a->fd < 0) {
             close(fd);
         }
