@@ -26,8 +26,8 @@ def owner(arr: np.ndarray) -> Manager | None:
 
 def location(arr: np.ndarray) -> str | None:
     """Where the memory under ``arr`` lives: ``"ram"``, ``"mmap"`` (a spilled or file-placed
-    array, or a view of a memory-mapped file), ``"zarr"`` (compressed spill), ``"workspace"``, or ``None`` when oocarray does
-    not manage it."""
+    array, or a view of a memory-mapped file), ``"zarr"`` (compressed chunks paged back on
+    touch), ``"workspace"``, or ``None`` when oocarray does not manage it."""
     require_array(arr, "location")
     info = _native.block_info(arr)
     if info is None:
