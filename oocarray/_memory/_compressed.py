@@ -16,18 +16,14 @@ import os
 import warnings
 
 from oocarray import _native
+from oocarray.errors import CompressedSpillFallbackWarning
 
-__all__ = ["DISABLE_ENV", "CompressedSpillFallbackWarning", "available", "effective"]
+__all__ = ["DISABLE_ENV", "available", "effective"]
 
 DISABLE_ENV = "OOCARRAY_USERFAULTFD"  # the chunk pager's kill switch ("0": never page)
 
 _checked: dict[int, tuple[bool, str]] = {}
 _warned: set[int] = set()
-
-
-class CompressedSpillFallbackWarning(RuntimeWarning):
-    """``spill="zarr"`` or ``location="zarr"`` was asked for where it cannot work: ``"mmap"``
-    (raw temporary files) is used instead."""
 
 
 def available() -> tuple[bool, str]:
