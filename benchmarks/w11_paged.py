@@ -147,10 +147,13 @@ def _run_in(directory: str, quick: bool) -> Result:
 
     times = interleave({name: timed(name) for name in sides}, rounds=rounds, warmup=0)
     med = {name: statistics.median(t) for name, t in times.items()}
-    # NumPy's float32 mean accumulates in float32 (pairwise): compare loosely with float64.
-    for name, got in results.items():
-        if not np.allclose(got, results["stream"], rtol=1e-3, atol=0.2):
-            notes.append(f"W11: {name}'s mean differs from the streaming reduction's")
+    # NumPy's float32 mean over axis 0 accumulates row by row in float32 (off by up to ~1e-2
+    # relative over millions of rows): the paged scan must equal the same NumPy call on the raw
+    # bytes exactly; the float64 reductions (streaming, dask) must agree with each other.
+    if not np.array_equal(results["paged"], results["memmap"]):
+        notes.append("W11: DATA MISMATCH: as_ndarray().mean(0) != the same mean on the raw .npy")
+    if "dask" in results and not np.allclose(results["stream"], results["dask"], rtol=1e-5):
+        notes.append("W11: the streaming mean differs from dask's")
 
     x = oc.open(data.zarr_path)
     rows = np.sort(np.random.default_rng(0).integers(0, data.n_rows, N_ROWS_PICKED))
