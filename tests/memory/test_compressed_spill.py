@@ -340,3 +340,35 @@ def test_full_disk_is_a_spill_error_not_a_crash(tiny_tmpfs: Path) -> None:
     assert "zarr 1999999" in result.stdout
     assert "exited normally" in result.stdout
     assert errno.ENOSPC
+
+
+def test_writes_during_the_move_are_not_lost(spill_dir: Path) -> None:
+    with oc.Manager(spill="zarr"):
+        a = np.zeros(2 * MiB, dtype=np.int64)  # 16 MiB, 16 units
+        spots = np.arange(4) * (a.size // 4)  # four units, one element each
+        stop = threading.Event()
+        last = [0]
+
+        def writer(a: np.ndarray) -> None:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                a[spots + i % 4] = i
+                last[0] = i
+
+        t = threading.Thread(target=writer, args=(a,))
+        t.start()
+        try:
+            for _ in range(4):
+                oc.spill(a)
+                oc.spill(a)
+                oc.unspill(a)
+        finally:
+            stop.set()
+            t.join()
+        i = last[0]
+        assert i > 0
+        np.testing.assert_array_equal(a[spots + i % 4], i)
+        oc.spill(a)
+        np.testing.assert_array_equal(a[spots + i % 4], i)
+        del a
