@@ -62,6 +62,7 @@ struct pg_uffdio_poison {
 
 enum { U_EMPTY, U_FILLING, U_CLEAN, U_DIRTY, U_EVICTING, U_FAILED };
 #define F_WRITE 1 /* a write-protect fault came while the unit was being filled */
+#define F_WB 2    /* spill: being encoded (clean, but its chunk is not in the table yet) */
 
 typedef struct pg_array pg_array;
 struct pg_array {
@@ -394,12 +395,12 @@ static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
                 size_t u = best->ring[best->ring_head];
                 best->ring_head = (best->ring_head + 1) % best->nunits;
                 best->ring_len--;
-                if (best->state[u] == U_CLEAN) {
+                if (best->state[u] == U_CLEAN && !(best->flags[u] & F_WB)) {
                     victim = best;
                     vu = u;
                     break;
                 }
-                if (best->state[u] == U_DIRTY) {
+                if (best->state[u] == U_DIRTY || best->state[u] == U_CLEAN) {
                     best->ring[(best->ring_head + best->ring_len) % best->nunits] = u;
                     best->ring_len++;
                 }
@@ -434,6 +435,8 @@ static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
     return freed;
 }
 
+static size_t write_back_lru(oc_node *node, size_t want);
+
 static void charge(pg_array *a, size_t bytes)
 {
     atomic_fetch_add(&a->resident_bytes, (long long)bytes);
@@ -448,7 +451,7 @@ static void charge(pg_array *a, size_t bytes)
         /* Over the budget: release a little more than needed (the low watermark), so that the
          * next fills fit without evicting again. */
         size_t slack = (size_t)atomic_load(&a->resident_bytes) / 8;
-        if (evict_lru(a->node, bytes + slack, NULL) == 0) {
+        if (evict_lru(a->node, bytes + slack, NULL) == 0 && write_back_lru(a->node, bytes + slack) == 0) {
             force_count(a->node, (int64_t)bytes); /* nothing left to drop: this unit must go in */
             break;
         }
@@ -1267,6 +1270,84 @@ int oc_pager_fill_all(pg_array *a)
  * chunk) and drops every clean unit: the RAM released.  *err: the first failure (ENOSPC on a
  * full disk); units not written stay dirty and in RAM.  A forked child never writes into the
  * parent's file: there, nothing is dropped. */
+/* Encodes dirty unit u of a spill array (its F_WB flag set by the caller, who holds it from
+ * eviction) and points the table at the new chunk; clears F_WB.  0 or errno (the unit is
+ * dirty again then). */
+static int write_back_unit(pg_array *a, size_t u)
+{
+    int err = 0;
+    int r = oc_pager_begin_writeback(a, u);
+    if (r < 0) {
+        err = -r;
+    }
+    else if (r > 0) {
+        int64_t e[3];
+        err = oc_zs_encode_append(a->fd, &a->file_end, a->base + u * a->unit_bytes, unit_len(a, u), e);
+        if (err) {
+            oc_pager_abort_writeback(a, u);
+        }
+        else {
+            pthread_mutex_lock(&lock);
+            int64_t *t = &a->table[3 * u];
+            long long delta = e[2] - (t[0] >= 0 ? t[2] : 0);
+            t[0] = e[0];
+            t[1] = e[1];
+            t[2] = e[2];
+            pthread_mutex_unlock(&lock);
+            atomic_fetch_add(&a->stored_bytes, delta);
+            atomic_fetch_add(&a->node->compressed_disk_bytes, delta);
+        }
+    }
+    pthread_mutex_lock(&lock);
+    a->flags[u] &= (uint8_t)~F_WB;
+    pthread_mutex_unlock(&lock);
+    return err;
+}
+
+/* Budget pressure with nothing clean to drop (pager workers, from charge()): the least
+ * recently filled dirty units of spill arrays counted on `node` are encoded, so that they can
+ * be dropped.  The bytes made clean; 0 when there are none, or the disk refused. */
+static size_t write_back_lru(oc_node *node, size_t want)
+{
+    size_t done = 0;
+    pid_t me = getpid();
+    while (done < want) {
+        pthread_mutex_lock(&lock);
+        pg_array *best = NULL;
+        size_t bu = 0;
+        for (pg_array *a = arrays; a != NULL; a = a->next) {
+            if (!a->spill || a->dead || a->pinned || a->node != node || a->pid != me) {
+                continue;
+            }
+            for (size_t u = 0; u < a->nunits; u++) {
+                if (a->state[u] == U_DIRTY && !(a->flags[u] & F_WB) &&
+                    (best == NULL || a->stamp[u] < best->stamp[bu])) {
+                    best = a;
+                    bu = u;
+                }
+            }
+        }
+        if (best != NULL) {
+            best->flags[bu] |= F_WB;
+            best->inflight++; /* the array stays until this is done */
+        }
+        pthread_mutex_unlock(&lock);
+        if (best == NULL) {
+            break;
+        }
+        int err = write_back_unit(best, bu);
+        pthread_mutex_lock(&lock);
+        best->inflight--;
+        pthread_cond_broadcast(&idle_cond);
+        pthread_mutex_unlock(&lock);
+        if (err) {
+            break; /* a full disk: the unit stays in RAM, counted over the budget */
+        }
+        done += unit_len(best, bu);
+    }
+    return done;
+}
+
 long long oc_pager_spill_again(pg_array *a, int *err)
 {
     *err = 0;
@@ -1278,32 +1359,14 @@ long long oc_pager_spill_again(pg_array *a, int *err)
     pthread_mutex_unlock(&lock);
     for (size_t u = 0; u < a->nunits && *err == 0; u++) {
         pthread_mutex_lock(&lock);
-        int dirty = a->state[u] == U_DIRTY;
+        int dirty = a->state[u] == U_DIRTY && !(a->flags[u] & F_WB);
+        if (dirty) {
+            a->flags[u] |= F_WB;
+        }
         pthread_mutex_unlock(&lock);
-        if (!dirty) {
-            continue;
+        if (dirty) {
+            *err = write_back_unit(a, u);
         }
-        int r = oc_pager_begin_writeback(a, u);
-        if (r <= 0) {
-            *err = -r;
-            continue;
-        }
-        int64_t e[3];
-        int w = oc_zs_encode_append(a->fd, &a->file_end, a->base + u * a->unit_bytes, unit_len(a, u), e);
-        if (w) {
-            oc_pager_abort_writeback(a, u);
-            *err = w;
-            break;
-        }
-        pthread_mutex_lock(&lock);
-        int64_t *t = &a->table[3 * u];
-        long long delta = e[2] - (t[0] >= 0 ? t[2] : 0);
-        t[0] = e[0];
-        t[1] = e[1];
-        t[2] = e[2];
-        pthread_mutex_unlock(&lock);
-        atomic_fetch_add(&a->stored_bytes, delta);
-        atomic_fetch_add(&a->node->compressed_disk_bytes, delta);
     }
     pthread_mutex_lock(&lock);
     a->pinned = 0;
