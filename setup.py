@@ -20,6 +20,7 @@ setup(
                 "native/physical.c",
                 "native/heap.c",
                 "native/pager.c",
+                "native/zspill.c",
             ],
             libraries=["dl"],  # dlopen of libzstd.so.1 (part of libc from glibc 2.34)
             depends=["native/oc_core.h"],

@@ -23,6 +23,8 @@ from benchmarks import (
     w7_sharded,
     w8_feed,
     w9_large,
+    w11_paged,
+    w12_compressed_spill,
 )
 from benchmarks._timing import ROW_HEADERS, Result, markdown_table
 
@@ -48,6 +50,14 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
     "W7": ("random-row reads from an (N, 1024) float32 array", w7_random_rows.run),
     "W7S": ("random-row reads from a sharded zstd zarr array vs zarr-python", w7_sharded.run),
     "W8": ("training feed: shuffled batches of a zstd zarr vs torch DataLoaders", w8_feed.run),
+    "W11": (
+        "plain NumPy on x.as_ndarray() of W5's zstd store vs streaming, dask, memmap",
+        w11_paged.run,
+    ),
+    "W12": (
+        'spill="zarr" of two 1 GiB live arrays vs the raw spill (spill="mmap")',
+        w12_compressed_spill.run,
+    ),
     "F1": ("fork with 1 GiB of arrays on disk vs 1 GiB in RAM", fork_cost.run),
     "L1": ("64 MiB allocate + first touch inside a manager", large_alloc.run_large),
     "L2": ("small/large threshold sweep, 16 KiB to 32 MiB", large_alloc.run_sweep),

@@ -1,6 +1,6 @@
 """NumPy's own test suite with an oocarray manager active around every test.
 
-``python -m benchmarks.numpy_suite [--max-bytes SIZE] [--location ram|mmap] [--spill POLICY]
+``python -m benchmarks.numpy_suite [--max-bytes SIZE] [--location ram|mmap|zarr] [--spill POLICY]
 [-- PYTEST ARGS]`` runs ``pytest --pyargs numpy`` with a manager active around every test: one
 manager for the whole session (collection included), and under it a fresh child with the given
 budget, location and spill policy for each test's call, so every NumPy allocation a test makes
@@ -47,8 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.numpy_suite")
     parser.add_argument("--plain", action="store_true", help="no manager: the baseline")
     parser.add_argument("--max-bytes", default=None, help='the manager\'s budget, e.g. "1M"')
-    parser.add_argument("--location", default="ram", choices=["ram", "mmap"])
-    parser.add_argument("--spill", default="mmap", choices=["mmap", "evict", "fail"])
+    parser.add_argument("--location", default="ram", choices=["ram", "mmap", "zarr"])
+    parser.add_argument("--spill", default="mmap", choices=["mmap", "evict", "zarr", "fail"])
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest after --")
     args = parser.parse_args(argv)
     pytest_args = ["--pyargs", "numpy", "-q", "-p", "no:cacheprovider", *args.pytest_args]

@@ -323,6 +323,27 @@ static void *place_on_disk(oc_node *owner, size_t size, oc_node *refused)
     return data;
 }
 
+/* location="zarr": arrays of a spill unit or more start as compressed chunks (none written
+ * yet, so they read as zeros); smaller ones are placed in files as with "mmap". */
+#define ZARR_PLACED_MIN_BYTES ((size_t)1 << 20)
+
+static void *place_compressed(oc_node *owner, size_t size)
+{
+    int err = 0;
+    void *data = oc_zspill_new_region(owner, size, &err);
+    if (data == NULL) {
+        oc_record_failure(OC_FAIL_SPILL, err, owner, NULL, (int64_t)size);
+        return NULL;
+    }
+    oc_header *h = oc_header_of(data);
+    *oc_region_fd(h) = -1;
+    header_init(h, owner, size, OC_FLAG_REGION | OC_FLAG_ZSPILLED, h->map_bytes);
+    atomic_fetch_add(&owner->spilled_bytes, (int64_t)size);
+    atomic_fetch_add(&owner->compressed_bytes, (int64_t)size);
+    region_registered(h, owner);
+    return data;
+}
+
 /* Allocates `size` bytes owned by `owner`: reserve on the budget chain, then get the memory.
  * Over budget: collect garbage once, then follow the owner's spill policy. */
 static void *alloc_plain(oc_node *owner, size_t size, int zero, int refuse_closed)
@@ -331,8 +352,11 @@ static void *alloc_plain(oc_node *owner, size_t size, int zero, int refuse_close
         oc_record_failure(OC_FAIL_CLOSED, 0, owner, NULL, (int64_t)size);
         return NULL;
     }
-    if (atomic_load_explicit(&owner->location, memory_order_relaxed) == OC_LOCATION_MMAP &&
-        size >= oc_page_bytes()) {
+    int location = atomic_load_explicit(&owner->location, memory_order_relaxed);
+    if (location == OC_LOCATION_ZARR && size >= ZARR_PLACED_MIN_BYTES && atomic_load(&oc_zspill_enabled)) {
+        return place_compressed(owner, size);
+    }
+    if (location != OC_LOCATION_RAM && size >= oc_page_bytes()) {
         return place_on_disk(owner, size, NULL);
     }
     if (size > (size_t)INT64_MAX / 2) {
@@ -352,7 +376,7 @@ static void *alloc_plain(oc_node *owner, size_t size, int zero, int refuse_close
             refused = oc_reserve(owner, (int64_t)size);
         }
         int policy = atomic_load(&owner->spill_policy);
-        if (refused != NULL && policy == OC_SPILL_EVICT) {
+        if (refused != NULL && (policy == OC_SPILL_EVICT || policy == OC_SPILL_ZARR)) {
             int err;
             oc_registry_lock();
             oc_evict(refused, (int64_t)size, &err);
@@ -422,10 +446,14 @@ static void block_free(oc_header *h)
     if (flags & OC_FLAG_REGION) {
         /* Under the registry lock: an eviction may be moving this very block to disk. */
         oc_registry_lock();
-        int on_disk = (atomic_load(&h->flags) & OC_FLAG_ON_DISK) != 0;
+        unsigned now = atomic_load(&h->flags);
+        int on_disk = (now & OC_FLAG_ON_DISK) != 0;
         oc_disk_space space = {.fd = -1};
         if (on_disk) {
             space = oc_disk_release(h);
+        }
+        else if (now & OC_FLAG_ZSPILLED) {
+            oc_zspill_forget(h);
         }
         else {
             oc_release(owner, size);
@@ -476,12 +504,15 @@ static int resize_in_place(oc_header *h, size_t new_size, int reserved)
     oc_node *owner = atomic_load(&h->owner);
     int64_t delta = (int64_t)new_size - (int64_t)h->size;
     unsigned flags = atomic_load(&h->flags);
-    int on_disk = (flags & OC_FLAG_ON_DISK) != 0;
+    int on_disk = (flags & (OC_FLAG_ON_DISK | OC_FLAG_ZSPILLED)) != 0;
     if (!on_disk && delta > 0 && !reserved && oc_reserve(owner, delta) != NULL) {
         return OC_FAIL_BUDGET;
     }
     if (on_disk) {
-        atomic_fetch_add((flags & OC_FLAG_SPILLED) ? &owner->spilled_bytes : &owner->mapped_bytes, delta);
+        atomic_fetch_add((flags & (OC_FLAG_SPILLED | OC_FLAG_ZSPILLED)) ? &owner->spilled_bytes : &owner->mapped_bytes, delta);
+        if (flags & OC_FLAG_ZSPILLED) {
+            atomic_fetch_add(&owner->compressed_bytes, delta);
+        }
     }
     else if (delta < 0) {
         oc_release(owner, -delta);

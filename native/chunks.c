@@ -320,8 +320,97 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
                  strerror(errno));
         return -1;
     }
+    if (codec == OC_CODEC_ZSTD_SHUFFLE8) {
+        if (grow(&s->whole, &s->whole_size, chunk_n) == NULL) {
+            snprintf(err, err_n, "out of memory");
+            return -1;
+        }
+        if (zstd_range(s, src, (size_t)stored, chunk_n, 0, s->whole, chunk_n, err, err_n) != 0) {
+            return -1;
+        }
+        oc_unshuffle8(s->whole, chunk_n, skip, dst, n);
+        return 0;
+    }
     return zstd_range(s, src, (size_t)stored, chunk_n, skip, dst, n, err, err_n);
 }
+
+/* ---- byte shuffle by 8: byte b of every 8-byte word goes to stream b (blosc's shuffle with a
+ * type size of 8, which also groups the bytes of 2- and 4-byte types by significance) ---- */
+
+void oc_shuffle8(const char *src, size_t n, char *dst)
+{
+    size_t m = n / 8;
+    const unsigned char *in = (const unsigned char *)src;
+    unsigned char *out = (unsigned char *)dst;
+    for (size_t i = 0; i < m; i++) {
+        uint64_t v;
+        memcpy(&v, in + 8 * i, 8);
+        for (int b = 0; b < 8; b++) {
+            out[(size_t)b * m + i] = (unsigned char)(v >> (8 * b));
+        }
+    }
+    memcpy(out + 8 * m, in + 8 * m, n - 8 * m);
+}
+
+/* Bytes [skip, skip + n) of the unshuffled form of `src` (total bytes) into dst. */
+void oc_unshuffle8(const char *src, size_t total, size_t skip, char *dst, size_t n)
+{
+    size_t m = total / 8;
+    const unsigned char *in = (const unsigned char *)src;
+    unsigned char *out = (unsigned char *)dst;
+    size_t j = skip, end = skip + n;
+    while (j < end && (j % 8 != 0 || j + 8 > 8 * m)) {
+        out[j - skip] = j >= 8 * m ? in[j] : in[(j % 8) * m + j / 8];
+        j++;
+    }
+    for (; j + 8 <= end && j + 8 <= 8 * m; j += 8) {
+        size_t i = j / 8;
+        uint64_t v = 0;
+        for (int b = 0; b < 8; b++) {
+            v |= (uint64_t)in[(size_t)b * m + i] << (8 * b);
+        }
+        memcpy(out + (j - skip), &v, 8);
+    }
+    for (; j < end; j++) {
+        out[j - skip] = j >= 8 * m ? in[j] : in[(j % 8) * m + j / 8];
+    }
+}
+
+/* Shuffle by 8 and compress n bytes of src as one zstd frame at `level`, into this thread's
+ * buffer: *out and *out_n (valid until this thread's next call).  0, ENOMEM, or EIO (zstd
+ * refused, or libzstd.so.1 is missing: ENOSYS). */
+int oc_zstd_pack_shuffled(const char *src, size_t n, int level, char **out, size_t *out_n)
+{
+    if (!zstd_ready()) {
+        return ENOSYS;
+    }
+    reader_state *s = state_get();
+    if (s == NULL) {
+        return ENOMEM;
+    }
+    if (s->cctx == NULL && (s->cctx = zstd.create_c()) == NULL) {
+        return ENOMEM;
+    }
+    size_t bound = zstd.bound(n);
+    if (zstd.is_error(bound) || grow(&s->packed, &s->packed_size, bound) == NULL ||
+        grow(&s->whole, &s->whole_size, n) == NULL) {
+        return ENOMEM;
+    }
+    oc_shuffle8(src, n, s->whole);
+    zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
+    size_t r = zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
+    if (!zstd.is_error(r)) {
+        r = zstd.compress(s->cctx, s->packed, bound, s->whole, n);
+    }
+    if (zstd.is_error(r)) {
+        return EIO;
+    }
+    *out = s->packed;
+    *out_n = r;
+    return 0;
+}
+
+int oc_zstd_ready(void) { return zstd_ready(); }
 
 /* Decode bytes [skip, skip + n) of one chunk (chunk_n bytes decoded) whose stored bytes are
  * at fd/offset/nbytes (nbytes -1: the rest of the file) into dst, on this thread's state: for
@@ -329,15 +418,16 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
 int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t chunk_n, size_t skip,
                     char *dst, size_t n, char *err, size_t err_n)
 {
-    if (codec == OC_CODEC_ZSTD && !zstd_ready()) {
+    int zstd_codec = codec == OC_CODEC_ZSTD || codec == OC_CODEC_ZSTD_SHUFFLE8;
+    if (zstd_codec && !zstd_ready()) {
         snprintf(err, err_n, "libzstd.so.1 is not available");
         return -1;
     }
     reader_state *s = state_get();
-    if (s != NULL && codec == OC_CODEC_ZSTD && s->dctx == NULL) {
+    if (s != NULL && zstd_codec && s->dctx == NULL) {
         s->dctx = zstd.create();
     }
-    if (s == NULL || (codec == OC_CODEC_ZSTD && s->dctx == NULL)) {
+    if (s == NULL || (zstd_codec && s->dctx == NULL)) {
         snprintf(err, err_n, "out of memory");
         return -1;
     }

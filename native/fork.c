@@ -12,8 +12,9 @@ atomic_int_fast64_t oc_forks_prepared;
 /* Locking order: the registry first (a move holds it while it takes the others). */
 static void prepare(void)
 {
-    oc_pager_atfork(OC_FORK_PREPARE); /* takes no other lock of the extension */
     oc_regions_atfork(OC_FORK_PREPARE);
+    /* after the registry: a compressed spill takes the pager's locks while it holds that */
+    oc_pager_atfork(OC_FORK_PREPARE);
     oc_spill_atfork(OC_FORK_PREPARE);
     oc_heap_atfork(OC_FORK_PREPARE);
     oc_workspace_atfork(OC_FORK_PREPARE);
@@ -29,8 +30,8 @@ static void release(int phase)
     oc_workspace_atfork(phase);
     oc_heap_atfork(phase);
     oc_spill_atfork(phase);
-    oc_regions_atfork(phase);
     oc_pager_atfork(phase);
+    oc_regions_atfork(phase);
 }
 
 static void in_parent(void) { release(OC_FORK_PARENT); }

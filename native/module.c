@@ -76,12 +76,13 @@ static PyObject *Node_counters(NodeObject *self, PyObject *Py_UNUSED(ignored))
     oc_node *n = self->node;
     long long live = (long long)oc_live_count(n);
 #define COUNTER(name) #name, (long long)atomic_load(&n->name)
-    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsL}", COUNTER(current_bytes), COUNTER(peak_bytes),
+    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsL}", COUNTER(current_bytes), COUNTER(peak_bytes),
                          "total_bytes", (long long)oc_total_bytes(n), "total_count",
                          (long long)oc_total_count(n), "live_count", live, COUNTER(kept_count),
                          COUNTER(kept_bytes), COUNTER(region_bytes), COUNTER(region_count),
                          COUNTER(spilled_bytes), COUNTER(mapped_bytes), COUNTER(spill_count),
-                         COUNTER(spill_moved_bytes), COUNTER(unspill_count), COUNTER(unspill_moved_bytes));
+                         COUNTER(spill_moved_bytes), COUNTER(unspill_count), COUNTER(unspill_moved_bytes),
+                         COUNTER(compressed_bytes), COUNTER(compressed_disk_bytes));
 #undef COUNTER
 }
 
@@ -205,14 +206,14 @@ static PyObject *Node_get_spill_policy(NodeObject *self, void *Py_UNUSED(c)) { r
 
 static int Node_set_spill_policy(NodeObject *self, PyObject *value, void *Py_UNUSED(c))
 {
-    return set_choice(&self->node->spill_policy, value, OC_SPILL_FAIL, OC_SPILL_EVICT);
+    return set_choice(&self->node->spill_policy, value, OC_SPILL_FAIL, OC_SPILL_ZARR);
 }
 
 static PyObject *Node_get_location(NodeObject *self, void *Py_UNUSED(c)) { return PyLong_FromLong(atomic_load(&self->node->location)); }
 
 static int Node_set_location(NodeObject *self, PyObject *value, void *Py_UNUSED(c))
 {
-    return set_choice(&self->node->location, value, OC_LOCATION_RAM, OC_LOCATION_MMAP);
+    return set_choice(&self->node->location, value, OC_LOCATION_RAM, OC_LOCATION_ZARR);
 }
 
 static PyMethodDef Node_methods[] = {
@@ -335,7 +336,10 @@ static PyObject *transfer(PyObject *Py_UNUSED(m), PyObject *args)
         flags = atomic_load(&h->flags);
     }
     if (from != to) {
-        if (flags & OC_FLAG_ON_DISK) {
+        if (flags & OC_FLAG_ZSPILLED) {
+            oc_zspill_move(h, from, to);
+        }
+        else if (flags & OC_FLAG_ON_DISK) {
             atomic_int_fast64_t *from_disk = (flags & OC_FLAG_SPILLED) ? &from->spilled_bytes : &from->mapped_bytes;
             atomic_int_fast64_t *to_disk = (flags & OC_FLAG_SPILLED) ? &to->spilled_bytes : &to->mapped_bytes;
             atomic_fetch_sub(from_disk, size);
@@ -411,7 +415,10 @@ static PyObject *spill(PyObject *Py_UNUSED(m), PyObject *obj)
     long long moved = 0;
     Py_BEGIN_ALLOW_THREADS
     oc_registry_lock();
-    if (!(atomic_load(&h->flags) & OC_FLAG_ON_DISK)) {
+    if (atomic_load(&h->flags) & OC_FLAG_ZSPILLED) {
+        oc_zspill_again(h, &err); /* pages touched since: encoded again if written, dropped */
+    }
+    else if (!(atomic_load(&h->flags) & OC_FLAG_ON_DISK)) {
         err = oc_spill_block(h);
         moved = err ? 0 : (long long)h->size;
     }
@@ -440,7 +447,7 @@ static PyObject *unspill(PyObject *Py_UNUSED(m), PyObject *obj)
     oc_node *refused = NULL;
     Py_BEGIN_ALLOW_THREADS
     oc_registry_lock();
-    if (atomic_load(&h->flags) & OC_FLAG_ON_DISK) {
+    if (atomic_load(&h->flags) & (OC_FLAG_ON_DISK | OC_FLAG_ZSPILLED)) {
         oc_node *owner = atomic_load(&h->owner);
         refused = oc_reserve(owner, (int64_t)h->size);
         if (refused == NULL) {
@@ -486,6 +493,13 @@ static PyObject *spill_subtree(PyObject *Py_UNUSED(m), PyObject *args)
         oc_node *owner = atomic_load(&h->owner);
         if ((flags & (OC_FLAG_ON_DISK | OC_FLAG_COW)) || h->size < page || !oc_node_in_subtree(owner, scope) ||
             (skip_kept && owner == scope && (flags & OC_FLAG_KEPT))) {
+            continue;
+        }
+        if (flags & OC_FLAG_ZSPILLED) {
+            oc_zspill_again(h, &err);
+            if (err) {
+                break;
+            }
             continue;
         }
         err = oc_spill_block(h);
@@ -989,8 +1003,33 @@ static PyTypeObject PagesType = {
 static PyObject *pager_check(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
     int wp = 0;
-    int err = oc_pager_check(&wp);
+    int err = oc_pager_check(&wp, NULL);
     return Py_BuildValue("(iO)", err, wp ? Py_True : Py_False);
+}
+
+/* 0 when compressed spill can work in this process (kernel-mode userfaultfd with write-protect
+ * faults and the remap event, and libzstd), else the errno of what is missing. */
+static PyObject *zspill_check(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    int wp = 0, ok = 0;
+    int err = oc_pager_check(&wp, &ok);
+    if (err == 0 && !ok) {
+        err = ENOTSUP;
+    }
+    if (err == 0 && !oc_zstd_ready()) {
+        err = ENOSYS;
+    }
+    return PyLong_FromLong(err);
+}
+
+static PyObject *set_zspill(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) {
+        return NULL;
+    }
+    atomic_store(&oc_zspill_enabled, on);
+    Py_RETURN_NONE;
 }
 
 static PyObject *pager_threads(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
@@ -1023,6 +1062,8 @@ static PyMethodDef module_methods[] = {
     {"set_physical_limit", set_physical_limit, METH_O, "max_physical_bytes for allocations (-1: none)."},
     {"physical_sample", physical_sample, METH_O, "Resident anonymous + shared bytes just measured."},
     {"forks_prepared", forks_prepared, METH_NOARGS, "How many times this process prepared a fork."},
+    {"zspill_check", zspill_check, METH_NOARGS, "0, or the errno of why compressed spill cannot work here."},
+    {"set_zspill", set_zspill, METH_O, "Allow compressed spill (after zspill_check)."},
     {"pager_check", pager_check, METH_NOARGS, "(errno or 0, write-protect faults?) of opening a kernel-mode userfaultfd."},
     {"pager_threads", pager_threads, METH_NOARGS, "Threads serving chunk-backed arrays now."},
     {"read_chunks", oc_py_read_chunks, METH_VARARGS, "Run chunk jobs (read, decode) until none is left; None or (job, message)."},
@@ -1061,6 +1102,9 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddIntConstant(m, "FAIL_OS", OC_FAIL_OS) < 0 ||
         PyModule_AddIntConstant(m, "FAIL_SPILL", OC_FAIL_SPILL) < 0 ||
         PyModule_AddIntConstant(m, "FLAG_SPILLED", OC_FLAG_SPILLED) < 0 ||
+        PyModule_AddIntConstant(m, "FLAG_ZSPILLED", OC_FLAG_ZSPILLED) < 0 ||
+        PyModule_AddIntConstant(m, "SPILL_ZARR", OC_SPILL_ZARR) < 0 ||
+        PyModule_AddIntConstant(m, "LOCATION_ZARR", OC_LOCATION_ZARR) < 0 ||
         PyModule_AddIntConstant(m, "FLAG_MAPPED", OC_FLAG_MAPPED) < 0 ||
         PyModule_AddIntConstant(m, "SPILL_FAIL", OC_SPILL_FAIL) < 0 ||
         PyModule_AddIntConstant(m, "SPILL_MMAP", OC_SPILL_MMAP) < 0 ||

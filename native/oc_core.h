@@ -48,13 +48,18 @@
 /* Placed on disk small: its header page is in the heap slot too, one mapping in all (the
  * kernel's limit on mappings, vm.max_map_count, allows twice as many such arrays). */
 #define OC_FLAG_HEADER_IN_FILE 512u
+/* The region's data is compressed chunks in a file of its own, paged back on touch at the same
+ * address (zspill.c, pager.c); the pager's array for it is kept in the header page. */
+#define OC_FLAG_ZSPILLED 1024u
 
 /* spill policies and locations of a node (see Manager) */
 #define OC_SPILL_FAIL 0
 #define OC_SPILL_MMAP 1
 #define OC_SPILL_EVICT 2
+#define OC_SPILL_ZARR 3 /* "evict", with the arrays moved out as compressed chunks */
 #define OC_LOCATION_RAM 0
 #define OC_LOCATION_MMAP 1
+#define OC_LOCATION_ZARR 2 /* large arrays start as compressed chunks (none written yet) */
 
 /* failure kinds recorded for the thread that got NULL */
 #define OC_FAIL_NONE 0
@@ -88,6 +93,7 @@
 
 typedef struct oc_node oc_node;
 typedef struct oc_workspace oc_workspace;
+typedef struct pg_array pg_array;
 
 /* Cumulative counters are split into per-thread slots: a slot has a single writer (the thread
  * holding that index), so the hot path updates it without a locked instruction.  Readers sum
@@ -127,6 +133,9 @@ struct oc_node {
     atomic_int_fast64_t spill_moved_bytes;
     atomic_int_fast64_t unspill_count;
     atomic_int_fast64_t unspill_moved_bytes;
+    /* own compressed spill: logical bytes held as compressed chunks, and their bytes on disk */
+    atomic_int_fast64_t compressed_bytes;
+    atomic_int_fast64_t compressed_disk_bytes;
 };
 
 typedef struct oc_header {
@@ -194,6 +203,8 @@ static inline int *oc_region_fd(oc_header *h) { return (int *)((char *)h - sizeo
 /* Where the region's data starts in that file (0 for a file of its own). */
 static inline uint64_t *oc_region_offset(oc_header *h) { return (uint64_t *)((char *)h - 16); }
 static inline char *oc_block_data(oc_header *h) { return (char *)h + OC_HEADER_BYTES; }
+/* A compressed-spilled region's pager array, in the header page too. */
+static inline pg_array **oc_region_pager(oc_header *h) { return (pg_array **)((char *)h - 24); }
 
 /* spill.c: temporary files, same-address remapping, eviction */
 int oc_set_spill_dir(const char *path);
@@ -224,6 +235,16 @@ void oc_spill_atfork(int phase);
 int oc_make_private(char *data, size_t bytes, int fd, uint64_t offset); /* copy-on-write file map */
 int oc_open_unnamed_file(void);                                  /* fd or -errno, no space reserved */
 int oc_reserve_zeros(int fd, uint64_t offset, size_t bytes);     /* 0 or errno (ENOSPC) */
+
+/* zspill.c: compressed spill */
+extern atomic_int oc_zspill_enabled; /* set from Python when the pager may be used */
+int oc_zspill_block(oc_header *h);                  /* registry lock held; errno or 0 */
+int oc_zunspill_block(oc_header *h);                /* registry lock held; budget reserved */
+int64_t oc_zspill_again(oc_header *h, int *err);    /* RAM released by dropping paged-in units */
+void oc_zspill_forget(oc_header *h);                /* the region is being freed */
+void oc_zspill_move(oc_header *h, oc_node *from, oc_node *to);
+void *oc_zspill_new_region(oc_node *owner, size_t size, int *err); /* location="zarr" */
+int oc_zs_encode_append(int fd, atomic_llong *file_end, const char *src, size_t n, int64_t entry[3]);
 
 /* heap.c: one shared file for small on-disk regions */
 size_t oc_heap_slot_max_bytes(void);
@@ -316,6 +337,11 @@ void oc_nodes_atfork(int phase);
 /* chunks.c: reading and decoding chunks without the GIL */
 #define OC_CODEC_RAW 0
 #define OC_CODEC_ZSTD 1
+#define OC_CODEC_ZSTD_SHUFFLE8 2 /* compressed spill: byte shuffle by 8, then one zstd frame */
+void oc_shuffle8(const char *src, size_t n, char *dst);
+void oc_unshuffle8(const char *src, size_t total, size_t skip, char *dst, size_t n);
+int oc_zstd_pack_shuffled(const char *src, size_t n, int level, char **out, size_t *out_n);
+int oc_zstd_ready(void);
 PyObject *oc_py_read_chunks(PyObject *m, PyObject *args);
 PyObject *oc_py_zstd_available(PyObject *m, PyObject *a);
 PyObject *oc_py_zstd_write(PyObject *m, PyObject *args);
@@ -323,8 +349,16 @@ int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t ch
                     char *dst, size_t n, char *err, size_t err_n);
 
 /* pager.c: chunk-backed ndarrays (pages filled on touch through userfaultfd) */
-typedef struct pg_array pg_array;
-int oc_pager_check(int *write_protect); /* 0, or the errno of opening a kernel-mode uffd */
+int oc_pager_check(int *write_protect, int *spill_ok); /* 0, or the errno of opening a kernel-mode uffd */
+/* compressed spill (zspill.c) borrows the pager for a manager's region */
+int oc_pager_adopt(pg_array **out, char *data, size_t bytes, int fd, int64_t *table, long long file_end,
+                   long long stored, size_t unit_bytes, oc_node *node);
+void oc_pager_disown(pg_array *a, int keep_pages);
+int oc_pager_fill_all(pg_array *a);
+long long oc_pager_spill_again(pg_array *a, int *err);
+long long oc_pager_stored_bytes(pg_array *a);
+int oc_pager_is_own(pg_array *a);
+void oc_pager_set_node(pg_array *a, oc_node *node);
 int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, size_t nchunks,
                     int codec, size_t chunk_bytes, size_t data_bytes, size_t unit_bytes,
                     char *fill, size_t fill_n, int writable, oc_node *node, int readahead);

@@ -62,6 +62,7 @@ struct pg_uffdio_poison {
 
 enum { U_EMPTY, U_FILLING, U_CLEAN, U_DIRTY, U_EVICTING, U_FAILED };
 #define F_WRITE 1 /* a write-protect fault came while the unit was being filled */
+#define F_WB 2    /* spill: being encoded (clean, but its chunk is not in the table yet) */
 
 typedef struct pg_array pg_array;
 struct pg_array {
@@ -74,6 +75,9 @@ struct pg_array {
     size_t nchunks;
     int codec;
     int writable;
+    int spill;     /* compressed spill of a manager's region (zspill.c): the range is borrowed */
+    int fd;        /* spill: the file holding every chunk (table path index 0), else -1 */
+    int pinned;    /* spill: no unit is evicted (a write-back or a bring-back is running) */
     int readahead; /* units read ahead after a sequential fault */
     char **paths;
     int npaths;
@@ -92,6 +96,7 @@ struct pg_array {
     int inflight; /* queued or running jobs, evictions */
     int dead;
     pg_array *next;
+    atomic_llong file_end, stored_bytes; /* spill: bytes written to fd, and those in use */
     atomic_llong fills, zero_fills, readaheads, evictions, failures, faults, decoded_bytes,
         resident_bytes, charged_bytes;
     char error[320];
@@ -156,7 +161,7 @@ static int uffd_open(uint64_t *granted)
         return -err;
     }
     close(fd);
-    uint64_t wanted = api.features & (UFFD_FEATURE_PAGEFAULT_FLAG_WP | PG_FEATURE_POISON);
+    uint64_t wanted = api.features & (UFFD_FEATURE_PAGEFAULT_FLAG_WP | PG_FEATURE_POISON | UFFD_FEATURE_EVENT_REMAP);
     fd = uffd_new();
     if (fd < 0) {
         return fd;
@@ -171,7 +176,7 @@ static int uffd_open(uint64_t *granted)
     return fd;
 }
 
-int oc_pager_check(int *write_protect)
+int oc_pager_check(int *write_protect, int *spill_ok)
 {
     uint64_t granted = 0;
     int fd = uffd_open(&granted);
@@ -180,6 +185,11 @@ int oc_pager_check(int *write_protect)
     }
     close(fd);
     *write_protect = (granted & UFFD_FEATURE_PAGEFAULT_FLAG_WP) != 0;
+    if (spill_ok != NULL) {
+        /* compressed spill moves a registered range into place (mremap) and tracks writes */
+        *spill_ok = (granted & (UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_EVENT_REMAP)) ==
+                    (UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_EVENT_REMAP);
+    }
     return 0;
 }
 
@@ -369,7 +379,8 @@ static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
         for (int guard = 0; guard < 4 && victim == NULL; guard++) {
             pg_array *best = NULL;
             for (pg_array *a = arrays; a != NULL; a = a->next) {
-                if (a->dead || a->node != node || a->ring_len == 0 || (only && a != only)) {
+                if (a->dead || a->node != node || a->ring_len == 0 || (only && a != only) ||
+                    (a->pinned && !only)) {
                     continue;
                 }
                 if (best == NULL || a->stamp[a->ring[a->ring_head]] < best->stamp[best->ring[best->ring_head]]) {
@@ -384,12 +395,12 @@ static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
                 size_t u = best->ring[best->ring_head];
                 best->ring_head = (best->ring_head + 1) % best->nunits;
                 best->ring_len--;
-                if (best->state[u] == U_CLEAN) {
+                if (best->state[u] == U_CLEAN && !(best->flags[u] & F_WB)) {
                     victim = best;
                     vu = u;
                     break;
                 }
-                if (best->state[u] == U_DIRTY) {
+                if (best->state[u] == U_DIRTY || best->state[u] == U_CLEAN) {
                     best->ring[(best->ring_head + best->ring_len) % best->nunits] = u;
                     best->ring_len++;
                 }
@@ -424,6 +435,8 @@ static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
     return freed;
 }
 
+static size_t write_back_lru(oc_node *node, size_t want);
+
 static void charge(pg_array *a, size_t bytes)
 {
     atomic_fetch_add(&a->resident_bytes, (long long)bytes);
@@ -438,7 +451,7 @@ static void charge(pg_array *a, size_t bytes)
         /* Over the budget: release a little more than needed (the low watermark), so that the
          * next fills fit without evicting again. */
         size_t slack = (size_t)atomic_load(&a->resident_bytes) / 8;
-        if (evict_lru(a->node, bytes + slack, NULL) == 0) {
+        if (evict_lru(a->node, bytes + slack, NULL) == 0 && write_back_lru(a->node, bytes + slack) == 0) {
             force_count(a->node, (int64_t)bytes); /* nothing left to drop: this unit must go in */
             break;
         }
@@ -480,7 +493,7 @@ static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *abse
             fill_pattern(a, d, lo, hi);
             continue;
         }
-        int fd = open(a->paths[t[0]], O_RDONLY | O_CLOEXEC);
+        int fd = a->fd >= 0 ? a->fd : open(a->paths[t[0]], O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
             if (errno == ENOENT) { /* a chunk never written holds the fill value */
                 fill_pattern(a, d, lo, hi);
@@ -491,10 +504,15 @@ static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *abse
         }
         *absent = 0;
         char why[256];
-        int rc = oc_decode_range(a->codec, fd, t[1], t[2], C, lo - cs, d, hi - lo, why, sizeof why);
-        close(fd);
+        /* a spill's last chunk is as long as the data left (a zarr chunk is always whole) */
+        size_t cn = a->spill && cs + C > a->data_bytes ? a->data_bytes - cs : C;
+        int rc = oc_decode_range(a->codec, fd, t[1], t[2], cn, lo - cs, d, hi - lo, why, sizeof why);
+        if (a->fd < 0) {
+            close(fd);
+        }
         if (rc != 0) {
-            snprintf(err, err_n, "chunk %zu (%s) cannot be decoded: %s", c, a->paths[t[0]], why);
+            snprintf(err, err_n, "chunk %zu (%s) cannot be decoded: %s", c,
+                     a->fd >= 0 ? "compressed spill file" : a->paths[t[0]], why);
             return -1;
         }
         atomic_fetch_add_explicit(&a->decoded_bytes, (long long)(hi - lo), memory_order_relaxed);
@@ -770,6 +788,9 @@ static int register_range(pg_array *a)
 
 static void array_free(pg_array *a)
 {
+    if (a->fd >= 0) {
+        close(a->fd);
+    }
     if (a->paths != NULL) {
         for (int i = 0; i < a->npaths; i++) {
             free(a->paths[i]);
@@ -804,6 +825,7 @@ int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, si
         free(fill);
         return ENOMEM;
     }
+    a->fd = -1;
     a->paths = paths;
     a->npaths = npaths;
     a->table = table;
@@ -1040,9 +1062,15 @@ void oc_pager_atfork(int phase)
         }
         for (pg_array *a = arrays; a != NULL; a = a->next) {
             a->inflight = 0;
+            a->pinned = 0;
             for (size_t u = 0; u < a->nunits; u++) {
                 if (a->state[u] == U_FILLING || a->state[u] == U_EVICTING) {
                     a->state[u] = U_EMPTY; /* refilled on touch; pages present are kept */
+                }
+                else if (a->spill && a->state[u] == U_CLEAN) {
+                    /* fork cleared the write-protect bits of the child's pages: a write would
+                     * go unseen, so a resident unit counts as written */
+                    a->state[u] = U_DIRTY;
                 }
                 a->flags[u] = 0;
             }
@@ -1072,4 +1100,294 @@ void oc_pager_atfork(int phase)
     }
     pthread_mutex_unlock(&lock);
     pthread_mutex_unlock(&life_lock);
+}
+
+/* ---- compressed spill (zspill.c): the range of a manager's region, borrowed ----
+ *
+ * The region's data was encoded to `fd` while writers waited (moves.c).  A fresh anonymous
+ * range, registered for missing-page and write-protect faults, replaces the region's pages in
+ * one mremap (UFFD_FEATURE_EVENT_REMAP keeps the registration; the reader drops the event), so
+ * the old pages are released and the data pointer stays; a touch fills a unit from its chunk,
+ * write-protected, and the first write to it marks it dirty.  Units are spill units (1 MiB),
+ * one chunk each.  Clean units are dropped under budget pressure like any pager unit; dirty
+ * ones stay until the next spill of the region encodes them again (oc_pager_spill_again). */
+
+int oc_pager_adopt(pg_array **out, char *data, size_t bytes, int fd, int64_t *table, long long file_end,
+                   long long stored, size_t unit_bytes, oc_node *node)
+{
+    pg_array *a = calloc(1, sizeof *a);
+    if (a == NULL) {
+        return ENOMEM;
+    }
+    a->fd = -1;
+    a->spill = 1;
+    a->writable = 1;
+    a->codec = OC_CODEC_ZSTD_SHUFFLE8;
+    a->fill_zero = 1;
+    a->chunk_bytes = a->unit_bytes = unit_bytes;
+    a->data_bytes = a->map_bytes = bytes;
+    a->nunits = a->nchunks = (bytes + unit_bytes - 1) / unit_bytes;
+    a->readahead = 2;
+    a->last_fault = -2 - a->readahead;
+    a->pid = getpid();
+    a->state = calloc(a->nunits, 1);
+    a->flags = calloc(a->nunits, 1);
+    a->ring = calloc(a->nunits, sizeof(size_t));
+    a->stamp = calloc(a->nunits, sizeof(uint64_t));
+    oc_node_incref(node);
+    a->node = node;
+    if (a->state == NULL || a->flags == NULL || a->ring == NULL || a->stamp == NULL) {
+        array_free(a);
+        return ENOMEM;
+    }
+    char *fresh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (fresh == MAP_FAILED) {
+        int err = errno;
+        array_free(a);
+        return err;
+    }
+    madvise(fresh, bytes, MADV_NOHUGEPAGE); /* fills install small pages */
+    pthread_mutex_lock(&life_lock);
+    int err = start_threads();
+    if (err == 0 && !(features & UFFD_FEATURE_EVENT_REMAP)) {
+        err = ENOTSUP;
+    }
+    if (err == 0) {
+        a->base = fresh;
+        err = register_range(a);
+    }
+    if (err == 0) {
+        /* listed first: a fault at `data` reaches the reader as soon as the range is there */
+        pthread_mutex_lock(&lock);
+        a->base = data;
+        a->next = arrays;
+        arrays = a;
+        narrays++;
+        pthread_mutex_unlock(&lock);
+        if (mremap(fresh, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, data) == MAP_FAILED) {
+            err = errno;
+            pthread_mutex_lock(&lock);
+            for (pg_array **p = &arrays; *p != NULL; p = &(*p)->next) {
+                if (*p == a) {
+                    *p = a->next;
+                    break;
+                }
+            }
+            narrays--;
+            pthread_mutex_unlock(&lock);
+            struct uffdio_range r = {.start = (uintptr_t)fresh, .len = bytes};
+            ioctl(uffd, UFFDIO_UNREGISTER, &r);
+        }
+    }
+    if (err && narrays == 0) {
+        stop_threads();
+    }
+    pthread_mutex_unlock(&life_lock);
+    if (err) {
+        munmap(fresh, bytes);
+        array_free(a); /* table and fd stay the caller's */
+        return err;
+    }
+    a->fd = fd;
+    a->table = table;
+    atomic_store(&a->file_end, file_end);
+    atomic_store(&a->stored_bytes, stored);
+    *out = a;
+    return 0;
+}
+
+/* The region is brought back (keep_pages: every unit is resident; the range becomes ordinary
+ * anonymous memory) or freed (its mapping goes with the region).  Closes the file. */
+void oc_pager_disown(pg_array *a, int keep_pages)
+{
+    if (keep_pages && uffd >= 0) {
+        uffd_protect(a->base, a->map_bytes, 0); /* no write-protect bit is left behind */
+    }
+    pthread_mutex_lock(&life_lock);
+    pthread_mutex_lock(&lock);
+    a->dead = 1;
+    for (pg_array **p = &arrays; *p != NULL; p = &(*p)->next) {
+        if (*p == a) {
+            *p = a->next;
+            break;
+        }
+    }
+    while (a->inflight > 0) {
+        pthread_cond_wait(&idle_cond, &lock);
+    }
+    narrays--;
+    int last = narrays == 0;
+    pthread_mutex_unlock(&lock);
+    if (uffd >= 0) {
+        struct uffdio_range r = {.start = (uintptr_t)a->base, .len = a->map_bytes};
+        ioctl(uffd, UFFDIO_UNREGISTER, &r);
+    }
+    oc_release(a->node, (int64_t)atomic_load(&a->charged_bytes));
+    oc_disk_unreserve((size_t)atomic_load(&a->file_end));
+    if (last) {
+        stop_threads();
+    }
+    pthread_mutex_unlock(&life_lock);
+    array_free(a);
+}
+
+/* Fills every unit that is not resident, and keeps them (no eviction) until disowned.  0, or
+ * EIO when a unit cannot be decoded (it stays poisoned; the region stays spilled). */
+int oc_pager_fill_all(pg_array *a)
+{
+    int failed = 0, queued = 0;
+    pthread_mutex_lock(&lock);
+    a->pinned = 1;
+    for (;;) {
+        int missing = 0;
+        for (size_t u = 0; u < a->nunits; u++) {
+            int st = a->state[u];
+            if (st == U_EMPTY && enqueue(a, u, 1) == 0) {
+                a->state[u] = U_FILLING;
+                queued = 1;
+            }
+            st = a->state[u];
+            missing += st == U_EMPTY || st == U_FILLING || st == U_EVICTING;
+            failed |= st == U_FAILED;
+        }
+        if (failed || !missing) {
+            break;
+        }
+        if (queued) {
+            pthread_cond_broadcast(&work_cond);
+            queued = 0;
+        }
+        pthread_cond_wait(&idle_cond, &lock);
+    }
+    if (failed) {
+        a->pinned = 0;
+    }
+    pthread_mutex_unlock(&lock);
+    return failed ? EIO : 0;
+}
+
+/* Encodes the dirty units again (appended to the file; the table then points at the new
+ * chunk) and drops every clean unit: the RAM released.  *err: the first failure (ENOSPC on a
+ * full disk); units not written stay dirty and in RAM.  A forked child never writes into the
+ * parent's file: there, nothing is dropped. */
+/* Encodes dirty unit u of a spill array (its F_WB flag set by the caller, who holds it from
+ * eviction) and points the table at the new chunk; clears F_WB.  0 or errno (the unit is
+ * dirty again then). */
+static int write_back_unit(pg_array *a, size_t u)
+{
+    int err = 0;
+    int r = oc_pager_begin_writeback(a, u);
+    if (r < 0) {
+        err = -r;
+    }
+    else if (r > 0) {
+        int64_t e[3];
+        err = oc_zs_encode_append(a->fd, &a->file_end, a->base + u * a->unit_bytes, unit_len(a, u), e);
+        if (err) {
+            oc_pager_abort_writeback(a, u);
+        }
+        else {
+            pthread_mutex_lock(&lock);
+            int64_t *t = &a->table[3 * u];
+            long long delta = e[2] - (t[0] >= 0 ? t[2] : 0);
+            t[0] = e[0];
+            t[1] = e[1];
+            t[2] = e[2];
+            pthread_mutex_unlock(&lock);
+            atomic_fetch_add(&a->stored_bytes, delta);
+            atomic_fetch_add(&a->node->compressed_disk_bytes, delta);
+        }
+    }
+    pthread_mutex_lock(&lock);
+    a->flags[u] &= (uint8_t)~F_WB;
+    pthread_mutex_unlock(&lock);
+    return err;
+}
+
+/* Budget pressure with nothing clean to drop (pager workers, from charge()): the least
+ * recently filled dirty units of spill arrays counted on `node` are encoded, so that they can
+ * be dropped.  The bytes made clean; 0 when there are none, or the disk refused. */
+static size_t write_back_lru(oc_node *node, size_t want)
+{
+    size_t done = 0;
+    pid_t me = getpid();
+    while (done < want) {
+        pthread_mutex_lock(&lock);
+        pg_array *best = NULL;
+        size_t bu = 0;
+        for (pg_array *a = arrays; a != NULL; a = a->next) {
+            if (!a->spill || a->dead || a->pinned || a->node != node || a->pid != me) {
+                continue;
+            }
+            for (size_t u = 0; u < a->nunits; u++) {
+                if (a->state[u] == U_DIRTY && !(a->flags[u] & F_WB) &&
+                    (best == NULL || a->stamp[u] < best->stamp[bu])) {
+                    best = a;
+                    bu = u;
+                }
+            }
+        }
+        if (best != NULL) {
+            best->flags[bu] |= F_WB;
+            best->inflight++; /* the array stays until this is done */
+        }
+        pthread_mutex_unlock(&lock);
+        if (best == NULL) {
+            break;
+        }
+        int err = write_back_unit(best, bu);
+        pthread_mutex_lock(&lock);
+        best->inflight--;
+        pthread_cond_broadcast(&idle_cond);
+        pthread_mutex_unlock(&lock);
+        if (err) {
+            break; /* a full disk: the unit stays in RAM, counted over the budget */
+        }
+        done += unit_len(best, bu);
+    }
+    return done;
+}
+
+long long oc_pager_spill_again(pg_array *a, int *err)
+{
+    *err = 0;
+    if (a->pid != getpid()) {
+        return 0;
+    }
+    pthread_mutex_lock(&lock);
+    a->pinned = 1; /* a unit made clean here is not dropped before its chunk is in the table */
+    pthread_mutex_unlock(&lock);
+    for (size_t u = 0; u < a->nunits && *err == 0; u++) {
+        pthread_mutex_lock(&lock);
+        int dirty = a->state[u] == U_DIRTY && !(a->flags[u] & F_WB);
+        if (dirty) {
+            a->flags[u] |= F_WB;
+        }
+        pthread_mutex_unlock(&lock);
+        if (dirty) {
+            *err = write_back_unit(a, u);
+        }
+    }
+    pthread_mutex_lock(&lock);
+    a->pinned = 0;
+    pthread_mutex_unlock(&lock);
+    return (long long)evict_lru(a->node, (size_t)-1, a);
+}
+
+long long oc_pager_stored_bytes(pg_array *a) { return atomic_load(&a->stored_bytes); }
+
+int oc_pager_is_own(pg_array *a) { return a->pid == getpid(); }
+
+/* The region changed owner: resident units are counted on the new one. */
+void oc_pager_set_node(pg_array *a, oc_node *node)
+{
+    pthread_mutex_lock(&lock);
+    oc_node *old = a->node;
+    long long charged = atomic_load(&a->charged_bytes);
+    oc_node_incref(node);
+    a->node = node;
+    pthread_mutex_unlock(&lock);
+    oc_release(old, (int64_t)charged);
+    force_count(node, (int64_t)charged);
+    oc_node_decref(old);
 }

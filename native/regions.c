@@ -152,7 +152,8 @@ void oc_region_unmap(oc_header *h)
     size_t limit = atomic_load_explicit(&oc_region_cache_limit, memory_order_relaxed);
     char *base = oc_block_data(h) - page;
     /* Only anonymous memory is cached: a file or copy-on-write mapping goes back whole. */
-    if (!(atomic_load(&h->flags) & (OC_FLAG_ON_DISK | OC_FLAG_COW)) && h->map_bytes - page <= limit / 4) {
+    if (!(atomic_load(&h->flags) & (OC_FLAG_ON_DISK | OC_FLAG_COW | OC_FLAG_ZSPILLED)) &&
+        h->map_bytes - page <= limit / 4) {
         oc_header *evicted = NULL;
         pthread_mutex_lock(&cache_mutex);
         list_push_front(&cache, h);

@@ -301,8 +301,12 @@ static size_t disk_bytes(oc_header *h)
 int oc_spill_block(oc_header *h)
 {
     unsigned flags = atomic_load(&h->flags);
-    if (!(flags & OC_FLAG_REGION) || (flags & OC_FLAG_ON_DISK)) {
+    if (!(flags & OC_FLAG_REGION) || (flags & (OC_FLAG_ON_DISK | OC_FLAG_ZSPILLED))) {
         return 0;
+    }
+    if (atomic_load(&atomic_load(&h->owner)->spill_policy) == OC_SPILL_ZARR &&
+        atomic_load(&oc_zspill_enabled) && !(flags & OC_FLAG_COW)) {
+        return oc_zspill_block(h);
     }
     char *data = oc_block_data(h);
     size_t bytes = oc_region_data_bytes(h);
@@ -345,6 +349,9 @@ int oc_spill_block(oc_header *h)
 int oc_unspill_block(oc_header *h)
 {
     unsigned flags = atomic_load(&h->flags);
+    if (flags & OC_FLAG_ZSPILLED) {
+        return oc_zunspill_block(h);
+    }
     if (!(flags & OC_FLAG_ON_DISK)) {
         return 0;
     }
@@ -403,8 +410,17 @@ int64_t oc_evict(oc_node *scope, int64_t need_bytes, int *err)
         unsigned flags = atomic_load(&h->flags);
         /* Copy-on-write mappings left by fork are not anonymous memory: no guard can hold a
          * system call writing into them, so they are never moved unasked. */
-        if (!(flags & (OC_FLAG_ON_DISK | OC_FLAG_COW)) && h->size >= page &&
-            (scope == NULL || oc_node_in_subtree(atomic_load(&h->owner), scope))) {
+        int inside = scope == NULL || oc_node_in_subtree(atomic_load(&h->owner), scope);
+        if ((flags & OC_FLAG_ZSPILLED) && inside) {
+            /* pages brought back by touches: written ones are encoded again, all dropped */
+            int e;
+            released += oc_zspill_again(h, &e);
+            if (e) {
+                *err = e;
+                break;
+            }
+        }
+        else if (!(flags & (OC_FLAG_ON_DISK | OC_FLAG_COW)) && h->size >= page && inside) {
             int e = oc_spill_block(h);
             if (e) {
                 *err = e;

@@ -49,6 +49,7 @@ from oocarray._memory import (
 from oocarray._storage import ChunkedArray, create, from_dask, from_numpy, open, temp
 from oocarray.errors import (
     ClosedError,
+    CompressedSpillFallbackWarning,
     CorruptChunkError,
     MemoryBudgetError,
     OOCArrayError,
@@ -67,6 +68,7 @@ __all__ = [
     "Batches",
     "ChunkedArray",
     "ClosedError",
+    "CompressedSpillFallbackWarning",
     "Config",
     "CorruptChunkError",
     "Expr",

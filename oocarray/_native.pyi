@@ -14,12 +14,15 @@ FAIL_CLOSED: int
 FAIL_OS: int
 FAIL_SPILL: int
 FLAG_SPILLED: int
+FLAG_ZSPILLED: int
 FLAG_MAPPED: int
 SPILL_FAIL: int
 SPILL_MMAP: int
 SPILL_EVICT: int
+SPILL_ZARR: int
 LOCATION_RAM: int
 LOCATION_MMAP: int
+LOCATION_ZARR: int
 FLAG_ARENA: int
 FLAG_CYCLE_EXTERNAL: int
 FLAG_COW: int
@@ -53,6 +56,8 @@ class Counters(TypedDict):
     spill_moved_bytes: int
     unspill_count: int
     unspill_moved_bytes: int
+    compressed_bytes: int
+    compressed_disk_bytes: int
 
 class Node:
     """One manager of the tree: counters, budget and the NumPy handler routed to it."""
@@ -133,4 +138,6 @@ class Pages:
     def prefetch(self, first: int, last: int, /) -> None: ...
 
 def pager_check() -> tuple[int, bool]: ...
+def zspill_check() -> int: ...
+def set_zspill(on: bool, /) -> None: ...
 def pager_threads() -> int: ...

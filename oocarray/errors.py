@@ -16,6 +16,7 @@ import errno as _errno
 
 __all__ = [
     "ClosedError",
+    "CompressedSpillFallbackWarning",
     "CorruptChunkError",
     "MemoryBudgetError",
     "OOCArrayError",
@@ -96,3 +97,10 @@ class PagingUnavailableError(OOCArrayError, OSError):
 
     def __str__(self) -> str:
         return self.strerror or ""
+
+
+class CompressedSpillFallbackWarning(RuntimeWarning):
+    """``spill="zarr"`` or ``location="zarr"`` (compressed spill) was asked for where Linux
+    userfaultfd with kernel-mode and write-protect faults is not available (or
+    ``OOCARRAY_USERFAULTFD=0``): ``"mmap"`` (raw temporary files) is used instead.  Issued once
+    per process."""

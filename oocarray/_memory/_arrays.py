@@ -26,14 +26,16 @@ def owner(arr: np.ndarray) -> Manager | None:
 
 def location(arr: np.ndarray) -> str | None:
     """Where the memory under ``arr`` lives: ``"ram"``, ``"mmap"`` (a spilled or file-placed
-    array, or a view of a memory-mapped file), ``"workspace"``, or ``None`` when oocarray does
-    not manage it."""
+    array, or a view of a memory-mapped file), ``"zarr"`` (compressed chunks paged back on
+    touch), ``"workspace"``, or ``None`` when oocarray does not manage it."""
     require_array(arr, "location")
     info = _native.block_info(arr)
     if info is None:
         return "mmap" if _is_memory_mapped(arr) else None
     if info[3] & _native.FLAG_ARENA:
         return "workspace"
+    if info[3] & _native.FLAG_ZSPILLED:
+        return "zarr"
     return "mmap" if info[3] & (_native.FLAG_SPILLED | _native.FLAG_MAPPED) else "ram"
 
 

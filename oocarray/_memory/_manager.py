@@ -26,6 +26,7 @@ import numpy.typing as npt
 from oocarray import _native
 from oocarray._memory import _config, _events, _physical, _spill_files, _tracing
 from oocarray._memory._activation import Activation, active, exit_entered, nearest_open
+from oocarray._memory._compressed import effective
 from oocarray._memory._escapes import describe_escapes
 from oocarray._memory._gc import collect_garbage_throttled
 from oocarray._memory._refusals import budget_message, relieve_pressure
@@ -45,15 +46,20 @@ __all__ = [
 ]
 
 OnClose = Literal["keep", "spill", "raise"]
-SpillPolicy = Literal["mmap", "evict", "fail"]
-Location = Literal["ram", "mmap"]
+SpillPolicy = Literal["mmap", "evict", "zarr", "fail"]
+Location = Literal["ram", "mmap", "zarr"]
 _ON_CLOSE: tuple[str, ...] = ("keep", "spill", "raise")
 _SPILL_POLICIES = {
     "mmap": _native.SPILL_MMAP,
     "evict": _native.SPILL_EVICT,
+    "zarr": _native.SPILL_ZARR,
     "fail": _native.SPILL_FAIL,
 }
-_LOCATIONS = {"ram": _native.LOCATION_RAM, "mmap": _native.LOCATION_MMAP}
+_LOCATIONS = {
+    "ram": _native.LOCATION_RAM,
+    "mmap": _native.LOCATION_MMAP,
+    "zarr": _native.LOCATION_ZARR,
+}
 
 _tree_lock = threading.RLock()
 
@@ -72,8 +78,11 @@ class Manager:
         A child never gets more than its parent has left.
     location
         Where arrays are placed: ``"ram"``, or ``"mmap"`` for temporary files from the start
-        (arrays under one page stay in RAM).  Default: the parent's (``"ram"`` for the
-        system manager).
+        (arrays under one page stay in RAM), or ``"zarr"``: arrays of 1 MiB or more start as
+        compressed chunks in a private temporary file (none written yet: they read as zeros),
+        touched pages come into RAM and count on the budget, and the manager's spills encode
+        them again (smaller arrays are placed as with ``"mmap"``).  Default: the parent's
+        (``"ram"`` for the system manager).
     spill
         What an allocation that would exceed the budget does (default: the parent's policy,
         ``"mmap"`` for the system manager): ``"mmap"`` places the new array
@@ -81,7 +90,10 @@ class Manager:
         temporaries, each of which would otherwise get a file); ``"evict"`` first moves this
         budget's oldest arrays to disk
         (oldest allocation first; an unspilled array counts as new), then places the new one
-        in RAM if that made room, else in a file; ``"fail"`` raises
+        in RAM if that made room, else in a file; ``"zarr"`` does the same as ``"evict"`` but
+        writes the arrays it moves as compressed chunks (byte shuffle + zstd level 1 on every
+        core), paged back on touch at the same address (and so does :func:`oocarray.spill` of
+        this manager's arrays); ``"fail"`` raises
         :class:`MemoryBudgetError`.  Garbage is collected first (at most twice a second).
     on_close
         What happens to arrays still referenced when the manager closes: ``"keep"`` hands them
@@ -143,6 +155,10 @@ class Manager:
                 f"got {spill!r}"
             )
         budget = parse_size(max_bytes, "max_bytes", allow_none=True)
+        if location is not None:
+            location = effective(location, "location")  # type: ignore[assignment]
+        if spill is not None:
+            spill = effective(spill, "spill")  # type: ignore[assignment]
         if parent is None:
             parent = active_manager() or system()
         if parent.closed:
@@ -254,12 +270,13 @@ class Manager:
 
     @property
     def location(self) -> str:
-        """Where new arrays are placed: ``"ram"`` or ``"mmap"``."""
+        """Where new arrays are placed: ``"ram"``, ``"mmap"`` or ``"zarr"``."""
         return self._location
 
     @property
     def spill_policy(self) -> str:
-        """What an over-budget allocation does: ``"mmap"``, ``"evict"`` or ``"fail"``."""
+        """What an over-budget allocation does: ``"mmap"``, ``"evict"``, ``"zarr"`` or
+        ``"fail"``."""
         return self._spill
 
     def _subtree(self) -> Iterator[Manager]:
@@ -483,6 +500,8 @@ class Manager:
                 spill_moved_bytes=totals["spill_moved_bytes"],
                 unspills=totals["unspill_count"],
                 unspill_moved_bytes=totals["unspill_moved_bytes"],
+                compressed_bytes=totals["compressed_bytes"],
+                compressed_disk_bytes=totals["compressed_disk_bytes"],
             )
 
     def _add_close_hook(self, hook: Callable[[], tuple[int, int] | None]) -> None:

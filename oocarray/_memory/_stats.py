@@ -33,6 +33,11 @@ class MemoryStats:
         there by a spill.
     spills, spill_moved_bytes, unspills, unspill_moved_bytes
         How many arrays, and how many bytes, were moved to disk and back.
+    compressed_bytes, compressed_disk_bytes
+        Compressed spill (``spill="zarr"``, ``location="zarr"``): the logical bytes of arrays
+        held as compressed chunks (included in ``spilled_bytes``), and the bytes their chunks
+        take on disk.  Pages of such arrays brought back by touches count in ``ram_bytes``
+        too, until the next spill drops them.
     escaped, escaped_bytes
         Arrays that were still alive when a child scope closed and were handed to this manager.
     kept, kept_bytes
@@ -59,6 +64,8 @@ class MemoryStats:
     spill_moved_bytes: int
     unspills: int
     unspill_moved_bytes: int
+    compressed_bytes: int = 0
+    compressed_disk_bytes: int = 0
 
 
 # Node counters that only grow; a pruned child's are kept by its parent.
@@ -71,4 +78,11 @@ CUMULATIVE = (
     "unspill_moved_bytes",
 )
 # Node counters that stats() adds up over a subtree.
-SUMMED = ("live_count", "spilled_bytes", "mapped_bytes", *CUMULATIVE)
+SUMMED = (
+    "live_count",
+    "spilled_bytes",
+    "mapped_bytes",
+    "compressed_bytes",
+    "compressed_disk_bytes",
+    *CUMULATIVE,
+)
