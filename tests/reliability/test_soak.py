@@ -101,7 +101,12 @@ def check(result_stdout: str) -> dict[str, dict[str, object]]:
     figures: dict[str, dict[str, object]] = json.loads(result_stdout.strip().splitlines()[-1])
     before, after = figures["before"], figures["after"]
     growth = int(after["rss"]) - int(before["rss"])  # type: ignore[call-overload]
-    print(f"RSS {before['rss']} -> {after['rss']} ({growth:+d} bytes)")
+    print(
+        f"RSS {before['rss']} -> {after['rss']} ({growth:+d} bytes), "
+        f"fds {len(before['fds'])} -> {len(after['fds'])}, "  # type: ignore[arg-type]
+        f"threads {before['threads']} -> {after['threads']}, "
+        f"tasks {before['tasks']} -> {after['tasks']}"
+    )
     assert growth <= RSS_GROWTH_LIMIT, f"RSS grew by {growth} bytes"
     assert after["fds"] == before["fds"], "file descriptors leaked"
     assert after["threads"] == before["threads"], "threads leaked"
