@@ -1,8 +1,8 @@
 """Run the native-facing tests against a sanitizer build of the extension (issue 15, item 6).
 
-    python tools/sanitize.py --asan              # AddressSanitizer + UndefinedBehaviorSanitizer
-    python tools/sanitize.py --tsan              # ThreadSanitizer (the handler and chunk reader tests)
-    python tools/sanitize.py --asan -- -x -k spill tests/memory/test_spill.py   # own pytest args
+    python tools/sanitize.py --asan     # AddressSanitizer + UndefinedBehaviorSanitizer
+    python tools/sanitize.py --tsan     # ThreadSanitizer (the handler and chunk reader tests)
+    python tools/sanitize.py --asan -- -x -k spill tests/memory/test_spill.py  # own pytest args
 
 The extension is built with ``OOCARRAY_SANITIZE=...`` (read by ``setup.py``: ``-fsanitize=...
 -fno-omit-frame-pointer -O1 -g`` for compiling and linking) into ``build/sanitize-<kind>/``, never
@@ -44,6 +44,14 @@ TSAN_TESTS = [
     "tests/memory/test_manager.py",
     "tests/storage/test_chunk_reads.py",
     "tests/reliability/test_concurrency.py",
+    # ThreadSanitizer refuses to start threads in a child forked from a threaded process
+    # ("starting new threads after multi-threaded fork is not supported").
+    "--deselect=tests/storage/test_chunk_reads.py::test_reads_work_in_a_forked_child",
+    # Threads spilling each other's arrays: the writers are held by userfaultfd write-protect
+    # faults, a synchronisation in the kernel that ThreadSanitizer cannot see; it reports the
+    # copy as a race with every earlier write and spends minutes per report (a hang).
+    "--deselect=tests/reliability/test_concurrency.py"
+    "::test_threads_share_one_budgeted_manager_that_spills",
 ]
 
 KINDS = {
@@ -88,6 +96,10 @@ race:libzstd
 race:libblosc
 race:libz.so
 race:liblz4
+called_from_lib:_socket.cpython
+called_from_lib:select.cpython
+race:sock_close
+race:pyepoll_internal_close
 """
 
 

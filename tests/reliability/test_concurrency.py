@@ -114,8 +114,9 @@ def test_threads_create_activate_allocate_close_managers() -> None:
 
 
 def test_threads_share_one_budgeted_manager_that_spills() -> None:
-    """Eight threads allocate arrays of 256-768 KiB into one manager of 4 MiB (``spill="evict"``): arrays are moved
-    to disk and back under contention; every array keeps its data, the counts are exact."""
+    """Eight threads allocate arrays of 256-768 KiB into one manager of 4 MiB
+    (``spill="evict"``): arrays are moved to disk and back under contention; every array
+    keeps its data, the counts are exact."""
     n_rounds = rounds(40, 400)
     shared = oc.Manager("shared", max_bytes="4M", spill="evict")
     totals = [0] * THREADS
