@@ -1,7 +1,16 @@
 """Declares the required C extension; all other metadata lives in pyproject.toml."""
 
+import os
+
 import numpy
 from setuptools import Extension, setup
+
+# OOCARRAY_SANITIZE=address,undefined (or thread): a sanitizer build for tools/sanitize.py,
+# which builds it into build/sanitize-*/, never over the normal extension.
+_SANITIZE = os.environ.get("OOCARRAY_SANITIZE", "")
+_SAN_FLAGS = [f"-fsanitize={_SANITIZE}", "-fno-omit-frame-pointer", "-O1", "-g"]
+_COMPILE = ["-O2", "-flto"] if not _SANITIZE else _SAN_FLAGS
+_LINK = ["-flto", "-O2"] if not _SANITIZE else _SAN_FLAGS
 
 setup(
     ext_modules=[
@@ -27,16 +36,15 @@ setup(
             include_dirs=[numpy.get_include(), "native"],
             # Hidden visibility lets calls between the files bind directly, without the PLT.
             extra_compile_args=[
-                "-O2",
+                *_COMPILE,
                 "-std=c11",
                 "-Wall",
                 "-Wextra",
                 "-D_GNU_SOURCE",
                 "-fvisibility=hidden",
                 "-fno-semantic-interposition",
-                "-flto",
             ],
-            extra_link_args=["-flto", "-O2"],
+            extra_link_args=_LINK,
         )
     ],
 )

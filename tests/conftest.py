@@ -19,6 +19,19 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 settings.register_profile("long", max_examples=2000, database=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 
+# Set by tools/sanitize.py ("asan" or "tsan") when the extension under test is a sanitizer build.
+SANITIZER = os.environ.get("OOCARRAY_SANITIZER", "")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under a sanitizer, skip the tests marked ``no_sanitizer`` (memory and time budgets)."""
+    if not SANITIZER:
+        return
+    skip = pytest.mark.skip(reason=f"measures memory or time, which {SANITIZER} changes")
+    for item in items:
+        if item.get_closest_marker("no_sanitizer"):
+            item.add_marker(skip)
+
 
 @pytest.fixture(autouse=True)
 def _restore_settings() -> Iterator[None]:
