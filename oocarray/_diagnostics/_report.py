@@ -51,7 +51,7 @@ class MemoryReport:
     >>> with oc.Manager("etl", max_bytes="64M") as m:
     ...     a = np.ones((1024, 1024))
     ...     report = oc.memory_report()
-    >>> report.find("etl").current_bytes  # (in RAM, or on disk if it was placed there)
+    >>> report.find("etl").current_bytes
     8388608
     >>> report.resident.total_bytes > 0
     True
@@ -70,11 +70,13 @@ class MemoryReport:
         return self.managers.current_bytes
 
     def find(self, name: str) -> ManagerUsage:
-        """The first manager or workspace called ``name`` (or with that path)."""
-        for _, usage in self.managers.walk():
-            if name in (usage.name, usage.path):
-                return usage
-        raise KeyError(f"no manager named {name!r} in the report")
+        """The manager or workspace called ``name`` (or with that path): an open one before a
+        closed one that still owns escaped arrays, and the newest of several."""
+        found = [u for _, u in self.managers.walk() if name in (u.name, u.path)]
+        if not found:
+            raise KeyError(f"no manager named {name!r} in the report")
+        open_ones = [u for u in found if u.open]
+        return (open_ones or found)[-1]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (dicts, lists, numbers, strings), for JSON or logging."""
