@@ -556,7 +556,10 @@ def test_max_physical_bytes_holds_while_threads_allocate(spill_dir: Path) -> Non
             assert all(int(a[::4096].sum()) == 2048 for a in kept)
     finally:
         oc.configure(max_physical_bytes=None)
-    assert peak[0] <= limit + (40 << 20), f"peak {peak[0] - limit} bytes over the limit"
+    # Unchecked, the threads would end 288 MiB over the limit.  The slack covers the four
+    # allocations in flight and the watcher's reaction; in a long loaded session (the whole
+    # suite at a load of 4, other tests' threads still running) 71 MiB over was seen once.
+    assert peak[0] <= limit + (96 << 20), f"peak {peak[0] - limit} bytes over the limit"
 
 
 def test_the_watcher_backs_off_when_nothing_can_be_spilled() -> None:
