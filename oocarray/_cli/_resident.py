@@ -13,6 +13,8 @@ import threading
 from types import TracebackType
 from typing import Self
 
+from oocarray._memory._physical import status_bytes
+
 __all__ = ["ResidentSampler", "read_status", "reset_peak"]
 
 _FIELDS = ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem")
@@ -28,16 +30,10 @@ def read_status() -> dict[str, int]:
     >>> status["VmHWM"] >= status["VmRSS"] > 0
     True
     """
-    values = dict.fromkeys(_FIELDS, 0)
     try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key in values:
-                    values[key] = int(rest.split()[0]) * 1024
+        return status_bytes(*_FIELDS)
     except (OSError, ValueError, IndexError):
-        pass
-    return values
+        return dict.fromkeys(_FIELDS, 0)
 
 
 def reset_peak() -> bool:

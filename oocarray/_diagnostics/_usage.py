@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from oocarray import _native
 from oocarray._memory import Manager, Workspace, _config, _manager, _spill_files, system
+from oocarray._memory._physical import status_bytes
 from oocarray._storage import _temp_dirs, _temporaries
 
 __all__ = [
@@ -72,15 +73,11 @@ _STATUS_FIELDS = {
 def resident_memory(*, rollup: bool = False) -> ResidentMemory:
     """Read the resident memory of this process; ``rollup`` also reads the slower
     ``smaps_rollup`` (its proportional set size).  Zeros where ``/proc`` is missing."""
-    values = dict.fromkeys(_STATUS_FIELDS.values(), 0)
     try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                key, _, rest = line.partition(":")
-                if key in _STATUS_FIELDS:
-                    values[_STATUS_FIELDS[key]] = int(rest.split()[0]) * 1024
+        status = status_bytes(*_STATUS_FIELDS)
     except OSError:
-        pass
+        status = dict.fromkeys(_STATUS_FIELDS, 0)
+    values = {name: status[key] for key, name in _STATUS_FIELDS.items()}
     pss: int | None = None
     if rollup:
         try:

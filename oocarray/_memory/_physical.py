@@ -57,14 +57,21 @@ class WatcherStats:
     page_drops: int
 
 
-def resident_memory() -> ResidentMemory:
-    """Read the process's resident memory from ``/proc/self/status``."""
-    fields = {"RssAnon": 0, "RssFile": 0, "RssShmem": 0}
+def status_bytes(*keys: str) -> dict[str, int]:
+    """Size fields of ``/proc/self/status`` (``RssAnon``, ``VmHWM``, ...) in bytes; 0 for a
+    field this kernel does not report.  Raises OSError where ``/proc`` is missing."""
+    values = dict.fromkeys(keys, 0)
     with open("/proc/self/status", encoding="ascii") as status:
         for line in status:
-            key, _, value = line.partition(":")
-            if key in fields:
-                fields[key] = int(value.split()[0]) * 1024
+            key, _, rest = line.partition(":")
+            if key in values:
+                values[key] = int(rest.split()[0]) * 1024
+    return values
+
+
+def resident_memory() -> ResidentMemory:
+    """Read the process's resident memory from ``/proc/self/status``."""
+    fields = status_bytes("RssAnon", "RssFile", "RssShmem")
     return ResidentMemory(fields["RssAnon"], fields["RssFile"], fields["RssShmem"])
 
 
