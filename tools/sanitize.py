@@ -72,9 +72,10 @@ _spec.loader.exec_module(_module)
 
 TSAN_SUPPRESSIONS = """\
 # The interpreter is not instrumented: its own accesses (reference counts, the GIL's fast
-# paths, pymalloc) look like races to ThreadSanitizer.  Reports whose frames are all inside
-# libpython or NumPy are suppressed; races with a frame in _native are kept.
-called_from_lib:libpython3
+# paths, pymalloc) look like races to ThreadSanitizer, and are suppressed by name below; races
+# with a frame in _native are kept.  (No called_from_lib:libpython3: it would also hide the
+# interpreter's calls to pthread and semaphore functions, the GIL's hand-overs among them, and
+# every access ordered only by the GIL would then be reported as a race.)
 # Reference counts are the interpreter's, changed under the GIL; inlined into _native they are
 # instrumented, but the GIL hand-over between them happens in uninstrumented code.
 race:Py_INCREF
