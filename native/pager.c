@@ -1506,7 +1506,7 @@ void oc_pager_set_node(pg_array *a, oc_node *node)
 /* ---- r+ arrays over zarr chunk files: dirty units written back natively (writeback.c) ---- */
 
 /* Python's part, once, before any write: how the store encodes its chunks.  From then on, the
- * dirty units of the array are also written back under budget pressure (write_back_lru). */
+ * dirty units of the array are also written back under budget pressure (evict_lru). */
 void oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode)
 {
     pthread_mutex_lock(&lock);
