@@ -1004,8 +1004,8 @@ void oc_pager_stats(pg_array *a, long long out[12])
 
 const char *oc_pager_error(pg_array *a) { return a->error; }
 
-/* Dirty units and those being written back, into out (at most n); how many there are.  None in a forked child: only the
- * process that made the array writes it back. */
+/* Dirty units and those being written back, into out (at most n); how many there are.  None
+ * in a forked child: only the process that made the array writes it back. */
 size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n)
 {
     size_t k = 0;
@@ -1334,7 +1334,8 @@ static int write_back_unit(pg_array *a, size_t u, int *chunks, char *msg, size_t
     int r = oc_pager_begin_writeback(a, u);
     if (r < 0) {
         err = -r;
-        snprintf(msg, msg_n, "write-protecting bytes %zu-%zu", u * a->unit_bytes, u * a->unit_bytes + unit_len(a, u));
+        snprintf(msg, msg_n, "write-protecting bytes %zu-%zu", u * a->unit_bytes,
+                 u * a->unit_bytes + unit_len(a, u));
     }
     else if (r > 0 && !a->spill) {
         err = oc_wb_write_range(&a->wb, a->base, u * a->unit_bytes, unit_len(a, u), chunks, msg, msg_n);
