@@ -30,6 +30,7 @@ setup(
                 "native/heap.c",
                 "native/pager.c",
                 "native/zspill.c",
+                "native/writeback.c",
             ],
             libraries=["dl"],  # dlopen of libzstd.so.1 (part of libc from glibc 2.34)
             depends=["native/oc_core.h"],

@@ -410,6 +410,41 @@ int oc_zstd_pack_shuffled(const char *src, size_t n, int level, char **out, size
     return 0;
 }
 
+/* Compress n bytes of src as one zstd frame at `level`, with a checksum when asked and the
+ * content size in the header (what numcodecs writes), into this thread's buffer: *out and
+ * *out_n (valid until this thread's next call).  0, ENOMEM, ENOSYS (no libzstd.so.1) or EIO. */
+int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out, size_t *out_n)
+{
+    if (!zstd_ready()) {
+        return ENOSYS;
+    }
+    reader_state *s = state_get();
+    if (s == NULL) {
+        return ENOMEM;
+    }
+    if (s->cctx == NULL && (s->cctx = zstd.create_c()) == NULL) {
+        return ENOMEM;
+    }
+    size_t bound = zstd.bound(n);
+    if (zstd.is_error(bound) || grow(&s->packed, &s->packed_size, bound) == NULL) {
+        return ENOMEM;
+    }
+    zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
+    size_t r = zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
+    if (!zstd.is_error(r)) {
+        r = zstd.set_parameter(s->cctx, ZSTD_C_CHECKSUM_FLAG, checksum);
+    }
+    if (!zstd.is_error(r)) {
+        r = zstd.compress(s->cctx, s->packed, bound, src, n);
+    }
+    if (zstd.is_error(r)) {
+        return EIO;
+    }
+    *out = s->packed;
+    *out_n = r;
+    return 0;
+}
+
 int oc_zstd_ready(void) { return zstd_ready(); }
 
 /* Decode bytes [skip, skip + n) of one chunk (chunk_n bytes decoded) whose stored bytes are

@@ -711,18 +711,23 @@ typedef struct {
 static PyTypeObject PagesType;
 
 /* Pages(paths, table, codec, chunk_nbytes, data_nbytes, unit_nbytes, fill, writable, node,
- *       readahead): all checked by the Python caller; table is int64 (nchunks, 3). */
+ *       readahead, zstd_level=0, zstd_checksum=False, file_mode=0o644): all checked by the
+ *       Python caller; table is int64 (nchunks, 3).  A writable one writes its dirty units
+ *       back to paths natively (one file per chunk), zstd at that level and checksum, each
+ *       new file given file_mode. */
 static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"paths", "table", "codec", "chunk_nbytes", "data_nbytes",
-                             "unit_nbytes", "fill", "writable", "node", "readahead", NULL};
+                             "unit_nbytes", "fill", "writable", "node", "readahead",
+                             "zstd_level", "zstd_checksum", "file_mode", NULL};
     PyObject *paths, *table_obj, *node_obj;
-    int codec, writable, readahead;
+    int codec, writable, readahead, level = 0, checksum = 0, file_mode = 0644;
     Py_ssize_t chunk_n, data_n, unit_n;
     Py_buffer fill;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi", kwlist, &PyList_Type, &paths,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi|ipi", kwlist, &PyList_Type, &paths,
                                      &table_obj, &codec, &chunk_n, &data_n, &unit_n, &fill,
-                                     &writable, &node_obj, &readahead)) {
+                                     &writable, &node_obj, &readahead, &level, &checksum,
+                                     &file_mode)) {
         return NULL;
     }
     oc_node *node = NULL;
@@ -744,7 +749,11 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     size_t nchunks = (size_t)tv.len / 24;
     if (tv.itemsize != 8 || tv.len % 24 != 0 || chunk_n <= 0 || data_n <= 0 || unit_n <= 0 ||
         (size_t)unit_n % page != 0 || fill.len <= 0 || readahead < 0 ||
-        nchunks * (size_t)chunk_n < (size_t)data_n) {
+        nchunks * (size_t)chunk_n < (size_t)data_n ||
+        /* written back whole chunks at a time, each in one unit, to files of their own */
+        (writable && ((size_t)unit_n % (size_t)chunk_n != 0 ||
+                      (codec != OC_CODEC_RAW && codec != OC_CODEC_ZSTD) ||
+                      (file_mode & ~07777) != 0))) {
         PyBuffer_Release(&tv);
         PyBuffer_Release(&fill);
         PyErr_SetString(PyExc_ValueError, "inconsistent Pages arguments");
@@ -805,6 +814,9 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         self->pages = NULL;
         Py_DECREF(self);
         return errno_error(err);
+    }
+    if (writable) {
+        oc_pager_set_writeback(self->pages, level, checksum, file_mode);
     }
     return (PyObject *)self;
 }
@@ -868,11 +880,12 @@ static PyBufferProcs Pages_as_buffer = {
 
 static PyObject *Pages_stats(PagesObject *self, PyObject *Py_UNUSED(a))
 {
-    long long s[10];
+    long long s[12];
     oc_pager_stats(self->pages, s);
-    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsL}", "fills", s[0], "zero_fills", s[1], "readaheads",
-                         s[2], "evictions", s[3], "failures", s[4], "faults", s[5], "decoded_bytes",
-                         s[6], "resident_bytes", s[7], "dirty_units", s[8], "unit_bytes", s[9]);
+    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsL}", "fills", s[0], "zero_fills", s[1],
+                         "readaheads", s[2], "evictions", s[3], "failures", s[4], "faults", s[5],
+                         "decoded_bytes", s[6], "resident_bytes", s[7], "dirty_units", s[8],
+                         "unit_bytes", s[9], "writebacks", s[10], "writeback_failures", s[11]);
 }
 
 static PyObject *Pages_dirty_units(PagesObject *self, PyObject *Py_UNUSED(a))
@@ -903,27 +916,30 @@ static PyObject *Pages_dirty_units(PagesObject *self, PyObject *Py_UNUSED(a))
     }
 }
 
-static PyObject *Pages_begin_writeback(PagesObject *self, PyObject *arg)
+/* write_back(unit) -> chunks written: the unit's chunks, each whole, when it is dirty (after
+ * a write-back of it under way elsewhere), without the GIL.  OSError with the errno (ENOSPC on
+ * a full disk): the unit stays dirty. */
+static PyObject *Pages_write_back(PagesObject *self, PyObject *arg)
 {
     Py_ssize_t u = PyLong_AsSsize_t(arg);
     if (u < 0) {
         return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "unit < 0"), NULL);
     }
-    int r = oc_pager_begin_writeback(self->pages, (size_t)u);
-    if (r < 0) {
-        return errno_error(-r);
+    int chunks = 0, err;
+    char msg[320] = "";
+    Py_BEGIN_ALLOW_THREADS
+    err = oc_pager_write_back(self->pages, (size_t)u, &chunks, msg, sizeof msg);
+    Py_END_ALLOW_THREADS
+    if (err) {
+        PyObject *v = PyUnicode_FromFormat("%s: writing back %s", strerror(err), msg);
+        PyObject *e = v == NULL ? NULL : Py_BuildValue("(iN)", err, v);
+        if (e != NULL) {
+            PyErr_SetObject(PyExc_OSError, e);
+            Py_DECREF(e);
+        }
+        return NULL;
     }
-    return PyBool_FromLong(r);
-}
-
-static PyObject *Pages_abort_writeback(PagesObject *self, PyObject *arg)
-{
-    Py_ssize_t u = PyLong_AsSsize_t(arg);
-    if (u < 0) {
-        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "unit < 0"), NULL);
-    }
-    oc_pager_abort_writeback(self->pages, (size_t)u);
-    Py_RETURN_NONE;
+    return PyLong_FromLong(chunks);
 }
 
 static PyObject *Pages_trim(PagesObject *self, PyObject *Py_UNUSED(a))
@@ -953,6 +969,13 @@ static PyObject *Pages_get_error(PagesObject *self, void *Py_UNUSED(c))
     return e[0] ? PyUnicode_FromString(e) : Py_NewRef(Py_None);
 }
 
+static PyObject *Pages_get_writeback_error(PagesObject *self, void *Py_UNUSED(c))
+{
+    char e[400];
+    oc_pager_writeback_error(self->pages, e, sizeof e);
+    return e[0] ? PyUnicode_FromString(e) : Py_NewRef(Py_None);
+}
+
 static PyObject *Pages_get_address(PagesObject *self, void *Py_UNUSED(c))
 {
     return PyLong_FromVoidPtr(oc_pager_base(self->pages));
@@ -961,8 +984,7 @@ static PyObject *Pages_get_address(PagesObject *self, void *Py_UNUSED(c))
 static PyMethodDef Pages_methods[] = {
     {"stats", (PyCFunction)Pages_stats, METH_NOARGS, "Counters of fills, evictions and faults."},
     {"dirty_units", (PyCFunction)Pages_dirty_units, METH_NOARGS, "Units written since their last write-back."},
-    {"begin_writeback", (PyCFunction)Pages_begin_writeback, METH_O, "Mark a dirty unit clean and write-protect it; whether it was dirty."},
-    {"abort_writeback", (PyCFunction)Pages_abort_writeback, METH_O, "A write-back failed: the unit is dirty again."},
+    {"write_back", (PyCFunction)Pages_write_back, METH_O, "Write a dirty unit's chunks back, each whole; the chunks written."},
     {"trim", (PyCFunction)Pages_trim, METH_NOARGS, "Drop every clean resident unit; the bytes released."},
     {"prefetch", (PyCFunction)Pages_prefetch, METH_VARARGS, "Queue fills of units [first, last)."},
     {NULL},
@@ -983,6 +1005,7 @@ static PyGetSetDef Pages_getset[] = {
     {"on_release", (getter)Pages_get_on_release, (setter)Pages_set_on_release, "cb(pages), called once when the last view is gone.", NULL},
     {"error", (getter)Pages_get_error, NULL, "Why the last failed fill failed, or None.", NULL},
     {"address", (getter)Pages_get_address, NULL, "Where the data starts.", NULL},
+    {"writeback_error", (getter)Pages_get_writeback_error, NULL, "Why the last write-back under memory pressure failed, or None.", NULL},
     {NULL},
 };
 

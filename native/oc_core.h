@@ -341,6 +341,7 @@ void oc_nodes_atfork(int phase);
 void oc_shuffle8(const char *src, size_t n, char *dst);
 void oc_unshuffle8(const char *src, size_t total, size_t skip, char *dst, size_t n);
 int oc_zstd_pack_shuffled(const char *src, size_t n, int level, char **out, size_t *out_n);
+int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out, size_t *out_n);
 int oc_zstd_ready(void);
 PyObject *oc_py_read_chunks(PyObject *m, PyObject *args);
 PyObject *oc_py_zstd_available(PyObject *m, PyObject *a);
@@ -366,7 +367,7 @@ void oc_pager_destroy(pg_array *a);
 char *oc_pager_base(pg_array *a);
 size_t oc_pager_data_bytes(pg_array *a);
 int oc_pager_writable(pg_array *a);
-void oc_pager_stats(pg_array *a, long long out[10]);
+void oc_pager_stats(pg_array *a, long long out[12]);
 const char *oc_pager_error(pg_array *a);
 size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n);
 int oc_pager_begin_writeback(pg_array *a, size_t u);
@@ -375,5 +376,26 @@ size_t oc_pager_trim(pg_array *a);
 void oc_pager_prefetch(pg_array *a, size_t first, size_t last);
 void oc_pager_atfork(int phase);
 extern atomic_int oc_pager_threads;
+/* r+ arrays over zarr chunk files: dirty units are written back natively (writeback.c), under
+ * budget pressure and by flush(), each chunk whole */
+void oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode);
+int oc_pager_write_back(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n);
+void oc_pager_writeback_error(pg_array *a, char *out, size_t n);
+
+/* writeback.c: the chunks of a range of a chunk-backed array, encoded and written back */
+typedef struct {
+    char **paths;         /* the pager's chunk files */
+    int npaths;
+    const int64_t *table; /* the pager's table: per chunk, its path's index first */
+    size_t nchunks, chunk_bytes, data_bytes;
+    const char *fill; /* one element's fill bytes, for the last chunk's rows past the end */
+    size_t fill_n;
+    int codec, level, checksum; /* OC_CODEC_RAW or OC_CODEC_ZSTD; zstd's level and checksum */
+    int file_mode;              /* given to each new chunk file, as the store's writer does */
+} oc_wb_store;
+/* Writes every chunk starting in [start, start + len) of the array at base; 0 with *chunks
+ * written, or errno with what failed in msg (chunks written before it stay written). */
+int oc_wb_write_range(const oc_wb_store *s, const char *base, size_t start, size_t len, int *chunks,
+                      char *msg, size_t msg_n);
 
 #endif

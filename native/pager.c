@@ -22,7 +22,15 @@
  * Resident units are counted against the owning manager node's budget; a fill that does not
  * fit drops the least recently filled clean units of arrays of the same node (one
  * MADV_DONTNEED per unit, refilled on the next touch), with some slack so that not every fill
- * evicts.  Dirty units are written back by Python (flush()) and only then become evictable.
+ * evicts.  Where the least recently filled unit of an r+ array over zarr chunk files is dirty,
+ * the worker making room writes it back first (writeback.c: each chunk encoded, written
+ * beside its file and renamed over it, never calling Python) and then drops it; a failed
+ * write (ENOSPC) leaves it dirty and resident, counted over the budget, and holds that array's
+ * write-backs off for a moment.  A unit being written back carries F_WB: it is clean and
+ * write-protected before it is copied out (a write meanwhile makes it dirty again), it is not
+ * dropped, and flush() (oc_pager_write_back, Python's threads without the GIL) waits for it
+ * rather than writing the same unit at once.  Dirty units of compressed spill are encoded
+ * only when nothing clean is left to drop (write_back_lru).
  *
  * The mapping lives as long as the Pages object, which is the base of every ndarray over it:
  * unregistered and unmapped only when the last view is gone, after every fill queued for it
@@ -62,7 +70,7 @@ struct pg_uffdio_poison {
 
 enum { U_EMPTY, U_FILLING, U_CLEAN, U_DIRTY, U_EVICTING, U_FAILED };
 #define F_WRITE 1 /* a write-protect fault came while the unit was being filled */
-#define F_WB 2    /* spill: being encoded (clean, but its chunk is not in the table yet) */
+#define F_WB 2    /* being written back: not dropped (spill: its chunk is not in the table yet) */
 
 typedef struct pg_array pg_array;
 struct pg_array {
@@ -100,6 +108,12 @@ struct pg_array {
     atomic_llong fills, zero_fills, readaheads, evictions, failures, faults, decoded_bytes,
         resident_bytes, charged_bytes;
     char error[320];
+    /* r+ over zarr chunk files (writeback.c): dirty units are written back natively */
+    int wb_native;
+    oc_wb_store wb;
+    long long wb_retry_ns; /* after a failed write-back under pressure, none before this */
+    atomic_llong writebacks, wb_failures;
+    char wb_error[400]; /* the last failed write-back under pressure, under `lock` */
 };
 
 typedef struct {
@@ -367,15 +381,31 @@ static void force_count(oc_node *n, int64_t bytes)
     }
 }
 
+static void ring_push(pg_array *a, size_t u);
+static int write_back_unit(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n);
+static void note_write_back(pg_array *a, int err, const char *msg);
+static long long now_ns(void);
+
+/* Whether eviction writes a dirty unit of `a` back and drops it (r+ over chunk files), where
+ * the unit is the least recently filled; lock held. */
+static int evicts_dirty(pg_array *a, pid_t me, long long now)
+{
+    return a->wb_native && a->pid == me && now >= a->wb_retry_ns;
+}
+
 /* Drops clean units of arrays counted on `node`, least recently filled first, until `want`
- * bytes are released or none is left; the bytes released. */
+ * bytes are released or none is left; the bytes released.  Under budget pressure (not `only`)
+ * a dirty unit of an r+ store array first in that order is written back, then dropped. */
 static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
 {
     size_t freed = 0;
+    pid_t me = getpid();
+    long long now = now_ns();
     while (freed < want) {
         pthread_mutex_lock(&lock);
         pg_array *victim = NULL;
         size_t vu = 0;
+        int write_first = 0;
         for (int guard = 0; guard < 4 && victim == NULL; guard++) {
             pg_array *best = NULL;
             for (pg_array *a = arrays; a != NULL; a = a->next) {
@@ -400,6 +430,13 @@ static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
                     vu = u;
                     break;
                 }
+                if (best->state[u] == U_DIRTY && !(best->flags[u] & F_WB) && only == NULL &&
+                    evicts_dirty(best, me, now)) {
+                    victim = best; /* out of the ring while it is written back */
+                    vu = u;
+                    write_first = 1;
+                    break;
+                }
                 if (best->state[u] == U_DIRTY || best->state[u] == U_CLEAN) {
                     best->ring[(best->ring_head + best->ring_len) % best->nunits] = u;
                     best->ring_len++;
@@ -413,6 +450,24 @@ static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
         if (victim == NULL) {
             pthread_mutex_unlock(&lock);
             break;
+        }
+        if (write_first) {
+            victim->flags[vu] |= F_WB;
+            victim->inflight++;
+            pthread_mutex_unlock(&lock);
+            int chunks;
+            char msg[320] = "";
+            int err = write_back_unit(victim, vu, &chunks, msg, sizeof msg);
+            note_write_back(victim, err, msg);
+            pthread_mutex_lock(&lock);
+            victim->inflight--;
+            pthread_cond_broadcast(&idle_cond);
+            if (err || victim->state[vu] != U_CLEAN || (victim->flags[vu] & F_WB)) {
+                ring_push(victim, vu); /* dirty still (or again): dropped some other time */
+                pthread_mutex_unlock(&lock);
+                now = now_ns(); /* a failure holds write-backs of this array off a while */
+                continue;
+            }
         }
         victim->state[vu] = U_EVICTING;
         victim->inflight++;
@@ -925,7 +980,7 @@ char *oc_pager_base(pg_array *a) { return a->base; }
 size_t oc_pager_data_bytes(pg_array *a) { return a->data_bytes; }
 int oc_pager_writable(pg_array *a) { return a->writable; }
 
-void oc_pager_stats(pg_array *a, long long out[10])
+void oc_pager_stats(pg_array *a, long long out[12])
 {
     out[0] = atomic_load(&a->fills);
     out[1] = atomic_load(&a->zero_fills);
@@ -943,12 +998,14 @@ void oc_pager_stats(pg_array *a, long long out[10])
     pthread_mutex_unlock(&lock);
     out[8] = dirty;
     out[9] = (long long)a->unit_bytes;
+    out[10] = atomic_load(&a->writebacks);
+    out[11] = atomic_load(&a->wb_failures);
 }
 
 const char *oc_pager_error(pg_array *a) { return a->error; }
 
-/* Dirty units, into out (at most n); how many there are.  None in a forked child: only the
- * process that made the array writes it back. */
+/* Dirty units and those being written back, into out (at most n); how many there are.  None
+ * in a forked child: only the process that made the array writes it back. */
 size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n)
 {
     size_t k = 0;
@@ -957,7 +1014,7 @@ size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n)
     }
     pthread_mutex_lock(&lock);
     for (size_t u = 0; u < a->nunits; u++) {
-        if (a->state[u] == U_DIRTY) {
+        if (a->state[u] == U_DIRTY || (a->flags[u] & F_WB)) { /* written back now: wait for it */
             if (k < n) {
                 out[k] = u;
             }
@@ -1266,24 +1323,31 @@ int oc_pager_fill_all(pg_array *a)
     return failed ? EIO : 0;
 }
 
-/* Encodes the dirty units again (appended to the file; the table then points at the new
- * chunk) and drops every clean unit: the RAM released.  *err: the first failure (ENOSPC on a
- * full disk); units not written stay dirty and in RAM.  A forked child never writes into the
- * parent's file: there, nothing is dropped. */
-/* Encodes dirty unit u of a spill array (its F_WB flag set by the caller, who holds it from
- * eviction) and points the table at the new chunk; clears F_WB.  0 or errno (the unit is
- * dirty again then). */
-static int write_back_unit(pg_array *a, size_t u)
+/* Writes dirty unit u back (its F_WB flag set by the caller, who holds it from eviction) and
+ * clears F_WB: a spill array's unit is encoded to its file and the table points at the new
+ * chunk; a store array's chunks are written to their files (writeback.c), each whole.  0 with
+ * *chunks written, or errno with what failed in msg: the unit is dirty again then. */
+static int write_back_unit(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n)
 {
     int err = 0;
+    *chunks = 0;
     int r = oc_pager_begin_writeback(a, u);
     if (r < 0) {
         err = -r;
+        snprintf(msg, msg_n, "write-protecting bytes %zu-%zu", u * a->unit_bytes,
+                 u * a->unit_bytes + unit_len(a, u));
+    }
+    else if (r > 0 && !a->spill) {
+        err = oc_wb_write_range(&a->wb, a->base, u * a->unit_bytes, unit_len(a, u), chunks, msg, msg_n);
+        if (err) {
+            oc_pager_abort_writeback(a, u);
+        }
     }
     else if (r > 0) {
         int64_t e[3];
         err = oc_zs_encode_append(a->fd, &a->file_end, a->base + u * a->unit_bytes, unit_len(a, u), e);
         if (err) {
+            snprintf(msg, msg_n, "compressed spill file");
             oc_pager_abort_writeback(a, u);
         }
         else {
@@ -1296,27 +1360,64 @@ static int write_back_unit(pg_array *a, size_t u)
             pthread_mutex_unlock(&lock);
             atomic_fetch_add(&a->stored_bytes, delta);
             atomic_fetch_add(&a->node->compressed_disk_bytes, delta);
+            *chunks = 1;
         }
     }
     pthread_mutex_lock(&lock);
     a->flags[u] &= (uint8_t)~F_WB;
+    pthread_cond_broadcast(&idle_cond); /* a flush() may wait for it */
     pthread_mutex_unlock(&lock);
     return err;
 }
 
+static long long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* After a write-back of a store array's unit under budget pressure: counted; a failure is
+ * kept for `writeback_error`, said on stderr the first time, and holds further write-backs of
+ * the array under pressure off for 0.1 s (the unit stays dirty, in RAM, over the budget). */
+static void note_write_back(pg_array *a, int err, const char *msg)
+{
+    if (!err) {
+        atomic_fetch_add(&a->writebacks, 1);
+        return;
+    }
+    atomic_fetch_add(&a->wb_failures, 1);
+    pthread_mutex_lock(&lock);
+    int first = a->wb_error[0] == '\0';
+    snprintf(a->wb_error, sizeof a->wb_error, "%s: %s", msg, strerror(err));
+    a->wb_retry_ns = now_ns() + 100000000LL;
+    pthread_mutex_unlock(&lock);
+    if (first) {
+        fprintf(stderr,
+                "oocarray: writing back a chunk-backed array under memory pressure failed (%s: "
+                "%s); its written chunks stay in memory, over the budget, until a write-back "
+                "succeeds (flush() raises while it cannot)\n",
+                msg, strerror(err));
+    }
+}
+
 /* Budget pressure with nothing clean to drop (pager workers, from charge()): the least
- * recently filled dirty units of spill arrays counted on `node` are encoded, so that they can
- * be dropped.  The bytes made clean; 0 when there are none, or the disk refused. */
+ * recently filled dirty units of spill arrays and r+ store arrays counted on `node` are
+ * written back, so that they can be dropped.  The bytes made clean; 0 when there are none, or
+ * the disk refused (the unit stays dirty and in RAM, counted over the budget; a store array
+ * is not tried again for a moment, and the failure is kept for `writeback_error`). */
 static size_t write_back_lru(oc_node *node, size_t want)
 {
     size_t done = 0;
     pid_t me = getpid();
+    long long now = now_ns();
     while (done < want) {
         pthread_mutex_lock(&lock);
         pg_array *best = NULL;
         size_t bu = 0;
         for (pg_array *a = arrays; a != NULL; a = a->next) {
-            if (!a->spill || a->dead || a->pinned || a->node != node || a->pid != me) {
+            if (!(a->spill || (a->wb_native && now >= a->wb_retry_ns)) || a->dead || a->pinned ||
+                a->node != node || a->pid != me) {
                 continue;
             }
             for (size_t u = 0; u < a->nunits; u++) {
@@ -1335,7 +1436,12 @@ static size_t write_back_lru(oc_node *node, size_t want)
         if (best == NULL) {
             break;
         }
-        int err = write_back_unit(best, bu);
+        int chunks;
+        char msg[320] = "";
+        int err = write_back_unit(best, bu, &chunks, msg, sizeof msg);
+        if (!best->spill) {
+            note_write_back(best, err, msg);
+        }
         pthread_mutex_lock(&lock);
         best->inflight--;
         pthread_cond_broadcast(&idle_cond);
@@ -1348,6 +1454,10 @@ static size_t write_back_lru(oc_node *node, size_t want)
     return done;
 }
 
+/* Encodes the dirty units again (appended to the file; the table then points at the new
+ * chunk) and drops every clean unit: the RAM released.  *err: the first failure (ENOSPC on a
+ * full disk); units not written stay dirty and in RAM.  A forked child never writes into the
+ * parent's file: there, nothing is dropped. */
 long long oc_pager_spill_again(pg_array *a, int *err)
 {
     *err = 0;
@@ -1365,7 +1475,9 @@ long long oc_pager_spill_again(pg_array *a, int *err)
         }
         pthread_mutex_unlock(&lock);
         if (dirty) {
-            *err = write_back_unit(a, u);
+            int chunks;
+            char msg[320];
+            *err = write_back_unit(a, u, &chunks, msg, sizeof msg);
         }
     }
     pthread_mutex_lock(&lock);
@@ -1390,4 +1502,60 @@ void oc_pager_set_node(pg_array *a, oc_node *node)
     oc_release(old, (int64_t)charged);
     force_count(node, (int64_t)charged);
     oc_node_decref(old);
+}
+
+/* ---- r+ arrays over zarr chunk files: dirty units written back natively (writeback.c) ---- */
+
+/* Python's part, once, before any write: how the store encodes its chunks.  From then on, the
+ * dirty units of the array are also written back under budget pressure (evict_lru). */
+void oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode)
+{
+    pthread_mutex_lock(&lock);
+    a->wb = (oc_wb_store){.paths = a->paths,
+                          .npaths = a->npaths,
+                          .table = a->table,
+                          .nchunks = a->nchunks,
+                          .chunk_bytes = a->chunk_bytes,
+                          .data_bytes = a->data_bytes,
+                          .fill = a->fill,
+                          .fill_n = a->fill_n,
+                          .codec = a->codec,
+                          .level = level,
+                          .checksum = checksum,
+                          .file_mode = file_mode};
+    a->wb_native = a->writable && !a->spill;
+    pthread_mutex_unlock(&lock);
+}
+
+/* flush(): writes dirty unit u back, after any write-back of it already under way (a unit
+ * written meanwhile is written again).  0 with *chunks written (0: it was clean), or errno
+ * with what failed in msg: the unit stays dirty and resident.  Nothing in a forked child. */
+int oc_pager_write_back(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n)
+{
+    *chunks = 0;
+    if (u >= a->nunits || !a->wb_native) {
+        snprintf(msg, msg_n, "unit %zu cannot be written back", u);
+        return EINVAL;
+    }
+    if (a->pid != getpid()) {
+        return 0;
+    }
+    pthread_mutex_lock(&lock);
+    while (a->flags[u] & F_WB) {
+        pthread_cond_wait(&idle_cond, &lock);
+    }
+    int dirty = a->state[u] == U_DIRTY;
+    if (dirty) {
+        a->flags[u] |= F_WB;
+    }
+    pthread_mutex_unlock(&lock);
+    return dirty ? write_back_unit(a, u, chunks, msg, msg_n) : 0;
+}
+
+/* The last failed write-back under pressure, into out ("" when none). */
+void oc_pager_writeback_error(pg_array *a, char *out, size_t n)
+{
+    pthread_mutex_lock(&lock);
+    snprintf(out, n, "%s", a->wb_error);
+    pthread_mutex_unlock(&lock);
 }

@@ -357,9 +357,10 @@ class ChunkedArray:
         mode
             ``"r"``: read-only.  ``"r+"``: writes change the store (the array must be open with
             ``mode="r+"``).  For chunk-backed arrays each chunk's first write is tracked, and
-            dirty chunks are written back, each whole, by :meth:`flush`, :meth:`close` and
-            when the last view is gone.  Only the process that made the array writes back: a
-            forked child's writes stay its own.
+            dirty chunks are written back, each whole, under budget pressure (then dropped: an
+            array written all over stays within the budget), by :meth:`flush`, :meth:`close`
+            and when the last view is gone.  Only the process that made the array writes back:
+            a forked child's writes stay its own.
 
         Raises
         ------
@@ -400,14 +401,16 @@ class ChunkedArray:
 
     def flush(self) -> int:
         """Write back the chunks written through :meth:`as_ndarray` ``("r+")`` views, each
-        chunk whole (written beside its file and renamed); the number of chunks written.  A
-        full disk raises ``OSError`` (``ENOSPC``) and leaves the chunks dirty."""
+        chunk whole (written beside its file and renamed); the number of chunks written (those
+        written back under budget pressure before are not counted).  A full disk raises
+        ``OSError`` (``ENOSPC``) and leaves the chunks dirty, in memory."""
         self._check_open()
         return 0 if self._paged is None else self._paged.flush()
 
     def paging_stats(self) -> list[dict[str, int]]:
         """Counters of each live chunk-backed ndarray of this array: fills, zero fills,
-        read-aheads, evictions, failures, faults, decoded and resident bytes, dirty units."""
+        read-aheads, evictions, failures, faults, decoded and resident bytes, dirty units,
+        write-backs under budget pressure and their failures."""
         return [] if self._paged is None else self._paged.stats()
 
     def __iter__(self) -> Any:

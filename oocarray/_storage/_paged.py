@@ -6,9 +6,14 @@ makes native threads decode the chunk(s) behind it straight from their files (zs
 without the GIL) and install them; sequential faults read the next chunks ahead.  Resident
 chunks count against the active manager's budget, and the least recently filled clean ones are
 dropped when it is exceeded (refilled on the next touch).  In ``"r+"`` mode the first write to
-a chunk is tracked (a write-protect fault) and dirty chunks are written back, each chunk whole
-(written beside its file and renamed), by :meth:`ChunkedArray.flush`, ``close()`` and when the
-last view of the array goes away.
+a chunk is tracked (a write-protect fault) and dirty chunks are written back natively
+(``native/writeback.c``: raw, or zstd at the store's level and checksum; each chunk whole,
+written beside its file and renamed, the last one padded with the fill value): by the pager's
+workers when they are the least recently filled under budget pressure, and then dropped, so
+writing all over an array larger than the budget stays within it; and by
+:meth:`ChunkedArray.flush`, ``close()`` and when the last view of the array goes away.  A
+failed write-back (a full disk) keeps its chunk dirty and in memory; ``flush()`` raises while
+it still fails.
 
 What is paged: zarr arrays (v2 or v3, sharded or not, read-only for shards) whose chunks span
 every axis but the first, so that a chunk is one contiguous run of bytes, stored raw or with
@@ -30,6 +35,7 @@ import numpy as np
 
 from oocarray import _native
 from oocarray._memory import active_manager, system
+from oocarray._storage import _pool
 from oocarray._storage._base import Store
 from oocarray.errors import PagingUnavailableError
 
@@ -38,8 +44,6 @@ __all__ = ["DISABLE_ENV", "PagedArrays", "paging_available"]
 DISABLE_ENV = "OOCARRAY_USERFAULTFD"  # "0": never page (the kill switch)
 _MIN_UNIT_BYTES = 64 << 10  # a fault fills at least this much: small chunks come in groups
 _checked: dict[int, tuple[int, bool]] = {}
-# unit bytes, chunk bytes, data bytes, stored dtype, shape: what write-back needs
-Geometry = tuple[int, int, int, np.dtype[Any], tuple[int, ...]]
 
 
 def paging_available() -> tuple[bool, str]:
@@ -78,11 +82,11 @@ class PagedArrays:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._pages: weakref.WeakKeyDictionary[Any, Geometry | None] = weakref.WeakKeyDictionary()
+        self._pages: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()  # r+?
 
     def make(self, mode: str) -> np.ndarray:
         """A new chunk-backed ndarray of the whole array (see :meth:`ChunkedArray.as_ndarray`)."""
-        from oocarray._storage._zarr import ZarrStore
+        from oocarray._storage._zarr import ZarrStore, _new_file_mode
 
         store = self._store
         if not isinstance(store, ZarrStore) or store._layout is None:
@@ -139,6 +143,7 @@ class PagedArrays:
         if budget >= 0:
             readahead = max(0, min(readahead, budget // (4 * unit)))
         fill = np.array(store.fill_value, dtype=dtype).tobytes()
+        codec = layout.codec  # numcodecs.Zstd or None: what native_codec says
         pages: Any = _native.Pages(
             paths=paths,
             table=table,
@@ -150,20 +155,21 @@ class PagedArrays:
             writable=mode == "r+",
             node=node,
             readahead=readahead,
+            zstd_level=int(getattr(codec, "level", 0)),
+            zstd_checksum=bool(getattr(codec, "checksum", False)),
+            file_mode=_new_file_mode(),
         )
-        geometry: Geometry | None = None
         if mode == "r+":
-            geometry = (unit, chunk_bytes, nbytes, dtype, shape)
-            pages.on_release = _write_back_on_release(store, geometry)
-        self._pages[pages] = geometry
+            pages.on_release = _write_back_on_release
+        self._pages[pages] = mode == "r+"
         return np.frombuffer(pages, dtype=dtype, count=math.prod(shape)).reshape(shape)
 
     def flush(self) -> int:
         """Write back every dirty chunk of every ``"r+"`` ndarray made here; chunks written."""
         written = 0
-        for pages, geometry in list(self._pages.items()):
-            if geometry is not None:
-                written += _write_back(pages, self._store, geometry)
+        for pages, writable in list(self._pages.items()):
+            if writable:
+                written += _write_back(pages, _pool.workers())
         return written
 
     def stats(self) -> list[dict[str, int]]:
@@ -221,36 +227,22 @@ def _chunk_table(store: Any, nchunks: int) -> tuple[list[str], np.ndarray]:
     return paths, table
 
 
-def _write_back(pages: Any, store: Any, geometry: Geometry) -> int:
-    """Write every dirty unit's chunks, each whole: the unit is made clean and write-protected
-    first, so a write while it is copied out makes it dirty again."""
-    unit, chunk_bytes, nbytes, dtype, shape = geometry
-    rest = (0,) * (len(shape) - 1)
-    data = np.frombuffer(pages, dtype=np.uint8)
-    written = 0
-    for u in pages.dirty_units():
-        if not pages.begin_writeback(u):
-            continue
-        try:
-            blocks = []
-            first = u * unit // chunk_bytes
-            for c in range(first, first + unit // chunk_bytes):
-                lo = c * chunk_bytes
-                if lo >= nbytes:
-                    break
-                hi = min(lo + chunk_bytes, nbytes)
-                block = data[lo:hi].view(dtype).copy()
-                blocks.append(((c, *rest), block.reshape(-1, *shape[1:]) if shape else block[0]))
-            store.write_blocks(blocks)
-            written += len(blocks)
-        except BaseException:
-            pages.abort_writeback(u)
-            raise
-    return written
+def _write_back(pages: Any, runners: int) -> int:
+    """Write every dirty unit's chunks back natively (``native/writeback.c``), each chunk whole,
+    on up to ``runners`` threads; the chunks written.  A unit is made clean and write-protected
+    before it is copied out, so a write meanwhile makes it dirty again; one being written back
+    under budget pressure is waited for.  A failure (``OSError``, ``ENOSPC`` on a full disk)
+    leaves its unit dirty and in memory."""
+    units = pages.dirty_units()
+    counts = [0] * len(units)
+
+    def write(i: int, slot: int) -> None:
+        counts[i] = pages.write_back(units[i])
+
+    _pool.run_spread(len(units), write, runners)
+    return sum(counts)
 
 
-def _write_back_on_release(store: Any, geometry: Geometry) -> Any:
-    def release(pages: Any) -> None:
-        _write_back(pages, store, geometry)
-
-    return release
+def _write_back_on_release(pages: Any) -> None:
+    # On this thread only: the pool may be gone when the interpreter shuts down.
+    _write_back(pages, 1)
