@@ -1204,6 +1204,11 @@ int oc_pager_adopt(pg_array **out, char *data, size_t bytes, int fd, int64_t *ta
         return err;
     }
     madvise(fresh, bytes, MADV_NOHUGEPAGE); /* fills install small pages */
+    /* set before the range is published: a fault from another thread may fill at once */
+    a->fd = fd;
+    a->table = table;
+    atomic_store(&a->file_end, file_end);
+    atomic_store(&a->stored_bytes, stored);
     pthread_mutex_lock(&life_lock);
     int err = start_threads();
     if (err == 0 && !(features & UFFD_FEATURE_EVENT_REMAP)) {
@@ -1242,13 +1247,11 @@ int oc_pager_adopt(pg_array **out, char *data, size_t bytes, int fd, int64_t *ta
     pthread_mutex_unlock(&life_lock);
     if (err) {
         munmap(fresh, bytes);
-        array_free(a); /* table and fd stay the caller's */
+        a->fd = -1; /* table and fd stay the caller's */
+        a->table = NULL;
+        array_free(a);
         return err;
     }
-    a->fd = fd;
-    a->table = table;
-    atomic_store(&a->file_end, file_end);
-    atomic_store(&a->stored_bytes, stored);
     *out = a;
     return 0;
 }
