@@ -11,9 +11,9 @@ a chunk is tracked (a write-protect fault) and dirty chunks are written back nat
 written beside its file and renamed, the last one padded with the fill value): by the pager's
 workers when they are the least recently filled under budget pressure, and then dropped, so
 writing all over an array larger than the budget stays within it; and by
-:meth:`ChunkedArray.flush`, ``close()`` and when the last view of the array goes away.  A
-failed write-back (a full disk) keeps its chunk dirty and in memory; ``flush()`` raises while
-it still fails.
+:meth:`ChunkedArray.flush`, ``close()``, the close of the manager it was made under, and when
+the last view of the array goes away.  A failed write-back (a full disk) keeps its chunk dirty
+and in memory; ``flush()`` raises while it still fails (a manager's close warns).
 
 What is paged: zarr arrays (v2 or v3, sharded or not, read-only for shards) whose chunks span
 every axis but the first, so that a chunk is one contiguous run of bytes, stored raw or with
@@ -25,9 +25,11 @@ makes them pageable.
 
 from __future__ import annotations
 
+import functools
 import math
 import mmap
 import os
+import warnings
 import weakref
 from typing import Any
 
@@ -161,6 +163,8 @@ class PagedArrays:
         )
         if mode == "r+":
             pages.on_release = _write_back_on_release
+            if manager is not system():
+                manager._add_close_hook(functools.partial(_write_back_at_close, weakref.ref(pages)))
         self._pages[pages] = mode == "r+"
         return np.frombuffer(pages, dtype=dtype, count=math.prod(shape)).reshape(shape)
 
@@ -241,6 +245,24 @@ def _write_back(pages: Any, runners: int) -> int:
 
     _pool.run_spread(len(units), write, runners)
     return sum(counts)
+
+
+def _write_back_at_close(ref: weakref.ref[Any]) -> None:
+    """The manager the array was made under closes: its dirty chunks go to the store now.  A
+    failure leaves them dirty in memory (written by a later flush()) and is a warning: the
+    manager still closes."""
+    pages = ref()
+    if pages is None:
+        return
+    try:
+        _write_back(pages, 1)  # under the manager tree's lock: no other thread is needed
+    except OSError as error:
+        warnings.warn(
+            f"a chunk-backed array's dirty chunks could not be written back when its manager "
+            f"closed ({error}); they stay in memory: call flush() on the ChunkedArray again",
+            ResourceWarning,
+            stacklevel=2,
+        )
 
 
 def _write_back_on_release(pages: Any) -> None:

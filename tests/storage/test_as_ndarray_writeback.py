@@ -298,3 +298,45 @@ def test_kill_minus_nine_during_eviction_write_back_leaves_whole_chunks(tmp_path
             assert (part == r * 10**9).all(), f"rows {start}: a chunk mixing two writes"
             rounds_seen.add(r)
         assert max(rounds_seen) >= 1, "nothing was written back before the kill"
+
+
+def test_closing_the_manager_writes_the_dirty_chunks_back(tmp_path: Path) -> None:
+    path = tmp_path / "c.zarr"
+    model = _create(path, 1024, 128, zarr_format=3, codec="zstd")
+    x = oc.open(path, mode="r+")
+    with oc.Manager(max_bytes=4 << 20):  # room for every unit: nothing goes back under pressure
+        view = x.as_ndarray("r+")
+        view[::3] = -1.5
+        model[::3] = -1.5
+        assert x.paging_stats()[0]["dirty_units"] > 0
+        assert not np.array_equal(zarr.open_array(str(path), mode="r")[...], model)
+    # the manager is closed, the view still alive: its chunks are on disk, and it stays usable
+    assert x.paging_stats()[0]["dirty_units"] == 0
+    assert np.array_equal(zarr.open_array(str(path), mode="r")[...], model)
+    view[0] = 7
+    model[0] = 7
+    assert x.flush() >= 1
+    assert np.array_equal(zarr.open_array(str(path), mode="r")[...], model)
+
+
+def test_a_failed_write_back_at_manager_close_warns_and_keeps_the_data(
+    tiny_tmpfs: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    path = tiny_tmpfs / "f.zarr"
+    model = _create(path, 2048, 128, zarr_format=3, codec="none")  # 1 MiB of 4
+    filler = tiny_tmpfs / "filler"
+    assert _fill_up(filler) == errno.ENOSPC
+    x = oc.open(path, mode="r+")
+    manager = oc.Manager(max_bytes=4 << 20)
+    with manager.activate():
+        view = x.as_ndarray("r+")
+        view[...] = -model
+    with pytest.warns(ResourceWarning, match="could not be written back when its manager"):
+        manager.close()
+    capfd.readouterr()
+    assert np.array_equal(view, -model)  # nothing lost
+    assert np.array_equal(zarr.open_array(str(path), mode="r")[...], model)  # old, whole
+    filler.unlink()
+    assert x.flush() == 16
+    del view
+    assert np.array_equal(zarr.open_array(str(path), mode="r")[...], -model)
