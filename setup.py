@@ -24,6 +24,7 @@ setup(
                 "native/spill.c",
                 "native/workspace.c",
                 "native/chunks.c",
+                "native/h5filters.c",
                 "native/moves.c",
                 "native/fork.c",
                 "native/physical.c",
@@ -31,7 +32,7 @@ setup(
                 "native/pager.c",
                 "native/zspill.c",
             ],
-            libraries=["dl"],  # dlopen of libzstd.so.1 (part of libc from glibc 2.34)
+            libraries=["dl"],  # dlopen of libzstd.so.1 and libz.so.1 (part of libc from glibc 2.34)
             depends=["native/oc_core.h"],
             include_dirs=[numpy.get_include(), "native"],
             # Hidden visibility lets calls between the files bind directly, without the PLT.

@@ -2,6 +2,8 @@
 #define OC_MODULE_MAIN
 #include "oc_core.h"
 
+#include <fcntl.h>
+
 typedef struct {
     PyObject_HEAD
     oc_node *node;
@@ -711,18 +713,20 @@ typedef struct {
 static PyTypeObject PagesType;
 
 /* Pages(paths, table, codec, chunk_nbytes, data_nbytes, unit_nbytes, fill, writable, node,
- *       readahead): all checked by the Python caller; table is int64 (nchunks, 3). */
+ *       readahead, fd=-1): all checked by the Python caller; table is int64 (nchunks, 3) (an
+ *       HDF5 chunk's filter mask in bits 32-47 of its path number); fd, when given, is the
+ *       file every chunk is read from (the object keeps its own duplicate). */
 static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"paths", "table", "codec", "chunk_nbytes", "data_nbytes",
-                             "unit_nbytes", "fill", "writable", "node", "readahead", NULL};
+                             "unit_nbytes", "fill", "writable", "node", "readahead", "fd", NULL};
     PyObject *paths, *table_obj, *node_obj;
-    int codec, writable, readahead;
+    int codec, writable, readahead, fd = -1;
     Py_ssize_t chunk_n, data_n, unit_n;
     Py_buffer fill;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi", kwlist, &PyList_Type, &paths,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi|i", kwlist, &PyList_Type, &paths,
                                      &table_obj, &codec, &chunk_n, &data_n, &unit_n, &fill,
-                                     &writable, &node_obj, &readahead)) {
+                                     &writable, &node_obj, &readahead, &fd)) {
         return NULL;
     }
     oc_node *node = NULL;
@@ -758,7 +762,7 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         memcpy(table, tv.buf, (size_t)tv.len);
         memcpy(cfill, fill.buf, (size_t)fill.len);
         for (size_t i = 0; i < nchunks; i++) {
-            if (table[3 * i] >= npaths) {
+            if (table[3 * i] >= 0 && OC_CHUNK_PATH(table[3 * i]) >= npaths) {
                 bad = 2;
             }
         }
@@ -796,10 +800,23 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         free(cfill);
         return NULL;
     }
+    int own_fd = -1;
+    if (fd >= 0 && (own_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        int e = errno;
+        for (Py_ssize_t i = 0; i < npaths; i++) {
+            free(cpaths[i]);
+        }
+        free(cpaths);
+        free(table);
+        free(cfill);
+        Py_DECREF(self);
+        return errno_error(e);
+    }
     int err;
     Py_BEGIN_ALLOW_THREADS
     err = oc_pager_create(&self->pages, cpaths, (int)npaths, table, nchunks, codec, (size_t)chunk_n,
-                          (size_t)data_n, (size_t)unit_n, cfill, fill_n, writable, node, readahead);
+                          (size_t)data_n, (size_t)unit_n, cfill, fill_n, writable, node, readahead,
+                          own_fd);
     Py_END_ALLOW_THREADS
     if (err) {
         self->pages = NULL;
@@ -926,6 +943,53 @@ static PyObject *Pages_abort_writeback(PagesObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *Pages_end_writeback(PagesObject *self, PyObject *arg)
+{
+    Py_ssize_t u = PyLong_AsSsize_t(arg);
+    if (u < 0) {
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "unit < 0"), NULL);
+    }
+    oc_pager_end_writeback(self->pages, (size_t)u);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pages_move_begin(PagesObject *self, PyObject *args)
+{
+    Py_ssize_t chunk;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "ny*", &chunk, &data)) {
+        return NULL;
+    }
+    if (chunk < 0) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_ValueError, "chunk < 0");
+        return NULL;
+    }
+    uint64_t id = oc_pager_move_begin(self->pages, (size_t)chunk, data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return id == 0 ? PyErr_NoMemory() : PyLong_FromUnsignedLongLong(id);
+}
+
+static PyObject *Pages_move_end(PagesObject *self, PyObject *args)
+{
+    unsigned long long id;
+    PyObject *entry_obj;
+    int64_t entry[3];
+    if (!PyArg_ParseTuple(args, "KO", &id, &entry_obj)) {
+        return NULL;
+    }
+    if (entry_obj != Py_None &&
+        !PyArg_ParseTuple(entry_obj, "LLL", (long long *)&entry[0], (long long *)&entry[1],
+                          (long long *)&entry[2])) {
+        return NULL;
+    }
+    if (oc_pager_move_end(self->pages, id, entry_obj == Py_None ? NULL : entry) != 0) {
+        PyErr_Format(PyExc_ValueError, "no move %llu of this array", id);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Pages_trim(PagesObject *self, PyObject *Py_UNUSED(a))
 {
     size_t freed;
@@ -963,6 +1027,9 @@ static PyMethodDef Pages_methods[] = {
     {"dirty_units", (PyCFunction)Pages_dirty_units, METH_NOARGS, "Units written since their last write-back."},
     {"begin_writeback", (PyCFunction)Pages_begin_writeback, METH_O, "Mark a dirty unit clean and write-protect it; whether it was dirty."},
     {"abort_writeback", (PyCFunction)Pages_abort_writeback, METH_O, "A write-back failed: the unit is dirty again."},
+    {"end_writeback", (PyCFunction)Pages_end_writeback, METH_O, "A unit's chunks are stored: it may be dropped again."},
+    {"move_begin", (PyCFunction)Pages_move_begin, METH_VARARGS, "move_begin(chunk, data) -> id: the store rewrites a chunk; fills copy data meanwhile."},
+    {"move_end", (PyCFunction)Pages_move_end, METH_VARARGS, "move_end(id, (path, offset, stored) or None): the chunk is stored there."},
     {"trim", (PyCFunction)Pages_trim, METH_NOARGS, "Drop every clean resident unit; the bytes released."},
     {"prefetch", (PyCFunction)Pages_prefetch, METH_VARARGS, "Queue fills of units [first, last)."},
     {NULL},
@@ -1069,6 +1136,8 @@ static PyMethodDef module_methods[] = {
     {"read_chunks", oc_py_read_chunks, METH_VARARGS, "Run chunk jobs (read, decode) until none is left; None or (job, message)."},
     {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},
     {"zstd_write", oc_py_zstd_write, METH_VARARGS, "Write one zstd frame of a buffer's bytes to a file, compressed without the GIL."},
+    {"zlib_available", oc_py_zlib_available, METH_NOARGS, "Whether libz.so.1 could be loaded (HDF5 deflate chunks)."},
+    {"h5_decode", oc_py_h5_decode, METH_VARARGS, "h5_decode(codec, mask, stored, chunk_nbytes, skip, n) -> bytes: undo an HDF5 filter pipeline, as the pager does."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1120,6 +1189,11 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddIntConstant(m, "FLAG_CYCLE_EXTERNAL", OC_FLAG_CYCLE_EXTERNAL) < 0 ||
         PyModule_AddIntConstant(m, "CODEC_RAW", OC_CODEC_RAW) < 0 ||
         PyModule_AddIntConstant(m, "CODEC_ZSTD", OC_CODEC_ZSTD) < 0 ||
+        PyModule_AddIntConstant(m, "CODEC_H5", OC_CODEC_H5) < 0 ||
+        PyModule_AddIntConstant(m, "H5_SHUFFLE", OC_H5_SHUFFLE) < 0 ||
+        PyModule_AddIntConstant(m, "H5_DEFLATE", OC_H5_DEFLATE) < 0 ||
+        PyModule_AddIntConstant(m, "H5_FLETCHER32", OC_H5_FLETCHER32) < 0 ||
+        PyModule_AddIntConstant(m, "H5_MAX_STEPS", OC_H5_MAX_STEPS) < 0 ||
         PyModule_AddIntConstant(m, "FAIL_WORKSPACE_FULL", OC_FAIL_WORKSPACE_FULL) < 0 ||
         PyModule_AddIntConstant(m, "WS_EXTERNAL", OC_WS_EXTERNAL) < 0 ||
         PyModule_AddIntConstant(m, "WS_REALLOCATE", OC_WS_REALLOCATE) < 0 ||

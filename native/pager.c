@@ -19,10 +19,23 @@
  *    (UFFDIO_POISON, Linux 6.6+; PROT_NONE before that): its accesses get SIGBUS (SIGSEGV),
  *    never a hang, and the reason is written to stderr and kept for `error`.
  *
+ * Chunks: a table per array gives each chunk's file (a path number, or -1: absent, the fill
+ * value), byte offset and stored size; the decoding is chunks.c's (raw, zstd) or h5filters.c's
+ * (HDF5 filter pipelines; an HDF5 chunk's filter mask rides in its path number).  zarr chunk
+ * files are opened per fill (a missing one holds the fill value); an HDF5 array reads every
+ * chunk from one descriptor of its file, kept open.  HDF5 can move a chunk in its file when it
+ * is rewritten, and free and reuse its old bytes: the store announces each rewrite with the new
+ * bytes (oc_pager_move_begin), which fills of that chunk copy until the move ends with the
+ * chunk's new table entry (oc_pager_move_end); a fill that read the file while a move began or
+ * ended (move_gen changed) reads again.  Nothing waits for the writer, which may need the GIL
+ * that a faulting thread holds.
+ *
  * Resident units are counted against the owning manager node's budget; a fill that does not
  * fit drops the least recently filled clean units of arrays of the same node (one
  * MADV_DONTNEED per unit, refilled on the next touch), with some slack so that not every fill
- * evicts.  Dirty units are written back by Python (flush()) and only then become evictable.
+ * evicts.  Dirty units are written back by Python (flush()) and only then become evictable:
+ * a unit stays pinned (F_WB) from oc_pager_begin_writeback until its chunks are stored
+ * (oc_pager_end_writeback), since a refill before that would read the old chunks.
  *
  * The mapping lives as long as the Pages object, which is the base of every ndarray over it:
  * unregistered and unmapped only when the last view is gone, after every fill queued for it
@@ -62,7 +75,18 @@ struct pg_uffdio_poison {
 
 enum { U_EMPTY, U_FILLING, U_CLEAN, U_DIRTY, U_EVICTING, U_FAILED };
 #define F_WRITE 1 /* a write-protect fault came while the unit was being filled */
-#define F_WB 2    /* spill: being encoded (clean, but its chunk is not in the table yet) */
+#define F_WB 2    /* being written back: clean, but not to be dropped until its chunks are stored */
+
+/* A chunk its store is rewriting (HDF5 may move it in the file): fills copy its new bytes. */
+typedef struct pg_move pg_move;
+struct pg_move {
+    pg_move *next;
+    uint64_t id;
+    size_t chunk;
+    size_t n;
+    int refs; /* the store's, and each fill copying from it; under `lock` */
+    char data[];
+};
 
 typedef struct pg_array pg_array;
 struct pg_array {
@@ -76,12 +100,15 @@ struct pg_array {
     int codec;
     int writable;
     int spill;     /* compressed spill of a manager's region (zspill.c): the range is borrowed */
-    int fd;        /* spill: the file holding every chunk (table path index 0), else -1 */
+    int fd;        /* the file holding every chunk (spill, HDF5), else -1: paths opened per fill */
     int pinned;    /* spill: no unit is evicted (a write-back or a bring-back is running) */
     int readahead; /* units read ahead after a sequential fault */
     char **paths;
     int npaths;
-    int64_t *table; /* per chunk: path index (-1 absent), offset, stored bytes (-1: the file) */
+    int64_t *table; /* per chunk: path index (-1 absent), offset, stored bytes (-1: the file);
+                       under `lock` (moves and spill write-backs change it) */
+    pg_move *moves;    /* chunks being rewritten by their store, newest first */
+    uint64_t move_gen; /* changes when a move begins or ends: a fill that overlapped one retries */
     char *fill;     /* one element's fill bytes */
     size_t fill_n;
     int fill_zero;
@@ -472,6 +499,59 @@ static void fill_pattern(pg_array *a, char *d, size_t lo, size_t hi)
     }
 }
 
+/* Bytes [lo, hi) of chunk c, whose table entry is t, into d; 0, 1 when the chunk is absent
+ * (the fill value), or -1 with a message. */
+static int read_part(pg_array *a, size_t c, const int64_t t[3], size_t lo, size_t hi, char *d,
+                     char *err, size_t err_n)
+{
+    size_t C = a->chunk_bytes, cs = c * C;
+    if (t[0] < 0) {
+        fill_pattern(a, d, lo, hi);
+        return 1;
+    }
+    int64_t path = OC_CHUNK_PATH(t[0]);
+    const char *where = a->spill ? "compressed spill file" : a->paths[path];
+    if (t[1] < 0) {
+        snprintf(err, err_n, "chunk %zu (%s): its place in the file is unknown after a write that failed", c, where);
+        return -1;
+    }
+    int fd = a->fd >= 0 ? a->fd : open(a->paths[path], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) { /* a chunk never written holds the fill value */
+            fill_pattern(a, d, lo, hi);
+            return 1;
+        }
+        snprintf(err, err_n, "chunk %zu: cannot open %s: %s", c, where, strerror(errno));
+        return -1;
+    }
+    char why[256];
+    /* a spill's last chunk is as long as the data left (a zarr or HDF5 chunk is always whole) */
+    size_t cn = a->spill && cs + C > a->data_bytes ? a->data_bytes - cs : C;
+    int codec = a->codec;
+    if (OC_CODEC_KIND(codec) == OC_CODEC_H5) {
+        codec = oc_h5_masked(codec, OC_CHUNK_MASK(t[0])); /* the filters this chunk skipped */
+    }
+    int rc = oc_decode_range(codec, fd, t[1], t[2], cn, lo - cs, d, hi - lo, why, sizeof why);
+    if (a->fd < 0) {
+        close(fd);
+    }
+    if (rc != 0) {
+        snprintf(err, err_n, "chunk %zu (%s) cannot be decoded: %s", c, where, why);
+        return -1;
+    }
+    return 0;
+}
+
+static void move_release(pg_move *m)
+{
+    pthread_mutex_lock(&lock);
+    int last = --m->refs == 0;
+    pthread_mutex_unlock(&lock);
+    if (last) {
+        free(m);
+    }
+}
+
 /* Decode unit u into stage; 0, or -1 with a message.  *absent: every chunk was absent. */
 static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *absent, char *err,
                        size_t err_n)
@@ -488,34 +568,46 @@ static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *abse
         size_t lo = start > cs ? start : cs;
         size_t hi = end < cs + C ? end : cs + C;
         char *d = stage + (lo - start);
-        int64_t *t = &a->table[3 * c];
-        if (t[0] < 0) {
-            fill_pattern(a, d, lo, hi);
-            continue;
-        }
-        int fd = a->fd >= 0 ? a->fd : open(a->paths[t[0]], O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            if (errno == ENOENT) { /* a chunk never written holds the fill value */
-                fill_pattern(a, d, lo, hi);
+        for (;;) {
+            /* The entry and the moves are read together; a read from the file that a move
+             * overlapped (the bytes may have been freed and reused) is done again. */
+            int64_t t[3];
+            pthread_mutex_lock(&lock);
+            uint64_t gen = a->move_gen;
+            memcpy(t, &a->table[3 * c], sizeof t);
+            pg_move *m = a->moves;
+            while (m != NULL && m->chunk != c) {
+                m = m->next;
+            }
+            if (m != NULL) {
+                m->refs++;
+            }
+            pthread_mutex_unlock(&lock);
+            if (m != NULL) {
+                size_t from = lo - cs, to = hi - cs; /* the new bytes cover the array's part */
+                size_t have = m->n < from ? 0 : m->n - from < to - from ? m->n - from : to - from;
+                memcpy(d, m->data + from, have);
+                fill_pattern(a, d + have, lo + have, hi);
+                move_release(m);
+                *absent = 0;
+                break;
+            }
+            int rc = read_part(a, c, t, lo, hi, d, err, err_n);
+            pthread_mutex_lock(&lock);
+            int moved = a->move_gen != gen;
+            pthread_mutex_unlock(&lock);
+            if (moved) {
                 continue;
             }
-            snprintf(err, err_n, "chunk %zu: cannot open %s: %s", c, a->paths[t[0]], strerror(errno));
-            return -1;
+            if (rc < 0) {
+                return -1;
+            }
+            if (rc == 0) {
+                *absent = 0;
+                atomic_fetch_add_explicit(&a->decoded_bytes, (long long)(hi - lo), memory_order_relaxed);
+            }
+            break;
         }
-        *absent = 0;
-        char why[256];
-        /* a spill's last chunk is as long as the data left (a zarr chunk is always whole) */
-        size_t cn = a->spill && cs + C > a->data_bytes ? a->data_bytes - cs : C;
-        int rc = oc_decode_range(a->codec, fd, t[1], t[2], cn, lo - cs, d, hi - lo, why, sizeof why);
-        if (a->fd < 0) {
-            close(fd);
-        }
-        if (rc != 0) {
-            snprintf(err, err_n, "chunk %zu (%s) cannot be decoded: %s", c,
-                     a->fd >= 0 ? "compressed spill file" : a->paths[t[0]], why);
-            return -1;
-        }
-        atomic_fetch_add_explicit(&a->decoded_bytes, (long long)(hi - lo), memory_order_relaxed);
     }
     return 0;
 }
@@ -798,6 +890,11 @@ static void array_free(pg_array *a)
     }
     free(a->paths);
     free(a->table);
+    while (a->moves != NULL) {
+        pg_move *m = a->moves;
+        a->moves = m->next;
+        free(m);
+    }
     free(a->fill);
     free(a->state);
     free(a->flags);
@@ -809,10 +906,11 @@ static void array_free(pg_array *a)
     free(a);
 }
 
-/* Takes ownership of paths, table and fill (freed on failure too).  0 with *out, or errno. */
+/* Takes ownership of paths, table, fill and fd (-1: none; else every chunk is read from it)
+ * (freed and closed on failure too).  0 with *out, or errno. */
 int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, size_t nchunks,
                     int codec, size_t chunk_bytes, size_t data_bytes, size_t unit_bytes,
-                    char *fill, size_t fill_n, int writable, oc_node *node, int readahead)
+                    char *fill, size_t fill_n, int writable, oc_node *node, int readahead, int fd)
 {
     size_t page = oc_page_bytes();
     pg_array *a = calloc(1, sizeof *a);
@@ -823,9 +921,12 @@ int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, si
         free(paths);
         free(table);
         free(fill);
+        if (fd >= 0) {
+            close(fd);
+        }
         return ENOMEM;
     }
-    a->fd = -1;
+    a->fd = fd;
     a->paths = paths;
     a->npaths = npaths;
     a->table = table;
@@ -969,7 +1070,9 @@ size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n)
 }
 
 /* Before unit u is written back: it becomes clean and write-protected, so a write from now on
- * makes it dirty again.  1 when it was dirty, 0 if not; -errno on failure. */
+ * makes it dirty again, and it is held in memory (F_WB) until oc_pager_end_writeback: dropped
+ * and refilled before its chunks are stored, it would show the old ones.  1 when it was dirty,
+ * 0 if not; -errno on failure. */
 int oc_pager_begin_writeback(pg_array *a, size_t u)
 {
     if (u >= a->nunits) {
@@ -979,6 +1082,7 @@ int oc_pager_begin_writeback(pg_array *a, size_t u)
     int was = a->state[u] == U_DIRTY;
     if (was) {
         a->state[u] = U_CLEAN;
+        a->flags[u] |= F_WB;
     }
     pthread_mutex_unlock(&lock);
     if (!was) {
@@ -988,24 +1092,90 @@ int oc_pager_begin_writeback(pg_array *a, size_t u)
     if (err) {
         pthread_mutex_lock(&lock);
         a->state[u] = U_DIRTY;
+        a->flags[u] &= (uint8_t)~F_WB;
         pthread_mutex_unlock(&lock);
         return -err;
     }
     return 1;
 }
 
+/* Unit u's chunks are stored: it may be dropped again. */
+void oc_pager_end_writeback(pg_array *a, size_t u)
+{
+    if (u >= a->nunits) {
+        return;
+    }
+    pthread_mutex_lock(&lock);
+    a->flags[u] &= (uint8_t)~F_WB;
+    pthread_mutex_unlock(&lock);
+}
+
 /* The write-back of unit u failed: it is dirty again (and writable). */
 void oc_pager_abort_writeback(pg_array *a, size_t u)
 {
+    if (u >= a->nunits) {
+        return;
+    }
     pthread_mutex_lock(&lock);
     int clean = a->state[u] == U_CLEAN;
     if (clean) {
         a->state[u] = U_DIRTY;
     }
+    a->flags[u] &= (uint8_t)~F_WB;
     pthread_mutex_unlock(&lock);
     if (clean) {
         uffd_protect(a->base + u * a->unit_bytes, unit_len(a, u), 0);
     }
+}
+
+/* Chunk `chunk` is about to be rewritten by its store with `data` (its n bytes in the array):
+ * until oc_pager_move_end, fills of it copy these bytes, and fills that read it from the file
+ * meanwhile read it again.  The move's id, or 0 when out of memory. */
+uint64_t oc_pager_move_begin(pg_array *a, size_t chunk, const char *data, size_t n)
+{
+    pg_move *m = malloc(sizeof *m + (n ? n : 1));
+    if (m == NULL) {
+        return 0;
+    }
+    memcpy(m->data, data, n);
+    m->chunk = chunk;
+    m->n = n;
+    m->refs = 1;
+    pthread_mutex_lock(&lock);
+    m->id = ++a->move_gen; /* the generation only grows: ids are unique */
+    m->next = a->moves;
+    a->moves = m;
+    pthread_mutex_unlock(&lock);
+    return m->id;
+}
+
+/* Move `id` is over: its chunk is stored at `entry` (path | mask << 32, offset, stored bytes;
+ * NULL: where it was).  0, or ENOENT for an id that is not a move of this array. */
+int oc_pager_move_end(pg_array *a, uint64_t id, const int64_t entry[3])
+{
+    pg_move *m = NULL;
+    pthread_mutex_lock(&lock);
+    for (pg_move **p = &a->moves; *p != NULL; p = &(*p)->next) {
+        if ((*p)->id == id) {
+            m = *p;
+            *p = m->next;
+            break;
+        }
+    }
+    if (m == NULL) {
+        pthread_mutex_unlock(&lock);
+        return ENOENT;
+    }
+    if (entry != NULL && m->chunk < a->nchunks) {
+        memcpy(&a->table[3 * m->chunk], entry, 3 * sizeof(int64_t));
+    }
+    a->move_gen++;
+    int last = --m->refs == 0;
+    pthread_mutex_unlock(&lock);
+    if (last) {
+        free(m);
+    }
+    return 0;
 }
 
 /* Drops every clean unit of this array; the bytes released. */

@@ -2,20 +2,25 @@
 
 The array's whole address range is reserved up front and registered with Linux userfaultfd
 (``native/pager.c``).  The first touch of a page, from any thread or from inside a system call,
-makes native threads decode the chunk(s) behind it straight from their files (zstd or raw,
-without the GIL) and install them; sequential faults read the next chunks ahead.  Resident
-chunks count against the active manager's budget, and the least recently filled clean ones are
-dropped when it is exceeded (refilled on the next touch).  In ``"r+"`` mode the first write to
-a chunk is tracked (a write-protect fault) and dirty chunks are written back, each chunk whole
-(written beside its file and renamed), by :meth:`ChunkedArray.flush`, ``close()`` and when the
-last view of the array goes away.
+makes native threads decode the chunk(s) behind it straight from their files (without the GIL)
+and install them; sequential faults read the next chunks ahead.  Resident chunks count against
+the active manager's budget, and the least recently filled clean ones are dropped when it is
+exceeded (refilled on the next touch).  In ``"r+"`` mode the first write to a chunk is tracked
+(a write-protect fault) and dirty chunks are written back, each chunk whole (through the
+store: zarr writes it beside its file and renames it), by :meth:`ChunkedArray.flush`,
+``close()`` and when the last view of the array goes away; a unit being written back stays in
+memory until its chunks are stored.
 
 What is paged: zarr arrays (v2 or v3, sharded or not, read-only for shards) whose chunks span
 every axis but the first, so that a chunk is one contiguous run of bytes, stored raw or with
-zstd.  Other chunkings would make every page depend on several chunks and cost a decode of a
-whole band of chunks per fault; other codecs decode only in Python, which the fault path
+zstd; and chunked HDF5 datasets with such chunks, stored raw or with HDF5's gzip, shuffle and
+fletcher32 filters, read and written (``_paged_hdf5.py``, which also says how HDF5 chunks that
+move in their file are followed, and what other HDF5 layouts give).  Other chunkings would
+make every page depend on several chunks and cost a decode of a whole band of chunks per
+fault; other codecs and filters decode only in Python (or in plugins), which the fault path
 cannot call (the faulting thread may hold the GIL).  Both are refused with the rewrite that
-makes them pageable.
+makes them pageable.  Each format's checks and chunk table are a :class:`Plan`
+(``_paged_plan.py``); the rest is common.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import numpy as np
 from oocarray import _native
 from oocarray._memory import active_manager, system
 from oocarray._storage._base import Store
+from oocarray._storage._paged_plan import ChunkTable, Plan, check_row_chunks, rewrite
 from oocarray.errors import PagingUnavailableError
 
 __all__ = ["DISABLE_ENV", "PagedArrays", "paging_available"]
@@ -82,39 +88,12 @@ class PagedArrays:
 
     def make(self, mode: str) -> np.ndarray:
         """A new chunk-backed ndarray of the whole array (see :meth:`ChunkedArray.as_ndarray`)."""
-        from oocarray._storage._zarr import ZarrStore
-
         store = self._store
-        if not isinstance(store, ZarrStore) or store._layout is None:
-            raise NotImplementedError(
-                f"as_ndarray() pages zarr arrays in a local directory; the {store.format} array "
-                f"at {store.path!r} is not one: copy it to zarr first, e.g. "
-                f"x.to_zarr('copy.zarr', codec='zstd', chunks=({_suggest_rows(store)}, "
-                f"{', '.join(map(str, store.shape[1:]))}))"
-            )
-        layout = store._layout
-        shape, chunks = store.shape, store.chunks
-        if shape and tuple(chunks[1:]) != tuple(shape[1:]):
-            raise NotImplementedError(
-                f"as_ndarray() needs chunks that span every axis but the first (each chunk one "
-                f"run of bytes); the array at {store.path!r} has chunks {chunks} for shape "
-                f"{shape}, where a page would need a whole band of chunks decoded.  Rewrite it "
-                f"with row chunks: x.to_zarr('rows.zarr', chunks=({_suggest_rows(store)}, "
-                f"{', '.join(map(str, shape[1:]))}))"
-            )
-        if layout.native_codec is None:
-            raise NotImplementedError(
-                f"as_ndarray() decodes chunks in native threads, which read raw and zstd "
-                f"chunks; the array at {store.path!r} is stored with {store.codec}.  Rewrite "
-                f"it with zstd: x.to_zarr('copy.zarr', codec='zstd')"
-            )
-        if mode == "r+" and layout.shard is not None:
-            raise NotImplementedError(
-                f"as_ndarray('r+') writes chunks back one file at a time; the array at "
-                f"{store.path!r} is sharded: open it with mode='r', or rewrite it unsharded"
-            )
+        plan = _plan(store, mode)
+        if isinstance(plan, np.ndarray):
+            return plan  # small HDF5 datasets, read whole
         _require_available()
-        dtype = layout.stored_dtype
+        shape, chunks, dtype = store.shape, store.chunks, plan.dtype
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes == 0:
             out = np.empty(shape, dtype=dtype)
@@ -131,7 +110,6 @@ class PagedArrays:
             )
         unit = _unit_bytes(chunk_bytes, page)
         nchunks = -(-shape[0] // chunks[0]) if shape else 1
-        paths, table = _chunk_table(store, nchunks)
         manager = active_manager() or system()
         node = manager._node
         readahead = 4
@@ -139,18 +117,27 @@ class PagedArrays:
         if budget >= 0:
             readahead = max(0, min(readahead, budget // (4 * unit)))
         fill = np.array(store.fill_value, dtype=dtype).tobytes()
-        pages: Any = _native.Pages(
-            paths=paths,
-            table=table,
-            codec=layout.native_codec,
-            chunk_nbytes=chunk_bytes,
-            data_nbytes=nbytes,
-            unit_nbytes=unit,
-            fill=fill,
-            writable=mode == "r+",
-            node=node,
-            readahead=readahead,
-        )
+        with plan.guard():  # no write moves a chunk between the table and the watch
+            chunk_table = plan.table(nchunks)
+            try:
+                pages: Any = _native.Pages(
+                    paths=chunk_table.paths,
+                    table=chunk_table.table,
+                    codec=plan.codec,
+                    chunk_nbytes=chunk_bytes,
+                    data_nbytes=nbytes,
+                    unit_nbytes=unit,
+                    fill=fill,
+                    writable=mode == "r+",
+                    node=node,
+                    readahead=readahead,
+                    fd=chunk_table.fd,
+                )
+            finally:
+                if chunk_table.fd >= 0:
+                    os.close(chunk_table.fd)
+            if plan.watch is not None:
+                plan.watch(pages)
         geometry: Geometry | None = None
         if mode == "r+":
             geometry = (unit, chunk_bytes, nbytes, dtype, shape)
@@ -170,9 +157,38 @@ class PagedArrays:
         return [pages.stats() for pages in list(self._pages)]
 
 
-def _suggest_rows(store: Store) -> int:
-    row_bytes = math.prod(store.shape[1:]) * store.dtype.itemsize if store.shape else 1
-    return max(1, (1 << 20) // max(row_bytes, 1))
+def _plan(store: Store, mode: str) -> Plan | np.ndarray:
+    """What each format decides: refusals first, before anything is read."""
+    from oocarray._storage._zarr import ZarrStore
+
+    if store.format == "hdf5":  # h5py is optional: imported only for HDF5 stores
+        from oocarray._storage._paged_hdf5 import plan_hdf5
+
+        return plan_hdf5(store, mode)  # type: ignore[arg-type]
+    if not isinstance(store, ZarrStore) or store._layout is None:
+        raise NotImplementedError(
+            f"as_ndarray() pages zarr arrays in a local directory and HDF5 datasets; the "
+            f"{store.format} array at {store.path!r} is not one: copy it to zarr first, e.g. "
+            f"{rewrite(store)}"
+        )
+    layout = store._layout
+    check_row_chunks(store, f"the array at {store.path!r}")
+    if layout.native_codec is None:
+        raise NotImplementedError(
+            f"as_ndarray() decodes chunks in native threads, which read raw and zstd "
+            f"chunks; the array at {store.path!r} is stored with {store.codec}.  Rewrite "
+            f"it with zstd: x.to_zarr('copy.zarr', codec='zstd')"
+        )
+    if mode == "r+" and layout.shard is not None:
+        raise NotImplementedError(
+            f"as_ndarray('r+') writes chunks back one file at a time; the array at "
+            f"{store.path!r} is sharded: open it with mode='r', or rewrite it unsharded"
+        )
+    return Plan(
+        dtype=layout.stored_dtype,
+        codec=layout.native_codec,
+        table=lambda nchunks: ChunkTable(*_chunk_table(store, nchunks)),
+    )
 
 
 def _unit_bytes(chunk_bytes: int, page: int) -> int:
@@ -223,7 +239,8 @@ def _chunk_table(store: Any, nchunks: int) -> tuple[list[str], np.ndarray]:
 
 def _write_back(pages: Any, store: Any, geometry: Geometry) -> int:
     """Write every dirty unit's chunks, each whole: the unit is made clean and write-protected
-    first, so a write while it is copied out makes it dirty again."""
+    first, so a write while it is copied out makes it dirty again, and it stays in memory until
+    its chunks are stored (dropped and refilled before, it would show the old ones)."""
     unit, chunk_bytes, nbytes, dtype, shape = geometry
     rest = (0,) * (len(shape) - 1)
     data = np.frombuffer(pages, dtype=np.uint8)
@@ -242,10 +259,11 @@ def _write_back(pages: Any, store: Any, geometry: Geometry) -> int:
                 block = data[lo:hi].view(dtype).copy()
                 blocks.append(((c, *rest), block.reshape(-1, *shape[1:]) if shape else block[0]))
             store.write_blocks(blocks)
-            written += len(blocks)
         except BaseException:
             pages.abort_writeback(u)
             raise
+        pages.end_writeback(u)  # stored: the unit may be dropped again
+        written += len(blocks)
     return written
 
 
