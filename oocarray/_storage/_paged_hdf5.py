@@ -55,6 +55,12 @@ def plan_hdf5(store: HDF5Store, mode: str) -> Plan | np.ndarray:
             f"it: {rewrite(store)}"
         )
     check_row_chunks(store, where)
+    if not hasattr(store.ds.id, "get_chunk_info_by_coord"):
+        raise NotImplementedError(
+            f"as_ndarray() finds HDF5 chunks in the file with H5Dget_chunk_info_by_coord, which "
+            f"h5py offers with HDF5 1.10.5 or later; this h5py runs on an older one.  Copy "
+            f"{where}: {rewrite(store)}"
+        )
     if not layout.exact_type:
         raise NotImplementedError(
             f"as_ndarray() copies stored bytes into place, which needs a stored type whose "
@@ -65,7 +71,7 @@ def plan_hdf5(store: HDF5Store, mode: str) -> Plan | np.ndarray:
     steps = []
     elsize = store.dtype.itemsize
     for number, name, values in layout.filters:
-        if number not in _STEPS or len(layout.filters) > _native.H5_MAX_STEPS:
+        if number not in _STEPS:
             raise NotImplementedError(
                 f"as_ndarray() decodes chunks in native threads, which undo HDF5's gzip, "
                 f"shuffle and fletcher32 filters; {where} is stored with {name} ({store.codec}). "
@@ -74,7 +80,11 @@ def plan_hdf5(store: HDF5Store, mode: str) -> Plan | np.ndarray:
         if number == 2:
             elsize = values[0] if values else elsize
         steps.append(_STEPS[number])
-    if steps.count(_native.H5_DEFLATE) > 1 or not 0 < elsize < 128:
+    if (
+        len(steps) > _native.H5_MAX_STEPS
+        or steps.count(_native.H5_DEFLATE) > 1
+        or not 0 < elsize < 128
+    ):
         raise NotImplementedError(
             f"as_ndarray() does not undo the filters of {where} ({store.codec}, shuffle of "
             f"{elsize} bytes).  Rewrite it with zstd: {rewrite(store)}"
