@@ -3,8 +3,8 @@ dataset's file offset, so reads are views of the map with no copy.
 
 Chunk-backed ndarrays (``_paged_hdf5.py``) read chunks straight from the file, where HDF5 says
 they are; what they need to know of a dataset is asked here (:meth:`HDF5Store.paging_layout`,
-:meth:`HDF5Store.chunk_places`), the only module that imports h5py.  A write can move a chunk in
-the file (a compressed chunk that grows is stored elsewhere, and its old bytes are freed for
+:meth:`HDF5Store.chunk_places`), so that h5py is imported here only.  A write can move a chunk
+in the file (a compressed chunk that grows is stored elsewhere, and its old bytes are freed for
 reuse), so they register a watcher per dataset (:func:`watch_chunks`), and every write of this
 process through an :class:`HDF5Store` tells each one the new bytes before the write (fills
 copy them meanwhile) and, once the file is flushed, where the chunks now are."""
@@ -265,8 +265,7 @@ class HDF5Store(Store):
                 super().write_blocks(blocks)
                 return
             self.check_writable()
-            # The new bytes, read before any move begins (a block may be a view of a
-            # chunk-backed array: its fills must not wait for this write).
+            # The new bytes, contiguous and in the stored dtype: what the moves hand to fills.
             blocks = [(b, np.array(data, dtype=self.dtype, order="C")) for b, data in blocks]
             tokens: list[tuple[Any, Any, Any]] = []
             flushed = False
