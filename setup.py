@@ -24,16 +24,18 @@ setup(
                 "native/spill.c",
                 "native/workspace.c",
                 "native/chunks.c",
+                "native/h5filters.c",
                 "native/moves.c",
                 "native/fork.c",
                 "native/physical.c",
                 "native/heap.c",
                 "native/pager.c",
+                "native/pager_wb.c",
                 "native/zspill.c",
                 "native/writeback.c",
             ],
-            libraries=["dl"],  # dlopen of libzstd.so.1 (part of libc from glibc 2.34)
-            depends=["native/oc_core.h"],
+            libraries=["dl"],  # dlopen of libzstd.so.1 and libz.so.1 (part of libc from glibc 2.34)
+            depends=["native/oc_core.h", "native/pager_int.h"],
             include_dirs=[numpy.get_include(), "native"],
             # Hidden visibility lets calls between the files bind directly, without the PLT.
             extra_compile_args=[

@@ -449,10 +449,14 @@ int oc_zstd_ready(void) { return zstd_ready(); }
 
 /* Decode bytes [skip, skip + n) of one chunk (chunk_n bytes decoded) whose stored bytes are
  * at fd/offset/nbytes (nbytes -1: the rest of the file) into dst, on this thread's state: for
- * callers that run without the GIL (pager.c).  0, or -1 with a message in err. */
+ * callers that run without the GIL (pager.c).  HDF5 pipelines go to h5filters.c.  0, or -1
+ * with a message in err. */
 int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t chunk_n, size_t skip,
                     char *dst, size_t n, char *err, size_t err_n)
 {
+    if (OC_CODEC_KIND(codec) == OC_CODEC_H5) {
+        return oc_h5_decode(codec, fd, offset, nbytes, chunk_n, skip, dst, n, err, err_n);
+    }
     int zstd_codec = codec == OC_CODEC_ZSTD || codec == OC_CODEC_ZSTD_SHUFFLE8;
     if (zstd_codec && !zstd_ready()) {
         snprintf(err, err_n, "libzstd.so.1 is not available");

@@ -2,6 +2,8 @@
 #define OC_MODULE_MAIN
 #include "oc_core.h"
 
+#include <fcntl.h>
+
 typedef struct {
     PyObject_HEAD
     oc_node *node;
@@ -711,22 +713,26 @@ typedef struct {
 static PyTypeObject PagesType;
 
 /* Pages(paths, table, codec, chunk_nbytes, data_nbytes, unit_nbytes, fill, writable, node,
- *       readahead, zstd_level=0, zstd_checksum=False, file_mode=0o644): all checked by the
- *       Python caller; table is int64 (nchunks, 3).  A writable one writes its dirty units
- *       back to paths natively (one file per chunk), zstd at that level and checksum, each
- *       new file given file_mode. */
+ *       readahead, fd=-1, zstd_level=0, zstd_checksum=False, file_mode=0o644): all checked
+ *       by the Python caller; table is int64 (nchunks, 3) (an HDF5 chunk's filter mask in bits
+ *       32-47 of its path number); fd, when given, is the file every chunk is read from (the
+ *       object keeps its own duplicate).  A writable one over chunk files of its own (zarr: no
+ *       fd) writes its dirty units back to paths natively (write_back, and under budget
+ *       pressure), zstd at that level and checksum, each new file given file_mode; a writable
+ *       one over one file (HDF5) is written back by its store (begin_writeback, the store's
+ *       write, end_writeback or abort_writeback; move_begin and move_end around the write). */
 static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"paths", "table", "codec", "chunk_nbytes", "data_nbytes",
-                             "unit_nbytes", "fill", "writable", "node", "readahead",
+                             "unit_nbytes", "fill", "writable", "node", "readahead", "fd",
                              "zstd_level", "zstd_checksum", "file_mode", NULL};
     PyObject *paths, *table_obj, *node_obj;
-    int codec, writable, readahead, level = 0, checksum = 0, file_mode = 0644;
+    int codec, writable, readahead, fd = -1, level = 0, checksum = 0, file_mode = 0644;
     Py_ssize_t chunk_n, data_n, unit_n;
     Py_buffer fill;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi|ipi", kwlist, &PyList_Type, &paths,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi|iipi", kwlist, &PyList_Type, &paths,
                                      &table_obj, &codec, &chunk_n, &data_n, &unit_n, &fill,
-                                     &writable, &node_obj, &readahead, &level, &checksum,
+                                     &writable, &node_obj, &readahead, &fd, &level, &checksum,
                                      &file_mode)) {
         return NULL;
     }
@@ -750,10 +756,11 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (tv.itemsize != 8 || tv.len % 24 != 0 || chunk_n <= 0 || data_n <= 0 || unit_n <= 0 ||
         (size_t)unit_n % page != 0 || fill.len <= 0 || readahead < 0 ||
         nchunks * (size_t)chunk_n < (size_t)data_n ||
-        /* written back whole chunks at a time, each in one unit, to files of their own */
+        /* written back whole chunks at a time, each in one unit; natively (no fd) to files
+         * of their own, raw or zstd */
         (writable && ((size_t)unit_n % (size_t)chunk_n != 0 ||
-                      (codec != OC_CODEC_RAW && codec != OC_CODEC_ZSTD) ||
-                      (file_mode & ~07777) != 0))) {
+                      (fd < 0 && ((codec != OC_CODEC_RAW && codec != OC_CODEC_ZSTD) ||
+                                  (file_mode & ~07777) != 0))))) {
         PyBuffer_Release(&tv);
         PyBuffer_Release(&fill);
         PyErr_SetString(PyExc_ValueError, "inconsistent Pages arguments");
@@ -767,7 +774,7 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         memcpy(table, tv.buf, (size_t)tv.len);
         memcpy(cfill, fill.buf, (size_t)fill.len);
         for (size_t i = 0; i < nchunks; i++) {
-            if (table[3 * i] >= npaths) {
+            if (table[3 * i] >= 0 && OC_CHUNK_PATH(table[3 * i]) >= npaths) {
                 bad = 2;
             }
         }
@@ -805,10 +812,23 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         free(cfill);
         return NULL;
     }
+    int own_fd = -1;
+    if (fd >= 0 && (own_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+        int e = errno;
+        for (Py_ssize_t i = 0; i < npaths; i++) {
+            free(cpaths[i]);
+        }
+        free(cpaths);
+        free(table);
+        free(cfill);
+        Py_DECREF(self);
+        return errno_error(e);
+    }
     int err;
     Py_BEGIN_ALLOW_THREADS
     err = oc_pager_create(&self->pages, cpaths, (int)npaths, table, nchunks, codec, (size_t)chunk_n,
-                          (size_t)data_n, (size_t)unit_n, cfill, fill_n, writable, node, readahead);
+                          (size_t)data_n, (size_t)unit_n, cfill, fill_n, writable, node, readahead,
+                          own_fd);
     Py_END_ALLOW_THREADS
     if (err) {
         self->pages = NULL;
@@ -925,6 +945,11 @@ static PyObject *Pages_write_back(PagesObject *self, PyObject *arg)
     if (u < 0) {
         return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "unit < 0"), NULL);
     }
+    if (!oc_pager_native_writeback(self->pages)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "this array has no native writer: its store writes it (begin_writeback)");
+        return NULL;
+    }
     int chunks = 0, err;
     char msg[320] = "";
     Py_BEGIN_ALLOW_THREADS
@@ -940,6 +965,94 @@ static PyObject *Pages_write_back(PagesObject *self, PyObject *arg)
         return NULL;
     }
     return PyLong_FromLong(chunks);
+}
+
+/* The store's write-back (HDF5), unit by unit; refused for an array written back natively. */
+static int store_unit(PagesObject *self, PyObject *arg, size_t *u)
+{
+    Py_ssize_t v = PyLong_AsSsize_t(arg);
+    if (v < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "unit < 0");
+        }
+        return -1;
+    }
+    if (oc_pager_native_writeback(self->pages)) {
+        PyErr_SetString(PyExc_ValueError, "this array is written back natively: write_back(unit)");
+        return -1;
+    }
+    *u = (size_t)v;
+    return 0;
+}
+
+static PyObject *Pages_begin_writeback(PagesObject *self, PyObject *arg)
+{
+    size_t u;
+    if (store_unit(self, arg, &u) < 0) {
+        return NULL;
+    }
+    int r = oc_pager_begin_writeback(self->pages, u);
+    if (r < 0) {
+        return errno_error(-r);
+    }
+    return PyBool_FromLong(r);
+}
+
+static PyObject *Pages_abort_writeback(PagesObject *self, PyObject *arg)
+{
+    size_t u;
+    if (store_unit(self, arg, &u) < 0) {
+        return NULL;
+    }
+    oc_pager_abort_writeback(self->pages, u);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pages_end_writeback(PagesObject *self, PyObject *arg)
+{
+    size_t u;
+    if (store_unit(self, arg, &u) < 0) {
+        return NULL;
+    }
+    oc_pager_end_writeback(self->pages, u);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pages_move_begin(PagesObject *self, PyObject *args)
+{
+    Py_ssize_t chunk;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "ny*", &chunk, &data)) {
+        return NULL;
+    }
+    if (chunk < 0) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_ValueError, "chunk < 0");
+        return NULL;
+    }
+    uint64_t id = oc_pager_move_begin(self->pages, (size_t)chunk, data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return id == 0 ? PyErr_NoMemory() : PyLong_FromUnsignedLongLong(id);
+}
+
+static PyObject *Pages_move_end(PagesObject *self, PyObject *args)
+{
+    unsigned long long id;
+    PyObject *entry_obj;
+    int64_t entry[3];
+    if (!PyArg_ParseTuple(args, "KO", &id, &entry_obj)) {
+        return NULL;
+    }
+    if (entry_obj != Py_None &&
+        !PyArg_ParseTuple(entry_obj, "LLL", (long long *)&entry[0], (long long *)&entry[1],
+                          (long long *)&entry[2])) {
+        return NULL;
+    }
+    if (oc_pager_move_end(self->pages, id, entry_obj == Py_None ? NULL : entry) != 0) {
+        PyErr_Format(PyExc_ValueError, "no move %llu of this array", id);
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *Pages_trim(PagesObject *self, PyObject *Py_UNUSED(a))
@@ -976,6 +1089,11 @@ static PyObject *Pages_get_writeback_error(PagesObject *self, void *Py_UNUSED(c)
     return e[0] ? PyUnicode_FromString(e) : Py_NewRef(Py_None);
 }
 
+static PyObject *Pages_get_native_writeback(PagesObject *self, void *Py_UNUSED(c))
+{
+    return PyBool_FromLong(oc_pager_native_writeback(self->pages));
+}
+
 static PyObject *Pages_get_address(PagesObject *self, void *Py_UNUSED(c))
 {
     return PyLong_FromVoidPtr(oc_pager_base(self->pages));
@@ -984,7 +1102,12 @@ static PyObject *Pages_get_address(PagesObject *self, void *Py_UNUSED(c))
 static PyMethodDef Pages_methods[] = {
     {"stats", (PyCFunction)Pages_stats, METH_NOARGS, "Counters of fills, evictions and faults."},
     {"dirty_units", (PyCFunction)Pages_dirty_units, METH_NOARGS, "Units written since their last write-back."},
-    {"write_back", (PyCFunction)Pages_write_back, METH_O, "Write a dirty unit's chunks back, each whole; the chunks written."},
+    {"write_back", (PyCFunction)Pages_write_back, METH_O, "Write a dirty unit's chunks back natively, each whole; the chunks written."},
+    {"begin_writeback", (PyCFunction)Pages_begin_writeback, METH_O, "The store writes a unit: mark it clean, write-protect and hold it; whether it was dirty."},
+    {"abort_writeback", (PyCFunction)Pages_abort_writeback, METH_O, "The store's write failed: the unit is dirty again."},
+    {"end_writeback", (PyCFunction)Pages_end_writeback, METH_O, "A unit's chunks are stored: it may be dropped again."},
+    {"move_begin", (PyCFunction)Pages_move_begin, METH_VARARGS, "move_begin(chunk, data) -> id: the store rewrites a chunk; fills copy data meanwhile."},
+    {"move_end", (PyCFunction)Pages_move_end, METH_VARARGS, "move_end(id, (path, offset, stored) or None): the chunk is stored there."},
     {"trim", (PyCFunction)Pages_trim, METH_NOARGS, "Drop every clean resident unit; the bytes released."},
     {"prefetch", (PyCFunction)Pages_prefetch, METH_VARARGS, "Queue fills of units [first, last)."},
     {NULL},
@@ -1006,6 +1129,7 @@ static PyGetSetDef Pages_getset[] = {
     {"error", (getter)Pages_get_error, NULL, "Why the last failed fill failed, or None.", NULL},
     {"address", (getter)Pages_get_address, NULL, "Where the data starts.", NULL},
     {"writeback_error", (getter)Pages_get_writeback_error, NULL, "Why the last write-back under memory pressure failed, or None.", NULL},
+    {"native_writeback", (getter)Pages_get_native_writeback, NULL, "Whether dirty units are written back natively (zarr r+), not by the store (HDF5 r+).", NULL},
     {NULL},
 };
 
@@ -1092,6 +1216,8 @@ static PyMethodDef module_methods[] = {
     {"read_chunks", oc_py_read_chunks, METH_VARARGS, "Run chunk jobs (read, decode) until none is left; None or (job, message)."},
     {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},
     {"zstd_write", oc_py_zstd_write, METH_VARARGS, "Write one zstd frame of a buffer's bytes to a file, compressed without the GIL."},
+    {"zlib_available", oc_py_zlib_available, METH_NOARGS, "Whether libz.so.1 could be loaded (HDF5 deflate chunks)."},
+    {"h5_decode", oc_py_h5_decode, METH_VARARGS, "h5_decode(codec, mask, stored, chunk_nbytes, skip, n) -> bytes: undo an HDF5 filter pipeline, as the pager does."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1143,6 +1269,11 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddIntConstant(m, "FLAG_CYCLE_EXTERNAL", OC_FLAG_CYCLE_EXTERNAL) < 0 ||
         PyModule_AddIntConstant(m, "CODEC_RAW", OC_CODEC_RAW) < 0 ||
         PyModule_AddIntConstant(m, "CODEC_ZSTD", OC_CODEC_ZSTD) < 0 ||
+        PyModule_AddIntConstant(m, "CODEC_H5", OC_CODEC_H5) < 0 ||
+        PyModule_AddIntConstant(m, "H5_SHUFFLE", OC_H5_SHUFFLE) < 0 ||
+        PyModule_AddIntConstant(m, "H5_DEFLATE", OC_H5_DEFLATE) < 0 ||
+        PyModule_AddIntConstant(m, "H5_FLETCHER32", OC_H5_FLETCHER32) < 0 ||
+        PyModule_AddIntConstant(m, "H5_MAX_STEPS", OC_H5_MAX_STEPS) < 0 ||
         PyModule_AddIntConstant(m, "FAIL_WORKSPACE_FULL", OC_FAIL_WORKSPACE_FULL) < 0 ||
         PyModule_AddIntConstant(m, "WS_EXTERNAL", OC_WS_EXTERNAL) < 0 ||
         PyModule_AddIntConstant(m, "WS_REALLOCATE", OC_WS_REALLOCATE) < 0 ||

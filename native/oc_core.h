@@ -349,6 +349,28 @@ PyObject *oc_py_zstd_write(PyObject *m, PyObject *args);
 int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t chunk_n, size_t skip,
                     char *dst, size_t n, char *err, size_t err_n);
 
+/* h5filters.c: HDF5 filter pipelines.  An OC_CODEC_H5 codec is the low byte 3, up to
+ * OC_H5_MAX_STEPS steps of 4 bits from bit 8 in the order HDF5 applies them on write
+ * (OC_H5_SHUFFLE, OC_H5_DEFLATE, OC_H5_FLETCHER32), and the shuffle's element size in bits
+ * 24-30.  A chunk's HDF5 filter mask (bit i: step i skipped) rides in bits 32-47 of its table
+ * entry's path number (OC_CHUNK_PATH, OC_CHUNK_MASK). */
+#define OC_CODEC_H5 3
+#define OC_CODEC_KIND(codec) ((codec) & 0xff)
+#define OC_H5_MAX_STEPS 4
+#define OC_H5_SHUFFLE 1
+#define OC_H5_DEFLATE 2
+#define OC_H5_FLETCHER32 3
+#define OC_CHUNK_PATH(v) ((int64_t)((uint64_t)(v) & 0xffffffffu))
+#define OC_CHUNK_MASK(v) ((unsigned)(((uint64_t)(v) >> 32) & 0xffffu))
+int oc_zlib_ready(void);
+int oc_h5_masked(int codec, unsigned mask);
+uint32_t oc_fletcher32(const unsigned char *data, size_t n);
+void oc_h5_unshuffle(const char *src, size_t total, size_t es, size_t skip, char *dst, size_t n);
+int oc_h5_decode(int codec, int fd, int64_t offset, int64_t stored, size_t chunk_n, size_t skip,
+                 char *dst, size_t n, char *err, size_t err_n);
+PyObject *oc_py_h5_decode(PyObject *m, PyObject *args);
+PyObject *oc_py_zlib_available(PyObject *m, PyObject *a);
+
 /* pager.c: chunk-backed ndarrays (pages filled on touch through userfaultfd) */
 int oc_pager_check(int *write_protect, int *spill_ok); /* 0, or the errno of opening a kernel-mode uffd */
 /* compressed spill (zspill.c) borrows the pager for a manager's region */
@@ -362,7 +384,7 @@ int oc_pager_is_own(pg_array *a);
 void oc_pager_set_node(pg_array *a, oc_node *node);
 int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, size_t nchunks,
                     int codec, size_t chunk_bytes, size_t data_bytes, size_t unit_bytes,
-                    char *fill, size_t fill_n, int writable, oc_node *node, int readahead);
+                    char *fill, size_t fill_n, int writable, oc_node *node, int readahead, int fd);
 void oc_pager_destroy(pg_array *a);
 char *oc_pager_base(pg_array *a);
 size_t oc_pager_data_bytes(pg_array *a);
@@ -371,14 +393,21 @@ void oc_pager_stats(pg_array *a, long long out[12]);
 const char *oc_pager_error(pg_array *a);
 size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n);
 int oc_pager_begin_writeback(pg_array *a, size_t u);
+void oc_pager_end_writeback(pg_array *a, size_t u);
 void oc_pager_abort_writeback(pg_array *a, size_t u);
+/* A chunk being rewritten by its store (which may move it in its file): fills of it copy
+ * these bytes until the move ends with its new table entry. */
+uint64_t oc_pager_move_begin(pg_array *a, size_t chunk, const char *data, size_t n);
+int oc_pager_move_end(pg_array *a, uint64_t id, const int64_t entry[3]);
 size_t oc_pager_trim(pg_array *a);
 void oc_pager_prefetch(pg_array *a, size_t first, size_t last);
 void oc_pager_atfork(int phase);
 extern atomic_int oc_pager_threads;
 /* r+ arrays over zarr chunk files: dirty units are written back natively (writeback.c), under
- * budget pressure and by flush(), each chunk whole */
-void oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode);
+ * budget pressure and by flush(), each chunk whole (pager_wb.c).  r+ arrays over HDF5 are
+ * written by their store, from Python: begin, the store's write, end or abort. */
+int oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode);
+int oc_pager_native_writeback(pg_array *a);
 int oc_pager_write_back(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n);
 void oc_pager_writeback_error(pg_array *a, char *out, size_t n);
 

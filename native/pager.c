@@ -19,18 +19,34 @@
  *    (UFFDIO_POISON, Linux 6.6+; PROT_NONE before that): its accesses get SIGBUS (SIGSEGV),
  *    never a hang, and the reason is written to stderr and kept for `error`.
  *
+ * Chunks: a table per array gives each chunk's file (a path number, or -1: absent, the fill
+ * value), byte offset and stored size; the decoding is chunks.c's (raw, zstd) or h5filters.c's
+ * (HDF5 filter pipelines; an HDF5 chunk's filter mask rides in its path number).  zarr chunk
+ * files are opened per fill (a missing one holds the fill value); an HDF5 array reads every
+ * chunk from one descriptor of its file, kept open.  HDF5 can move a chunk in its file when it
+ * is rewritten, and free and reuse its old bytes: the store announces each rewrite with the new
+ * bytes (oc_pager_move_begin), which fills of that chunk copy until the move ends with the
+ * chunk's new table entry (oc_pager_move_end); a fill that read the file while a move began or
+ * ended (move_gen changed) reads again.  Nothing waits for the writer, which may need the GIL
+ * that a faulting thread holds.
+ *
  * Resident units are counted against the owning manager node's budget; a fill that does not
  * fit drops the least recently filled clean units of arrays of the same node (one
  * MADV_DONTNEED per unit, refilled on the next touch), with some slack so that not every fill
- * evicts.  Where the least recently filled unit of an r+ array over zarr chunk files is dirty,
- * the worker making room writes it back first (writeback.c: each chunk encoded, written
- * beside its file and renamed over it, never calling Python) and then drops it; a failed
- * write (ENOSPC) leaves it dirty and resident, counted over the budget, and holds that array's
- * write-backs off for a moment.  A unit being written back carries F_WB: it is clean and
- * write-protected before it is copied out (a write meanwhile makes it dirty again), it is not
- * dropped, and flush() (oc_pager_write_back, Python's threads without the GIL) waits for it
- * rather than writing the same unit at once.  Dirty units of compressed spill are encoded
- * only when nothing clean is left to drop (write_back_lru).
+ * evicts.  Dirty units are not dropped as they are.  Where the least recently filled unit of
+ * an r+ array over zarr chunk files is dirty, the worker making room writes it back first
+ * (pager_wb.c, writeback.c: each chunk encoded, written beside its file and renamed over it,
+ * never calling Python) and then drops it; a failed write (ENOSPC) leaves it dirty and
+ * resident, counted over the budget, and holds that array's write-backs off for a moment.
+ * Dirty units of compressed spill are encoded only when nothing clean is left to drop.  An
+ * r+ array over HDF5 has no native writer (HDF5 places a rewritten chunk, so h5py must write
+ * it): its dirty units are written back by Python through the store (flush()) and stay
+ * resident until then, over the budget if need be; eviction passes over an array with
+ * nothing it may drop to the next least recently filled one.  A unit being written back
+ * carries F_WB, held by one writer at a time (pager_wb.c): it is clean and write-protected
+ * before it is copied out (a write meanwhile makes it dirty again), it is never dropped (a
+ * refill before its chunks are stored would read the old ones), and a native flush() waits
+ * for it rather than writing the same unit at once.
  *
  * The mapping lives as long as the Pages object, which is the base of every ndarray over it:
  * unregistered and unmapped only when the last view is gone, after every fill queued for it
@@ -39,7 +55,7 @@
  * CAP_SYS_PTRACE), so the child opens its own descriptor, registers every range again and
  * starts its own threads; units not yet filled are filled in the child from the store.
  */
-#include "oc_core.h"
+#include "pager_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -68,54 +84,6 @@ struct pg_uffdio_poison {
 };
 #define PG_UFFDIO_POISON _IOWR(UFFDIO, 0x08, struct pg_uffdio_poison)
 
-enum { U_EMPTY, U_FILLING, U_CLEAN, U_DIRTY, U_EVICTING, U_FAILED };
-#define F_WRITE 1 /* a write-protect fault came while the unit was being filled */
-#define F_WB 2    /* being written back: not dropped (spill: its chunk is not in the table yet) */
-
-typedef struct pg_array pg_array;
-struct pg_array {
-    char *base;
-    size_t map_bytes;  /* page multiple */
-    size_t data_bytes; /* the array's bytes */
-    size_t unit_bytes;
-    size_t nunits;
-    size_t chunk_bytes;
-    size_t nchunks;
-    int codec;
-    int writable;
-    int spill;     /* compressed spill of a manager's region (zspill.c): the range is borrowed */
-    int fd;        /* spill: the file holding every chunk (table path index 0), else -1 */
-    int pinned;    /* spill: no unit is evicted (a write-back or a bring-back is running) */
-    int readahead; /* units read ahead after a sequential fault */
-    char **paths;
-    int npaths;
-    int64_t *table; /* per chunk: path index (-1 absent), offset, stored bytes (-1: the file) */
-    char *fill;     /* one element's fill bytes */
-    size_t fill_n;
-    int fill_zero;
-    uint8_t *state; /* per unit, under `lock` */
-    uint8_t *flags;
-    size_t *ring; /* resident units in fill order (one entry each), for eviction */
-    size_t ring_head, ring_len;
-    uint64_t *stamp;
-    oc_node *node; /* holds a reference; resident units are counted on it */
-    pid_t pid;     /* the process that may write dirty units back */
-    long long last_fault;
-    int inflight; /* queued or running jobs, evictions */
-    int dead;
-    pg_array *next;
-    atomic_llong file_end, stored_bytes; /* spill: bytes written to fd, and those in use */
-    atomic_llong fills, zero_fills, readaheads, evictions, failures, faults, decoded_bytes,
-        resident_bytes, charged_bytes;
-    char error[320];
-    /* r+ over zarr chunk files (writeback.c): dirty units are written back natively */
-    int wb_native;
-    oc_wb_store wb;
-    long long wb_retry_ns; /* after a failed write-back under pressure, none before this */
-    atomic_llong writebacks, wb_failures;
-    char wb_error[400]; /* the last failed write-back under pressure, under `lock` */
-};
-
 typedef struct {
     pg_array *a;
     size_t unit;
@@ -123,9 +91,9 @@ typedef struct {
 } pg_job;
 
 static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER; /* starting and stopping */
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;      /* arrays, states, the queue */
+pthread_mutex_t pg_lock = PTHREAD_MUTEX_INITIALIZER; /* arrays, states, the queue */
 static pthread_cond_t work_cond = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER;
+pthread_cond_t pg_idle_cond = PTHREAD_COND_INITIALIZER; /* a job or write-back is over */
 static int uffd = -1;
 static int wake_fd = -1;
 static uint64_t features;
@@ -213,7 +181,7 @@ static void uffd_wake(char *p, size_t n)
     ioctl(uffd, UFFDIO_WAKE, &r);
 }
 
-static int uffd_protect(char *p, size_t n, int on)
+int pg_uffd_protect(char *p, size_t n, int on)
 {
     struct uffdio_writeprotect w = {.range = {.start = (uintptr_t)p, .len = n},
                                     .mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0};
@@ -259,12 +227,6 @@ static pg_array *find(uintptr_t addr)
     return NULL;
 }
 
-static size_t unit_len(pg_array *a, size_t u)
-{
-    size_t start = u * a->unit_bytes;
-    return a->map_bytes - start < a->unit_bytes ? a->map_bytes - start : a->unit_bytes;
-}
-
 /* ---- the reader ---- */
 
 typedef struct {
@@ -299,7 +261,7 @@ static void *reader_main(void *arg)
             break;
         }
         int n = (int)(got / (ssize_t)sizeof(struct uffd_msg)), nw = 0, queued = 0;
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&pg_lock);
         for (int i = 0; i < n; i++) {
             if (msgs[i].event != UFFD_EVENT_PAGEFAULT) {
                 continue;
@@ -355,13 +317,13 @@ static void *reader_main(void *arg)
             }
             /* U_FILLING: the fill wakes it; U_EVICTING: the eviction wakes it to fault again */
         }
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&pg_lock);
         if (queued) {
             pthread_cond_broadcast(&work_cond);
         }
         for (int i = 0; i < nw; i++) {
             if (wakes[i].unprotect) {
-                uffd_protect(wakes[i].p, wakes[i].n, 0); /* also wakes the writers */
+                pg_uffd_protect(wakes[i].p, wakes[i].n, 0); /* also wakes the writers */
             }
             else {
                 uffd_wake(wakes[i].p, wakes[i].n);
@@ -382,9 +344,6 @@ static void force_count(oc_node *n, int64_t bytes)
 }
 
 static void ring_push(pg_array *a, size_t u);
-static int write_back_unit(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n);
-static void note_write_back(pg_array *a, int err, const char *msg);
-static long long now_ns(void);
 
 /* Whether eviction writes a dirty unit of `a` back and drops it (r+ over chunk files), where
  * the unit is the least recently filled; lock held. */
@@ -395,22 +354,33 @@ static int evicts_dirty(pg_array *a, pid_t me, long long now)
 
 /* Drops clean units of arrays counted on `node`, least recently filled first, until `want`
  * bytes are released or none is left; the bytes released.  Under budget pressure (not `only`)
- * a dirty unit of an r+ store array first in that order is written back, then dropped. */
+ * a dirty unit of an r+ zarr array first in that order is written back, then dropped.  Units
+ * being written back (F_WB) are never dropped, nor dirty ones of arrays with no native writer
+ * (HDF5: they stay until flush()); an array with nothing else resident is passed over. */
 static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
 {
     size_t freed = 0;
     pid_t me = getpid();
-    long long now = now_ns();
+    long long now = pg_now_ns();
     while (freed < want) {
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&pg_lock);
         pg_array *victim = NULL;
         size_t vu = 0;
         int write_first = 0;
+        pg_array *passed[4];
+        int npassed = 0;
         for (int guard = 0; guard < 4 && victim == NULL; guard++) {
             pg_array *best = NULL;
             for (pg_array *a = arrays; a != NULL; a = a->next) {
                 if (a->dead || a->node != node || a->ring_len == 0 || (only && a != only) ||
                     (a->pinned && !only)) {
+                    continue;
+                }
+                int skip = 0;
+                for (int i = 0; i < npassed; i++) {
+                    skip |= passed[i] == a;
+                }
+                if (skip) {
                     continue;
                 }
                 if (best == NULL || a->stamp[a->ring[a->ring_head]] < best->stamp[best->ring[best->ring_head]]) {
@@ -443,35 +413,35 @@ static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
                 }
             }
             if (victim == NULL) {
-                /* only dirty units left in this array: look no further */
-                break;
+                /* nothing this array has can go now: the next least recently filled one */
+                passed[npassed++] = best;
             }
         }
         if (victim == NULL) {
-            pthread_mutex_unlock(&lock);
+            pthread_mutex_unlock(&pg_lock);
             break;
         }
         if (write_first) {
             victim->flags[vu] |= F_WB;
             victim->inflight++;
-            pthread_mutex_unlock(&lock);
+            pthread_mutex_unlock(&pg_lock);
             int chunks;
             char msg[320] = "";
-            int err = write_back_unit(victim, vu, &chunks, msg, sizeof msg);
-            note_write_back(victim, err, msg);
-            pthread_mutex_lock(&lock);
+            int err = pg_write_back_unit(victim, vu, &chunks, msg, sizeof msg);
+            pg_note_write_back(victim, err, msg);
+            pthread_mutex_lock(&pg_lock);
             victim->inflight--;
-            pthread_cond_broadcast(&idle_cond);
+            pthread_cond_broadcast(&pg_idle_cond);
             if (err || victim->state[vu] != U_CLEAN || (victim->flags[vu] & F_WB)) {
                 ring_push(victim, vu); /* dirty still (or again): dropped some other time */
-                pthread_mutex_unlock(&lock);
-                now = now_ns(); /* a failure holds write-backs of this array off a while */
+                pthread_mutex_unlock(&pg_lock);
+                now = pg_now_ns(); /* a failure holds write-backs of this array off a while */
                 continue;
             }
         }
         victim->state[vu] = U_EVICTING;
         victim->inflight++;
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&pg_lock);
         char *p = victim->base + vu * victim->unit_bytes;
         size_t len = unit_len(victim, vu);
         madvise(p, len, MADV_DONTNEED);
@@ -479,11 +449,11 @@ static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
         atomic_fetch_sub(&victim->charged_bytes, (long long)len);
         oc_release(victim->node, (int64_t)len);
         atomic_fetch_add(&victim->evictions, 1);
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&pg_lock);
         victim->state[vu] = U_EMPTY;
         victim->inflight--;
-        pthread_cond_broadcast(&idle_cond);
-        pthread_mutex_unlock(&lock);
+        pthread_cond_broadcast(&pg_idle_cond);
+        pthread_mutex_unlock(&pg_lock);
         uffd_wake(p, len); /* threads that faulted meanwhile fault again, and are filled */
         freed += len;
     }
@@ -527,6 +497,49 @@ static void fill_pattern(pg_array *a, char *d, size_t lo, size_t hi)
     }
 }
 
+/* Bytes [lo, hi) of chunk c, whose table entry is t, into d; 0, 1 when the chunk is absent
+ * (the fill value), or -1 with a message. */
+static int read_part(pg_array *a, size_t c, const int64_t t[3], size_t lo, size_t hi, char *d,
+                     char *err, size_t err_n)
+{
+    size_t C = a->chunk_bytes, cs = c * C;
+    if (t[0] < 0) {
+        fill_pattern(a, d, lo, hi);
+        return 1;
+    }
+    int64_t path = OC_CHUNK_PATH(t[0]);
+    const char *where = a->spill ? "compressed spill file" : a->paths[path];
+    if (t[1] < 0) {
+        snprintf(err, err_n, "chunk %zu (%s): its place in the file is unknown after a write that failed", c, where);
+        return -1;
+    }
+    int fd = a->fd >= 0 ? a->fd : open(a->paths[path], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) { /* a chunk never written holds the fill value */
+            fill_pattern(a, d, lo, hi);
+            return 1;
+        }
+        snprintf(err, err_n, "chunk %zu: cannot open %s: %s", c, where, strerror(errno));
+        return -1;
+    }
+    char why[256];
+    /* a spill's last chunk is as long as the data left (a zarr or HDF5 chunk is always whole) */
+    size_t cn = a->spill && cs + C > a->data_bytes ? a->data_bytes - cs : C;
+    int codec = a->codec;
+    if (OC_CODEC_KIND(codec) == OC_CODEC_H5) {
+        codec = oc_h5_masked(codec, OC_CHUNK_MASK(t[0])); /* the filters this chunk skipped */
+    }
+    int rc = oc_decode_range(codec, fd, t[1], t[2], cn, lo - cs, d, hi - lo, why, sizeof why);
+    if (a->fd < 0) {
+        close(fd);
+    }
+    if (rc != 0) {
+        snprintf(err, err_n, "chunk %zu (%s) cannot be decoded: %s", c, where, why);
+        return -1;
+    }
+    return 0;
+}
+
 /* Decode unit u into stage; 0, or -1 with a message.  *absent: every chunk was absent. */
 static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *absent, char *err,
                        size_t err_n)
@@ -543,34 +556,46 @@ static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *abse
         size_t lo = start > cs ? start : cs;
         size_t hi = end < cs + C ? end : cs + C;
         char *d = stage + (lo - start);
-        int64_t *t = &a->table[3 * c];
-        if (t[0] < 0) {
-            fill_pattern(a, d, lo, hi);
-            continue;
-        }
-        int fd = a->fd >= 0 ? a->fd : open(a->paths[t[0]], O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            if (errno == ENOENT) { /* a chunk never written holds the fill value */
-                fill_pattern(a, d, lo, hi);
+        for (;;) {
+            /* The entry and the moves are read together; a read from the file that a move
+             * overlapped (the bytes may have been freed and reused) is done again. */
+            int64_t t[3];
+            pthread_mutex_lock(&pg_lock);
+            uint64_t gen = a->move_gen;
+            memcpy(t, &a->table[3 * c], sizeof t);
+            pg_move *m = a->moves;
+            while (m != NULL && m->chunk != c) {
+                m = m->next;
+            }
+            if (m != NULL) {
+                m->refs++;
+            }
+            pthread_mutex_unlock(&pg_lock);
+            if (m != NULL) {
+                size_t from = lo - cs, to = hi - cs; /* the new bytes cover the array's part */
+                size_t have = m->n < from ? 0 : m->n - from < to - from ? m->n - from : to - from;
+                memcpy(d, m->data + from, have);
+                fill_pattern(a, d + have, lo + have, hi);
+                pg_move_release(m);
+                *absent = 0;
+                break;
+            }
+            int rc = read_part(a, c, t, lo, hi, d, err, err_n);
+            pthread_mutex_lock(&pg_lock);
+            int moved = a->move_gen != gen;
+            pthread_mutex_unlock(&pg_lock);
+            if (moved) {
                 continue;
             }
-            snprintf(err, err_n, "chunk %zu: cannot open %s: %s", c, a->paths[t[0]], strerror(errno));
-            return -1;
+            if (rc < 0) {
+                return -1;
+            }
+            if (rc == 0) {
+                *absent = 0;
+                atomic_fetch_add_explicit(&a->decoded_bytes, (long long)(hi - lo), memory_order_relaxed);
+            }
+            break;
         }
-        *absent = 0;
-        char why[256];
-        /* a spill's last chunk is as long as the data left (a zarr chunk is always whole) */
-        size_t cn = a->spill && cs + C > a->data_bytes ? a->data_bytes - cs : C;
-        int rc = oc_decode_range(a->codec, fd, t[1], t[2], cn, lo - cs, d, hi - lo, why, sizeof why);
-        if (a->fd < 0) {
-            close(fd);
-        }
-        if (rc != 0) {
-            snprintf(err, err_n, "chunk %zu (%s) cannot be decoded: %s", c,
-                     a->fd >= 0 ? "compressed spill file" : a->paths[t[0]], why);
-            return -1;
-        }
-        atomic_fetch_add_explicit(&a->decoded_bytes, (long long)(hi - lo), memory_order_relaxed);
     }
     return 0;
 }
@@ -673,7 +698,7 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
         }
     }
     int unprotect = 0;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&pg_lock);
     if (rc != 0) {
         a->state[u] = U_FAILED;
         snprintf(a->error, sizeof a->error, "bytes %zu-%zu: %s", u * a->unit_bytes, u * a->unit_bytes + len, err);
@@ -685,7 +710,7 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
         ring_push(a, u);
     }
     a->flags[u] = 0;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     if (rc != 0) {
         atomic_fetch_add(&a->failures, 1);
         fprintf(stderr,
@@ -697,7 +722,7 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     else {
         atomic_fetch_add(&a->fills, 1);
         if (unprotect) {
-            uffd_protect(dst, len, 0);
+            pg_uffd_protect(dst, len, 0);
         }
     }
 }
@@ -708,12 +733,12 @@ static void *worker_main(void *arg)
     char *stage = NULL;
     size_t stage_n = 0;
     for (;;) {
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&pg_lock);
         while (q_len == 0 && !stopping) {
-            pthread_cond_wait(&work_cond, &lock);
+            pthread_cond_wait(&work_cond, &pg_lock);
         }
         if (stopping) {
-            pthread_mutex_unlock(&lock);
+            pthread_mutex_unlock(&pg_lock);
             break;
         }
         pg_job job = queue[q_head];
@@ -723,17 +748,17 @@ static void *worker_main(void *arg)
         if (dead) {
             job.a->state[job.unit] = U_EMPTY;
         }
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&pg_lock);
         if (!dead) {
             if (job.ahead) {
                 atomic_fetch_add(&job.a->readaheads, 1);
             }
             fill(job.a, job.unit, &stage, &stage_n);
         }
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&pg_lock);
         job.a->inflight--;
-        pthread_cond_broadcast(&idle_cond);
-        pthread_mutex_unlock(&lock);
+        pthread_cond_broadcast(&pg_idle_cond);
+        pthread_mutex_unlock(&pg_lock);
     }
     free(stage);
     atomic_fetch_sub(&oc_pager_threads, 1);
@@ -764,9 +789,9 @@ static void stop_threads(void)
     if (!running) {
         return;
     }
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&pg_lock);
     stopping = 1;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     pthread_cond_broadcast(&work_cond);
     uint64_t one = 1;
     ssize_t w = write(wake_fd, &one, sizeof one);
@@ -781,10 +806,10 @@ static void stop_threads(void)
     close(uffd);
     close(wake_fd);
     uffd = wake_fd = -1;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&pg_lock);
     stopping = 0;
     q_len = q_head = 0;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     running = 0;
 }
 
@@ -853,6 +878,11 @@ static void array_free(pg_array *a)
     }
     free(a->paths);
     free(a->table);
+    while (a->moves != NULL) {
+        pg_move *m = a->moves;
+        a->moves = m->next;
+        free(m);
+    }
     free(a->fill);
     free(a->state);
     free(a->flags);
@@ -864,10 +894,11 @@ static void array_free(pg_array *a)
     free(a);
 }
 
-/* Takes ownership of paths, table and fill (freed on failure too).  0 with *out, or errno. */
+/* Takes ownership of paths, table, fill and fd (-1: none; else every chunk is read from it)
+ * (freed and closed on failure too).  0 with *out, or errno. */
 int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, size_t nchunks,
                     int codec, size_t chunk_bytes, size_t data_bytes, size_t unit_bytes,
-                    char *fill, size_t fill_n, int writable, oc_node *node, int readahead)
+                    char *fill, size_t fill_n, int writable, oc_node *node, int readahead, int fd)
 {
     size_t page = oc_page_bytes();
     pg_array *a = calloc(1, sizeof *a);
@@ -878,9 +909,12 @@ int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, si
         free(paths);
         free(table);
         free(fill);
+        if (fd >= 0) {
+            close(fd);
+        }
         return ENOMEM;
     }
-    a->fd = -1;
+    a->fd = fd;
     a->paths = paths;
     a->npaths = npaths;
     a->table = table;
@@ -924,11 +958,11 @@ int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, si
     pthread_mutex_lock(&life_lock);
     int err = start_threads();
     if (err == 0 && (err = register_range(a)) == 0) {
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&pg_lock);
         a->next = arrays;
         arrays = a;
         narrays++;
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&pg_lock);
     }
     else if (narrays == 0) {
         stop_threads();
@@ -947,7 +981,7 @@ int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, si
 void oc_pager_destroy(pg_array *a)
 {
     pthread_mutex_lock(&life_lock);
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&pg_lock);
     a->dead = 1;
     for (pg_array **p = &arrays; *p != NULL; p = &(*p)->next) {
         if (*p == a) {
@@ -956,11 +990,11 @@ void oc_pager_destroy(pg_array *a)
         }
     }
     while (a->inflight > 0) {
-        pthread_cond_wait(&idle_cond, &lock);
+        pthread_cond_wait(&pg_idle_cond, &pg_lock);
     }
     narrays--;
     int last = narrays == 0;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     if (uffd >= 0) {
         struct uffdio_range r = {.start = (uintptr_t)a->base, .len = a->map_bytes};
         ioctl(uffd, UFFDIO_UNREGISTER, &r);
@@ -990,12 +1024,12 @@ void oc_pager_stats(pg_array *a, long long out[12])
     out[5] = atomic_load(&a->faults);
     out[6] = atomic_load(&a->decoded_bytes);
     out[7] = atomic_load(&a->resident_bytes);
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&pg_lock);
     long long dirty = 0;
     for (size_t u = 0; u < a->nunits; u++) {
         dirty += a->state[u] == U_DIRTY;
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     out[8] = dirty;
     out[9] = (long long)a->unit_bytes;
     out[10] = atomic_load(&a->writebacks);
@@ -1012,7 +1046,7 @@ size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n)
     if (a->pid != getpid()) {
         return 0;
     }
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&pg_lock);
     for (size_t u = 0; u < a->nunits; u++) {
         if (a->state[u] == U_DIRTY || (a->flags[u] & F_WB)) { /* written back now: wait for it */
             if (k < n) {
@@ -1021,48 +1055,8 @@ size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n)
             k++;
         }
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     return k;
-}
-
-/* Before unit u is written back: it becomes clean and write-protected, so a write from now on
- * makes it dirty again.  1 when it was dirty, 0 if not; -errno on failure. */
-int oc_pager_begin_writeback(pg_array *a, size_t u)
-{
-    if (u >= a->nunits) {
-        return -EINVAL;
-    }
-    pthread_mutex_lock(&lock);
-    int was = a->state[u] == U_DIRTY;
-    if (was) {
-        a->state[u] = U_CLEAN;
-    }
-    pthread_mutex_unlock(&lock);
-    if (!was) {
-        return 0;
-    }
-    int err = uffd_protect(a->base + u * a->unit_bytes, unit_len(a, u), 1);
-    if (err) {
-        pthread_mutex_lock(&lock);
-        a->state[u] = U_DIRTY;
-        pthread_mutex_unlock(&lock);
-        return -err;
-    }
-    return 1;
-}
-
-/* The write-back of unit u failed: it is dirty again (and writable). */
-void oc_pager_abort_writeback(pg_array *a, size_t u)
-{
-    pthread_mutex_lock(&lock);
-    int clean = a->state[u] == U_CLEAN;
-    if (clean) {
-        a->state[u] = U_DIRTY;
-    }
-    pthread_mutex_unlock(&lock);
-    if (clean) {
-        uffd_protect(a->base + u * a->unit_bytes, unit_len(a, u), 0);
-    }
 }
 
 /* Drops every clean unit of this array; the bytes released. */
@@ -1078,14 +1072,14 @@ size_t oc_pager_trim(pg_array *a)
 void oc_pager_prefetch(pg_array *a, size_t first, size_t last)
 {
     int queued = 0;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&pg_lock);
     for (size_t u = first; u < last && u < a->nunits; u++) {
         if (a->state[u] == U_EMPTY && enqueue(a, u, 1) == 0) {
             a->state[u] = U_FILLING;
             queued = 1;
         }
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     if (queued) {
         pthread_cond_broadcast(&work_cond);
     }
@@ -1097,14 +1091,14 @@ void oc_pager_atfork(int phase)
 {
     if (phase == OC_FORK_PREPARE) {
         pthread_mutex_lock(&life_lock);
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&pg_lock);
         return;
     }
     if (phase == OC_FORK_CHILD) {
         /* The parent's threads did not come along, and its descriptor serves its own address
          * space: the child makes its own and registers every range again. */
         pthread_cond_init(&work_cond, NULL);
-        pthread_cond_init(&idle_cond, NULL);
+        pthread_cond_init(&pg_idle_cond, NULL);
         if (running) {
             close(uffd);
             close(wake_fd);
@@ -1132,7 +1126,7 @@ void oc_pager_atfork(int phase)
                 a->flags[u] = 0;
             }
         }
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&pg_lock);
         if (narrays > 0) {
             int err = start_threads();
             for (pg_array *a = arrays; a != NULL && err == 0; a = a->next) {
@@ -1155,7 +1149,7 @@ void oc_pager_atfork(int phase)
         pthread_mutex_unlock(&life_lock);
         return;
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     pthread_mutex_unlock(&life_lock);
 }
 
@@ -1220,15 +1214,15 @@ int oc_pager_adopt(pg_array **out, char *data, size_t bytes, int fd, int64_t *ta
     }
     if (err == 0) {
         /* listed first: a fault at `data` reaches the reader as soon as the range is there */
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&pg_lock);
         a->base = data;
         a->next = arrays;
         arrays = a;
         narrays++;
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&pg_lock);
         if (mremap(fresh, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, data) == MAP_FAILED) {
             err = errno;
-            pthread_mutex_lock(&lock);
+            pthread_mutex_lock(&pg_lock);
             for (pg_array **p = &arrays; *p != NULL; p = &(*p)->next) {
                 if (*p == a) {
                     *p = a->next;
@@ -1236,7 +1230,7 @@ int oc_pager_adopt(pg_array **out, char *data, size_t bytes, int fd, int64_t *ta
                 }
             }
             narrays--;
-            pthread_mutex_unlock(&lock);
+            pthread_mutex_unlock(&pg_lock);
             struct uffdio_range r = {.start = (uintptr_t)fresh, .len = bytes};
             ioctl(uffd, UFFDIO_UNREGISTER, &r);
         }
@@ -1261,10 +1255,10 @@ int oc_pager_adopt(pg_array **out, char *data, size_t bytes, int fd, int64_t *ta
 void oc_pager_disown(pg_array *a, int keep_pages)
 {
     if (keep_pages && uffd >= 0) {
-        uffd_protect(a->base, a->map_bytes, 0); /* no write-protect bit is left behind */
+        pg_uffd_protect(a->base, a->map_bytes, 0); /* no write-protect bit is left behind */
     }
     pthread_mutex_lock(&life_lock);
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&pg_lock);
     a->dead = 1;
     for (pg_array **p = &arrays; *p != NULL; p = &(*p)->next) {
         if (*p == a) {
@@ -1273,11 +1267,11 @@ void oc_pager_disown(pg_array *a, int keep_pages)
         }
     }
     while (a->inflight > 0) {
-        pthread_cond_wait(&idle_cond, &lock);
+        pthread_cond_wait(&pg_idle_cond, &pg_lock);
     }
     narrays--;
     int last = narrays == 0;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     if (uffd >= 0) {
         struct uffdio_range r = {.start = (uintptr_t)a->base, .len = a->map_bytes};
         ioctl(uffd, UFFDIO_UNREGISTER, &r);
@@ -1296,7 +1290,7 @@ void oc_pager_disown(pg_array *a, int keep_pages)
 int oc_pager_fill_all(pg_array *a)
 {
     int failed = 0, queued = 0;
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&pg_lock);
     a->pinned = 1;
     for (;;) {
         int missing = 0;
@@ -1317,91 +1311,13 @@ int oc_pager_fill_all(pg_array *a)
             pthread_cond_broadcast(&work_cond);
             queued = 0;
         }
-        pthread_cond_wait(&idle_cond, &lock);
+        pthread_cond_wait(&pg_idle_cond, &pg_lock);
     }
     if (failed) {
         a->pinned = 0;
     }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     return failed ? EIO : 0;
-}
-
-/* Writes dirty unit u back (its F_WB flag set by the caller, who holds it from eviction) and
- * clears F_WB: a spill array's unit is encoded to its file and the table points at the new
- * chunk; a store array's chunks are written to their files (writeback.c), each whole.  0 with
- * *chunks written, or errno with what failed in msg: the unit is dirty again then. */
-static int write_back_unit(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n)
-{
-    int err = 0;
-    *chunks = 0;
-    int r = oc_pager_begin_writeback(a, u);
-    if (r < 0) {
-        err = -r;
-        snprintf(msg, msg_n, "write-protecting bytes %zu-%zu", u * a->unit_bytes,
-                 u * a->unit_bytes + unit_len(a, u));
-    }
-    else if (r > 0 && !a->spill) {
-        err = oc_wb_write_range(&a->wb, a->base, u * a->unit_bytes, unit_len(a, u), chunks, msg, msg_n);
-        if (err) {
-            oc_pager_abort_writeback(a, u);
-        }
-    }
-    else if (r > 0) {
-        int64_t e[3];
-        err = oc_zs_encode_append(a->fd, &a->file_end, a->base + u * a->unit_bytes, unit_len(a, u), e);
-        if (err) {
-            snprintf(msg, msg_n, "compressed spill file");
-            oc_pager_abort_writeback(a, u);
-        }
-        else {
-            pthread_mutex_lock(&lock);
-            int64_t *t = &a->table[3 * u];
-            long long delta = e[2] - (t[0] >= 0 ? t[2] : 0);
-            t[0] = e[0];
-            t[1] = e[1];
-            t[2] = e[2];
-            pthread_mutex_unlock(&lock);
-            atomic_fetch_add(&a->stored_bytes, delta);
-            atomic_fetch_add(&a->node->compressed_disk_bytes, delta);
-            *chunks = 1;
-        }
-    }
-    pthread_mutex_lock(&lock);
-    a->flags[u] &= (uint8_t)~F_WB;
-    pthread_cond_broadcast(&idle_cond); /* a flush() may wait for it */
-    pthread_mutex_unlock(&lock);
-    return err;
-}
-
-static long long now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
-/* After a write-back of a store array's unit under budget pressure: counted; a failure is
- * kept for `writeback_error`, said on stderr the first time, and holds further write-backs of
- * the array under pressure off for 0.1 s (the unit stays dirty, in RAM, over the budget). */
-static void note_write_back(pg_array *a, int err, const char *msg)
-{
-    if (!err) {
-        atomic_fetch_add(&a->writebacks, 1);
-        return;
-    }
-    atomic_fetch_add(&a->wb_failures, 1);
-    pthread_mutex_lock(&lock);
-    int first = a->wb_error[0] == '\0';
-    snprintf(a->wb_error, sizeof a->wb_error, "%s: %s", msg, strerror(err));
-    a->wb_retry_ns = now_ns() + 100000000LL;
-    pthread_mutex_unlock(&lock);
-    if (first) {
-        fprintf(stderr,
-                "oocarray: writing back a chunk-backed array under memory pressure failed (%s: "
-                "%s); its written chunks stay in memory, over the budget, until a write-back "
-                "succeeds (flush() raises while it cannot)\n",
-                msg, strerror(err));
-    }
 }
 
 /* Budget pressure with nothing clean to drop (pager workers, from charge()): the least
@@ -1413,9 +1329,9 @@ static size_t write_back_lru(oc_node *node, size_t want)
 {
     size_t done = 0;
     pid_t me = getpid();
-    long long now = now_ns();
+    long long now = pg_now_ns();
     while (done < want) {
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&pg_lock);
         pg_array *best = NULL;
         size_t bu = 0;
         for (pg_array *a = arrays; a != NULL; a = a->next) {
@@ -1435,20 +1351,20 @@ static size_t write_back_lru(oc_node *node, size_t want)
             best->flags[bu] |= F_WB;
             best->inflight++; /* the array stays until this is done */
         }
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&pg_lock);
         if (best == NULL) {
             break;
         }
         int chunks;
         char msg[320] = "";
-        int err = write_back_unit(best, bu, &chunks, msg, sizeof msg);
+        int err = pg_write_back_unit(best, bu, &chunks, msg, sizeof msg);
         if (!best->spill) {
-            note_write_back(best, err, msg);
+            pg_note_write_back(best, err, msg);
         }
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&pg_lock);
         best->inflight--;
-        pthread_cond_broadcast(&idle_cond);
-        pthread_mutex_unlock(&lock);
+        pthread_cond_broadcast(&pg_idle_cond);
+        pthread_mutex_unlock(&pg_lock);
         if (err) {
             break; /* a full disk: the unit stays in RAM, counted over the budget */
         }
@@ -1467,25 +1383,25 @@ long long oc_pager_spill_again(pg_array *a, int *err)
     if (a->pid != getpid()) {
         return 0;
     }
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&pg_lock);
     a->pinned = 1; /* a unit made clean here is not dropped before its chunk is in the table */
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     for (size_t u = 0; u < a->nunits && *err == 0; u++) {
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&pg_lock);
         int dirty = a->state[u] == U_DIRTY && !(a->flags[u] & F_WB);
         if (dirty) {
             a->flags[u] |= F_WB;
         }
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&pg_lock);
         if (dirty) {
             int chunks;
             char msg[320];
-            *err = write_back_unit(a, u, &chunks, msg, sizeof msg);
+            *err = pg_write_back_unit(a, u, &chunks, msg, sizeof msg);
         }
     }
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&pg_lock);
     a->pinned = 0;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     return (long long)evict_lru(a->node, (size_t)-1, a);
 }
 
@@ -1496,69 +1412,13 @@ int oc_pager_is_own(pg_array *a) { return a->pid == getpid(); }
 /* The region changed owner: resident units are counted on the new one. */
 void oc_pager_set_node(pg_array *a, oc_node *node)
 {
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&pg_lock);
     oc_node *old = a->node;
     long long charged = atomic_load(&a->charged_bytes);
     oc_node_incref(node);
     a->node = node;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&pg_lock);
     oc_release(old, (int64_t)charged);
     force_count(node, (int64_t)charged);
     oc_node_decref(old);
-}
-
-/* ---- r+ arrays over zarr chunk files: dirty units written back natively (writeback.c) ---- */
-
-/* Python's part, once, before any write: how the store encodes its chunks.  From then on, the
- * dirty units of the array are also written back under budget pressure (evict_lru). */
-void oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode)
-{
-    pthread_mutex_lock(&lock);
-    a->wb = (oc_wb_store){.paths = a->paths,
-                          .npaths = a->npaths,
-                          .table = a->table,
-                          .nchunks = a->nchunks,
-                          .chunk_bytes = a->chunk_bytes,
-                          .data_bytes = a->data_bytes,
-                          .fill = a->fill,
-                          .fill_n = a->fill_n,
-                          .codec = a->codec,
-                          .level = level,
-                          .checksum = checksum,
-                          .file_mode = file_mode};
-    a->wb_native = a->writable && !a->spill;
-    pthread_mutex_unlock(&lock);
-}
-
-/* flush(): writes dirty unit u back, after any write-back of it already under way (a unit
- * written meanwhile is written again).  0 with *chunks written (0: it was clean), or errno
- * with what failed in msg: the unit stays dirty and resident.  Nothing in a forked child. */
-int oc_pager_write_back(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n)
-{
-    *chunks = 0;
-    if (u >= a->nunits || !a->wb_native) {
-        snprintf(msg, msg_n, "unit %zu cannot be written back", u);
-        return EINVAL;
-    }
-    if (a->pid != getpid()) {
-        return 0;
-    }
-    pthread_mutex_lock(&lock);
-    while (a->flags[u] & F_WB) {
-        pthread_cond_wait(&idle_cond, &lock);
-    }
-    int dirty = a->state[u] == U_DIRTY;
-    if (dirty) {
-        a->flags[u] |= F_WB;
-    }
-    pthread_mutex_unlock(&lock);
-    return dirty ? write_back_unit(a, u, chunks, msg, msg_n) : 0;
-}
-
-/* The last failed write-back under pressure, into out ("" when none). */
-void oc_pager_writeback_error(pg_array *a, char *out, size_t n)
-{
-    pthread_mutex_lock(&lock);
-    snprintf(out, n, "%s", a->wb_error);
-    pthread_mutex_unlock(&lock);
 }

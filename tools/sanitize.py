@@ -34,6 +34,7 @@ ASAN_TESTS = [
     "tests/memory",
     "tests/storage/test_as_ndarray.py",
     "tests/storage/test_as_ndarray_writeback.py",
+    "tests/storage/test_as_ndarray_hdf5.py",
     "tests/storage/test_chunk_reads.py",
     "tests/storage/test_chunk_writes.py",
     "tests/storage/test_chunk_damage.py",

@@ -337,7 +337,8 @@ class ChunkedArray:
         """The whole array as a plain ``np.ndarray``, with no copy up front.
 
         Memory-mapped arrays (``.npy``, contiguous uncompressed HDF5) give a view of their
-        file's pages.  Chunked zarr arrays give a *chunk-backed* ndarray (Linux userfaultfd):
+        file's pages.  Chunked zarr arrays and chunked HDF5 datasets (raw, or with HDF5's gzip,
+        shuffle and fletcher32 filters) give a *chunk-backed* ndarray (Linux userfaultfd):
         its address range is reserved, and the first touch of a page, from any thread or
         system call, decodes the chunk behind it into place on native threads (sequential
         access reads the next chunks ahead).  Any NumPy, SciPy or scikit-learn code runs on it
@@ -357,17 +358,27 @@ class ChunkedArray:
         mode
             ``"r"``: read-only.  ``"r+"``: writes change the store (the array must be open with
             ``mode="r+"``).  For chunk-backed arrays each chunk's first write is tracked, and
-            dirty chunks are written back, each whole, under budget pressure (then dropped: an
-            array written all over stays within the budget), by :meth:`flush`, :meth:`close`
-            and when the last view is gone.  Only the process that made the array writes back:
-            a forked child's writes stay its own.
+            dirty chunks are written back, each whole, by :meth:`flush`, :meth:`close`, the
+            close of the manager the view was made under and when the last view is gone; zarr
+            arrays' also natively under budget pressure (then dropped: an array written all
+            over stays within the budget).  HDF5 arrays are written back through h5py only
+            (HDF5 places a rewritten chunk itself), never under budget pressure: their dirty
+            chunks stay in memory, so an HDF5 view written all over grows past its budget
+            until :meth:`flush`.  Only the process that made the array writes back: a forked
+            child's writes stay its own.  Writes through ``x[...]`` reach chunks not resident
+            in a view; resident ones keep what was read (HDF5 chunks that such a write moves
+            in the file are followed; writes by other processes or through h5py directly are
+            not).
 
         Raises
         ------
         NotImplementedError
             A chunked store that cannot be paged: chunks that do not span every axis but the
-            first, codecs other than zstd or none, chunked HDF5, ``"r+"`` on shards or on
-            chunks that are not whole pages.  The message says how to rewrite it.
+            first, zarr codecs other than zstd or none, HDF5 filters other than gzip, shuffle
+            and fletcher32 (lzf, szip, scaleoffset, nbit, plugins), HDF5 types that are not
+            plain numbers (compounds, strings), virtual HDF5 datasets, ``"r+"`` on shards, on
+            chunks that are not whole pages, on compact HDF5 datasets and on contiguous ones
+            never written.  The message says how to rewrite it.
         PagingUnavailableError
             userfaultfd with kernel-mode faults is not permitted here, or turned off with
             ``OOCARRAY_USERFAULTFD=0``; the message says how to enable it.
@@ -401,9 +412,9 @@ class ChunkedArray:
 
     def flush(self) -> int:
         """Write back the chunks written through :meth:`as_ndarray` ``("r+")`` views, each
-        chunk whole (written beside its file and renamed); the number of chunks written (those
-        written back under budget pressure before are not counted).  A full disk raises
-        ``OSError`` (``ENOSPC``) and leaves the chunks dirty, in memory."""
+        chunk whole (zarr: written beside its file and renamed; HDF5: through h5py); the number
+        of chunks written (those written back under budget pressure before are not counted).
+        A full disk raises ``OSError`` (``ENOSPC``) and leaves the chunks dirty, in memory."""
         self._check_open()
         return 0 if self._paged is None else self._paged.flush()
 

@@ -1,10 +1,21 @@
 """HDF5 datasets through h5py.  Contiguous, uncompressed datasets are memory-mapped at the
-dataset's file offset, so reads are views of the map with no copy."""
+dataset's file offset, so reads are views of the map with no copy.
+
+Chunk-backed ndarrays (``_paged_hdf5.py``) read chunks straight from the file, where HDF5 says
+they are; what they need to know of a dataset is asked here (:meth:`HDF5Store.paging_layout`,
+:meth:`HDF5Store.chunk_places`), so that h5py is imported here only.  A write can move a chunk
+in the file (a compressed chunk that grows is stored elsewhere, and its old bytes are freed for
+reuse), so they register a watcher per dataset (:func:`watch_chunks`), and every write of this
+process through an :class:`HDF5Store` tells each one the new bytes before the write (fills
+copy them meanwhile) and, once the file is flushed, where the chunks now are."""
 
 from __future__ import annotations
 
+import ctypes
 import os
-from typing import Any
+import threading
+import weakref
+from typing import Any, NamedTuple
 
 import h5py
 import numpy as np
@@ -12,7 +23,7 @@ import numpy as np
 from oocarray._storage._base import Store, auto_chunks, check_dtype
 from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
-__all__ = ["HDF5Store"]
+__all__ = ["UNKNOWN", "HDF5Store", "PagingLayout", "watch_chunks", "watch_lock"]
 
 
 # Names of the common HDF5 filters, by their registered ids (a plugin's own name can be a
@@ -41,6 +52,90 @@ def _filter_chain(ds: h5py.Dataset) -> str:
         number = plist.get_filter(i)[0]
         names.append(_FILTER_NAMES.get(number, f"filter-{number}"))
     return "+".join(names) or "none"
+
+
+class PagingLayout(NamedTuple):
+    """What a chunk-backed ndarray needs to know of a dataset."""
+
+    kind: str  # "chunked", "contiguous", "compact", "virtual" or "external"
+    filters: list[tuple[int, str, tuple[int, ...]]]  # (id, name, parameters), in write order
+    exact_type: bool  # the stored type is the bytes of ``dtype`` (numbers, no padding bits)
+    partial_unfiltered: bool | None  # partial edge chunks stored unfiltered; None: unknown
+
+
+UNKNOWN = "unknown"  # a chunk's place after a write that failed: it may have moved
+# Watchers of chunk moves, per dataset (its identity): {key (weak): watcher}.  A watcher has
+# moving(key, blocks) -> token before a write and moved(key, token, places) after it.
+_watchers: dict[str, weakref.WeakKeyDictionary[Any, Any]] = {}
+_watch_lock = threading.RLock()  # writes, and the making of a table and its watcher
+
+
+def _fresh_watch_lock() -> None:
+    global _watch_lock
+    _watch_lock = threading.RLock()  # a forked child has one thread: no holder is left
+
+
+os.register_at_fork(after_in_child=_fresh_watch_lock)
+
+
+def watch_lock() -> threading.RLock:
+    """Held by every write, and while a chunk table is read and its watcher registered, so that
+    no write falls in between."""
+    return _watch_lock
+
+
+def watch_chunks(identity: str, key: Any, watcher: Any) -> None:
+    """Tell ``watcher`` of every write to the dataset ``identity`` for as long as ``key`` lives."""
+    _watchers.setdefault(identity, weakref.WeakKeyDictionary())[key] = watcher
+
+
+_libhdf5: list[Any] = []
+
+
+def _hdf5_library() -> Any:
+    """The libhdf5 h5py runs on (for H5Pget_chunk_opts, which h5py does not wrap), or None."""
+    if not _libhdf5:
+        lib = None
+        try:
+            with open("/proc/self/maps", encoding="utf-8") as maps:
+                names = {line.split()[-1] for line in maps if "libhdf5" in line}
+            for name in sorted(names):
+                base = os.path.basename(name)
+                if base.startswith("libhdf5") and not base.startswith("libhdf5_hl"):
+                    lib = ctypes.CDLL(name)
+                    lib.H5Pget_chunk_opts.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_uint)]
+                    lib.H5Pget_chunk_opts.restype = ctypes.c_int
+                    break
+        except (OSError, AttributeError):
+            lib = None
+        _libhdf5.append(lib)
+    return _libhdf5[0]
+
+
+def _partial_unfiltered(plist: Any) -> bool | None:
+    """Whether H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS is set: partial edge chunks are then stored
+    unfiltered, with nothing in their filter mask to say so.  None when it cannot be asked."""
+    lib = _hdf5_library()
+    if lib is None:
+        return None
+    opts = ctypes.c_uint(0)
+    if lib.H5Pget_chunk_opts(plist.id, ctypes.byref(opts)) < 0:
+        return None
+    return bool(opts.value & 0x0002)
+
+
+def _exact_type(ds: h5py.Dataset) -> bool:
+    dtype = np.dtype(ds.dtype)
+    if dtype.kind not in "biufc":
+        return False
+    stored = ds.id.get_type()
+    candidates = [h5py.h5t.py_create(dtype)]
+    if dtype.kind == "c" and hasattr(h5py.h5t, "COMPLEX_IEEE_F64LE"):  # HDF5 2's own complex
+        order = "BE" if dtype.byteorder == ">" else "LE"
+        native = getattr(h5py.h5t, f"COMPLEX_IEEE_F{dtype.itemsize * 4}{order}", None)
+        if native is not None:
+            candidates.append(native)
+    return any(stored.equal(c) for c in candidates)
 
 
 def _datasets(group: h5py.Group) -> list[str]:
@@ -160,6 +255,96 @@ class HDF5Store(Store):
                 f"be found: the file is damaged ({error})"
             ) from error
         return out
+
+    def write_blocks(self, blocks: Any) -> None:
+        """Write the blocks; with chunk-backed ndarrays of this dataset alive, tell them (see the
+        module's docstring), and flush the file so that they read what was written."""
+        with _watch_lock:
+            watched = list(_watchers.get(self.identity, {}).items())
+            if not watched:
+                super().write_blocks(blocks)
+                return
+            self.check_writable()
+            # The new bytes, contiguous and in the stored dtype: what the moves hand to fills.
+            blocks = [(b, np.array(data, dtype=self.dtype, order="C")) for b, data in blocks]
+            tokens: list[tuple[Any, Any, Any]] = []
+            flushed = False
+            try:
+                for key, watcher in watched:
+                    tokens.append((key, watcher, watcher.moving(key, blocks)))
+                super().write_blocks(blocks)
+                self.file.flush()
+                flushed = True
+            finally:
+                if not flushed:
+                    try:
+                        self.file.flush()
+                        flushed = True
+                    except Exception:  # the write's own error is raised
+                        pass
+                places = {block: self._place_after(block, flushed) for block, _ in blocks}
+                for key, watcher, token in tokens:
+                    watcher.moved(key, token, places)
+
+    # ---- for chunk-backed ndarrays ----
+
+    def paging_layout(self) -> PagingLayout:
+        plist = self.ds.id.get_create_plist()
+        filters = []
+        for i in range(plist.get_nfilters()):
+            number, _flags, values, name = plist.get_filter(i)
+            label = _FILTER_NAMES.get(number) or name.decode(errors="replace") or f"filter-{number}"
+            filters.append((int(number), label, tuple(int(v) for v in values)))
+        layout = plist.get_layout()
+        kind = {
+            h5py.h5d.CHUNKED: "chunked",
+            h5py.h5d.CONTIGUOUS: "contiguous",
+            h5py.h5d.COMPACT: "compact",
+            h5py.h5d.VIRTUAL: "virtual",
+        }.get(layout, f"layout-{layout}")
+        if kind == "contiguous" and plist.get_external_count() > 0:
+            kind = "external"
+        partial = _partial_unfiltered(plist) if kind == "chunked" and filters else False
+        return PagingLayout(kind, filters, _exact_type(self.ds), partial)
+
+    def chunk_places(self) -> list[tuple[int, int, int, int]]:
+        """(first row, filter mask, byte offset, stored bytes) of every chunk stored in the
+        file; a chunk not listed was never written (it holds the fill value)."""
+        out: list[tuple[int, int, int, int]] = []
+        dsid = self.ds.id
+        if hasattr(dsid, "chunk_iter"):  # one pass over the chunk index (HDF5 1.14)
+            dsid.chunk_iter(
+                lambda info: out.append(
+                    (info.chunk_offset[0], info.filter_mask, info.byte_offset, info.size)
+                )
+            )
+            return out
+        rows = self.chunks[0]
+        for first in range(0, self.shape[0] if self.shape else 1, rows):
+            place = self.chunk_place((first // rows, *(0,) * (len(self.shape) - 1)))
+            if place is not None:
+                out.append((first, *place))
+        return out
+
+    def chunk_place(self, chunk: tuple[int, ...]) -> tuple[int, int, int] | None:
+        """(filter mask, byte offset, stored bytes) of one chunk, None when not stored."""
+        coords = tuple(c * n for c, n in zip(chunk, self.chunks, strict=True))
+        info = self.ds.id.get_chunk_info_by_coord(coords)
+        if info.byte_offset is None:
+            return None
+        return int(info.filter_mask), int(info.byte_offset), int(info.size)
+
+    def _place_after(self, chunk: tuple[int, ...], flushed: bool) -> Any:
+        if not flushed:
+            return UNKNOWN  # a chunk left in HDF5's cache can move at any later write
+        try:
+            return self.chunk_place(chunk)
+        except Exception:  # damaged metadata: its fills fail, saying so
+            return UNKNOWN
+
+    def flush_file(self) -> None:
+        if not self.readonly:
+            self.file.flush()
 
     def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
         self.check_writable()

@@ -2,25 +2,37 @@
 
 The array's whole address range is reserved up front and registered with Linux userfaultfd
 (``native/pager.c``).  The first touch of a page, from any thread or from inside a system call,
-makes native threads decode the chunk(s) behind it straight from their files (zstd or raw,
-without the GIL) and install them; sequential faults read the next chunks ahead.  Resident
-chunks count against the active manager's budget, and the least recently filled clean ones are
-dropped when it is exceeded (refilled on the next touch).  In ``"r+"`` mode the first write to
-a chunk is tracked (a write-protect fault) and dirty chunks are written back natively
-(``native/writeback.c``: raw, or zstd at the store's level and checksum; each chunk whole,
-written beside its file and renamed, the last one padded with the fill value): by the pager's
-workers when they are the least recently filled under budget pressure, and then dropped, so
-writing all over an array larger than the budget stays within it; and by
-:meth:`ChunkedArray.flush`, ``close()``, the close of the manager it was made under, and when
-the last view of the array goes away.  A failed write-back (a full disk) keeps its chunk dirty
-and in memory; ``flush()`` raises while it still fails (a manager's close warns).
+makes native threads decode the chunk(s) behind it straight from their files (without the GIL)
+and install them; sequential faults read the next chunks ahead.  Resident chunks count against
+the active manager's budget, and the least recently filled clean ones are dropped when it is
+exceeded (refilled on the next touch).  In ``"r+"`` mode the first write to a chunk is tracked
+(a write-protect fault) and dirty chunks are written back, each chunk whole, by
+:meth:`ChunkedArray.flush`, ``close()``, the close of the manager the array was made under, and
+when the last view of the array goes away; a unit being written back stays in memory until its
+chunks are stored.  How, per array (``Pages.native_writeback``):
+
+- zarr: natively (``native/writeback.c``: raw, or zstd at the store's level and checksum;
+  written beside the chunk's file and renamed, the last one padded with the fill value), and
+  also by the pager's workers when a dirty chunk is the least recently filled under budget
+  pressure, then dropped, so writing all over an array larger than the budget stays within it.
+- HDF5: through the store (h5py: HDF5 decides where a rewritten chunk goes, and the pager
+  follows it, ``_paged_hdf5.py``), from Python, one unit at a time per array.  Never under
+  budget pressure: dirty chunks stay in memory until written back, so an HDF5 ``"r+"`` view
+  written all over grows past its budget until ``flush()`` (a limit of this design).
+
+A failed write-back (a full disk) keeps its chunk dirty and in memory; ``flush()`` raises while
+it still fails (a manager's close warns).
 
 What is paged: zarr arrays (v2 or v3, sharded or not, read-only for shards) whose chunks span
 every axis but the first, so that a chunk is one contiguous run of bytes, stored raw or with
-zstd.  Other chunkings would make every page depend on several chunks and cost a decode of a
-whole band of chunks per fault; other codecs decode only in Python, which the fault path
+zstd; and chunked HDF5 datasets with such chunks, stored raw or with HDF5's gzip, shuffle and
+fletcher32 filters, read and written (``_paged_hdf5.py``, which also says how HDF5 chunks that
+move in their file are followed, and what other HDF5 layouts give).  Other chunkings would
+make every page depend on several chunks and cost a decode of a whole band of chunks per
+fault; other codecs and filters decode only in Python (or in plugins), which the fault path
 cannot call (the faulting thread may hold the GIL).  Both are refused with the rewrite that
-makes them pageable.
+makes them pageable.  Each format's checks and chunk table are a :class:`Plan`
+(``_paged_plan.py``); the rest is common.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import functools
 import math
 import mmap
 import os
+import threading
 import warnings
 import weakref
 from typing import Any
@@ -39,6 +52,7 @@ from oocarray import _native
 from oocarray._memory import active_manager, system
 from oocarray._storage import _pool
 from oocarray._storage._base import Store
+from oocarray._storage._paged_plan import ChunkTable, NativeWriter, Plan, check_row_chunks, rewrite
 from oocarray.errors import PagingUnavailableError
 
 __all__ = ["DISABLE_ENV", "PagedArrays", "paging_available"]
@@ -46,6 +60,9 @@ __all__ = ["DISABLE_ENV", "PagedArrays", "paging_available"]
 DISABLE_ENV = "OOCARRAY_USERFAULTFD"  # "0": never page (the kill switch)
 _MIN_UNIT_BYTES = 64 << 10  # a fault fills at least this much: small chunks come in groups
 _checked: dict[int, tuple[int, bool]] = {}
+# unit bytes, chunk bytes, data bytes, stored dtype, shape: what a write-back through the store
+# needs
+Geometry = tuple[int, int, int, np.dtype[Any], tuple[int, ...]]
 
 
 def paging_available() -> tuple[bool, str]:
@@ -84,43 +101,17 @@ class PagedArrays:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._pages: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()  # r+?
+        # each array's writer: None for "r"
+        self._pages: weakref.WeakKeyDictionary[Any, _Writer | None] = weakref.WeakKeyDictionary()
 
     def make(self, mode: str) -> np.ndarray:
         """A new chunk-backed ndarray of the whole array (see :meth:`ChunkedArray.as_ndarray`)."""
-        from oocarray._storage._zarr import ZarrStore, _new_file_mode
-
         store = self._store
-        if not isinstance(store, ZarrStore) or store._layout is None:
-            raise NotImplementedError(
-                f"as_ndarray() pages zarr arrays in a local directory; the {store.format} array "
-                f"at {store.path!r} is not one: copy it to zarr first, e.g. "
-                f"x.to_zarr('copy.zarr', codec='zstd', chunks=({_suggest_rows(store)}, "
-                f"{', '.join(map(str, store.shape[1:]))}))"
-            )
-        layout = store._layout
-        shape, chunks = store.shape, store.chunks
-        if shape and tuple(chunks[1:]) != tuple(shape[1:]):
-            raise NotImplementedError(
-                f"as_ndarray() needs chunks that span every axis but the first (each chunk one "
-                f"run of bytes); the array at {store.path!r} has chunks {chunks} for shape "
-                f"{shape}, where a page would need a whole band of chunks decoded.  Rewrite it "
-                f"with row chunks: x.to_zarr('rows.zarr', chunks=({_suggest_rows(store)}, "
-                f"{', '.join(map(str, shape[1:]))}))"
-            )
-        if layout.native_codec is None:
-            raise NotImplementedError(
-                f"as_ndarray() decodes chunks in native threads, which read raw and zstd "
-                f"chunks; the array at {store.path!r} is stored with {store.codec}.  Rewrite "
-                f"it with zstd: x.to_zarr('copy.zarr', codec='zstd')"
-            )
-        if mode == "r+" and layout.shard is not None:
-            raise NotImplementedError(
-                f"as_ndarray('r+') writes chunks back one file at a time; the array at "
-                f"{store.path!r} is sharded: open it with mode='r', or rewrite it unsharded"
-            )
+        plan = _plan(store, mode)
+        if isinstance(plan, np.ndarray):
+            return plan  # small HDF5 datasets, read whole
         _require_available()
-        dtype = layout.stored_dtype
+        shape, chunks, dtype = store.shape, store.chunks, plan.dtype
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes == 0:
             out = np.empty(shape, dtype=dtype)
@@ -137,7 +128,6 @@ class PagedArrays:
             )
         unit = _unit_bytes(chunk_bytes, page)
         nchunks = -(-shape[0] // chunks[0]) if shape else 1
-        paths, table = _chunk_table(store, nchunks)
         manager = active_manager() or system()
         node = manager._node
         readahead = 4
@@ -145,44 +135,91 @@ class PagedArrays:
         if budget >= 0:
             readahead = max(0, min(readahead, budget // (4 * unit)))
         fill = np.array(store.fill_value, dtype=dtype).tobytes()
-        codec = layout.codec  # numcodecs.Zstd or None: what native_codec says
-        pages: Any = _native.Pages(
-            paths=paths,
-            table=table,
-            codec=layout.native_codec,
-            chunk_nbytes=chunk_bytes,
-            data_nbytes=nbytes,
-            unit_nbytes=unit,
-            fill=fill,
-            writable=mode == "r+",
-            node=node,
-            readahead=readahead,
-            zstd_level=int(getattr(codec, "level", 0)),
-            zstd_checksum=bool(getattr(codec, "checksum", False)),
-            file_mode=_new_file_mode(),
-        )
+        writer_options = plan.native_writer._asdict() if plan.native_writer and mode == "r+" else {}
+        with plan.guard():  # no write moves a chunk between the table and the watch
+            chunk_table = plan.table(nchunks)
+            try:
+                pages: Any = _native.Pages(
+                    paths=chunk_table.paths,
+                    table=chunk_table.table,
+                    codec=plan.codec,
+                    chunk_nbytes=chunk_bytes,
+                    data_nbytes=nbytes,
+                    unit_nbytes=unit,
+                    fill=fill,
+                    writable=mode == "r+",
+                    node=node,
+                    readahead=readahead,
+                    fd=chunk_table.fd,
+                    **writer_options,
+                )
+            finally:
+                if chunk_table.fd >= 0:
+                    os.close(chunk_table.fd)
+            if plan.watch is not None:
+                plan.watch(pages)
+        writer: _Writer | None = None
         if mode == "r+":
-            pages.on_release = _write_back_on_release
+            writer = _Writer(store, (unit, chunk_bytes, nbytes, dtype, shape))
+            pages.on_release = writer  # called with pages: no reference cycle
             if manager is not system():
-                manager._add_close_hook(functools.partial(_write_back_at_close, weakref.ref(pages)))
-        self._pages[pages] = mode == "r+"
+                pages_ref, writer_ref = weakref.ref(pages), weakref.ref(writer)
+                manager._add_close_hook(
+                    functools.partial(_write_back_at_close, pages_ref, writer_ref)
+                )
+        self._pages[pages] = writer
         return np.frombuffer(pages, dtype=dtype, count=math.prod(shape)).reshape(shape)
 
     def flush(self) -> int:
         """Write back every dirty chunk of every ``"r+"`` ndarray made here; chunks written."""
         written = 0
-        for pages, writable in list(self._pages.items()):
-            if writable:
-                written += _write_back(pages, _pool.workers())
+        for pages, writer in list(self._pages.items()):
+            if writer is not None:
+                written += writer(pages, _pool.workers())
         return written
 
     def stats(self) -> list[dict[str, int]]:
         return [pages.stats() for pages in list(self._pages)]
 
 
-def _suggest_rows(store: Store) -> int:
-    row_bytes = math.prod(store.shape[1:]) * store.dtype.itemsize if store.shape else 1
-    return max(1, (1 << 20) // max(row_bytes, 1))
+def _plan(store: Store, mode: str) -> Plan | np.ndarray:
+    """What each format decides: refusals first, before anything is read."""
+    from oocarray._storage._zarr import ZarrStore, _new_file_mode
+
+    if store.format == "hdf5":  # h5py is optional: imported only for HDF5 stores
+        from oocarray._storage._paged_hdf5 import plan_hdf5
+
+        return plan_hdf5(store, mode)  # type: ignore[arg-type]
+    if not isinstance(store, ZarrStore) or store._layout is None:
+        raise NotImplementedError(
+            f"as_ndarray() pages zarr arrays in a local directory and HDF5 datasets; the "
+            f"{store.format} array at {store.path!r} is not one: copy it to zarr first, e.g. "
+            f"{rewrite(store)}"
+        )
+    layout = store._layout
+    check_row_chunks(store, f"the array at {store.path!r}")
+    if layout.native_codec is None:
+        raise NotImplementedError(
+            f"as_ndarray() decodes chunks in native threads, which read raw and zstd "
+            f"chunks; the array at {store.path!r} is stored with {store.codec}.  Rewrite "
+            f"it with zstd: x.to_zarr('copy.zarr', codec='zstd')"
+        )
+    if mode == "r+" and layout.shard is not None:
+        raise NotImplementedError(
+            f"as_ndarray('r+') writes chunks back one file at a time; the array at "
+            f"{store.path!r} is sharded: open it with mode='r', or rewrite it unsharded"
+        )
+    codec = layout.codec  # numcodecs.Zstd or None: what native_codec says
+    return Plan(
+        dtype=layout.stored_dtype,
+        codec=layout.native_codec,
+        table=lambda nchunks: ChunkTable(*_chunk_table(store, nchunks)),
+        native_writer=NativeWriter(
+            zstd_level=int(getattr(codec, "level", 0)),
+            zstd_checksum=bool(getattr(codec, "checksum", False)),
+            file_mode=_new_file_mode(),
+        ),
+    )
 
 
 def _unit_bytes(chunk_bytes: int, page: int) -> int:
@@ -231,6 +268,24 @@ def _chunk_table(store: Any, nchunks: int) -> tuple[list[str], np.ndarray]:
     return paths, table
 
 
+class _Writer:
+    """Writes one ``"r+"`` array's dirty units back; called with its ``Pages`` (and the threads
+    to use), also as its ``on_release``.  Natively where the pager writes the chunk files itself
+    (zarr), else through the store (HDF5), one write-back of the array at a time."""
+
+    def __init__(self, store: Store, geometry: Geometry) -> None:
+        self._store = store
+        self._geometry = geometry
+        self._lock = threading.Lock()
+
+    def __call__(self, pages: Any, runners: int = 1) -> int:
+        # on_release passes no runners: this thread only (the pool may be gone at shutdown)
+        if pages.native_writeback:
+            return _write_back(pages, runners)
+        with self._lock:
+            return _write_back_through_store(pages, self._store, self._geometry)
+
+
 def _write_back(pages: Any, runners: int) -> int:
     """Write every dirty unit's chunks back natively (``native/writeback.c``), each chunk whole,
     on up to ``runners`` threads; the chunks written.  A unit is made clean and write-protected
@@ -247,24 +302,51 @@ def _write_back(pages: Any, runners: int) -> int:
     return sum(counts)
 
 
-def _write_back_at_close(ref: weakref.ref[Any]) -> None:
+def _write_back_through_store(pages: Any, store: Any, geometry: Geometry) -> int:
+    """Write every dirty unit's chunks through the store, each whole (HDF5: h5py places them,
+    and the array follows the moves); the chunks written.  The unit is made clean and
+    write-protected first, so a write while it is copied out makes it dirty again, and it stays
+    in memory until its chunks are stored (dropped and refilled before, it would show the old
+    ones).  A failure leaves the unit dirty."""
+    unit, chunk_bytes, nbytes, dtype, shape = geometry
+    rest = (0,) * (len(shape) - 1)
+    data = np.frombuffer(pages, dtype=np.uint8)
+    written = 0
+    for u in pages.dirty_units():
+        if not pages.begin_writeback(u):
+            continue
+        try:
+            blocks = []
+            first = u * unit // chunk_bytes
+            for c in range(first, first + unit // chunk_bytes):
+                lo = c * chunk_bytes
+                if lo >= nbytes:
+                    break
+                hi = min(lo + chunk_bytes, nbytes)
+                block = data[lo:hi].view(dtype).copy()
+                blocks.append(((c, *rest), block.reshape(-1, *shape[1:]) if shape else block[0]))
+            store.write_blocks(blocks)
+        except BaseException:
+            pages.abort_writeback(u)
+            raise
+        pages.end_writeback(u)  # stored: the unit may be dropped again
+        written += len(blocks)
+    return written
+
+
+def _write_back_at_close(pages_ref: weakref.ref[Any], writer_ref: weakref.ref[_Writer]) -> None:
     """The manager the array was made under closes: its dirty chunks go to the store now.  A
     failure leaves them dirty in memory (written by a later flush()) and is a warning: the
     manager still closes."""
-    pages = ref()
-    if pages is None:
+    pages, writer = pages_ref(), writer_ref()  # the writer lives as long as the pages
+    if pages is None or writer is None:
         return
     try:
-        _write_back(pages, 1)  # under the manager tree's lock: no other thread is needed
-    except OSError as error:
+        writer(pages, 1)  # under the manager tree's lock: no other thread is needed
+    except Exception as error:  # OSError (a full disk), or the store's own (a closed file)
         warnings.warn(
             f"a chunk-backed array's dirty chunks could not be written back when its manager "
             f"closed ({error}); they stay in memory: call flush() on the ChunkedArray again",
             ResourceWarning,
             stacklevel=2,
         )
-
-
-def _write_back_on_release(pages: Any) -> None:
-    # On this thread only: the pool may be gone when the interpreter shuts down.
-    _write_back(pages, 1)

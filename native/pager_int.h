@@ -1,0 +1,93 @@
+/*
+ * The pager's insides, shared by pager.c (faults, fills, budget, arrays, compressed spill) and
+ * pager_wb.c (write-back: the native writer's glue, the store's begin/end/abort protocol, and
+ * chunk moves).  Not for any other file: they go through oc_core.h's oc_pager_* functions.
+ */
+#ifndef OC_PAGER_INT_H
+#define OC_PAGER_INT_H
+
+#include "oc_core.h"
+
+#include <sys/types.h>
+
+enum { U_EMPTY, U_FILLING, U_CLEAN, U_DIRTY, U_EVICTING, U_FAILED };
+#define F_WRITE 1 /* a write-protect fault came while the unit was being filled */
+#define F_WB 2    /* being written back: clean, but not to be dropped until its chunks are stored */
+
+/* A chunk its store is rewriting (HDF5 may move it in the file): fills copy its new bytes. */
+typedef struct pg_move pg_move;
+struct pg_move {
+    pg_move *next;
+    uint64_t id;
+    size_t chunk;
+    size_t n;
+    int refs; /* the store's, and each fill copying from it; under `pg_lock` */
+    char data[];
+};
+
+struct pg_array { /* typedef'd in oc_core.h */
+    char *base;
+    size_t map_bytes;  /* page multiple */
+    size_t data_bytes; /* the array's bytes */
+    size_t unit_bytes;
+    size_t nunits;
+    size_t chunk_bytes;
+    size_t nchunks;
+    int codec;
+    int writable;
+    int spill;     /* compressed spill of a manager's region (zspill.c): the range is borrowed */
+    int fd;        /* the file holding every chunk (spill, HDF5), else -1: paths opened per fill */
+    int pinned;    /* spill: no unit is evicted (a write-back or a bring-back is running) */
+    int readahead; /* units read ahead after a sequential fault */
+    char **paths;
+    int npaths;
+    int64_t *table; /* per chunk: path index (-1 absent), offset, stored bytes (-1: the file);
+                       under `pg_lock` (moves and spill write-backs change it) */
+    pg_move *moves;    /* chunks being rewritten by their store, newest first */
+    uint64_t move_gen; /* changes when a move begins or ends: a fill that overlapped one retries */
+    char *fill;     /* one element's fill bytes */
+    size_t fill_n;
+    int fill_zero;
+    uint8_t *state; /* per unit, under `pg_lock` */
+    uint8_t *flags;
+    size_t *ring; /* resident units in fill order (one entry each), for eviction */
+    size_t ring_head, ring_len;
+    uint64_t *stamp;
+    oc_node *node; /* holds a reference; resident units are counted on it */
+    pid_t pid;     /* the process that may write dirty units back */
+    long long last_fault;
+    int inflight; /* queued or running jobs, evictions */
+    int dead;
+    pg_array *next;
+    atomic_llong file_end, stored_bytes; /* spill: bytes written to fd, and those in use */
+    atomic_llong fills, zero_fills, readaheads, evictions, failures, faults, decoded_bytes,
+        resident_bytes, charged_bytes;
+    char error[320];
+    /* r+ over zarr chunk files (writeback.c): dirty units are written back natively.  0 for
+     * an r+ array over HDF5 (fd >= 0): its store writes it (begin/end/abort_writeback) */
+    int wb_native;
+    oc_wb_store wb;
+    long long wb_retry_ns; /* after a failed write-back under pressure, none before this */
+    atomic_llong writebacks, wb_failures;
+    char wb_error[400]; /* the last failed write-back under pressure, under `pg_lock` */
+};
+
+/* pager.c */
+extern pthread_mutex_t pg_lock;     /* arrays, unit states and flags, tables, moves, the queue */
+extern pthread_cond_t pg_idle_cond; /* broadcast when a job, an eviction or a write-back ends */
+int pg_uffd_protect(char *p, size_t n, int on); /* write-protect (on) or not; 0 or errno */
+
+/* The bytes of unit u (the last unit may be short). */
+static inline size_t unit_len(pg_array *a, size_t u)
+{
+    size_t start = u * a->unit_bytes;
+    return a->map_bytes - start < a->unit_bytes ? a->map_bytes - start : a->unit_bytes;
+}
+
+/* pager_wb.c */
+void pg_move_release(pg_move *m);
+int pg_write_back_unit(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n);
+void pg_note_write_back(pg_array *a, int err, const char *msg);
+long long pg_now_ns(void);
+
+#endif
