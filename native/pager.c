@@ -356,7 +356,7 @@ static int evicts_dirty(pg_array *a, pid_t me, long long now)
  * bytes are released or none is left; the bytes released.  Under budget pressure (not `only`)
  * a dirty unit of an r+ zarr array first in that order is written back, then dropped.  Units
  * being written back (F_WB) are never dropped, nor dirty ones of arrays with no native writer
- * (HDF5: they stay until flush()); an array with nothing else resident is passed over. */
+ * (HDF5: they stay until flush()); an array with nothing it may drop is passed over. */
 static size_t evict_lru(oc_node *node, size_t want, pg_array *only)
 {
     size_t freed = 0;

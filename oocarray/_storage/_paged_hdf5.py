@@ -15,6 +15,12 @@ process (``_hdf5.watch_chunks``): while a chunk is being rewritten its fills cop
 and its table entry is updated once the file is flushed.  Writes by other processes, or through
 h5py directly, are not seen: chunks they move read as whatever is at the old place.
 
+An ``"r+"`` array's dirty chunks are written back through the store too (``_paged.py``: h5py
+places them, and the moves above follow), from Python, by ``flush()``, ``close()``, the close of
+the manager it was made under and its last view: the pager has no native writer for HDF5, so
+under budget pressure dirty chunks are never written back or dropped.  That is a limit: an
+HDF5 ``"r+"`` view written all over grows past its manager's budget until ``flush()``.
+
 Other layouts: contiguous datasets are memory-mapped by the store (``HDF5Store.memmap``; the
 view is ``as_ndarray``'s answer, not this module's); a contiguous dataset never written holds
 only its fill value and a compact one at most 64 KiB: both are read into a read-only array
