@@ -208,6 +208,9 @@ static int uffd_protect(char *data, size_t bytes, int on)
         if (errno != EAGAIN) {
             return errno;
         }
+        /* an event (a mremap) waits for the handler thread to read it: let it run */
+        struct timespec pause = {0, 100000};
+        nanosleep(&pause, NULL);
     }
 }
 

@@ -181,16 +181,31 @@ static void uffd_wake(char *p, size_t n)
     ioctl(uffd, UFFDIO_WAKE, &r);
 }
 
-int pg_uffd_protect(char *p, size_t n, int on)
+/* While a non-cooperative event (the mremap of compressed spill) waits to be read, the
+ * kernel refuses UFFDIO_COPY, ZEROPAGE and WRITEPROTECT with EAGAIN; only the reader reading
+ * the event ends that.  So the reader never waits for such an ioctl (see reader_main), and
+ * the other threads pause before they try again. */
+void pg_eagain_pause(void)
+{
+    struct timespec pause = {0, 100000};
+    nanosleep(&pause, NULL);
+}
+
+static int protect_once(char *p, size_t n, int on)
 {
     struct uffdio_writeprotect w = {.range = {.start = (uintptr_t)p, .len = n},
                                     .mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0};
-    while (ioctl(uffd, UFFDIO_WRITEPROTECT, &w) != 0) {
-        if (errno != EAGAIN) {
-            return errno;
-        }
+    return ioctl(uffd, UFFDIO_WRITEPROTECT, &w) == 0 ? 0 : errno;
+}
+
+/* Not for the reader thread (see pg_eagain_pause). */
+int pg_uffd_protect(char *p, size_t n, int on)
+{
+    int err;
+    while ((err = protect_once(p, n, on)) == EAGAIN) {
+        pg_eagain_pause();
     }
-    return 0;
+    return err;
 }
 
 /* ---- the queue (lock held) ---- */
@@ -235,16 +250,39 @@ typedef struct {
     int unprotect;
 } pg_wake;
 
+/* Carried-over unprotects (refused with EAGAIN), tried again now that the event is read;
+ * pg_lock held.  Only a unit still dirty is made writable: a write-back may have begun since
+ * and write-protected it, and its writer, only woken, faults again. */
+static void unprotect_pending(pg_wake *pending, int *n)
+{
+    int kept = 0;
+    for (int i = 0; i < *n; i++) {
+        pg_array *a = find((uintptr_t)pending[i].p);
+        size_t u = a == NULL ? 0 : (size_t)(pending[i].p - a->base) / a->unit_bytes;
+        if (a == NULL || a->dead || a->state[u] != U_DIRTY) {
+            uffd_wake(pending[i].p, pending[i].n);
+        }
+        else if (protect_once(pending[i].p, pending[i].n, 0) == EAGAIN) {
+            pending[kept++] = pending[i];
+        }
+    }
+    *n = kept;
+}
+
 static void *reader_main(void *arg)
 {
     (void)arg;
     int fd = uffd, stop_fd = wake_fd;
     struct uffd_msg msgs[128];
     pg_wake wakes[128];
+    /* unprotects refused with EAGAIN: each fault message adds at most one, and a writer whose
+     * unprotect is pending faults no more, so they stay fewer than the pages written at once */
+    pg_wake *pending = NULL;
+    int npending = 0, pending_cap = 0;
     size_t page = oc_page_bytes();
     for (;;) {
         struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = stop_fd, .events = POLLIN}};
-        if (poll(p, 2, -1) < 0) {
+        if (poll(p, 2, npending ? 1 : -1) < 0) {
             if (errno == EINTR) {
                 continue;
             }
@@ -253,15 +291,16 @@ static void *reader_main(void *arg)
         if (p[1].revents) {
             break;
         }
-        ssize_t got = read(fd, msgs, sizeof msgs);
+        ssize_t got = p[0].revents ? read(fd, msgs, sizeof msgs) : 0;
         if (got < 0) {
-            if (errno == EAGAIN || errno == EINTR) {
-                continue;
+            if (errno != EAGAIN && errno != EINTR) {
+                break;
             }
-            break;
+            got = 0;
         }
         int n = (int)(got / (ssize_t)sizeof(struct uffd_msg)), nw = 0, queued = 0;
         pthread_mutex_lock(&pg_lock);
+        unprotect_pending(pending, &npending); /* after the read: the event is gone */
         for (int i = 0; i < n; i++) {
             if (msgs[i].event != UFFD_EVENT_PAGEFAULT) {
                 continue;
@@ -317,19 +356,32 @@ static void *reader_main(void *arg)
             }
             /* U_FILLING: the fill wakes it; U_EVICTING: the eviction wakes it to fault again */
         }
+        /* Unprotected under the lock that marked the units dirty: a write-back that then
+         * write-protects one (make_clean) comes after, never before, this unprotect. */
+        for (int i = 0; i < nw; i++) {
+            if (!wakes[i].unprotect) {
+                uffd_wake(wakes[i].p, wakes[i].n);
+            }
+            else if (protect_once(wakes[i].p, wakes[i].n, 0) == EAGAIN) { /* also wakes them */
+                if (npending == pending_cap) {
+                    int cap = pending_cap ? 2 * pending_cap : 64;
+                    pg_wake *more = realloc(pending, (size_t)cap * sizeof *more);
+                    if (more == NULL) {
+                        uffd_wake(wakes[i].p, wakes[i].n); /* out of memory: it faults again */
+                        continue;
+                    }
+                    pending = more;
+                    pending_cap = cap;
+                }
+                pending[npending++] = wakes[i];
+            }
+        }
         pthread_mutex_unlock(&pg_lock);
         if (queued) {
             pthread_cond_broadcast(&work_cond);
         }
-        for (int i = 0; i < nw; i++) {
-            if (wakes[i].unprotect) {
-                pg_uffd_protect(wakes[i].p, wakes[i].n, 0); /* also wakes the writers */
-            }
-            else {
-                uffd_wake(wakes[i].p, wakes[i].n);
-            }
-        }
     }
+    free(pending);
     atomic_fetch_sub(&oc_pager_threads, 1);
     return NULL;
 }
@@ -617,8 +669,7 @@ static int install(char *dst, const char *src, size_t len, int wp)
             continue;
         }
         if (errno == EAGAIN || errno == ENOMEM) {
-            struct timespec pause = {0, 100000};
-            nanosleep(&pause, NULL);
+            pg_eagain_pause();
             continue;
         }
         if (errno == EEXIST) {
@@ -636,8 +687,11 @@ static void poison(pg_array *a, char *dst, size_t len)
     if (features & PG_FEATURE_POISON) {
         for (size_t off = 0; off < len; off += page) {
             struct pg_uffdio_poison p = {.range = {.start = (uintptr_t)(dst + off), .len = page}};
-            if (ioctl(uffd, PG_UFFDIO_POISON, &p) != 0 && errno != EEXIST) {
-                goto fallback;
+            while (ioctl(uffd, PG_UFFDIO_POISON, &p) != 0 && errno != EEXIST) {
+                if (errno != EAGAIN) {
+                    goto fallback;
+                }
+                pg_eagain_pause();
             }
         }
         return;
@@ -681,6 +735,7 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
                 struct uffdio_zeropage z = {.range = {.start = (uintptr_t)dst, .len = len}};
                 while (ioctl(uffd, UFFDIO_ZEROPAGE, &z) != 0 && errno == EAGAIN) {
                     z.zeropage = 0;
+                    pg_eagain_pause();
                 }
                 atomic_fetch_add(&a->zero_fills, 1);
             }
@@ -710,6 +765,10 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
         ring_push(a, u);
     }
     a->flags[u] = 0;
+    if (unprotect) {
+        /* under the lock, as the reader does: a write-back cannot protect it in between */
+        pg_uffd_protect(dst, len, 0);
+    }
     pthread_mutex_unlock(&pg_lock);
     if (rc != 0) {
         atomic_fetch_add(&a->failures, 1);
@@ -721,9 +780,6 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     }
     else {
         atomic_fetch_add(&a->fills, 1);
-        if (unprotect) {
-            pg_uffd_protect(dst, len, 0);
-        }
     }
 }
 

@@ -75,7 +75,9 @@ struct pg_array { /* typedef'd in oc_core.h */
 /* pager.c */
 extern pthread_mutex_t pg_lock;     /* arrays, unit states and flags, tables, moves, the queue */
 extern pthread_cond_t pg_idle_cond; /* broadcast when a job, an eviction or a write-back ends */
-int pg_uffd_protect(char *p, size_t n, int on); /* write-protect (on) or not; 0 or errno */
+int pg_uffd_protect(char *p, size_t n, int on); /* write-protect (on) or not; 0 or errno; not
+                                                  * for the reader thread */
+void pg_eagain_pause(void); /* before an ioctl refused with EAGAIN is tried again */
 
 /* The bytes of unit u (the last unit may be short). */
 static inline size_t unit_len(pg_array *a, size_t u)
