@@ -11,6 +11,7 @@ import errno
 import os
 import random
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,6 +22,8 @@ import numpy as np
 import pytest
 import zarr
 import zarr.codecs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import oocarray as oc
 from oocarray._storage._paged import paging_available
@@ -340,3 +343,60 @@ def test_a_failed_write_back_at_manager_close_warns_and_keeps_the_data(
     assert x.flush() == 16
     del view
     assert np.array_equal(zarr.open_array(str(path), mode="r")[...], -model)
+
+
+# one write: (start row, rows, column step, value); applied through a view of the r+ array
+writes = st.lists(
+    st.tuples(st.integers(0, 2999), st.integers(1, 300), st.integers(1, 3), st.integers(-99, 99)),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    first=writes,
+    second=writes,
+    zarr_format=st.sampled_from([2, 3]),
+    codec=st.sampled_from(["zstd", "none"]),
+    budget_units=st.integers(1, 12),
+)
+def test_writes_through_views_and_threads_equal_the_array_in_ram(
+    first: list[tuple[int, int, int, int]],
+    second: list[tuple[int, int, int, int]],
+    zarr_format: int,
+    codec: str,
+    budget_units: int,
+) -> None:
+    """Two threads write through views of one r+ array (the budget from one fill unit up:
+    evictions and write-backs under pressure among the writes); what the array, its views,
+    and zarr-python read afterwards equals the same writes made to an array in RAM."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "h.zarr"
+        model = _create(path, 3000, 128, zarr_format=zarr_format, codec=codec, dtype="int64")
+        x = oc.open(path, mode="r+")
+        lock = threading.Lock()  # the model is written in the order the writes land
+        with oc.Manager(max_bytes=budget_units * UNIT):
+            view = x.as_ndarray("r+")
+            columns = view[:, ::2]  # a view of a view: writes go to the same pages
+
+            def write(batch: list[tuple[int, int, int, int]], target: np.ndarray, step0: int) -> None:
+                for start, n, step, value in batch:
+                    with lock:
+                        target[start : start + n : step] = value
+                        model[:, ::step0][start : start + n : step] = value
+
+            threads = [
+                threading.Thread(target=write, args=(first, view, 1)),
+                threading.Thread(target=write, args=(second, columns, 2)),
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert np.array_equal(view, model)
+            assert np.array_equal(columns, model[:, ::2])
+            x.flush()
+            del view, columns
+        assert np.array_equal(zarr.open_array(str(path), mode="r")[...], model)
+        assert np.array_equal(oc.open(path)[...], model)
