@@ -345,7 +345,8 @@ def test_a_failed_write_back_at_manager_close_warns_and_keeps_the_data(
     assert np.array_equal(zarr.open_array(str(path), mode="r")[...], -model)
 
 
-# one write: (start row, rows, column step, value); applied through a view of the r+ array
+# one write: (start row, rows, row step, value); applied through a view of the r+ array
+Write = tuple[int, int, int, int]
 writes = st.lists(
     st.tuples(st.integers(0, 2999), st.integers(1, 300), st.integers(1, 3), st.integers(-99, 99)),
     min_size=1,
@@ -362,8 +363,8 @@ writes = st.lists(
     budget_units=st.integers(1, 12),
 )
 def test_writes_through_views_and_threads_equal_the_array_in_ram(
-    first: list[tuple[int, int, int, int]],
-    second: list[tuple[int, int, int, int]],
+    first: list[Write],
+    second: list[Write],
     zarr_format: int,
     codec: str,
     budget_units: int,
@@ -380,7 +381,7 @@ def test_writes_through_views_and_threads_equal_the_array_in_ram(
             view = x.as_ndarray("r+")
             columns = view[:, ::2]  # a view of a view: writes go to the same pages
 
-            def write(batch: list[tuple[int, int, int, int]], target: np.ndarray, step0: int) -> None:
+            def write(batch: list[Write], target: np.ndarray, step0: int) -> None:
                 for start, n, step, value in batch:
                     with lock:
                         target[start : start + n : step] = value
