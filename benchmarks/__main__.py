@@ -23,6 +23,7 @@ from benchmarks import (
     w7_sharded,
     w8_feed,
     w9_large,
+    w11_hard,
     w11_paged,
     w12_compressed_spill,
 )
@@ -67,6 +68,10 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
 # Run by hand only (``--large``): they need tens of GiB of disk and most of an hour.
 LARGE: dict[str, tuple[str, Callable[[bool], Result]]] = {
     "W9": ("W5 and W6 on a 32 GiB array in Manager(max_bytes=2G) vs dask", w9_large.run),
+    "W11H": (
+        "NumPy/SciPy/PCA on as_ndarray() of an 8 GiB zstd store in a 1 GiB cgroup",
+        w11_hard.run,
+    ),
 }
 
 
