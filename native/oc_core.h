@@ -357,6 +357,7 @@ void oc_pager_disown(pg_array *a, int keep_pages);
 int oc_pager_fill_all(pg_array *a);
 long long oc_pager_spill_again(pg_array *a, int *err);
 long long oc_pager_stored_bytes(pg_array *a);
+size_t oc_pager_discard(pg_array *a, int fresh_file); /* dead contents dropped */
 int oc_pager_is_own(pg_array *a);
 void oc_pager_set_node(pg_array *a, oc_node *node);
 int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, size_t nchunks,

@@ -199,16 +199,21 @@ static void uffd_wake(char *p, size_t n)
     ioctl(uffd, UFFDIO_WAKE, &r);
 }
 
-static int uffd_protect(char *p, size_t n, int on)
+/* One try: EAGAIN while an mremap of a registered range waits for the reader to read its
+ * event (oc_pager_adopt), so the reader itself must not wait for it (see reader_main). */
+static int uffd_protect_once(char *p, size_t n, int on)
 {
     struct uffdio_writeprotect w = {.range = {.start = (uintptr_t)p, .len = n},
                                     .mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0};
-    while (ioctl(uffd, UFFDIO_WRITEPROTECT, &w) != 0) {
-        if (errno != EAGAIN) {
-            return errno;
-        }
+    return ioctl(uffd, UFFDIO_WRITEPROTECT, &w) == 0 ? 0 : errno;
+}
+
+static int uffd_protect(char *p, size_t n, int on)
+{
+    int err;
+    while ((err = uffd_protect_once(p, n, on)) == EAGAIN) {
     }
-    return 0;
+    return err;
 }
 
 /* ---- the queue (lock held) ---- */
@@ -264,11 +269,15 @@ static void *reader_main(void *arg)
     (void)arg;
     int fd = uffd, stop_fd = wake_fd;
     struct uffd_msg msgs[128];
-    pg_wake wakes[128];
+    /* Unprotects refused with EAGAIN (an mremap's event is pending) stay here and are tried
+     * again after the next read, which takes that event: waiting for them here would wait for
+     * itself. */
+    pg_wake wakes[256];
+    int nw = 0;
     size_t page = oc_page_bytes();
     for (;;) {
         struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = stop_fd, .events = POLLIN}};
-        if (poll(p, 2, -1) < 0) {
+        if (poll(p, 2, nw > 0 ? 1 : -1) < 0) {
             if (errno == EINTR) {
                 continue;
             }
@@ -277,15 +286,23 @@ static void *reader_main(void *arg)
         if (p[1].revents) {
             break;
         }
-        ssize_t got = read(fd, msgs, sizeof msgs);
+        size_t room = (size_t)(256 - nw) < 128 ? (size_t)(256 - nw) : 128;
+        ssize_t got = p[0].revents && room > 0 ? read(fd, msgs, room * sizeof msgs[0]) : 0;
         if (got < 0) {
-            if (errno == EAGAIN || errno == EINTR) {
-                continue;
+            if (errno != EAGAIN && errno != EINTR) {
+                break;
             }
-            break;
+            got = 0;
         }
-        int n = (int)(got / (ssize_t)sizeof(struct uffd_msg)), nw = 0, queued = 0;
+        int n = (int)(got / (ssize_t)sizeof(struct uffd_msg)), queued = 0;
         pthread_mutex_lock(&lock);
+        for (int i = 0; i < nw; i++) {
+            /* carried over: unprotect only if still dirty (a write-back may have begun since);
+             * else only wake the writer, whose write faults again */
+            pg_array *a = find((uintptr_t)wakes[i].p);
+            size_t u = a != NULL ? (size_t)(wakes[i].p - a->base) / a->unit_bytes : 0;
+            wakes[i].unprotect = a != NULL && !a->dead && a->state[u] == U_DIRTY;
+        }
         for (int i = 0; i < n; i++) {
             if (msgs[i].event != UFFD_EVENT_PAGEFAULT) {
                 continue;
@@ -345,14 +362,16 @@ static void *reader_main(void *arg)
         if (queued) {
             pthread_cond_broadcast(&work_cond);
         }
+        int kept = 0;
         for (int i = 0; i < nw; i++) {
-            if (wakes[i].unprotect) {
-                uffd_protect(wakes[i].p, wakes[i].n, 0); /* also wakes the writers */
-            }
-            else {
+            if (!wakes[i].unprotect) {
                 uffd_wake(wakes[i].p, wakes[i].n);
             }
+            else if (uffd_protect_once(wakes[i].p, wakes[i].n, 0) == EAGAIN) { /* wakes writers */
+                wakes[kept++] = wakes[i];
+            }
         }
+        nw = kept;
     }
     atomic_fetch_sub(&oc_pager_threads, 1);
     return NULL;
@@ -1336,6 +1355,7 @@ static size_t write_back_lru(oc_node *node, size_t want)
             break;
         }
         int err = write_back_unit(best, bu);
+        size_t len = unit_len(best, bu); /* `best` may be freed once inflight drops */
         pthread_mutex_lock(&lock);
         best->inflight--;
         pthread_cond_broadcast(&idle_cond);
@@ -1343,7 +1363,7 @@ static size_t write_back_lru(oc_node *node, size_t want)
         if (err) {
             break; /* a full disk: the unit stays in RAM, counted over the budget */
         }
-        done += unit_len(best, bu);
+        done += len;
     }
     return done;
 }
@@ -1372,6 +1392,61 @@ long long oc_pager_spill_again(pg_array *a, int *err)
     a->pinned = 0;
     pthread_mutex_unlock(&lock);
     return (long long)evict_lru(a->node, (size_t)-1, a);
+}
+
+/* A spill array whose contents are dead (a workspace arena between cycles, a region being
+ * freed: zspill.c): every unit is dropped without being encoded and reads as zeros again, and
+ * the chunks written so far are forgotten, once write-backs in flight are done.  With
+ * fresh_file, a fresh file takes the place of the old one if that holds anything (so that it
+ * does not grow cycle after cycle) or is a parent's: a forked child reading the old one holds
+ * its own descriptor, and from now on the array is this process's own.  The RAM released. */
+size_t oc_pager_discard(pg_array *a, int fresh_file)
+{
+    pthread_mutex_lock(&lock);
+    a->pinned = 1; /* no eviction or write-back picks a unit meanwhile */
+    while (a->inflight > 0) {
+        pthread_cond_wait(&idle_cond, &lock);
+    }
+    a->inflight++; /* a disown waits for this */
+    for (size_t u = 0; u < a->nunits; u++) {
+        if (a->state[u] == U_FAILED) {
+            mprotect(a->base + u * a->unit_bytes, unit_len(a, u), PROT_READ | PROT_WRITE);
+        }
+        a->state[u] = a->state[u] == U_EMPTY ? U_EMPTY : U_EVICTING; /* a touch waits */
+    }
+    pthread_mutex_unlock(&lock);
+    madvise(a->base, a->map_bytes, MADV_DONTNEED);
+    atomic_store(&a->resident_bytes, 0);
+    long long charged = atomic_exchange(&a->charged_bytes, 0);
+    oc_release(a->node, (int64_t)charged);
+    atomic_fetch_sub(&a->node->compressed_disk_bytes, atomic_exchange(&a->stored_bytes, 0));
+    int fd = -1; /* if none can be opened, the old file goes on (appended to) */
+    if (fresh_file && (atomic_load(&a->file_end) > 0 || a->pid != getpid())) {
+        fd = oc_open_unnamed_file();
+    }
+    pthread_mutex_lock(&lock);
+    for (size_t u = 0; u < a->nunits; u++) {
+        a->state[u] = U_EMPTY;
+        a->flags[u] = 0;
+        a->table[3 * u] = -1;
+        a->table[3 * u + 1] = a->table[3 * u + 2] = 0;
+    }
+    a->ring_head = a->ring_len = 0;
+    a->last_fault = -2 - a->readahead;
+    if (fd >= 0) {
+        close(a->fd);
+        oc_disk_unreserve((size_t)atomic_exchange(&a->file_end, 0));
+        a->fd = fd;
+        a->pid = getpid();
+    }
+    a->pinned = 0;
+    a->inflight--;
+    pthread_cond_broadcast(&idle_cond);
+    pthread_mutex_unlock(&lock);
+    if (uffd >= 0) {
+        uffd_wake(a->base, a->map_bytes); /* a touch meanwhile faults again, and is filled */
+    }
+    return (size_t)charged;
 }
 
 long long oc_pager_stored_bytes(pg_array *a) { return atomic_load(&a->stored_bytes); }

@@ -242,10 +242,12 @@ int64_t oc_zspill_again(oc_header *h, int *err)
 void oc_zspill_forget(oc_header *h)
 {
     pg_array *a = *oc_region_pager(h);
-    long long stored = oc_pager_stored_bytes(a);
+    /* Discarded first: that waits for a write-back in flight (a fill elsewhere under budget
+     * pressure may be encoding one of its units) and uncounts its chunks, that one's too. */
+    oc_pager_discard(a, 0);
     oc_pager_disown(a, 0);
     *oc_region_pager(h) = NULL;
-    count_out(atomic_load(&h->owner), (int64_t)h->size, stored);
+    count_out(atomic_load(&h->owner), (int64_t)h->size, 0);
     /* OC_FLAG_ZSPILLED stays: the mapping is not cached for reuse (regions.c) */
 }
 
