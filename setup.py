@@ -31,6 +31,7 @@ setup(
                 "native/heap.c",
                 "native/pager.c",
                 "native/pager_wb.c",
+                "native/pager_spill.c",
                 "native/zspill.c",
                 "native/writeback.c",
             ],

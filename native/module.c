@@ -172,13 +172,13 @@ static PyObject *Node_ws_stats(NodeObject *self, PyObject *Py_UNUSED(a))
     if (w == NULL) {
         return NULL;
     }
-    return Py_BuildValue("{snsLsLsLsLsLsLsLsK}", "arena_bytes", (Py_ssize_t)oc_workspace_arena_bytes(self->node),
+    return Py_BuildValue("{snsLsLsLsLsLsLsLsKsi}", "arena_bytes", (Py_ssize_t)oc_workspace_arena_bytes(self->node),
                          "pinned_bytes", (long long)atomic_load(&w->pinned_bytes), "pinned_chunks",
                          (long long)atomic_load(&w->pinned_chunks), "reallocations", (long long)w->reallocations,
                          "arena_allocations", (long long)w->arena_allocations, "external_allocations",
                          (long long)w->external_allocations, "spilled_allocations",
                          (long long)w->spilled_allocations, "in_cycle", (long long)atomic_load(&w->in_cycle),
-                         "cycle", (unsigned long long)atomic_load(&w->cycle));
+                         "cycle", (unsigned long long)atomic_load(&w->cycle), "arena_error", w->arena_error);
 }
 
 static PyObject *Node_ws_destroy(NodeObject *self, PyObject *Py_UNUSED(a))

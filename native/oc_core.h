@@ -244,6 +244,9 @@ int64_t oc_zspill_again(oc_header *h, int *err);    /* RAM released by dropping 
 void oc_zspill_forget(oc_header *h);                /* the region is being freed */
 void oc_zspill_move(oc_header *h, oc_node *from, oc_node *to);
 void *oc_zspill_new_region(oc_node *owner, size_t size, int *err); /* location="zarr" */
+pg_array *oc_zspill_arena_new(char *base, size_t capacity, oc_node *node, int *err);
+void oc_zspill_arena_reset(pg_array *a); /* between cycles: every unit dropped unencoded */
+void oc_zspill_arena_free(pg_array *a, size_t capacity, oc_node *node);
 int oc_zs_encode_append(int fd, atomic_llong *file_end, const char *src, size_t n, int64_t entry[3]);
 
 /* heap.c: one shared file for small on-disk regions */
@@ -287,6 +290,7 @@ typedef struct oc_chunk {
     int on_disk;
     int fd;  /* the file behind an on-disk arena, else -1 */
     int cow; /* fork left it a copy-on-write mapping of its file */
+    pg_array *pager; /* location="zarr": the pager's array over it (zspill.c), else NULL */
     struct oc_chunk *prev_on_disk, *next_on_disk;
     oc_node *node; /* holds a reference; the capacity is reserved on its budget chain */
 } oc_chunk;
@@ -298,6 +302,7 @@ struct oc_workspace {
     int mode;
     int full_policy; /* OC_WS_* */
     int location;    /* OC_LOCATION_* */
+    int arena_error; /* errno of the last arena that could not be made (0: none) */
     size_t cycle_requested;
     int cycle_overflowed;
     atomic_int_fast64_t external_live;
@@ -380,6 +385,7 @@ void oc_pager_disown(pg_array *a, int keep_pages);
 int oc_pager_fill_all(pg_array *a);
 long long oc_pager_spill_again(pg_array *a, int *err);
 long long oc_pager_stored_bytes(pg_array *a);
+size_t oc_pager_discard(pg_array *a, int fresh_file); /* dead contents dropped (pager_spill.c) */
 int oc_pager_is_own(pg_array *a);
 void oc_pager_set_node(pg_array *a, oc_node *node);
 int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, size_t nchunks,

@@ -181,6 +181,15 @@ static void uffd_wake(char *p, size_t n)
     ioctl(uffd, UFFDIO_WAKE, &r);
 }
 
+/* For pager_spill.c: threads waiting on faults in [p, p + n) fault again; nothing while no
+ * descriptor is open. */
+void pg_uffd_wake(char *p, size_t n)
+{
+    if (uffd >= 0) {
+        uffd_wake(p, n);
+    }
+}
+
 /* While a non-cooperative event (the mremap of compressed spill) waits to be read, the
  * kernel refuses UFFDIO_COPY, ZEROPAGE and WRITEPROTECT with EAGAIN; only the reader reading
  * the event ends that.  So the reader never waits for such an ioctl (see reader_main), and
@@ -1417,6 +1426,7 @@ static size_t write_back_lru(oc_node *node, size_t want)
         if (!best->spill) {
             pg_note_write_back(best, err, msg);
         }
+        size_t len = unit_len(best, bu); /* `best` may be freed once inflight drops */
         pthread_mutex_lock(&pg_lock);
         best->inflight--;
         pthread_cond_broadcast(&pg_idle_cond);
@@ -1424,7 +1434,7 @@ static size_t write_back_lru(oc_node *node, size_t want)
         if (err) {
             break; /* a full disk: the unit stays in RAM, counted over the budget */
         }
-        done += unit_len(best, bu);
+        done += len;
     }
     return done;
 }
@@ -1460,10 +1470,6 @@ long long oc_pager_spill_again(pg_array *a, int *err)
     pthread_mutex_unlock(&pg_lock);
     return (long long)evict_lru(a->node, (size_t)-1, a);
 }
-
-long long oc_pager_stored_bytes(pg_array *a) { return atomic_load(&a->stored_bytes); }
-
-int oc_pager_is_own(pg_array *a) { return a->pid == getpid(); }
 
 /* The region changed owner: resident units are counted on the new one. */
 void oc_pager_set_node(pg_array *a, oc_node *node)

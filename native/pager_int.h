@@ -1,7 +1,8 @@
 /*
- * The pager's insides, shared by pager.c (faults, fills, budget, arrays, compressed spill) and
+ * The pager's insides, shared by pager.c (faults, fills, budget, arrays, compressed spill),
  * pager_wb.c (write-back: the native writer's glue, the store's begin/end/abort protocol, and
- * chunk moves).  Not for any other file: they go through oc_core.h's oc_pager_* functions.
+ * chunk moves) and pager_spill.c (compressed spill whose contents die: oc_pager_discard).  Not
+ * for any other file: they go through oc_core.h's oc_pager_* functions.
  */
 #ifndef OC_PAGER_INT_H
 #define OC_PAGER_INT_H
@@ -78,6 +79,7 @@ extern pthread_cond_t pg_idle_cond; /* broadcast when a job, an eviction or a wr
 int pg_uffd_protect(char *p, size_t n, int on); /* write-protect (on) or not; 0 or errno; not
                                                   * for the reader thread */
 void pg_eagain_pause(void); /* before an ioctl refused with EAGAIN is tried again */
+void pg_uffd_wake(char *p, size_t n); /* faults waiting in the range come again */
 
 /* The bytes of unit u (the last unit may be short). */
 static inline size_t unit_len(pg_array *a, size_t u)

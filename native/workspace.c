@@ -8,6 +8,11 @@
  * memory under a live array is never handed out twice.  Sizing (learning, over-allocation,
  * growth) is decided in Python between cycles; this file only does the memory.
  *
+ * location="mmap" backs each arena by a temporary file; location="zarr" hands its range to the
+ * pager as compressed-spill memory (zspill.c): only the units a cycle touches come into RAM,
+ * charged on the budget by the pager (the arena's capacity is not reserved), and at the end of
+ * a cycle they are dropped without being encoded, so the next cycle starts from zeros.
+ *
  * A workspace is entered by one thread at a time (enforced in Python), so the bump pointer
  * and the per-cycle fields need no atomics; frees may come from any thread and only touch the
  * atomic counters.
@@ -70,39 +75,57 @@ static void chunk_unmap(oc_chunk *c)
     if (c->on_disk) {
         on_disk_unlink(c);
     }
+    if (c->pager != NULL) {
+        oc_zspill_arena_free(c->pager, c->capacity, c->node); /* unregistered before the unmap */
+    }
     munmap(c->base - page, c->capacity + page);
     if (c->on_disk) {
         close(c->fd);
         oc_disk_unreserve(c->capacity);
     }
-    oc_release(c->node, (int64_t)c->capacity);
+    if (c->pager == NULL) {
+        oc_release(c->node, (int64_t)c->capacity);
+    }
     oc_node_decref(c->node);
     free(c);
 }
 
-/* A new arena chunk of `capacity` bytes reserved on `node`'s budget; NULL with errno set,
- * or with *refused set when a budget said no. */
+/* A new arena chunk of `capacity` bytes reserved on `node`'s budget (compressed: nothing
+ * reserved, the pager charges what is touched); NULL with errno set, or with *refused set when
+ * a budget said no. */
 static oc_chunk *chunk_new(oc_node *node, size_t capacity, int location, oc_node **refused)
 {
     capacity = align_up(capacity, oc_page_bytes());
-    *refused = oc_reserve(node, (int64_t)capacity);
+    int compressed = location == OC_LOCATION_ZARR && atomic_load(&oc_zspill_enabled);
+    int to_disk = location == OC_LOCATION_MMAP || (location == OC_LOCATION_ZARR && !compressed);
+    int64_t reserved = compressed ? 0 : (int64_t)capacity;
+    *refused = oc_reserve(node, reserved);
     if (*refused != NULL) {
         return NULL;
     }
     oc_chunk *c = calloc(1, sizeof(oc_chunk));
     size_t map_bytes;
-    int to_disk = location == OC_LOCATION_MMAP;
     /* On disk, only address space is reserved first: an arena larger than RAM is allowed. */
     char *base = c == NULL ? NULL : to_disk ? oc_map_reserved(capacity, &map_bytes) : oc_map_fresh(capacity, &map_bytes);
     if (base == NULL) {
         free(c);
-        oc_release(node, (int64_t)capacity);
+        oc_release(node, reserved);
         errno = ENOMEM;
         return NULL;
     }
     c->base = base;
     c->capacity = capacity;
     c->fd = -1;
+    if (compressed) {
+        int err;
+        c->pager = oc_zspill_arena_new(base, capacity, node, &err);
+        if (c->pager == NULL) {
+            munmap(base - oc_page_bytes(), map_bytes);
+            free(c);
+            errno = err;
+            return NULL;
+        }
+    }
     if (to_disk) {
         int err = chunk_map_file(c);
         if (err) {
@@ -188,7 +211,8 @@ void *oc_workspace_alloc(oc_node *node, size_t size, int zero, int *handled)
         oc_header *h = (oc_header *)(c->base + c->offset);
         c->offset += need;
         char *data = (char *)h + OC_HEADER_BYTES;
-        if (zero) {
+        /* A compressed arena reads as zeros past the bump pointer (reset drops every unit) */
+        if (zero && c->pager == NULL) {
             memset(data, 0, size);
         }
         h->size = size;
@@ -264,6 +288,7 @@ int oc_workspace_begin(oc_node *node, size_t arena_bytes)
             oc_disk_unreserve(w->chunk->capacity);
         }
     }
+    w->arena_error = result > 0 ? result : 0;
     w->cycle_requested = 0;
     w->cycle_overflowed = 0;
     atomic_store(&w->external_live, 0);
@@ -292,6 +317,9 @@ void oc_workspace_end(oc_node *node, int64_t *arena_escapes, int64_t *external_e
         }
         else {
             c->offset = 0;
+            if (c->pager != NULL) {
+                oc_zspill_arena_reset(c->pager); /* dead contents: dropped, never encoded */
+            }
         }
     }
     /* Blocks of this cycle that are freed from now on no longer count as its escapes. */

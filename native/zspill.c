@@ -242,10 +242,12 @@ int64_t oc_zspill_again(oc_header *h, int *err)
 void oc_zspill_forget(oc_header *h)
 {
     pg_array *a = *oc_region_pager(h);
-    long long stored = oc_pager_stored_bytes(a);
+    /* Discarded first: that waits for a write-back in flight (a fill elsewhere under budget
+     * pressure may be encoding one of its units) and uncounts its chunks, that one's too. */
+    oc_pager_discard(a, 0);
     oc_pager_disown(a, 0);
     *oc_region_pager(h) = NULL;
-    count_out(atomic_load(&h->owner), (int64_t)h->size, stored);
+    count_out(atomic_load(&h->owner), (int64_t)h->size, 0);
     /* OC_FLAG_ZSPILLED stays: the mapping is not cached for reuse (regions.c) */
 }
 
@@ -256,6 +258,32 @@ void oc_zspill_move(oc_header *h, oc_node *from, oc_node *to)
     count_out(from, (int64_t)h->size, stored);
     count_in(to, (int64_t)h->size, stored);
     oc_pager_set_node(a, to);
+}
+
+/* A range over `data` adopted by the pager with every chunk absent (it reads as zeros), in a
+ * fresh unnamed file; NULL with *err. */
+static pg_array *adopt_fresh(char *data, size_t bytes, oc_node *owner, int *err)
+{
+    size_t nunits = (bytes + ZS_UNIT_BYTES - 1) / ZS_UNIT_BYTES;
+    int64_t *table = malloc(3 * nunits * sizeof(int64_t));
+    int fd = table == NULL ? -ENOMEM : oc_open_unnamed_file();
+    pg_array *a = NULL;
+    *err = fd < 0 ? -fd : 0;
+    if (!*err) {
+        for (size_t u = 0; u < nunits; u++) {
+            table[3 * u] = -1;
+            table[3 * u + 1] = table[3 * u + 2] = 0;
+        }
+        *err = oc_pager_adopt(&a, data, bytes, fd, table, 0, 0, ZS_UNIT_BYTES, owner);
+    }
+    if (*err) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        free(table);
+        return NULL;
+    }
+    return a;
 }
 
 /* location="zarr": a region whose chunks are all absent (zeros); touched units come into RAM
@@ -270,23 +298,8 @@ void *oc_zspill_new_region(oc_node *owner, size_t size, int *err)
         *err = errno ? errno : ENOMEM;
         return NULL;
     }
-    size_t nunits = (data_bytes + ZS_UNIT_BYTES - 1) / ZS_UNIT_BYTES;
-    int64_t *table = malloc(3 * nunits * sizeof(int64_t));
-    int fd = table == NULL ? -ENOMEM : oc_open_unnamed_file();
-    pg_array *a = NULL;
-    *err = fd < 0 ? -fd : 0;
-    if (!*err) {
-        for (size_t u = 0; u < nunits; u++) {
-            table[3 * u] = -1;
-            table[3 * u + 1] = table[3 * u + 2] = 0;
-        }
-        *err = oc_pager_adopt(&a, data, data_bytes, fd, table, 0, 0, ZS_UNIT_BYTES, owner);
-    }
-    if (*err) {
-        if (fd >= 0) {
-            close(fd);
-        }
-        free(table);
+    pg_array *a = adopt_fresh(data, data_bytes, owner, err);
+    if (a == NULL) {
         munmap(data - page, map_bytes);
         return NULL;
     }
@@ -294,4 +307,33 @@ void *oc_zspill_new_region(oc_node *owner, size_t size, int *err)
     h->map_bytes = map_bytes;
     *oc_region_pager(h) = a;
     return data;
+}
+
+/* ---- a workspace arena with location="zarr" (workspace.c) ----
+ *
+ * The arena's range is adopted like a location="zarr" region: nothing of it is reserved on
+ * the budget; its size counts as compressed (logical) bytes of the workspace, the units its
+ * cycles touch come into RAM and are charged by the pager, and over the budget dirty units are
+ * encoded to the arena's file and dropped.  Between cycles its contents are dead: every unit
+ * is dropped unencoded and reads as zeros again (oc_zspill_arena_reset). */
+
+pg_array *oc_zspill_arena_new(char *base, size_t capacity, oc_node *node, int *err)
+{
+    pg_array *a = adopt_fresh(base, capacity, node, err);
+    if (a != NULL) {
+        count_in(node, (int64_t)capacity, 0);
+    }
+    return a;
+}
+
+void oc_zspill_arena_reset(pg_array *a) { oc_pager_discard(a, 1); }
+
+/* The arena's chunk is unmapped (its last block is gone): the range is unregistered first.
+ * Discarding it first waits for write-backs in flight (a fill elsewhere under budget pressure
+ * may be encoding one of its units), so that their chunks are uncounted too. */
+void oc_zspill_arena_free(pg_array *a, size_t capacity, oc_node *node)
+{
+    oc_pager_discard(a, 0);
+    count_out(node, (int64_t)capacity, 0);
+    oc_pager_disown(a, 0);
 }

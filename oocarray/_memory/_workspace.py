@@ -40,7 +40,11 @@ _FULL_POLICIES = {
     "reallocate": _native.WS_REALLOCATE,
     "fail": _native.WS_FAIL,
 }
-_LOCATIONS = {"ram": _native.LOCATION_RAM, "mmap": _native.LOCATION_MMAP}
+_LOCATIONS = {
+    "ram": _native.LOCATION_RAM,
+    "mmap": _native.LOCATION_MMAP,
+    "zarr": _native.LOCATION_ZARR,
+}
 _ON_ESCAPE = ("raise", "pin")
 _MODES = {
     "": _native.WS_MODE_NORMAL,
@@ -81,7 +85,20 @@ class WorkspaceConfig:
     location
         ``"ram"``, or ``"mmap"``: every cycle's arena is backed by a temporary file, and so
         are the workspace's allocations outside the arena (the first, learning cycle's
-        included) of a page or more.  ``None`` (default): the parent manager's location.
+        included) of a page or more.  ``"zarr"``: the arena is compressed-spill memory, as
+        arrays of a ``location="zarr"`` manager are: the pages a cycle touches come into RAM
+        (1 MiB at a time) and count on the budget; over the budget, written ones are encoded
+        (byte shuffle + zstd level 1) into a private unnamed file and dropped, and paged back
+        on the next touch at the same address.  So an arena larger than the budget, or than
+        RAM, works.  Only these resident pages count on the budget, never the arena's size
+        (which :meth:`Workspace.stats` shows in ``memory.compressed_bytes``, next to the
+        encoded bytes in ``memory.compressed_disk_bytes``).  When a cycle ends the arena's
+        contents are dead: every page is dropped without being encoded, so the next cycle
+        starts from zeros and nothing is written for data no one can read.  Allocations
+        outside the arena of 1 MiB or more are placed the same way (smaller ones of a page
+        or more in files, as with ``"mmap"``).  Where userfaultfd is not available this acts
+        as ``"mmap"``, with one :class:`CompressedSpillFallbackWarning`.  ``None``
+        (default): the parent manager's location.
     on_escape
         ``"raise"`` makes the cycle exit raise :class:`WorkspaceLeakError` naming arrays that
         outlive their cycle; ``"pin"`` only counts them.  Either way their memory is pinned.
@@ -93,7 +110,7 @@ class WorkspaceConfig:
     overallocation: float = 0.3
     learning: Literal["first_loop", "over_time", "none"] = "first_loop"
     spill: Literal["external", "reallocate", "fail"] = "external"
-    location: Literal["ram", "mmap"] | None = None
+    location: Literal["ram", "mmap", "zarr"] | None = None
     on_escape: Literal["raise", "pin"] = "raise"
 
     def __post_init__(self) -> None:
@@ -142,7 +159,10 @@ class WorkspaceStats:
     reallocations
         Times a new arena was mapped (first one included).
     memory
-        The workspace's :class:`MemoryStats` as a manager (the arena counts as its RAM).
+        The workspace's :class:`MemoryStats` as a manager.  The arena counts as its RAM;
+        with ``location="zarr"`` its size counts in ``compressed_bytes`` (and
+        ``spilled_bytes``) instead, the pages of it in RAM now in ``ram_bytes`` and its
+        encoded pages in ``compressed_disk_bytes`` (both 0 again after each cycle).
     """
 
     name: str
@@ -189,10 +209,12 @@ class Workspace(Manager):
         A :class:`WorkspaceConfig`; or give its fields as keyword arguments.
     parent
         The parent manager (default: the active one, else :func:`system`); the arena counts
-        against its budget.
+        against its budget (with ``location="zarr"``, only the arena's pages in RAM do).
     max_bytes
         Budget of the workspace: arena plus external allocations.  What an external
         allocation over it does follows the parent's ``spill`` policy, as for a child manager.
+        With ``location="zarr"`` the arena's size is not reserved on it: the pages touched
+        are, and over it written ones are encoded and dropped (see :class:`WorkspaceConfig`).
 
     Examples
     --------
@@ -235,7 +257,7 @@ class Workspace(Manager):
         given = config if config is not None else WorkspaceConfig(**policies)
         mode = _debug_mode()
         super().__init__(name, parent=parent, max_bytes=max_bytes, location=given.location)
-        inherited = cast(Literal["ram", "mmap"], self.location)
+        inherited = cast(Literal["ram", "mmap", "zarr"], self.location)
         self.config = replace(given, location=inherited)
         self._node.make_workspace(_FULL_POLICIES[given.spill], _LOCATIONS[self.location], mode)
         self._mode = mode
@@ -283,11 +305,21 @@ class Workspace(Manager):
         return self
 
     def _check_arena_placed(self) -> None:
-        """With ``location="mmap"``, raise :class:`SpillError` when the arena's file could not
-        be made: a cycle must not fall back to RAM silently.  (An arena the budget refused is
-        not an error: the cycle then runs outside it, under the budget's spill policy.)"""
+        """With ``location="mmap"`` or ``"zarr"``, raise :class:`SpillError` when the arena's
+        file could not be made: a cycle must not fall back to RAM silently.  (An arena the
+        budget refused is not an error: the cycle then runs outside it, under the budget's
+        spill policy.)"""
         target = self._target_bytes
-        if self.location != "mmap" or target == 0 or self._mode == _native.WS_MODE_BYPASS:
+        if self.location == "ram" or target == 0 or self._mode == _native.WS_MODE_BYPASS:
+            return
+        if self.location == "zarr":
+            code = self._node.ws_stats()["arena_error"]
+            if code:
+                raise SpillError(
+                    code,
+                    f"cannot create the {format_bytes(target)} compressed arena of workspace "
+                    f"{self.name!r} (location='zarr'): {disk_refusal(code, target)}",
+                )
             return
         if self._node.ws_stats()["arena_bytes"] >= target or self._budget_refuses(target):
             return

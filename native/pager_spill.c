@@ -1,0 +1,67 @@
+/*
+ * Compressed spill's arrays (zspill.c) whose contents die: a workspace arena with
+ * location="zarr" between cycles, a spilled region being freed.  Adopting, disowning, filling
+ * and encoding such an array again stay in pager.c, next to the reader and eviction they use.
+ */
+#include "pager_int.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+long long oc_pager_stored_bytes(pg_array *a) { return atomic_load(&a->stored_bytes); }
+
+int oc_pager_is_own(pg_array *a) { return a->pid == getpid(); }
+
+/* A spill array whose contents are dead: every unit is dropped without being encoded and reads
+ * as zeros again, and the chunks written so far are forgotten, once write-backs in flight are
+ * done.  With fresh_file, a fresh file takes the place of the old one if that holds anything
+ * (so that it does not grow cycle after cycle) or is a parent's: a forked child reading the old
+ * one holds its own descriptor, and from now on the array is this process's own.  The RAM
+ * released.  Nothing is expected to touch the range meanwhile (its contents are dead); a touch
+ * of a unit being dropped waits, and faults again once it is empty. */
+size_t oc_pager_discard(pg_array *a, int fresh_file)
+{
+    pthread_mutex_lock(&pg_lock);
+    a->pinned = 1; /* no eviction or write-back picks a unit meanwhile */
+    while (a->inflight > 0) {
+        pthread_cond_wait(&pg_idle_cond, &pg_lock);
+    }
+    a->inflight++; /* a disown waits for this */
+    for (size_t u = 0; u < a->nunits; u++) {
+        if (a->state[u] == U_FAILED) {
+            mprotect(a->base + u * a->unit_bytes, unit_len(a, u), PROT_READ | PROT_WRITE);
+        }
+        a->state[u] = a->state[u] == U_EMPTY ? U_EMPTY : U_EVICTING; /* a touch waits */
+    }
+    pthread_mutex_unlock(&pg_lock);
+    madvise(a->base, a->map_bytes, MADV_DONTNEED);
+    atomic_store(&a->resident_bytes, 0);
+    long long charged = atomic_exchange(&a->charged_bytes, 0);
+    oc_release(a->node, (int64_t)charged);
+    atomic_fetch_sub(&a->node->compressed_disk_bytes, atomic_exchange(&a->stored_bytes, 0));
+    int fd = -1; /* if none can be opened, the old file goes on (appended to) */
+    if (fresh_file && (atomic_load(&a->file_end) > 0 || a->pid != getpid())) {
+        fd = oc_open_unnamed_file();
+    }
+    pthread_mutex_lock(&pg_lock);
+    for (size_t u = 0; u < a->nunits; u++) {
+        a->state[u] = U_EMPTY;
+        a->flags[u] = 0;
+        a->table[3 * u] = -1;
+        a->table[3 * u + 1] = a->table[3 * u + 2] = 0;
+    }
+    a->ring_head = a->ring_len = 0;
+    a->last_fault = -2 - a->readahead;
+    if (fd >= 0) {
+        close(a->fd);
+        oc_disk_unreserve((size_t)atomic_exchange(&a->file_end, 0));
+        a->fd = fd;
+        a->pid = getpid();
+    }
+    a->pinned = 0;
+    a->inflight--;
+    pthread_cond_broadcast(&pg_idle_cond);
+    pthread_mutex_unlock(&pg_lock);
+    pg_uffd_wake(a->base, a->map_bytes); /* a touch meanwhile faults again, and is filled */
+    return (size_t)charged;
+}
