@@ -259,6 +259,26 @@ typedef struct {
     int unprotect;
 } pg_wake;
 
+/* After a fault at unit u that follows the previous one closely (a sequential reader), queues
+ * the next `readahead` units not resident yet; how many (pg_lock held).  Faults on units still
+ * being filled count too: a reader waiting on the decoders keeps them busy, instead of
+ * faulting on an empty unit only once the window is used up. */
+static int read_ahead(pg_array *a, size_t u)
+{
+    int queued = 0;
+    long long gap = (long long)u - a->last_fault;
+    if (gap > 0 && gap <= a->readahead + 1) {
+        for (size_t v = u + 1; v <= u + (size_t)a->readahead && v < a->nunits; v++) {
+            if (a->state[v] == U_EMPTY && enqueue(a, v, 1) == 0) {
+                a->state[v] = U_FILLING;
+                queued++;
+            }
+        }
+    }
+    a->last_fault = (long long)u;
+    return queued;
+}
+
 /* Carried-over unprotects (refused with EAGAIN), tried again now that the event is read;
  * pg_lock held.  Only a unit still dirty is made writable: a write-back may have begun since
  * and write-protected it, and its writer, only woken, faults again. */
@@ -349,21 +369,16 @@ static void *reader_main(void *arg)
                     continue;
                 }
                 queued++;
-                long long gap = (long long)u - a->last_fault;
-                if (gap > 0 && gap <= a->readahead + 1) {
-                    for (size_t v = u + 1; v <= u + (size_t)a->readahead && v < a->nunits; v++) {
-                        if (a->state[v] == U_EMPTY && enqueue(a, v, 1) == 0) {
-                            a->state[v] = U_FILLING;
-                            queued++;
-                        }
-                    }
-                }
-                a->last_fault = (long long)u;
+                queued += read_ahead(a, u);
             }
             else if (st == U_CLEAN || st == U_DIRTY || st == U_FAILED) {
                 wakes[nw++] = (pg_wake){pg, page, 0}; /* filled since the fault was raised */
             }
-            /* U_FILLING: the fill wakes it; U_EVICTING: the eviction wakes it to fault again */
+            else if (st == U_FILLING) {
+                /* caught up with a fill under way: the fill wakes it; the window moves on */
+                queued += read_ahead(a, u);
+            }
+            /* U_EVICTING: the eviction wakes it to fault again */
         }
         /* Unprotected under the lock that marked the units dirty: a write-back that then
          * write-protects one (make_clean) comes after, never before, this unprotect. */
