@@ -697,6 +697,10 @@ class SystemMachine(RuleBasedStateMachine):
         block = self.pick(self.blocks, i)
         if block is None:
             return
+        if any(s.view_block is block for s in self.stores):  # the store's view holds it
+            if len(block.holders) > 1:
+                del block.holders[1 + j % (len(block.holders) - 1)]
+            return
         if whole:
             block.holders.clear()
         else:
