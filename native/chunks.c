@@ -376,10 +376,12 @@ void oc_unshuffle8(const char *src, size_t total, size_t skip, char *dst, size_t
     }
 }
 
-/* Shuffle by 8 and compress n bytes of src as one zstd frame at `level`, into this thread's
- * buffer: *out and *out_n (valid until this thread's next call).  0, ENOMEM, or EIO (zstd
- * refused, or libzstd.so.1 is missing: ENOSYS). */
-int oc_zstd_pack_shuffled(const char *src, size_t n, int level, char **out, size_t *out_n)
+/* Compress n bytes of src as one zstd frame at `level` (a checksum when asked, the content
+ * size in the header: what numcodecs writes), shuffled by 8 first when asked, into this
+ * thread's buffer: *out and *out_n (valid until this thread's next call).  0, ENOMEM, ENOSYS
+ * (no libzstd.so.1) or EIO (zstd refused). */
+static int pack(const char *src, size_t n, int shuffle8, int level, int checksum, char **out,
+                size_t *out_n)
 {
     if (!zstd_ready()) {
         return ENOSYS;
@@ -393,41 +395,12 @@ int oc_zstd_pack_shuffled(const char *src, size_t n, int level, char **out, size
     }
     size_t bound = zstd.bound(n);
     if (zstd.is_error(bound) || grow(&s->packed, &s->packed_size, bound) == NULL ||
-        grow(&s->whole, &s->whole_size, n) == NULL) {
+        (shuffle8 && grow(&s->whole, &s->whole_size, n) == NULL)) {
         return ENOMEM;
     }
-    oc_shuffle8(src, n, s->whole);
-    zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
-    size_t r = zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
-    if (!zstd.is_error(r)) {
-        r = zstd.compress(s->cctx, s->packed, bound, s->whole, n);
-    }
-    if (zstd.is_error(r)) {
-        return EIO;
-    }
-    *out = s->packed;
-    *out_n = r;
-    return 0;
-}
-
-/* Compress n bytes of src as one zstd frame at `level`, with a checksum when asked and the
- * content size in the header (what numcodecs writes), into this thread's buffer: *out and
- * *out_n (valid until this thread's next call).  0, ENOMEM, ENOSYS (no libzstd.so.1) or EIO. */
-int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out, size_t *out_n)
-{
-    if (!zstd_ready()) {
-        return ENOSYS;
-    }
-    reader_state *s = state_get();
-    if (s == NULL) {
-        return ENOMEM;
-    }
-    if (s->cctx == NULL && (s->cctx = zstd.create_c()) == NULL) {
-        return ENOMEM;
-    }
-    size_t bound = zstd.bound(n);
-    if (zstd.is_error(bound) || grow(&s->packed, &s->packed_size, bound) == NULL) {
-        return ENOMEM;
+    if (shuffle8) {
+        oc_shuffle8(src, n, s->whole);
+        src = s->whole;
     }
     zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
     size_t r = zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
@@ -443,6 +416,18 @@ int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out,
     *out = s->packed;
     *out_n = r;
     return 0;
+}
+
+/* Compressed spill's chunks: shuffled by 8, no checksum (see pack). */
+int oc_zstd_pack_shuffled(const char *src, size_t n, int level, char **out, size_t *out_n)
+{
+    return pack(src, n, 1, level, 0, out, out_n);
+}
+
+/* A zarr chunk's bytes as its store's zstd codec writes them (see pack). */
+int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out, size_t *out_n)
+{
+    return pack(src, n, 0, level, checksum, out, out_n);
 }
 
 int oc_zstd_ready(void) { return zstd_ready(); }

@@ -11,7 +11,6 @@ import errno
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 import oocarray as oc
 from oocarray import _native
 from oocarray._memory import _compressed
+from tests.memory._helpers import run_child
 
 pytestmark = pytest.mark.skipif(
     not _compressed.available()[0], reason="compressed spill needs kernel-mode userfaultfd"
@@ -58,18 +58,6 @@ def spill_files(directory: Path) -> int:
         if target.startswith(str(directory)):
             count += 1
     return count
-
-
-def run_child(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, **(env or {})},
-        cwd=str(Path(__file__).parents[2]),
-    )
 
 
 DTYPES = ["int8", "uint16", "int32", "int64", "float32", "float64", "complex64", "bool"]

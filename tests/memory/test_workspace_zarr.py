@@ -12,9 +12,6 @@ import contextlib
 import errno
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -26,6 +23,7 @@ import pytest
 import oocarray as oc
 from oocarray import _native
 from oocarray._memory import _compressed
+from tests.memory._helpers import run_child
 
 MiB = 1 << 20
 # Over the budget by the units being filled at that moment: a fill is charged before room is
@@ -56,18 +54,6 @@ def spill_file_bytes(directory: Path) -> int:
         except OSError:
             continue
     return total
-
-
-def run_child(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env={**os.environ, **(env or {})},
-        cwd=str(Path(__file__).parents[2]),
-    )
 
 
 def numpy_work(x: np.ndarray) -> tuple[np.ndarray, float]:
