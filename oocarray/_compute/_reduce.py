@@ -225,6 +225,9 @@ class Moments(Reduction):
         numpy_function = getattr(np, name)
         kwargs = {} if dtype is None else {"dtype": np.dtype(dtype)}
         if self.kind != "mean":
+            if isinstance(ddof, int) and not -(1 << 63) <= ddof < 1 << 63:
+                # NumPy would raise OverflowError from deep inside its own code
+                raise ValueError(f"ddof must fit in a 64-bit integer, got {ddof}")
             kwargs["ddof"] = ddof
         self.result_dtype = _probe_dtype(numpy_function, expr.dtype, **kwargs)
         if dtype is not None:

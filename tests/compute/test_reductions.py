@@ -448,3 +448,12 @@ def test_integer_sums_and_products_over_many_chunks_are_exact(dtype: str) -> Non
         assert x.sum() == data.sum()
         np.testing.assert_array_equal(x.sum(axis=0, dtype=dtype), data.sum(axis=0, dtype=dtype))
         np.testing.assert_array_equal(x.prod(axis=1), data.prod(axis=1))
+
+
+def test_a_ddof_beyond_64_bits_is_a_value_error() -> None:
+    x = oc.from_numpy(np.arange(24.0).reshape(4, 6))
+    for ddof in (1 << 63, -(1 << 63) - 1):
+        with pytest.raises(ValueError, match="ddof must fit in a 64-bit integer"):
+            x.std(ddof=ddof)
+    with pytest.warns(RuntimeWarning):  # as NumPy: degrees of freedom <= 0
+        assert np.isinf(x.var(ddof=(1 << 63) - 1))
