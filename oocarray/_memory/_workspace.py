@@ -449,9 +449,14 @@ class Workspace(Manager):
         """Release the arena and close the workspace; escaped arrays stay valid."""
         if self._cycle_thread is not None:
             raise RuntimeError(f"workspace {self.name!r} is in a cycle; end it before closing")
-        if not self.closed:
+        super().close()
+
+    def _close(self, *, raise_leaks: bool) -> None:
+        # Also the path of a parent manager closing its open children: the arena goes with the
+        # workspace (pinned while escaped arrays live), unless a cycle is running in it.
+        if not self.closed and self._cycle_thread is None:
             self._node.ws_destroy()
-            super().close()
+        super()._close(raise_leaks=raise_leaks)
 
     def __repr__(self) -> str:
         s = self.stats()

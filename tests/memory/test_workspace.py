@@ -515,3 +515,16 @@ def test_an_arena_the_budget_refuses_is_not_a_disk_error(tmp_path: os.PathLike[s
             del a
         assert ws.stats().size_bytes == 0
         ws.close()
+
+
+def test_closing_the_parent_releases_an_open_workspaces_arena() -> None:
+    with oc.Manager("arena-parent-top") as top:
+        parent = top.sub("arena-parent")
+        ws = oc.Workspace("arena-child", parent=parent, initial_size=8 << 20)
+        for _ in range(3):
+            with ws:
+                (np.ones(1 << 20) * 2).sum()
+        assert top.stats().current_bytes >= 8 << 20  # the arena, counted up the tree
+        parent.close()  # closes the open workspace with it
+        assert ws.closed
+        assert top.stats().current_bytes < 1 << 20, top.stats()
