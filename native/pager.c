@@ -1057,10 +1057,10 @@ int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, si
     return 0;
 }
 
-/* The last view is gone: wait for the fills queued for it, then unregister and unmap. */
-void oc_pager_destroy(pg_array *a)
+/* Takes `a` out of the pager (life_lock held): no new fault reaches it, the fills queued for it
+ * are waited for, and its range is unregistered.  Whether it was the last array. */
+static int withdraw(pg_array *a)
 {
-    pthread_mutex_lock(&life_lock);
     pthread_mutex_lock(&pg_lock);
     a->dead = 1;
     for (pg_array **p = &arrays; *p != NULL; p = &(*p)->next) {
@@ -1079,6 +1079,14 @@ void oc_pager_destroy(pg_array *a)
         struct uffdio_range r = {.start = (uintptr_t)a->base, .len = a->map_bytes};
         ioctl(uffd, UFFDIO_UNREGISTER, &r);
     }
+    return last;
+}
+
+/* The last view is gone: wait for the fills queued for it, then unregister and unmap. */
+void oc_pager_destroy(pg_array *a)
+{
+    pthread_mutex_lock(&life_lock);
+    int last = withdraw(a);
     munmap(a->base, a->map_bytes);
     if (a->node != NULL) {
         oc_release(a->node, (int64_t)atomic_load(&a->charged_bytes));
@@ -1338,24 +1346,7 @@ void oc_pager_disown(pg_array *a, int keep_pages)
         pg_uffd_protect(a->base, a->map_bytes, 0); /* no write-protect bit is left behind */
     }
     pthread_mutex_lock(&life_lock);
-    pthread_mutex_lock(&pg_lock);
-    a->dead = 1;
-    for (pg_array **p = &arrays; *p != NULL; p = &(*p)->next) {
-        if (*p == a) {
-            *p = a->next;
-            break;
-        }
-    }
-    while (a->inflight > 0) {
-        pthread_cond_wait(&pg_idle_cond, &pg_lock);
-    }
-    narrays--;
-    int last = narrays == 0;
-    pthread_mutex_unlock(&pg_lock);
-    if (uffd >= 0) {
-        struct uffdio_range r = {.start = (uintptr_t)a->base, .len = a->map_bytes};
-        ioctl(uffd, UFFDIO_UNREGISTER, &r);
-    }
+    int last = withdraw(a);
     oc_release(a->node, (int64_t)atomic_load(&a->charged_bytes));
     oc_disk_unreserve((size_t)atomic_load(&a->file_end));
     if (last) {
