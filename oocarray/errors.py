@@ -24,6 +24,7 @@ __all__ = [
     "ReadOnlyError",
     "ScopeLeakError",
     "SpillError",
+    "StoreExistsError",
     "StoreNotFoundError",
     "WorkspaceFullError",
     "WorkspaceLeakError",
@@ -79,6 +80,11 @@ class CorruptChunkError(OOCArrayError, ValueError):
 
 class StoreNotFoundError(OOCArrayError, FileNotFoundError):
     """No array store exists at the given path."""
+
+
+class StoreExistsError(OOCArrayError, FileExistsError):
+    """Something is already at the path an array was to be created at, and the mode does not
+    allow replacing it (only ``mode="w"`` replaces, and only a zarr array)."""
 
 
 class ReadOnlyError(OOCArrayError, ValueError):

@@ -402,12 +402,17 @@ class LazyOps:
         codec: str = "zstd",
         chunks: Any = None,
         shards: Any = None,
-        mode: str = "w",
+        mode: str = "w-",
         dimension_names: Any = None,
         attributes: Any = None,
         progress: bool = True,
     ) -> ChunkedArray:
-        """Write the values to a new zarr array, chunk by chunk (each written whole)."""
+        """Write the values to a new zarr array, chunk by chunk (each written whole).
+
+        ``path``, ``codec``, ``chunks``, ``shards``, ``mode``, ``dimension_names`` and
+        ``attributes`` are as for :func:`oocarray.create`: by default (``mode="w-"``) the
+        array must not exist yet (:class:`~oocarray.StoreExistsError`); ``mode="w"`` replaces
+        a zarr array, and nothing else.  ``progress=False`` hides the progress report."""
         expr = as_expr(self)
         out = create(
             path,

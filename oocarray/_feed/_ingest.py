@@ -19,6 +19,8 @@ import numpy.typing as npt
 
 from oocarray._storage import ChunkedArray, create
 from oocarray._storage._base import auto_chunks
+from oocarray._storage._paths import local_path
+from oocarray._storage._replace import prepare_target
 
 __all__ = ["from_batches", "read_parquet"]
 
@@ -31,7 +33,7 @@ def from_batches(
     codec: str = "zstd",
     *,
     dtype: npt.DTypeLike | None = None,
-    mode: str = "w",
+    mode: str = "w-",
     dimension_names: object = None,
     attributes: object = None,
 ) -> ChunkedArray:
@@ -57,7 +59,9 @@ def from_batches(
         The array's dtype; default: the first block's.  Later blocks are cast to it when the
         cast stays within a kind (``float64`` to ``float32``); otherwise ``TypeError``.
     mode
-        ``"w"`` replaces what is at ``path``; ``"w-"`` fails if it exists.
+        ``"w-"`` (default): raise :class:`~oocarray.StoreExistsError` if something is at
+        ``path``; ``"w"``: replace a zarr array there.  Nothing but a zarr array is ever
+        replaced (see :func:`oocarray.create`).
     dimension_names, attributes
         As for :func:`oocarray.create`.
 
@@ -73,6 +77,9 @@ def from_batches(
         the first's.
     TypeError
         A block of a dtype that does not cast to the array's within a kind.
+    StoreExistsError
+        Something is at ``path`` that ``mode`` may not replace; checked before the first
+        block is read.
 
     Examples
     --------
@@ -84,6 +91,8 @@ def from_batches(
     ((20, 4), (8, 4), array([ 3.,  3.,  3., 10., 10., 10., 10., 10., 10., 10., 10., 10., 10.,
             1.,  6.,  6.,  6.,  6.,  6.,  6.], dtype=float32))
     """
+    if mode in ("w", "w-", "x"):  # a path that may not be written fails before the stream runs
+        prepare_target(local_path(path), mode, "oc.from_batches")
     stream = iter(blocks)
     try:
         first = np.asarray(next(stream))

@@ -11,8 +11,10 @@ import numpy as np
 
 from oocarray._compute import Expr
 from oocarray._feed._map_job import Structure
+from oocarray._feed._map_sidecar import check_replaceable
 from oocarray._memory import parse_shape
 from oocarray._storage import ChunkedArray
+from oocarray._storage._paths import local_path
 from oocarray.errors import ReadOnlyError
 
 __all__ = [
@@ -92,7 +94,9 @@ def _parse_target(target: object, name: str) -> str | ChunkedArray:
             )
         return target
     if isinstance(target, (str, os.PathLike)):
-        return os.fspath(target)
+        path = local_path(target, f"output {name}")
+        check_replaceable(path)  # before any work: a wrong path fails at once
+        return path
     raise TypeError(
         f"output {name} must be a path or a zarr ChunkedArray, got {type(target).__name__}"
     )

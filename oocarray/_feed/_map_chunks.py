@@ -87,7 +87,10 @@ def map_chunks(
     out
         Where results go: a path (a zarr array is created there, one chunk per block) or an
         open zarr ``ChunkedArray`` of the right shape, or a tuple or dict of them when ``fn``
-        returns several arrays.
+        returns several arrays.  At a path, an output of an earlier ``map_chunks`` run is
+        resumed or replaced (see ``resume``); anything else there (a zarr array map_chunks
+        did not write, another directory, a file) raises
+        :class:`~oocarray.StoreExistsError` before any work, and is left as it was.
     dtype, row_shape
         The outputs' dtype and shape of one row (``shape[1:]``), the same structure as ``out``
         (or one value for all).  What is not given is taken from ``fn``'s result on the first

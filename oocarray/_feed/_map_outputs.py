@@ -105,6 +105,9 @@ def open_outputs(
 def _create_output(
     path: str, job: Job, dtype: npt.DTypeLike, row_shape: tuple[int, ...], codec: str
 ) -> ChunkedArray:
+    """Create an output, replacing an earlier map_chunks output at ``path`` (never anything
+    else: not a zarr array map_chunks did not write, which may be the user's data)."""
+    sidecar.check_replaceable(path)
     sidecar.clear(path)  # marks of another job must not count
     chunks = (max(1, min(job.block_rows, job.rows)), *(max(1, n) for n in row_shape))
     return create(path, (job.rows, *row_shape), dtype, chunks=chunks, codec=codec, mode="w")

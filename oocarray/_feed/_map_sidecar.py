@@ -21,9 +21,12 @@ import numpy as np
 
 from oocarray._feed._map_job import Job, dataset_of
 from oocarray._storage import ChunkedArray
+from oocarray._storage._replace import prepare_target
+from oocarray.errors import StoreExistsError
 
 __all__ = [
     "SIDECAR",
+    "check_replaceable",
     "clear",
     "done_blocks",
     "finish",
@@ -31,6 +34,7 @@ __all__ = [
     "mark_done",
     "matches",
     "output_record",
+    "present",
     "read_record",
     "write_record",
 ]
@@ -94,6 +98,23 @@ def write_record(path: str, record: dict[str, Any]) -> None:
     with open(tmp, "w") as f:
         json.dump(record, f)
     os.replace(tmp, os.path.join(directory, "job.json"))
+
+
+def present(path: str) -> bool:
+    """Whether the array at ``path`` was written by map_chunks (it has a sidecar)."""
+    return os.path.isdir(_sidecar(path))
+
+
+def check_replaceable(path: str) -> None:
+    """Raise unless an output may be created at ``path``: nothing is there (or an empty
+    directory), or an output an earlier map_chunks run wrote.  Anything else may be the
+    user's data: a zarr array map_chunks did not write, another directory, a file."""
+    if prepare_target(path, "w", "map_chunks") and not present(path):
+        raise StoreExistsError(
+            f"{path!r} holds a zarr array that map_chunks did not write: map_chunks replaces "
+            "only its own outputs. Choose another out= path, or pass the array opened for "
+            "writing (out=oc.open(path, mode='r+')) to write into it"
+        )
 
 
 def clear(path: str) -> None:

@@ -15,6 +15,13 @@ from oocarray._memory import parse_shape
 from oocarray._storage._base import auto_chunks
 from oocarray._storage._chunked import ChunkedArray
 from oocarray._storage._formats import open_store
+from oocarray._storage._paths import local_path
+from oocarray._storage._replace import (
+    finish_replacement,
+    prepare_group_path,
+    prepare_target,
+    remove_zarr_array,
+)
 
 __all__ = ["create", "open", "parse_chunks"]
 
@@ -34,7 +41,8 @@ def open(
     Parameters
     ----------
     path
-        A zarr array directory, an HDF5 file or a ``.npy`` file.
+        A zarr array directory, an HDF5 file or a ``.npy`` file; a ``file://`` URL is taken
+        as the local path it names (other URLs are not supported yet).
     mode
         ``"r"`` (read-only) or ``"r+"`` (read and write).
     dataset
@@ -49,12 +57,14 @@ def open(
         Nothing is at ``path`` (or no such dataset in the HDF5 file or zarr group).
     ValueError
         ``path`` holds no array oocarray reads, or holds objects and ``allow_object`` is off.
+    NotImplementedError
+        ``path`` is a URL of an object store (``s3://``, ``gs://``, ``https://``, ...).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
     if mode not in _MODES_OPEN:
         raise ValueError(f"mode must be one of {_MODES_OPEN} for oc.open, got {mode!r}")
-    return ChunkedArray(open_store(path, mode, dataset, allow_object))
+    return ChunkedArray(open_store(local_path(path), mode, dataset, allow_object))
 
 
 def parse_chunks(
@@ -111,7 +121,7 @@ def create(
     dtype: npt.DTypeLike,
     chunks: object = None,
     codec: str = "zstd",
-    mode: str = "w",
+    mode: str = "w-",
     shards: object = None,
     *,
     dimension_names: object = None,
@@ -123,7 +133,8 @@ def create(
     Parameters
     ----------
     path
-        The array's directory, or with ``dataset`` the zarr group that holds it.
+        The array's directory, or with ``dataset`` the zarr group that holds it (made if
+        missing); a ``file://`` URL is taken as the local path it names.
     shape, dtype
         As for :func:`numpy.empty`.
     chunks
@@ -133,7 +144,12 @@ def create(
         ``"zstd"`` (default), ``"lz4"`` or ``"blosc"`` (both Blosc, with byte shuffle),
         ``"gzip"``, or ``"none"``.
     mode
-        ``"w"`` replaces what is at ``path``; ``"w-"`` (or ``"x"``) fails if it exists.
+        ``"w-"`` (default, or ``"x"``): create, and raise :class:`~oocarray.StoreExistsError`
+        (a ``FileExistsError``) if something is at ``path`` (an empty directory is fine).
+        ``"w"``: create, replacing a zarr array that is at ``path``: its metadata and chunks
+        are removed, other files in its directory stay.  No mode deletes anything else: a
+        directory that is not a zarr array, a zarr group, or a file raises
+        ``StoreExistsError`` and is left as it was.
     shards
         Shard shape (a multiple of ``chunks`` on every axis), or None for no sharding.  A shard
         is one file holding many small chunks: random reads decode only the small chunks they
@@ -150,7 +166,15 @@ def create(
     dataset
         Create the array at this path (``"temperature"``, ``"a/b"``) inside the zarr v3 group at
         ``path``, making the group and the groups on the way if needed; ``mode`` then applies
-        to that array alone.  Read it back with ``oc.open(path, dataset=...)``.
+        to that array alone (the group's other arrays are never touched).  Read it back with
+        ``oc.open(path, dataset=...)``.
+
+    Raises
+    ------
+    StoreExistsError
+        Something is at the array's path that ``mode`` may not replace (see ``mode``).
+    NotImplementedError
+        ``path`` is a URL of an object store (``s3://``, ``gs://``, ``https://``, ...).
 
     Examples
     --------
@@ -173,6 +197,7 @@ def create(
 
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
+    root = local_path(path)
     dims = parse_shape(shape)
     parsed = _parse_dtype(dtype)
     if math.prod(dims) * max(parsed.itemsize, 1) > np.iinfo(np.intp).max:
@@ -200,9 +225,14 @@ def create(
     attrs = _parse_attributes(attributes)
     if dataset is not None and not isinstance(dataset, str):
         raise TypeError(f"dataset must be a str such as 'temperature' or 'a/b', got {dataset!r}")
-    target = os.fspath(path) if dataset is None else require_group(os.fspath(path), dataset)
-    if mode != "w" and os.path.exists(target):
-        raise FileExistsError(f"{target!r} exists; use mode='w' to replace it")
+    if dataset is None:
+        target = root
+    else:
+        prepare_group_path(root)
+        target = require_group(root, dataset)
+    replacing = prepare_target(target, mode)
+    if replacing:
+        remove_zarr_array(target)
     if names is None and is_group(os.path.dirname(os.path.abspath(target))):
         names = tuple(f"dim_{axis}" for axis in range(len(dims)))  # xarray's default names
     create_zarr(
@@ -211,11 +241,12 @@ def create(
         parsed,
         chunk_shape,
         codec,
-        overwrite=mode == "w",
         shards=shard_shape,
         dimension_names=names,
         attributes=attrs,
     )
+    if replacing:
+        finish_replacement(target)
     return ChunkedArray(ZarrStore.open(target, "r+", False))
 
 

@@ -1,0 +1,177 @@
+"""What a writer may replace: only a zarr array, and of it only its own files.
+
+Creating an array at a path where something is already fails unless the mode is ``"w"``, and
+``"w"`` replaces a zarr array only.  Nothing else is ever deleted, in any mode: not a directory
+of other files (a typo in a path must not destroy a user's data), not a zarr group (its arrays
+are siblings of the one being made), not a regular file.  An empty directory is no loss: an
+array may be created in it.
+
+Replacing an array removes the files zarr made for it (its metadata, its chunk or shard files,
+oocarray's own files in it) and keeps any other file the user put in its directory.  The
+metadata goes first, renamed to a marker, so that an interrupted replacement never leaves the
+old metadata over a part of the old chunks (which would read as zeros, silently): it leaves a
+directory that ``oc.open`` refuses and that ``mode="w"`` finishes replacing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from typing import Any
+
+from oocarray.errors import StoreExistsError
+
+__all__ = [
+    "ARRAY",
+    "GROUP",
+    "finish_replacement",
+    "node_kind",
+    "prepare_group_path",
+    "prepare_target",
+    "remove_zarr_array",
+]
+
+ARRAY = "array"
+GROUP = "group"
+# An array whose replacement began: its metadata, moved aside (see the module's docstring).
+REPLACING = ".oocarray-replacing.json"
+_OWN_DIRS = (".oocarray-map-chunks",)  # map_chunks' resume record
+_METADATA = ("zarr.json", ".zarray", ".zattrs")
+# Chunk (and shard) keys of the two key encodings, any number of axes: "c/0/1", "c.0.1", "c"
+# for v3's default encoding; "0.1", "0/1", "0" for v2's (also a v3 option).
+_V3_KEY = re.compile(r"^c(?:[/.]\d+)*$")
+_V2_KEY = re.compile(r"^\d+(?:[/.]\d+)*$")
+
+
+def node_kind(path: str) -> str | None:
+    """``"array"`` or ``"group"`` for a zarr node (v3 or v2) at ``path``, ``"array"`` for an
+    array whose replacement was interrupted, else None (not zarr, or unreadable metadata)."""
+    v3 = os.path.join(path, "zarr.json")
+    if os.path.isfile(v3):
+        meta = _read_json(v3)
+        kind = meta.get("node_type") if isinstance(meta, dict) else None
+        return kind if kind in (ARRAY, GROUP) else None
+    if os.path.isfile(os.path.join(path, ".zarray")):
+        return ARRAY
+    if os.path.isfile(os.path.join(path, ".zgroup")):
+        return GROUP
+    if os.path.isfile(os.path.join(path, REPLACING)):
+        return ARRAY
+    return None
+
+
+def prepare_target(path: str, mode: str, what: str = "oc.create") -> bool:
+    """Check that an array may be created at ``path`` with ``mode`` (``"w"``, ``"w-"`` or
+    ``"x"``); True when a zarr array is there to be replaced (``"w"`` only).
+
+    Raises
+    ------
+    StoreExistsError
+        Something is at ``path`` that ``mode`` may not replace; nothing was changed.
+    """
+    if not os.path.lexists(path):
+        return False
+    if not os.path.isdir(path):
+        kind = "a link to nothing" if os.path.islink(path) else "a file"
+        raise StoreExistsError(
+            f"{path!r} exists and is {kind}, not a zarr array: {what} never deletes it, in any "
+            "mode; choose another path"
+        )
+    kind = node_kind(path)
+    if kind == GROUP:
+        raise StoreExistsError(
+            f"{path!r} is a zarr group: {what} never replaces a group (its arrays would go with "
+            "it); to make an array inside it, give dataset='name'"
+        )
+    if kind is None:
+        try:
+            entries = sorted(os.listdir(path))
+        except OSError as error:
+            raise StoreExistsError(f"{path!r} exists and cannot be listed: {error}") from None
+        if not entries:
+            return False  # an empty directory: nothing to lose
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise StoreExistsError(
+            f"{path!r} is a directory that is not a zarr array ({len(entries)} "
+            f"{'entry' if len(entries) == 1 else 'entries'}: {shown}): {what} never deletes "
+            "it, in any mode; choose another path"
+        )
+    if mode != "w":
+        raise StoreExistsError(
+            f"{path!r} already holds a zarr array; pass mode='w' to replace it (the default, "
+            "mode='w-', never replaces anything)"
+        )
+    return True
+
+
+def prepare_group_path(path: str) -> None:
+    """Check that arrays may be created inside a zarr group at ``path``: one is there, or
+    nothing (or an empty directory) is, where one will be made.
+
+    Raises
+    ------
+    StoreExistsError
+        A file, or a directory that is not zarr, is at ``path``; nothing was changed.
+    """
+    if not os.path.lexists(path) or (os.path.isdir(path) and node_kind(path) is not None):
+        return  # a zarr array there is refused by the group's own checks, with its reason
+    if os.path.isdir(path) and not os.listdir(path):
+        return
+    what = "a directory that is not a zarr group" if os.path.isdir(path) else "a file"
+    raise StoreExistsError(
+        f"{path!r} is {what}: oc.create(..., dataset=) makes arrays inside a zarr group and "
+        "never writes into or deletes anything else; choose another path"
+    )
+
+
+def remove_zarr_array(path: str) -> list[str]:
+    """Remove the zarr array at ``path``: its metadata, its chunk files and oocarray's own
+    files; every other file stays.  Returns what stayed (paths relative to ``path``)."""
+    marker = os.path.join(path, REPLACING)
+    for name in ("zarr.json", ".zarray"):
+        source = os.path.join(path, name)
+        if os.path.isfile(source):
+            os.replace(source, marker)  # the array is gone for readers from here on
+            break
+    meta = _read_json(marker)
+    key = _V2_KEY if isinstance(meta, dict) and meta.get("zarr_format") == 2 else _V3_KEY
+    if isinstance(meta, dict) and (meta.get("chunk_key_encoding") or {}).get("name") == "v2":
+        key = _V2_KEY
+    kept: list[str] = []
+    for directory, _, files in os.walk(path, topdown=False):
+        relative_dir = os.path.relpath(directory, path)
+        chunk_dir = relative_dir != "." and bool(key.match(relative_dir.replace(os.sep, "/")))
+        for name in files:
+            if relative_dir == "." and name == REPLACING:
+                continue  # removed once the new array is written
+            relative = name if relative_dir == "." else os.path.join(relative_dir, name)
+            ours = (
+                key.match(relative.replace(os.sep, "/"))
+                or (name.startswith(".tmp-") and (relative_dir == "." or chunk_dir))
+                or (relative_dir == "." and name in _METADATA)
+                or relative.split(os.sep)[0] in _OWN_DIRS
+            )
+            if ours:
+                os.unlink(os.path.join(directory, name))
+            else:
+                kept.append(relative)
+        if relative_dir != "." and (chunk_dir or relative_dir.split(os.sep)[0] in _OWN_DIRS):
+            with contextlib.suppress(OSError):  # only once empty: a user's file keeps it
+                os.rmdir(directory)
+    return sorted(kept)
+
+
+def finish_replacement(path: str) -> None:
+    """The new array is written: drop the old metadata's marker."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(path, REPLACING))
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
