@@ -166,7 +166,7 @@ def make_data(directory: str, size_bytes: int) -> tuple[Data, float]:
     data = Data(directory)
     rows = size_bytes // ROW_BYTES
     os.makedirs(data.spill_dir, exist_ok=True)
-    x = oc.create(data.store, (rows, COLUMNS), np.float32, chunks=(CHUNK_ROWS, COLUMNS))
+    x = oc.create(data.store, (rows, COLUMNS), np.float32, chunks=(CHUNK_ROWS, COLUMNS), mode="w")
     raw = np.lib.format.open_memmap(data.npy, mode="w+", dtype=np.float32, shape=(rows, COLUMNS))
     step = CHUNK_ROWS * WRITE_CHUNKS
     for lo in range(0, rows, step):

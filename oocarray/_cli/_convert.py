@@ -27,6 +27,9 @@ from oocarray._cli._info import describe
 from oocarray._cli._open import open_array
 from oocarray._cli._output import format_bytes
 from oocarray._compute._progress import progress_bar
+from oocarray._storage._paths import local_path
+from oocarray._storage._replace import foreign_files, prepare_target
+from oocarray._storage._zarr_create import unstable_dtypes_known
 
 __all__ = ["add_parser", "output_format"]
 
@@ -55,7 +58,10 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         ".npy) or --to.",
     )
     parser.add_argument("src", help="the array to read: a zarr directory, an HDF5 or .npy file")
-    parser.add_argument("dst", help="where the copy goes (must not exist unless --overwrite)")
+    parser.add_argument(
+        "dst",
+        help="where the copy goes (must not exist, or be an empty directory, unless --overwrite)",
+    )
     add_common(parser, max_ram="1G")
     parser.add_argument("--to", choices=FORMATS, help="output format (default: from DST's name)")
     parser.add_argument(
@@ -82,7 +88,13 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         metavar="NAME",
         help="name of the dataset in an HDF5 output (default 'data')",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace DST if it is an array of the output format: a zarr array (holding no "
+        "other files), an HDF5 file holding only the --out-dataset dataset, or a .npy file; "
+        "anything else at DST is never deleted",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(run=run)
 
@@ -111,6 +123,7 @@ def output_format(dst: str, to: str | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Convert ``args.src`` to ``args.dst``."""
+    args.src, args.dst = local_path(args.src, "SRC"), local_path(args.dst, "DST")
     fmt = output_format(args.dst, args.to)
     codec = _check_options(args, fmt)
     if not os.path.lexists(args.src):
@@ -118,8 +131,10 @@ def run(args: argparse.Namespace) -> int:
     if os.path.lexists(args.dst):
         if os.path.exists(args.src) and os.path.samefile(args.src, args.dst):
             raise UsageError(f"SRC and DST are the same: {args.src!r}", _PROG)
-        if not args.overwrite:
-            raise FileExistsError(f"{args.dst!r} exists; give --overwrite to replace it")
+        if not _empty_directory(args.dst):
+            if not args.overwrite:
+                raise oc.StoreExistsError(f"{args.dst!r} exists; give --overwrite to replace it")
+            _check_replaceable(args.dst, fmt, args.out_dataset)
     parent = os.path.dirname(os.path.abspath(args.dst))
     if not os.path.isdir(parent):
         raise FileNotFoundError(f"the directory of {args.dst!r} does not exist: {parent!r}")
@@ -130,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
             partial = _partial_name(args.dst, fmt)
             try:
                 if fmt == "zarr":
-                    _write_zarr(x, partial, args.chunks, args.shards, codec, progress)
+                    with unstable_dtypes_known():  # a string dtype is the source's: no warning
+                        _write_zarr(x, partial, args.chunks, args.shards, codec, progress)
                 elif fmt == "hdf5":
                     limit = args.max_ram // 4
                     _write_hdf5(x, partial, args.out_dataset, args.chunks, codec, limit, progress)
@@ -159,6 +175,47 @@ def run(args: argparse.Namespace) -> int:
         f"{format_bytes(args.max_ram)} budget"
     )
     return 0
+
+
+def _empty_directory(path: str) -> bool:
+    return os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
+
+
+def _check_replaceable(dst: str, fmt: str, dataset: str) -> None:
+    """``--overwrite`` replaces an array of the output's format and nothing else: no
+    directory of other files, zarr group, HDF5 file with other datasets, or unrelated file."""
+    what = "oocarray convert --overwrite"
+    if fmt == "zarr":
+        prepare_target(dst, "w", what)  # a zarr array, or raises
+        foreign = foreign_files(dst)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise oc.StoreExistsError(
+                f"{dst!r} is a zarr array that also holds other files ({shown}): {what} "
+                "replaces the whole directory, so it leaves it alone; move them out first"
+            )
+        return
+    signature = {"hdf5": b"\x89HDF\r\n\x1a\n", "npy": b"\x93NUMPY"}[fmt]
+    head = b""
+    if os.path.isfile(dst):
+        with open(dst, "rb") as f:
+            head = f.read(len(signature))
+    if head != signature:
+        kind = "a directory" if os.path.isdir(dst) else "a file"
+        raise oc.StoreExistsError(
+            f"{dst!r} is {kind} but not {'an HDF5' if fmt == 'hdf5' else 'a .npy'} file: "
+            f"{what} never deletes it; choose another DST"
+        )
+    if fmt == "hdf5":
+        import h5py
+
+        with h5py.File(dst, "r") as f:
+            members = sorted(f)
+        if members != [dataset.strip("/")]:
+            raise oc.StoreExistsError(
+                f"{dst!r} is an HDF5 file holding {members}: {what} replaces the whole file, "
+                f"so only one holding just the dataset {dataset!r}; choose another DST"
+            )
 
 
 def _check_options(args: argparse.Namespace, fmt: str) -> str:
@@ -359,7 +416,7 @@ def _copy(
     """Read ``x`` block by block and hand each block to ``write``."""
     regions = list(_regions(x.shape, block))
     with progress_bar(
-        total=len(regions), unit="block", delay=2.0, leave=False, disable=not progress
+        total=len(regions), desc="convert", nbytes=x.nbytes, disable=not progress
     ) as bar:
         for region in regions:
             write(region, x[region])  # the block is freed before the next read

@@ -72,7 +72,8 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     parser.add_argument(
         "--keep",
         metavar="DIR",
-        help="write the data to DIR and keep it (default: a temporary directory, removed)",
+        help="write the data to DIR and keep it (default: a temporary directory, removed); "
+        "raw.zarr and normalised.zarr of an earlier demo in DIR are replaced",
     )
     parser.add_argument(
         "--epochs", type=int, default=2, metavar="N", help="training epochs (default 2)"
@@ -211,7 +212,7 @@ def _run_demo(plan: DemoPlan, workdir: str, args: argparse.Namespace) -> int:
         with step("normalise"):
             normalised = ((raw - mean) / std).astype(np.float32)
             copy = normalised.to_zarr(
-                normalised_path, codec="lz4", chunks=raw.chunks, progress=progress
+                normalised_path, codec="lz4", chunks=raw.chunks, mode="w", progress=progress
             )
         print(
             "3. normalise   ((x - mean) / std).astype(float32), one fused pass (to_zarr)\n"
@@ -324,10 +325,14 @@ def _generate(data: DemoData, path: str, manager: oc.Manager, progress: bool) ->
                 bar.update()
 
     with progress_bar(
-        total=data.n_blocks, desc="generate", unit="block", leave=False, disable=not progress
+        total=data.n_blocks, desc="generate", nbytes=data.nbytes, disable=not progress
     ) as bar:
         return oc.from_batches(
-            blocks(bar), path, chunks=(data.block_rows, data.block(0).shape[1]), codec="lz4"
+            blocks(bar),
+            path,
+            chunks=(data.block_rows, data.block(0).shape[1]),
+            codec="lz4",
+            mode="w",  # --keep DIR again replaces the demo's own arrays there (zarr only)
         )
 
 
@@ -370,7 +375,7 @@ def _train(
     workspace = oc.Workspace("train-step")
     losses: list[list[float]] = []
     with progress_bar(
-        total=per_epoch * epochs, desc="train", unit="batch", leave=False, disable=not progress
+        total=per_epoch * epochs, desc="train", unit="batch", disable=not progress
     ) as bar:
         for _ in range(epochs):
             row: list[float] = []

@@ -94,7 +94,10 @@ def _describe(error: BaseException) -> str:
         error, oc.OOCArrayError
     ):
         return f"{type(error).__name__}: {first}" if first else type(error).__name__
-    if isinstance(error, oc.OOCArrayError | OSError | ValueError | TypeError) and first:
+    if (
+        isinstance(error, oc.OOCArrayError | OSError | ValueError | TypeError | NotImplementedError)
+        and first
+    ):
         return first
     # Anything else is unexpected: name it, and say how to see where it came from.
     return (

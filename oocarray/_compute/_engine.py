@@ -206,7 +206,7 @@ def _detached(value: Any) -> Any:
     return value
 
 
-def run_pass(work: Pass, progress: bool = True) -> None:
+def run_pass(work: Pass, progress: bool = True, name: str = "compute") -> None:
     """Evaluates a pass: merges every reduction's partials and writes every store."""
     manager = active_manager() or system()
     blocks, worker_count = plan_blocks(work, budget_left(manager))
@@ -221,7 +221,7 @@ def run_pass(work: Pass, progress: bool = True) -> None:
         for reduction, partial in zip(work.reductions, partials, strict=True):
             reduction.merge(partial, blocks[0])
         return
-    bar = _progress(len(blocks), progress)
+    bar = _progress(len(blocks), progress, name, _bytes_read(work))
     pending: dict[int, list[Any]] = {}
     next_merge = 0
     try:
@@ -265,25 +265,29 @@ def _take(queue: Any, n: int) -> list[tuple[int, Region]]:
     return out
 
 
-class _NoProgress:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+def _progress(total: int, enabled: bool, name: str, nbytes: int) -> Any:
+    """The pass's progress: a bar once it has run about two seconds, or a summary line where
+    stderr is a log (see :mod:`._progress`)."""
+    return progress_bar(total=total, desc=name, nbytes=nbytes, disable=not enabled or total < 2)
 
 
-def _progress(total: int, enabled: bool) -> Any:
-    """A tqdm bar that shows itself only once the pass has run about two seconds."""
-    if not enabled or total < 2:
-        return _NoProgress()
-    return progress_bar(total=total, delay=2.0, unit="block", leave=False)
+def _bytes_read(work: Pass) -> int:
+    """The bytes of the chunked arrays the pass reads (or, reading none, computes)."""
+    seen: dict[int, int] = {}
+    for expr in work.exprs():
+        for source in expr.sources():
+            seen[id(source)] = source.nbytes
+    return sum(seen.values()) or sum(e.nbytes for e in work.exprs())
 
 
 def evaluate(
-    reductions: Sequence[Reduction], stores: Sequence[StoreTarget], progress: bool
+    reductions: Sequence[Reduction],
+    stores: Sequence[StoreTarget],
+    progress: bool,
+    name: str = "compute",
 ) -> None:
-    """Runs every reduction and store, one pass per shape, sharing reads within a pass."""
+    """Runs every reduction and store, one pass per shape, sharing reads within a pass;
+    ``name`` is the step's name in progress reports."""
     passes: dict[tuple[int, ...], Pass] = {}
     for reduction in reductions:
         passes.setdefault(
@@ -292,4 +296,4 @@ def evaluate(
     for store in stores:
         passes.setdefault(store.expr.shape, Pass(store.expr.shape, [], [])).stores.append(store)
     for work in passes.values():
-        run_pass(work, progress)
+        run_pass(work, progress, name)

@@ -425,7 +425,9 @@ class LazyOps:
             dimension_names=dimension_names,
             attributes=attributes,
         )
-        evaluate([], [StoreTarget(expr, out.__setitem__, out.shards or out.chunks)], progress)
+        evaluate(
+            [], [StoreTarget(expr, out.__setitem__, out.shards or out.chunks)], progress, "to_zarr"
+        )
         return out
 
 

@@ -76,7 +76,8 @@ def map_chunks(
     tuple for a tuple of outputs, a dict for a dict of outputs.  Blocks run in parallel, each
     worker holding one block at a time in a cyclic workspace (so temporaries reuse the same
     memory and the active manager's budget applies), and each block's output chunks are
-    written whole.  A progress bar shows on work longer than about two seconds.
+    written whole.  Work longer than about two seconds shows a progress bar on a terminal or
+    in Jupyter, and ends with one summary line on stderr elsewhere (a log).
 
     Parameters
     ----------
@@ -123,7 +124,7 @@ def map_chunks(
         match).  A different job starts the outputs over.  ``False`` always starts over: pass
         it after changing ``fn``'s code or the inputs' data.
     progress
-        ``False`` hides the progress bar.
+        ``False`` turns the progress bar (or summary line) off.
 
     Returns
     -------
@@ -235,16 +236,9 @@ def _run(
     return dict(zip(job.names, outputs, strict=True))
 
 
-class _NoProgress:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def _progress_bar(total: int, done: int, enabled: bool) -> Any:
-    """A tqdm bar that shows itself only once the work has run about two seconds."""
-    if not enabled or total - done < 2:
-        return _NoProgress()
-    return progress_bar(total=total, initial=done, delay=2.0, unit="block", leave=False)
+    """A bar once the work has run about two seconds, or a summary line where stderr is a
+    log (see :mod:`oocarray._compute._progress`)."""
+    return progress_bar(
+        total=total, initial=done, desc="map_chunks", disable=not enabled or total - done < 2
+    )

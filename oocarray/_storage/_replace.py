@@ -27,6 +27,7 @@ __all__ = [
     "ARRAY",
     "GROUP",
     "finish_replacement",
+    "foreign_files",
     "node_kind",
     "prepare_group_path",
     "prepare_target",
@@ -76,8 +77,8 @@ def prepare_target(path: str, mode: str, what: str = "oc.create") -> bool:
     if not os.path.isdir(path):
         kind = "a link to nothing" if os.path.islink(path) else "a file"
         raise StoreExistsError(
-            f"{path!r} exists and is {kind}, not a zarr array: {what} never deletes it, in any "
-            "mode; choose another path"
+            f"{path!r} exists and is {kind}, not a zarr array: {what} never deletes it; "
+            "choose another path"
         )
     kind = node_kind(path)
     if kind == GROUP:
@@ -96,7 +97,7 @@ def prepare_target(path: str, mode: str, what: str = "oc.create") -> bool:
         raise StoreExistsError(
             f"{path!r} is a directory that is not a zarr array ({len(entries)} "
             f"{'entry' if len(entries) == 1 else 'entries'}: {shown}): {what} never deletes "
-            "it, in any mode; choose another path"
+            "it; choose another path"
         )
     if mode != "w":
         raise StoreExistsError(
@@ -135,32 +136,58 @@ def remove_zarr_array(path: str) -> list[str]:
         if os.path.isfile(source):
             os.replace(source, marker)  # the array is gone for readers from here on
             break
-    meta = _read_json(marker)
-    key = _V2_KEY if isinstance(meta, dict) and meta.get("zarr_format") == 2 else _V3_KEY
-    if isinstance(meta, dict) and (meta.get("chunk_key_encoding") or {}).get("name") == "v2":
+    ours, own_dirs, kept = _array_files(path, _read_json(marker))
+    for file in ours:
+        os.unlink(os.path.join(path, file))
+    for directory in own_dirs:  # deepest first; only once empty: a user's file keeps it
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(path, directory))
+    return kept
+
+
+def foreign_files(path: str) -> list[str]:
+    """The files in the zarr array directory ``path`` that are not the array's own (paths
+    relative to ``path``): what a user put there."""
+    meta = None
+    for name in ("zarr.json", ".zarray", REPLACING):
+        if os.path.isfile(os.path.join(path, name)):
+            meta = _read_json(os.path.join(path, name))
+            break
+    return _array_files(path, meta)[2]
+
+
+def _array_files(path: str, meta: Any) -> tuple[list[str], list[str], list[str]]:
+    """The array's own files, its own directories (deepest first) and the other files in its
+    directory ``path``, all relative to ``path``; ``meta`` is its metadata."""
+    key = _V3_KEY
+    if isinstance(meta, dict) and (
+        meta.get("zarr_format") == 2 or (meta.get("chunk_key_encoding") or {}).get("name") == "v2"
+    ):
         key = _V2_KEY
+    ours: list[str] = []
+    own_dirs: list[str] = []
     kept: list[str] = []
     for directory, _, files in os.walk(path, topdown=False):
         relative_dir = os.path.relpath(directory, path)
-        chunk_dir = relative_dir != "." and bool(key.match(relative_dir.replace(os.sep, "/")))
+        top = relative_dir == "."
+        chunk_dir = not top and bool(key.match(relative_dir.replace(os.sep, "/")))
+        own_dir = not top and relative_dir.split(os.sep)[0] in _OWN_DIRS
         for name in files:
-            if relative_dir == "." and name == REPLACING:
+            relative = name if top else os.path.join(relative_dir, name)
+            if top and name == REPLACING:
                 continue  # removed once the new array is written
-            relative = name if relative_dir == "." else os.path.join(relative_dir, name)
-            ours = (
+            if (
                 key.match(relative.replace(os.sep, "/"))
-                or (name.startswith(".tmp-") and (relative_dir == "." or chunk_dir))
-                or (relative_dir == "." and name in _METADATA)
-                or relative.split(os.sep)[0] in _OWN_DIRS
-            )
-            if ours:
-                os.unlink(os.path.join(directory, name))
+                or (name.startswith(".tmp-") and (top or chunk_dir))
+                or (top and name in _METADATA)
+                or own_dir
+            ):
+                ours.append(relative)
             else:
                 kept.append(relative)
-        if relative_dir != "." and (chunk_dir or relative_dir.split(os.sep)[0] in _OWN_DIRS):
-            with contextlib.suppress(OSError):  # only once empty: a user's file keeps it
-                os.rmdir(directory)
-    return sorted(kept)
+        if chunk_dir or own_dir:
+            own_dirs.append(relative_dir)
+    return ours, own_dirs, sorted(kept)
 
 
 def finish_replacement(path: str) -> None:

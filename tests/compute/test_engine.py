@@ -1,4 +1,5 @@
-"""The chunk loop: bounded memory, Ctrl-C, progress, output chunks whole, fusing."""
+"""The chunk loop: bounded memory, Ctrl-C, output chunks whole, fusing (progress reports:
+test_progress.py)."""
 
 from __future__ import annotations
 
@@ -144,34 +145,6 @@ def test_ctrl_c_stops_promptly_and_leaves_whole_chunks(tmp_path: Path) -> None:
     empty = [bool((rows[i : i + 16] == 0).all()) for i in range(0, 4096, 16)]
     assert all(w or e for w, e in zip(written, empty, strict=True)), "a chunk was written in part"
     assert any(empty), "the whole output was written before the interrupt"
-
-
-def test_a_progress_bar_shows_on_long_work_only(tmp_path: Path) -> None:
-    script = """
-    import sys, time
-    import numpy as np
-    import oocarray as oc
-    from oocarray._compute import _engine
-    _engine.TARGET_BLOCK_BYTES = 1  # a block per chunk
-    x = oc.from_numpy(np.ones((64, 8)), chunks=(4, 8))
-    x.sum()  # quick: no bar
-    print("quick done", file=sys.stderr, flush=True)
-    def slow(block):
-        time.sleep(0.3)
-        return block
-    x.map_blocks(slow, dtype=np.float64).sum()
-    """
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    quick, _, slow = result.stderr.partition("quick done")
-    assert "block" not in quick
-    assert "block" in slow
 
 
 def test_an_interrupted_pass_leaves_no_worker_behind(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -75,7 +75,9 @@ def test_xarray_opens_a_group_that_create_makes_with_dataset(tmp_path: Path) -> 
     nested = xr.open_zarr(path, group="stats", consolidated=False)
     assert np.array_equal(nested["count"].values, np.arange(45))
     assert np.array_equal(oc.open(path, dataset="stats/count")[...], np.arange(45))
-    replaced = oc.create(path, (3,), np.int8, dataset="stats/count")  # mode="w": this array only
+    with pytest.raises(FileExistsError, match="mode='w'"):
+        oc.create(path, (3,), np.int8, dataset="stats/count")  # the default never replaces
+    replaced = oc.create(path, (3,), np.int8, dataset="stats/count", mode="w")  # this one only
     assert replaced.shape == (3,)
     assert np.array_equal(oc.open(path, dataset="temperature")[...], DATA)
     with pytest.raises(FileExistsError):
