@@ -18,6 +18,7 @@ atomic_int oc_trace_enabled = 0;
 PyObject *oc_trace_alloc_cb = NULL;
 PyObject *oc_trace_free_cb = NULL;
 PyObject *oc_pressure_cb = NULL;
+PyObject *oc_disk_refusal_cb = NULL;
 
 static atomic_uint_fast64_t next_alloc_id = 1;
 static OC_TLS oc_failure last_failure;
@@ -313,11 +314,38 @@ static void *block_new_on_disk(oc_node *owner, size_t size, int *err)
     return data;
 }
 
+/* Tells Python that the disk refused `size` bytes, while the arrays alive at the failure are
+ * still alive: NumPy raises its error only after freeing the failed expression's temporaries,
+ * so the free space and the arrays on disk must be seen now for the message to be true. */
+static void disk_refused(oc_node *asked, oc_node *refused, int64_t size, int err)
+{
+    if (oc_disk_refusal_cb == NULL || !Py_IsInitialized()) {
+        return;
+    }
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *cb = oc_disk_refusal_cb;
+    if (cb != NULL) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        Py_INCREF(cb);
+        PyObject *r = PyObject_CallFunction(cb, "KKLi", (unsigned long long)asked->id,
+                                            (unsigned long long)(refused ? refused->id : 0), (long long)size, err);
+        if (r == NULL) {
+            PyErr_WriteUnraisable(cb);
+        }
+        Py_XDECREF(r);
+        Py_DECREF(cb);
+        PyErr_Restore(et, ev, tb);
+    }
+    PyGILState_Release(g);
+}
+
 static void *place_on_disk(oc_node *owner, size_t size, oc_node *refused)
 {
     int err = 0;
     void *data = block_new_on_disk(owner, size, &err);
     if (data == NULL) {
+        disk_refused(owner, refused, (int64_t)size, err);
         oc_record_failure(OC_FAIL_SPILL, err, owner, refused, (int64_t)size);
     }
     return data;
@@ -332,6 +360,7 @@ static void *place_compressed(oc_node *owner, size_t size)
     int err = 0;
     void *data = oc_zspill_new_region(owner, size, &err);
     if (data == NULL) {
+        disk_refused(owner, NULL, (int64_t)size, err);
         oc_record_failure(OC_FAIL_SPILL, err, owner, NULL, (int64_t)size);
         return NULL;
     }

@@ -584,6 +584,16 @@ static PyObject *set_pressure_callback(PyObject *Py_UNUSED(m), PyObject *cb)
     Py_RETURN_NONE;
 }
 
+static PyObject *set_disk_refusal_callback(PyObject *Py_UNUSED(m), PyObject *cb)
+{
+    if (cb != Py_None && !PyCallable_Check(cb)) {
+        PyErr_SetString(PyExc_TypeError, "the disk refusal callback must be callable or None");
+        return NULL;
+    }
+    Py_XSETREF(oc_disk_refusal_cb, cb == Py_None ? NULL : Py_NewRef(cb));
+    Py_RETURN_NONE;
+}
+
 static PyObject *set_huge_pages(PyObject *Py_UNUSED(m), PyObject *arg)
 {
     int on = PyObject_IsTrue(arg);
@@ -1202,6 +1212,8 @@ static PyMethodDef module_methods[] = {
     {"set_spill_limit", set_spill_limit, METH_O, "Cap on bytes on disk (-1: none)."},
     {"spill_used", spill_used, METH_NOARGS, "Bytes reserved on disk now."},
     {"set_pressure_callback", set_pressure_callback, METH_O, "cb(node_id, size) -> retry?, or None."},
+    {"set_disk_refusal_callback", set_disk_refusal_callback, METH_O,
+     "cb(node_id, refused_id, size, errno) when placing an array on disk fails, or None."},
     {"set_huge_pages", set_huge_pages, METH_O, "Advise huge pages for large mappings; returns the old setting."},
     {"region_cache", region_cache, METH_VARARGS, "(cached, limit); region_cache(n) sets the limit, (-1) empties."},
     {"move_guard", move_guard, METH_NOARGS, "How moves hold concurrent writers: a GUARD_* constant."},

@@ -331,6 +331,7 @@ extern atomic_int oc_trace_enabled;
 extern PyObject *oc_trace_alloc_cb;
 extern PyObject *oc_trace_free_cb;
 extern PyObject *oc_pressure_cb;
+extern PyObject *oc_disk_refusal_cb; /* cb(node_id, refused_id, size, errno): at the failure */
 void oc_handler_init(PyDataMem_Handler *h, oc_node *ctx);
 int oc_is_our_handler(PyObject *capsule);
 oc_header *oc_header_of(void *data);

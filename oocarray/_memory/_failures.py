@@ -14,7 +14,7 @@ from typing import Any
 
 from oocarray import _native
 from oocarray._memory import _events
-from oocarray._memory._refusals import budget_message, refusal_dump
+from oocarray._memory._refusals import budget_message, disk_refusal_at_failure, refusal_dump
 from oocarray._memory._registry import manager_by_node_id
 from oocarray._memory._spill_files import disk_refusal
 from oocarray._memory._units import format_bytes
@@ -109,14 +109,24 @@ def _describe(failure: tuple[int, ...]) -> tuple[str, str, int] | None:
             "need an open manager (leave its `with` block or activate another one)",
             0,
         )
+    disk = disk_refusal_at_failure(node_id, requested) if kind == _native.FAIL_SPILL else None
+    why = ""
+    if kind == _native.FAIL_SPILL:
+        if disk is None:
+            why = disk_refusal(err, requested)
+        else:
+            why = disk_refusal(err, requested, disk.free_bytes, disk.used_bytes)
     if kind == _native.FAIL_SPILL and refused_id == 0:
+        where = "'zarr'" if asked is not None and asked.location == "zarr" else "'mmap'"
         return (
             "disk",
             f"cannot place {format_bytes(requested)} on disk for manager {name!r} "
-            f"(location='mmap'): {disk_refusal(err, requested)}",
+            f"(location={where}): {why}",
             err,
         )
     dump = refusal_dump(node_id, requested, refused_id)
+    if dump is None and disk is not None:
+        dump = disk.dump  # the tree at the failure, not after its temporaries were freed
     if _events.listeners:
         _events.emit(
             "budget_refusal",
@@ -128,7 +138,7 @@ def _describe(failure: tuple[int, ...]) -> tuple[str, str, int] | None:
         )
     message = budget_message(requested, asked, manager_by_node_id(refused_id), limit, used, dump)
     if kind == _native.FAIL_SPILL:
-        message += f"\nPlacing the array on disk instead failed too: {disk_refusal(err, requested)}"
+        message += f"\nPlacing the array on disk instead failed too: {why}"
     return "budget", message, err
 
 

@@ -6,15 +6,24 @@ freed, so the debug dump is taken when the handler is about to refuse, per threa
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from oocarray import _native
 from oocarray._memory import _events
 from oocarray._memory._gc import collect_garbage_throttled
 from oocarray._memory._registry import manager_by_node_id
+from oocarray._memory._spill_files import free_spill_bytes
 from oocarray._memory._units import format_bytes
 
-__all__ = ["budget_message", "refusal_dump", "relieve_pressure"]
+__all__ = [
+    "DiskRefusal",
+    "budget_message",
+    "disk_refusal_at_failure",
+    "note_disk_refusal",
+    "refusal_dump",
+    "relieve_pressure",
+]
 
 
 def budget_message(
@@ -83,3 +92,37 @@ def refusal_dump(node_id: int, nbytes: int, refused_id: int) -> str | None:
     if last is None or last[:3] != (node_id, nbytes, refused_id or last[2]):
         return None
     return last[3]
+
+
+@dataclass(frozen=True, slots=True)
+class DiskRefusal:
+    """The disk as it was when placing an array there failed."""
+
+    node_id: int
+    nbytes: int
+    free_bytes: int  # free on the spill directory's disk, -1 if unknown
+    used_bytes: int  # this process's spill files there
+    dump: str | None  # the tree of the refusing (or asked) manager
+
+
+def note_disk_refusal(node_id: int, refused_id: int, nbytes: int, err: int) -> None:
+    """Called by the handler the moment placing ``nbytes`` on disk failed: what is free and
+    what is on disk is recorded now, while the arrays alive at the failure still are (NumPy
+    frees a failed expression's temporaries before it raises)."""
+    tree = manager_by_node_id(refused_id) or manager_by_node_id(node_id)
+    _refusals.disk = DiskRefusal(
+        node_id,
+        nbytes,
+        free_spill_bytes(),
+        int(_native.spill_used()),
+        tree.debug_dump() if tree is not None else None,
+    )
+
+
+def disk_refusal_at_failure(node_id: int, nbytes: int) -> DiskRefusal | None:
+    """The record :func:`note_disk_refusal` made for this failure (this thread), or None."""
+    last: DiskRefusal | None = getattr(_refusals, "disk", None)
+    _refusals.disk = None
+    if last is None or (last.node_id, last.nbytes) != (node_id, nbytes):
+        return None
+    return last

@@ -23,7 +23,7 @@ from oocarray._memory import _config
 from oocarray._memory._units import format_bytes
 from oocarray.errors import SpillError
 
-__all__ = ["apply_settings", "disk_refusal", "private_dir", "spill_error"]
+__all__ = ["apply_settings", "disk_refusal", "free_spill_bytes", "private_dir", "spill_error"]
 
 _lock = threading.Lock()
 
@@ -112,12 +112,18 @@ def spill_error(error: OSError, what: str, nbytes: int) -> SpillError:
     )
 
 
-def disk_refusal(err: int, nbytes: int) -> str:
+def disk_refusal(err: int, nbytes: int, free: int | None = None, used: int | None = None) -> str:
     """Why the spill directory refused a file of ``nbytes`` (``err`` is the errno), and what
-    to do: the ``max_spill_bytes`` limit and a full disk both come back as ``ENOSPC``."""
+    to do: the ``max_spill_bytes`` limit and a full disk both come back as ``ENOSPC``.
+
+    ``free`` (bytes free on the disk) and ``used`` (bytes of this process's files there) as
+    they were at the failure, when known; otherwise they are measured now, which is too late
+    when the arrays alive at the failure (a failed expression's temporaries) are gone."""
     limit = _config.config().max_spill_bytes
-    used = _native.spill_used()
-    free = _free_spill_bytes()
+    if used is None:
+        used = _native.spill_used()
+    if free is None:
+        free = free_spill_bytes()
     if err == errno.ENOSPC and limit is not None and (used + nbytes > limit or free >= nbytes):
         return (
             f"the max_spill_bytes limit was reached: {format_bytes(used)} of "
@@ -128,12 +134,13 @@ def disk_refusal(err: int, nbytes: int) -> str:
     reason = f"[{errno.errorcode.get(err, err)}] {os.strerror(err)}"
     room = "" if free < 0 else f", {format_bytes(free)} free"
     return (
-        f"{reason} in the spill directory ({format_bytes(nbytes)} needed{room}). Free disk "
-        "space, or point spill_dir (oc.configure or OOCARRAY_SPILL_DIR) at a larger disk."
+        f"{reason} in the spill directory ({format_bytes(nbytes)} needed{room}; this "
+        f"process's arrays on disk there took {format_bytes(used)}). Free disk space, or point "
+        "spill_dir (oc.configure or OOCARRAY_SPILL_DIR) at a larger disk."
     )
 
 
-def _free_spill_bytes() -> int:
+def free_spill_bytes() -> int:
     """Bytes free for this user on the spill directory's disk, or -1 if it cannot be read."""
     try:
         info = os.statvfs(private_dir())

@@ -179,6 +179,52 @@ def test_disk_full_in_native_placement_is_an_error_never_a_crash(tiny_tmpfs: Pat
     assert leftovers == []
 
 
+DISK_FULL_MESSAGE = """
+import numpy as np, oocarray as oc
+
+n = (3 << 20) // 8  # 3 MiB: the first array fits the 4 MiB disk, a second does not
+with oc.Manager("budget", max_bytes="1M"):  # over budget: each array goes to disk
+    try:
+        np.ones(n) + np.ones(n)  # the first is a temporary, freed before NumPy raises
+    except MemoryError as error:
+        print(str(error).replace("\\n", " | "))
+with oc.Manager("placed", location="mmap"):
+    try:
+        np.ones(n) + np.ones(n)
+    except OSError as error:
+        print(str(error))
+"""
+
+
+def _mib(text: str, pattern: str) -> float:
+    """The size that ``pattern``'s group (a number and a unit) matches in ``text``, in MiB."""
+    import re
+
+    match = re.search(pattern, text)
+    assert match, (pattern, text)
+    number, unit = match.group(1).split()
+    return float(number) * {"B": 1 / 1048576, "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}[unit]
+
+
+def test_a_full_disk_is_reported_as_it_was_at_the_failure(tiny_tmpfs: Path) -> None:
+    """Issue 21, item 10: the message said "48.0 MiB free" (measured after the failed
+    expression's temporary was freed) for a 30.5 MiB request refused by a full disk, and the
+    tree said "0 B in 0 arrays" while that temporary was on disk."""
+    result = run_python(DISK_FULL_MESSAGE, OOCARRAY_SPILL_DIR=str(tiny_tmpfs))
+    assert result.returncode == 0, result.stderr[-3000:]
+    budget, placed = result.stdout.strip().splitlines()
+    for message in (budget, placed):
+        assert "ENOSPC" in message, message
+        needed = _mib(message, r"\(([\d.]+ \w+) needed")
+        free = _mib(message, r"needed, ([\d.]+ \w+) free")
+        held = _mib(message, r"arrays on disk there took ([\d.]+ \w+)\)")
+        assert needed == 3.0
+        assert free < needed, message  # what the disk had when it refused
+        assert held >= 3.0, message  # the temporary, alive on disk at the failure
+    assert "budget [open] 3.0 MiB in 1 arrays" in budget, budget
+    assert "0 B in 0 arrays" not in budget
+
+
 # ---- kill -9 ----
 
 WRITE_LOOP = """
