@@ -104,6 +104,78 @@ def test_convert_overwrite(tmp_path: Path, cli: Callable[..., Result]) -> None:
     np.testing.assert_array_equal(read_back(h5, "data"), DATA)
 
 
+def test_convert_overwrite_replaces_only_an_array_of_the_output_format(
+    tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """Issue 21, item 1: --overwrite removed whatever was at DST (``shutil.rmtree``)."""
+    src = write("npy", tmp_path)
+    papers = tmp_path / "papers.zarr"  # a directory of someone's files, named like an output
+    papers.mkdir()
+    (papers / "thesis.tex").write_text("years of work")
+    zarr_with_notes = tmp_path / "noted.zarr"
+    assert cli("convert", src, zarr_with_notes).code == 0
+    (zarr_with_notes / "notes.txt").write_text("mine")
+    h5 = tmp_path / "two.h5"
+    assert cli("convert", src, h5).code == 0
+    import h5py
+
+    with h5py.File(h5, "a") as f:
+        f["other"] = np.arange(3)
+    text = tmp_path / "t.npy"
+    text.write_text("not an array")
+    group = tmp_path / "g.zarr"
+    oc.create(group, (2,), "f4", dataset="a")
+    for dst, expected in [
+        (papers, "not a zarr array"),
+        (zarr_with_notes, "notes.txt"),
+        (h5, "'other'"),
+        (text, "not a .npy file"),
+        (group, "zarr group"),
+    ]:
+        result = cli("convert", src, dst, "--overwrite")
+        assert result.code == 1, (dst, result.err)
+        assert expected in result.one_error_line(), result.err
+    assert (papers / "thesis.tex").read_text() == "years of work"
+    assert (zarr_with_notes / "notes.txt").read_text() == "mine"
+    assert text.read_text() == "not an array"
+    with h5py.File(h5, "r") as f:
+        assert sorted(f) == ["data", "other"]
+    assert oc.open(group, dataset="a").shape == (2,)
+    empty = tmp_path / "empty.zarr"
+    empty.mkdir()
+    assert cli("convert", src, empty).code == 0  # an empty directory is no loss
+
+
+def test_convert_of_strings_to_zarr_prints_no_warning(
+    tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """Issue 21, item 10: zarr-python's UnstableSpecificationWarning for string dtypes."""
+    for name, values in (("u", np.array(["ab", "cde", "f"])), ("s", np.array([b"ab", b"c"]))):
+        np.save(tmp_path / f"{name}.npy", values)
+        result = cli("convert", tmp_path / f"{name}.npy", tmp_path / f"{name}.zarr")
+        assert result.code == 0, result.err
+        assert result.err == ""
+        assert "Warning" not in result.out
+        np.testing.assert_array_equal(oc.open(tmp_path / f"{name}.zarr")[...], values)
+
+
+def test_urls_are_refused_as_not_supported_and_file_urls_are_paths(
+    tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    """Issue 21, item 10: a URL was reported as a path that does not exist."""
+    src = write("npy", tmp_path)
+    secret = "s3://AKIAKEY:hunter2@bucket/x.zarr?X-Amz-Signature=abc"
+    for args in (("info", secret), ("stats", secret), ("convert", src, secret)):
+        result = cli(*args)
+        assert result.code == 1
+        line = result.one_error_line()
+        assert "s3:// URLs are not supported yet" in line
+        assert "hunter2" not in line and "AKIAKEY" not in line and "Signature" not in line
+    url = "file://" + str(tmp_path / "via-url.zarr")
+    assert cli("convert", f"file://{src}", url).code == 0
+    np.testing.assert_array_equal(oc.open(tmp_path / "via-url.zarr")[...], DATA)
+
+
 @pytest.mark.parametrize(
     ("dst", "options", "code", "message"),
     [
