@@ -75,9 +75,9 @@ def prepare_target(path: str, mode: str, what: str = "oc.create") -> bool:
     if not os.path.lexists(path):
         return False
     if not os.path.isdir(path):
-        kind = "a link to nothing" if os.path.islink(path) else "a file"
+        what_is = "a link to nothing" if os.path.islink(path) else "a file"
         raise StoreExistsError(
-            f"{path!r} exists and is {kind}, not a zarr array: {what} never deletes it; "
+            f"{path!r} exists and is {what_is}, not a zarr array: {what} never deletes it; "
             "choose another path"
         )
     kind = node_kind(path)
