@@ -10,6 +10,7 @@ do instead: nothing silently loads a whole array.
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,8 @@ from oocarray._compute._expr import BlockReads, Expr, as_expr
 from oocarray._compute._reduce import REDUCTIONS, Histogram, Reduction, make_reduction
 from oocarray._memory import active_manager, system
 from oocarray._storage import ChunkedArray, create, temp
+from oocarray._storage._paths import local_path
+from oocarray._storage._replace import refuse_replacing_an_input
 
 __all__ = ["LazyOps", "LazyResult", "compute", "install"]
 
@@ -414,6 +417,10 @@ class LazyOps:
         array must not exist yet (:class:`~oocarray.StoreExistsError`); ``mode="w"`` replaces
         a zarr array, and nothing else.  ``progress=False`` hides the progress report."""
         expr = as_expr(self)
+        if mode == "w" and isinstance(path, (str, os.PathLike)):
+            refuse_replacing_an_input(
+                local_path(path), (s.path for s in expr.sources()), "to_zarr(mode='w')"
+            )
         out = create(
             path,
             expr.shape,

@@ -38,6 +38,7 @@ from oocarray._feed._map_job import Job, Spec, StoredInput, block_rows_for, data
 from oocarray._feed._map_outputs import check_existing, open_outputs
 from oocarray._feed._map_threads import ThreadsEngine
 from oocarray._storage import ChunkedArray
+from oocarray._storage._replace import refuse_replacing_an_input
 
 __all__ = ["map_chunks"]
 
@@ -171,6 +172,10 @@ def map_chunks(
         )
     parse_workers(workers)
     structure, names, targets = parse_out(out)
+    for target in targets:
+        if isinstance(target, str):
+            read = [x.path for x in sources if isinstance(x, ChunkedArray)]
+            refuse_replacing_an_input(target, read, "map_chunks")
     dtypes = parse_dtypes(dtype, structure, names)
     row_shapes = parse_row_shapes(row_shape, structure, names)
     for target, name, d, r in zip(targets, names, dtypes, row_shapes, strict=True):

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from oocarray.errors import StoreExistsError
@@ -31,6 +32,7 @@ __all__ = [
     "node_kind",
     "prepare_group_path",
     "prepare_target",
+    "refuse_replacing_an_input",
     "remove_zarr_array",
 ]
 
@@ -105,6 +107,17 @@ def prepare_target(path: str, mode: str, what: str = "oc.create") -> bool:
             "mode='w-', never replaces anything)"
         )
     return True
+
+
+def refuse_replacing_an_input(path: str, inputs: Iterable[str], what: str) -> None:
+    """Raise ``ValueError`` when ``path`` is one of the arrays a write reads: replacing it
+    would remove the data before it is read."""
+    target = os.path.realpath(path)
+    if any(os.path.realpath(source) == target for source in inputs):
+        raise ValueError(
+            f"{what} would replace {path!r}, which it also reads: write to another path, then "
+            "move the result over the old array"
+        )
 
 
 def prepare_group_path(path: str) -> None:

@@ -226,3 +226,17 @@ def test_file_urls_are_local_paths(tmp_path: Path) -> None:
     assert (oc.open(tmp_path / "my array.zarr")[...] == 4).all()
     assert (oc.open(url)[...] == 4).all()
     assert oc.from_batches([np.ones((2, 2))], "file://" + str(tmp_path / "b.zarr")).shape == (2, 2)
+
+
+def test_mode_w_never_replaces_an_input_of_the_write(tmp_path: Path) -> None:
+    path = tmp_path / "a.zarr"
+    x = _array(path)
+    with pytest.raises(ValueError, match="which it also reads"):
+        (x * 2).to_zarr(path, mode="w")
+    with pytest.raises(ValueError, match="which it also reads"):
+        x.to_zarr(path, mode="w")
+    y = oc.map_chunks(lambda b: b + 1, x, out=tmp_path / "y.zarr")
+    with pytest.raises(ValueError, match="which it also reads"):
+        oc.map_chunks(lambda b: b * 2, y, out=tmp_path / "y.zarr")
+    assert (oc.open(path)[...] == 7).all()
+    assert (oc.open(tmp_path / "y.zarr")[...] == 8).all()
