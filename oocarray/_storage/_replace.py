@@ -180,12 +180,15 @@ def _array_files(path: str, meta: Any) -> tuple[list[str], list[str], list[str]]
     ours: list[str] = []
     own_dirs: list[str] = []
     kept: list[str] = []
-    for directory, _, files in os.walk(path, topdown=False):
+    for directory, dirs, files in os.walk(path, topdown=False):
         relative_dir = os.path.relpath(directory, path)
         top = relative_dir == "."
         chunk_dir = not top and bool(key.match(relative_dir.replace(os.sep, "/")))
         own_dir = not top and relative_dir.split(os.sep)[0] in _OWN_DIRS
-        for name in files:
+        # A link to a directory is not walked into: a link where chunks go is the array's
+        # (removed, never what it points to), or its old chunks would be read as the new one's.
+        links = [d for d in dirs if os.path.islink(os.path.join(directory, d))]
+        for name in [*files, *links]:
             relative = name if top else os.path.join(relative_dir, name)
             if top and name == REPLACING:
                 continue  # removed once the new array is written

@@ -240,3 +240,17 @@ def test_mode_w_never_replaces_an_input_of_the_write(tmp_path: Path) -> None:
         oc.map_chunks(lambda b: b * 2, y, out=tmp_path / "y.zarr")
     assert (oc.open(path)[...] == 7).all()
     assert (oc.open(tmp_path / "y.zarr")[...] == 8).all()
+
+
+def test_mode_w_removes_a_link_where_chunks_go_but_not_what_it_points_to(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    _array(elsewhere / "a.zarr")
+    path = tmp_path / "b.zarr"
+    path.mkdir()
+    (path / "zarr.json").write_bytes((elsewhere / "a.zarr" / "zarr.json").read_bytes())
+    (path / "c").symlink_to(elsewhere / "a.zarr" / "c")  # its chunks are the other array's
+    (path / "notes").symlink_to(tmp_path)  # a user's link stays
+    y = oc.create(path, (10, 4), np.float64, chunks=(2, 4), mode="w")
+    assert not y[...].any()
+    assert (oc.open(elsewhere / "a.zarr")[...] == 7).all()
+    assert (path / "notes").is_symlink()
