@@ -18,8 +18,8 @@ the next one is asked for, so its slot is checked one batch later: asking for ba
 checks the slot of batch ``k - 2``, after which (and not before) it may be refilled.  The
 check runs in the consumer's thread, before the slot is given to the prefetch thread, so a
 buffer anyone can reach is never chosen for a fill.  The ring therefore has ``prefetch + 2``
-slots (one buffer per source each): ``prefetch`` batches made ahead, the batch in use, and
-the one before it, waiting for its check.
+slots (one buffer per source each; fewer when the pass has fewer batches): ``prefetch``
+batches made ahead, the batch in use, and the one before it, waiting for its check.
 
 Batches made for other processes (``fresh=True``: torch DataLoader workers, whose batches are
 pickled after they are handed over) use new buffers each and no ring.
@@ -83,15 +83,18 @@ class _Shared:
         self.manager = Manager("batches")
         self.workspace = Workspace("batches-read", parent=self.manager, learning="over_time")
         self.filler = Filler(sources, plan, self.manager, self.workspace)
-        ring = 0 if fresh else prefetch + 2
+        # A pass of fewer batches than that needs no more buffers than batches.
+        ring = 0 if fresh else min(prefetch + 2, len(spans))
         self.slots: list[list[np.ndarray]] = []
         self.baselines: list[list[int]] = []
         for _ in range(ring):
             self.slots.append(self.new_buffers(batch_size))
             self.baselines.append([])
             self.measure(len(self.slots) - 1)
+        # Slot numbers: the ring's slots, or for new buffers each batch, how far ahead the
+        # prefetch thread may run.
         self.free: queue.Queue[int] = queue.Queue()
-        for slot in range(max(1, ring)):
+        for slot in range(max(1, prefetch + 1 if fresh else ring)):
             self.free.put(slot)
         self.ready: queue.Queue[Any] = queue.Queue()
         self.stop = threading.Event()
