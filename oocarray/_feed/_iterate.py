@@ -79,7 +79,6 @@ class _Shared:
         self.sources = sources
         self.spans = spans
         self.fresh = fresh
-        self.batch_size = batch_size
         self.manager = Manager("batches")
         self.workspace = Workspace("batches-read", parent=self.manager, learning="over_time")
         self.filler = Filler(sources, plan, self.manager, self.workspace)
@@ -100,10 +99,13 @@ class _Shared:
         self.stop = threading.Event()
 
     def new_buffers(self, rows: int) -> list[np.ndarray]:
-        buffers = [self.manager.empty((rows, *s.row_shape), s.dtype) for s in self.sources]
-        # The reuse rule needs views to point at these very objects (see the module doc).
-        assert all(b.flags.owndata for b in buffers)
-        return buffers
+        return [self.new_buffer((rows, *s.row_shape), s.dtype) for s in self.sources]
+
+    def new_buffer(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        buffer = self.manager.empty(shape, dtype)
+        # The reuse rule needs every view to point at this very object (see the module doc).
+        assert buffer.flags.owndata
+        return buffer
 
     def measure(self, slot: int) -> None:
         """The reference counts of ``slot``'s buffers while nothing outside holds them."""
@@ -240,15 +242,15 @@ class BatchIterator:
                 self.close()
                 raise WorkspaceLeakError(
                     "a batch from oc.batches (or a view, tensor or frame made from it) was "
-                    "still referenced when its buffer came up for refilling, one batch after "
-                    "the next was asked for (on_escape='raise' forbids keeping batches). Keep "
-                    "one with oc.detach(batch) or batch.copy(), or leave on_escape='pin' to "
-                    "keep batches at the cost of their memory"
+                    "still referenced two batches later, when its buffer came up for "
+                    "refilling, and on_escape='raise' forbids keeping batches. Keep one with "
+                    "oc.detach(batch) or batch.copy(), or leave on_escape='pin' (the default) "
+                    "to keep batches at the cost of their memory"
                 )
             self.escapes += 1
             buffers = shared.slots[slot]
             for i in kept:
-                buffers[i] = shared.manager.empty(buffers[i].shape, buffers[i].dtype)
+                buffers[i] = shared.new_buffer(buffers[i].shape, buffers[i].dtype)
             del buffers
             shared.measure(slot)
         shared.free.put(slot)
