@@ -249,8 +249,14 @@ class BatchIterator:
                 )
             self.escapes += 1
             buffers = shared.slots[slot]
-            for i in kept:
-                buffers[i] = shared.new_buffer(buffers[i].shape, buffers[i].dtype)
+            try:
+                for i in kept:
+                    buffers[i] = shared.new_buffer(buffers[i].shape, buffers[i].dtype)
+            except BaseException:
+                # Over the budget (kept batches count in it): the pass ends here, rather than
+                # going on one slot short (with prefetch=0, waiting forever for it).
+                self.close()
+                raise
             del buffers
             shared.measure(slot)
         shared.free.put(slot)

@@ -7,6 +7,7 @@ drives keep/drop/break/raise/save/load/new-epoch against a model of every held b
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -196,6 +197,27 @@ def test_kept_batches_count_under_the_active_manager(x10k: oc.ChunkedArray) -> N
         kept_bytes = sum(b.nbytes for b in kept)
         assert m.stats().current_bytes >= kept_bytes
     del kept
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_kept_batches_over_the_budget_end_the_pass_with_an_error(
+    tmp_path: Path, prefetch: int
+) -> None:
+    """Keeping every batch of 1.1 MiB under a 512 KiB budget: MemoryBudgetError when a kept
+    buffer cannot be replaced; the pass is over (no hang waiting for the lost buffer, no
+    prefetch thread left) and every batch kept so far is exact."""
+    x = _chunked(tmp_path / "x.zarr", 100_000, 1000)
+    kept: list[np.ndarray] = []
+    with oc.Manager("train", max_bytes="512K", spill="fail"):
+        it = iter(oc.batches(x, 1000, prefetch=prefetch))
+        with pytest.raises(oc.MemoryBudgetError):
+            kept.extend(it)  # what it took before the error stays in the list
+        assert next(it, None) is None
+        assert not any(t.name == "oocarray-batches" for t in threading.enumerate())
+        assert len(kept) > 10
+        for step, batch in enumerate(kept):
+            np.testing.assert_array_equal(_ids(batch), np.arange(step * 1000, (step + 1) * 1000))
+        del kept, batch, it
 
 
 @pytest.mark.parametrize("prefetch", [0, 2])
