@@ -201,8 +201,12 @@ class BatchIterator:
             if self._next_index == len(shared.spans):
                 self.close()
                 raise StopIteration
-            with shared.manager.activate():
-                item = shared.make(self._next_index, shared.free.get())
+            try:
+                with shared.manager.activate():
+                    item = shared.make(self._next_index, shared.free.get())
+            except BaseException:
+                self.close()  # as when the prefetch thread fails: the pass ends here
+                raise
         else:
             item = shared.ready.get()
             if item is _DONE:
