@@ -195,8 +195,14 @@ class BatchIterator:
             raise StopIteration
         shared = self._shared
         # The batch handed out last may still be the loop variable: check the one before.
-        while len(self._handed) > 1:
-            self._release(self._handed.popleft())
+        try:
+            while len(self._handed) > 1:
+                self._release(self._handed.popleft())
+        except BaseException:
+            # WorkspaceLeakError, a kept batch's replacement over the budget, Ctrl-C: the pass
+            # ends here rather than going on a slot short (with prefetch=0, waiting for it).
+            self.close()
+            raise
         if self._thread is None:
             if self._next_index == len(shared.spans):
                 self.close()
@@ -243,7 +249,6 @@ class BatchIterator:
             if self._on_escape == "raise" and any(
                 owner(shared.slots[slot][i]) is shared.manager for i in kept
             ):
-                self.close()
                 raise WorkspaceLeakError(
                     "a batch from oc.batches (or a view, tensor or frame made from it) was "
                     "still referenced two batches later, when its buffer came up for "
@@ -253,14 +258,8 @@ class BatchIterator:
                 )
             self.escapes += 1
             buffers = shared.slots[slot]
-            try:
-                for i in kept:
-                    buffers[i] = shared.new_buffer(buffers[i].shape, buffers[i].dtype)
-            except BaseException:
-                # Over the budget (kept batches count in it): the pass ends here, rather than
-                # going on one slot short (with prefetch=0, waiting forever for it).
-                self.close()
-                raise
+            for i in kept:  # counted in the budget: may raise MemoryBudgetError
+                buffers[i] = shared.new_buffer(buffers[i].shape, buffers[i].dtype)
             del buffers
             shared.measure(slot)
         shared.free.put(slot)
