@@ -47,13 +47,16 @@ def batches(
 ) -> Batches:
     """Batches of rows of one source, or of aligned rows of several, for training and ETL.
 
-    Background prefetching fills a ring of ``prefetch + 1`` batch buffers while you work on
-    the current batch.  **A batch is valid until the next one is asked for**: its buffer is
-    then refilled.  Keep one with ``oc.detach(batch)`` (the buffer becomes yours, the ring
-    takes a new one) or ``np.array(batch)``.  A batch still referenced from anywhere but the
-    loop variable when the next one is asked for is never overwritten: with
-    ``on_escape="pin"`` (default) it is left to you and the ring takes a new buffer (counted in
-    the iterator's ``escapes``), with ``"raise"`` the iteration raises ``WorkspaceLeakError``.
+    Background prefetching fills a ring of ``prefetch + 2`` batch buffers while you work on
+    the current batch.  **Nothing you can still reach is ever refilled**: batches are views of
+    the ring's buffers, and a buffer is refilled only when nothing refers to it any more (no
+    batch, view, tensor or DataFrame built on it, in a loop variable, a list, a dict or
+    anywhere else), checked when it comes up for refilling, one batch after the next is asked
+    for.  A plain loop that keeps nothing reuses the ring; a batch you keep is left to you and
+    the ring takes a new buffer, so kept batches cost memory (counted in the active manager,
+    like any array) and nothing else.  ``on_escape="raise"`` makes keeping one an error
+    instead (``WorkspaceLeakError``), for loops meant to run in constant memory; a batch kept
+    with ``oc.detach(batch)`` or copied is fine then.
 
     Every row comes exactly once per epoch.  The order depends only on ``seed``, the epoch
     and the chunk grid, so it is the same in every process and on every rerun.
@@ -87,8 +90,10 @@ def batches(
         Chunks per shuffle window (``shuffle="chunks"``): more shuffles better and takes more
         memory (two windows of every chunked source are held).
     on_escape
-        ``"pin"`` or ``"raise"``: what a batch still referenced when the next is asked for
-        does (see above).
+        ``"pin"`` (default): a batch still referenced when its buffer comes up for refilling
+        is left to you (the iterator's ``escapes`` counts them).  ``"raise"``: that raises
+        ``WorkspaceLeakError`` (batches kept through ``oc.detach`` excepted).  Either way no
+        batch anyone can reach is overwritten.
 
     Returns
     -------

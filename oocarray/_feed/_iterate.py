@@ -1,20 +1,33 @@
 """One pass over a range of batches: a background thread fills a ring of batch buffers.
 
-The ring has ``prefetch + 1`` slots (one per source each): the consumer holds one batch while
-the prefetch thread fills up to ``prefetch`` more.  A slot goes back to the thread only when
-the consumer asks for the next batch, and only after a check that nothing outside still
-refers to the batch it held: ``sys.getrefcount`` of every object handed out, against the
-count taken when it was handed out plus one (the loop variable, or the tuple of a batch of
-several sources).  A batch still referenced beyond that, or detached with ``oc.detach``, is
-never overwritten: the slot gets fresh buffers and the old ones stay the user's
-(``on_escape="pin"``), or :class:`WorkspaceLeakError` is raised (``"raise"``).
+**Reuse rule.**  Each ring buffer is an array that owns its memory, and the consumer is only
+ever handed *views* of it (``buffer[:n]``), never the buffer itself.  NumPy makes every view
+of a view point at the array that owns the memory, and torch tensors, memoryviews and pandas
+objects built on a batch hold the view they were made from, so every object anyone can use
+to reach a buffer's memory holds a reference to the buffer object.  Its reference count,
+read where no user code holds it, is then the ring's own references plus one per live
+object built on it, whatever container (list, tuple, dict, zip, closure, autograd graph)
+keeps those objects.  A buffer at its baseline count is unreachable and is refilled; one
+above it is retired to the user (it stays alive as the user's array, counted in the pass's
+manager like any array, and re-parented to the active manager when the pass ends) and the
+slot takes a new buffer.  An unreachable object still waiting for the cycle collector
+counts as reachable: the buffer is retired, never refilled under it.
+
+**When.**  The batch handed out last may still be bound to the caller's loop variable when
+the next one is asked for, so its slot is checked one batch later: asking for batch ``k``
+checks the slot of batch ``k - 2``, after which (and not before) it may be refilled.  The
+check runs in the consumer's thread, before the slot is given to the prefetch thread, so a
+buffer anyone can reach is never chosen for a fill.  The ring therefore has ``prefetch + 2``
+slots (one buffer per source each; fewer when the pass has fewer batches): ``prefetch``
+batches made ahead, the batch in use, and the one before it, waiting for its check.
 
 Batches made for other processes (``fresh=True``: torch DataLoader workers, whose batches are
-pickled after they are handed over) use a new buffer each and no ring.
+pickled after they are handed over) use new buffers each and no ring.
 
 Memory: the ring and the window buffers are allocated in a manager of their own, a child of
-the manager active where the iteration started, closed when the pass ends; the reads'
-temporaries live in a cyclic workspace under it.
+the manager active where the iteration started, closed when the pass ends (buffers still
+referenced then are re-parented to the active manager); the reads' temporaries live in a
+cyclic workspace under it.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import contextlib
 import queue
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -44,9 +58,9 @@ class _Failure:
         self.error = error
 
 
-def _refs(items: list[Any], i: int) -> int:
-    """References to ``items[i]``; taken the same way when handing out and when checking."""
-    return sys.getrefcount(items[i])
+def _refs(buffers: list[np.ndarray], i: int) -> int:
+    """References to ``buffers[i]``; taken the same way for the baseline and the check."""
+    return sys.getrefcount(buffers[i])
 
 
 class _Shared:
@@ -68,17 +82,46 @@ class _Shared:
         self.manager = Manager("batches")
         self.workspace = Workspace("batches-read", parent=self.manager, learning="over_time")
         self.filler = Filler(sources, plan, self.manager, self.workspace)
-        self.slots: list[list[np.ndarray]] = (
-            [] if fresh else [self.new_buffers(batch_size) for _ in range(max(1, prefetch + 1))]
-        )
+        # A pass of fewer batches than that needs no more buffers than batches.
+        ring = 0 if fresh else min(prefetch + 2, len(spans))
+        self.slots: list[list[np.ndarray]] = []
+        self.baselines: list[list[int]] = []
+        for _ in range(ring):
+            self.slots.append(self.new_buffers(batch_size))
+            self.baselines.append([])
+            self.measure(len(self.slots) - 1)
+        # Slot numbers: the ring's slots, or for new buffers each batch, how far ahead the
+        # prefetch thread may run.
         self.free: queue.Queue[int] = queue.Queue()
-        for slot in range(max(1, prefetch + 1)):
+        for slot in range(max(1, prefetch + 1 if fresh else ring)):
             self.free.put(slot)
         self.ready: queue.Queue[Any] = queue.Queue()
         self.stop = threading.Event()
 
     def new_buffers(self, rows: int) -> list[np.ndarray]:
-        return [self.manager.empty((rows, *s.row_shape), s.dtype) for s in self.sources]
+        return [self.new_buffer((rows, *s.row_shape), s.dtype) for s in self.sources]
+
+    def new_buffer(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        buffer = self.manager.empty(shape, dtype)
+        # The reuse rule needs every view to point at this very object (see the module doc).
+        assert buffer.flags.owndata
+        return buffer
+
+    def measure(self, slot: int) -> None:
+        """The reference counts of ``slot``'s buffers while nothing outside holds them."""
+        buffers = self.slots[slot]
+        self.baselines[slot] = [_refs(buffers, i) for i in range(len(buffers))]
+
+    def reachable(self, slot: int) -> list[int]:
+        """The sources whose buffer in ``slot`` something besides the ring refers to, or
+        that ``oc.detach`` gave away."""
+        buffers = self.slots[slot]
+        baseline = self.baselines[slot]
+        return [
+            i
+            for i in range(len(buffers))
+            if _refs(buffers, i) != baseline[i] or owner(buffers[i]) is not self.manager
+        ]
 
     def make(self, index: int, slot: int) -> tuple[int, int, list[np.ndarray]]:
         q0, q1 = self.spans[index]
@@ -108,7 +151,11 @@ class _Shared:
 
 
 class BatchIterator:
-    """Iterates the batches of ``spans`` (ranges of epoch positions)."""
+    """Iterates the batches of ``spans`` (ranges of epoch positions).
+
+    ``escapes`` counts the batches retired to the caller: still reachable when their slot
+    came up for refilling (kept, or a view, tensor or frame of them kept), or detached.
+    """
 
     def __init__(
         self,
@@ -130,9 +177,7 @@ class BatchIterator:
         self._convert = convert
         self._on_batch = on_batch
         self._next_index = 0
-        self._held: int | None = None  # the slot of the batch the consumer holds
-        self._handed: list[Any] = []
-        self._baseline: list[int] = []
+        self._handed: deque[int] = deque()  # slots handed out and not yet checked, oldest first
         self._closed = False
         self.escapes = 0
         self._thread: threading.Thread | None = None
@@ -149,13 +194,25 @@ class BatchIterator:
         if self._closed:
             raise StopIteration
         shared = self._shared
-        self._take_back()
+        # The batch handed out last may still be the loop variable: check the one before.
+        try:
+            while len(self._handed) > 1:
+                self._release(self._handed.popleft())
+        except BaseException:
+            # WorkspaceLeakError, a kept batch's replacement over the budget, Ctrl-C: the pass
+            # ends here rather than going on a slot short (with prefetch=0, waiting for it).
+            self.close()
+            raise
         if self._thread is None:
             if self._next_index == len(shared.spans):
                 self.close()
                 raise StopIteration
-            with shared.manager.activate():
-                item = shared.make(self._next_index, shared.free.get())
+            try:
+                with shared.manager.activate():
+                    item = shared.make(self._next_index, shared.free.get())
+            except BaseException:
+                self.close()  # as when the prefetch thread fails: the pass ends here
+                raise
         else:
             item = shared.ready.get()
             if item is _DONE:
@@ -166,55 +223,49 @@ class BatchIterator:
                 raise item.error
         self._next_index += 1
         slot, n, outs = item
-        arrays = [out if len(out) == n else out[:n] for out in outs]
-        del outs, item
+        del item
+        # Views, never the buffers themselves: whatever is built on a batch then refers to
+        # the buffer object, whose reference count decides its reuse (see the module doc).
+        arrays = [out[:n] for out in outs]
+        del outs
+        if shared.fresh:
+            shared.free.put(slot)
+        else:
+            self._handed.append(slot)
         if self._convert is not None:
             arrays = [self._convert(a) for a in arrays]
-        if not shared.fresh:
-            # Counted before the batch is made: the reference it holds (a tuple's, or the
-            # array itself) becomes the caller's, the one allowed when taking back.
-            self._held = slot
-            self._handed = arrays
-            self._baseline = [_refs(arrays, i) for i in range(len(arrays))]
-        else:
-            shared.free.put(slot)
         batch = arrays[0] if self._single else tuple(arrays)
         del arrays
         if self._on_batch is not None:
             self._on_batch()
         return batch
 
-    def _take_back(self) -> None:
-        """Return the held slot to the ring, after checking its batch is no longer used."""
-        slot = self._held
-        if slot is None:
-            return
+    def _release(self, slot: int) -> None:
+        """Give ``slot`` back for refilling; buffers still reachable are retired to the
+        caller first and replaced by new ones."""
         shared = self._shared
-        escaped = [
-            i for i in range(len(self._handed)) if _refs(self._handed, i) > self._baseline[i] + 1
-        ]
-        detached = [
-            i for i, buffer in enumerate(shared.slots[slot]) if owner(buffer) is not shared.manager
-        ]
-        self._handed = []
-        self._baseline = []
-        self._held = None
-        if escaped and not detached and self._on_escape == "raise":
-            self.close()
-            raise WorkspaceLeakError(
-                "a batch from oc.batches was still referenced when the next batch was asked "
-                f"for (source{'s' if len(escaped) > 1 else ''} {escaped}); its buffer would be "
-                "refilled. A batch is valid until the next one: keep one with oc.detach(batch) "
-                "or np.array(batch), or pass on_escape='pin' to have kept batches left alone"
-            )
-        if escaped or detached:
-            # The user keeps the old buffers; the slot gets new ones.
+        kept = shared.reachable(slot)
+        if kept:
+            if self._on_escape == "raise" and any(
+                owner(shared.slots[slot][i]) is shared.manager for i in kept
+            ):
+                raise WorkspaceLeakError(
+                    "a batch from oc.batches (or a view, tensor or frame made from it) was "
+                    "still referenced two batches later, when its buffer came up for "
+                    "refilling, and on_escape='raise' forbids keeping batches. Keep one with "
+                    "oc.detach(batch) or batch.copy(), or leave on_escape='pin' (the default) "
+                    "to keep batches at the cost of their memory"
+                )
             self.escapes += 1
-            shared.slots[slot] = shared.new_buffers(len(shared.slots[slot][0]))
+            buffers = shared.slots[slot]
+            for i in kept:  # counted in the budget: may raise MemoryBudgetError
+                buffers[i] = shared.new_buffer(buffers[i].shape, buffers[i].dtype)
+            del buffers
+            shared.measure(slot)
         shared.free.put(slot)
 
     def close(self) -> None:
-        """Stop the prefetch thread and release the ring (a batch still held stays valid)."""
+        """Stop the prefetch thread and release the ring (batches still held stay valid)."""
         if self._closed:
             return
         self._closed = True
@@ -223,7 +274,7 @@ class BatchIterator:
         shared.free.put(-1)  # wakes a thread waiting for a slot
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        self._handed = []
+        self._handed.clear()
         shared.close()
 
     def __del__(self) -> None:

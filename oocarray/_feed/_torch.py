@@ -22,9 +22,10 @@ class TorchBatches(IterableDataset[Any]):
     Load it with ``DataLoader(ds, batch_size=None, ...)``: the batches are already made.
 
     - **In the main process** (``num_workers=0``) batches come from the prefetching ring,
-      with the same rule as :func:`oocarray.batches`: a batch is valid until the next one
-      (a tensor still referenced, or a view of it, is left alone and the ring takes a new
-      buffer).  Each iteration advances the epoch.
+      with the same rule as :func:`oocarray.batches`: a ring buffer is refilled only when no
+      tensor made from it (nor a view of one, nor anything else built on it) is alive; a
+      tensor you keep is left to you and the ring takes a new buffer.  Each iteration
+      advances the epoch.
     - **In DataLoader workers** each worker makes a contiguous share of this rank's batches
       (each row once per epoch over all workers), in new buffers (the DataLoader copies them
       into shared memory after they are handed over).  Works with ``fork``, ``forkserver`` and
