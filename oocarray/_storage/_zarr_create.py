@@ -13,19 +13,23 @@ __all__ = ["CODECS", "create_zarr"]
 
 
 def _compressors(codec: str, itemsize: int) -> Any:
+    """The bytes-to-bytes codecs of ``codec``, each chain with a checksum every zarr reader
+    verifies: zstd's own frame checksum, else zarr's crc32c codec (a CRC-32C of the stored
+    bytes, after them), so that a damaged chunk is an error, never wrong data."""
     if codec == "zstd":
-        return zarr.codecs.ZstdCodec(level=3)
+        return zarr.codecs.ZstdCodec(level=3, checksum=True)
     if codec in ("lz4", "blosc"):
-        return zarr.codecs.BloscCodec(
+        blosc = zarr.codecs.BloscCodec(
             cname="lz4" if codec == "lz4" else "zstd",
             clevel=5,
             shuffle="shuffle",
             typesize=itemsize,
         )
+        return (blosc, zarr.codecs.Crc32cCodec())
     if codec == "gzip":
-        return zarr.codecs.GzipCodec(level=5)
+        return (zarr.codecs.GzipCodec(level=5), zarr.codecs.Crc32cCodec())
     if codec == "none":
-        return None
+        return zarr.codecs.Crc32cCodec()
     raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
 
 
