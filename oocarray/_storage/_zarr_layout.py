@@ -230,8 +230,7 @@ def _check_blosc_frame(raw: Any, expected: int, exact: bool, written: BloscExpec
         )
     if written.typesize is not None and typesize != written.typesize:
         raise ValueError(
-            f"the blosc header says a type size of {typesize}, the array's codec "
-            f"{written.typesize}"
+            f"the blosc header says a type size of {typesize}, the array's codec {written.typesize}"
         )
 
 

@@ -11,6 +11,7 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
+import zarr.codecs
 
 import oocarray as oc
 
@@ -81,7 +82,18 @@ def test_native_zstd_frames_carry_size_and_checksum_as_asked(tmp_path: Path) -> 
     assert np.array_equal(np.frombuffer(numcodecs.Zstd().decode(stored), np.int64), data.ravel())
     descriptor = stored[4]
     assert descriptor >> 6 != 0  # the frame header holds the content size
-    assert (descriptor >> 2) & 1 == 0  # no checksum: the codec says checksum=False
+    assert (descriptor >> 2) & 1 == 1  # a checksum: oocarray's zstd says checksum=True
+    z = zarr.create_array(
+        tmp_path / "b.zarr",
+        shape=data.shape,
+        chunks=data.shape,
+        dtype=data.dtype,
+        compressors=zarr.codecs.ZstdCodec(level=3),  # zarr-python's default: no checksum
+    )
+    oc.open(tmp_path / "b.zarr", mode="r+")[...] = data  # the native writer, as the codec says
+    stored = (tmp_path / "b.zarr" / "c" / "0" / "0").read_bytes()
+    assert (stored[4] >> 2) & 1 == 0
+    assert np.array_equal(oc.open(tmp_path / "b.zarr")[...], data)
 
 
 def test_a_full_disk_during_a_write_is_an_error_and_leaves_no_files(tiny_tmpfs: Path) -> None:
