@@ -28,9 +28,10 @@ What is paged: zarr arrays (v2 or v3, sharded or not, read-only for shards) whos
 every axis but the first, so that a chunk is one contiguous run of bytes, stored raw or with
 zstd, blosc (any of its compressors and shuffles), numcodecs' lz4, gzip or zlib, optionally
 followed by zarr's crc32c codec (checked on every fill; read-only for blosc, lz4 and gzip,
-which the native writer does not encode); and chunked HDF5 datasets with such chunks, stored raw or with HDF5's gzip, shuffle and
-fletcher32 filters, read and written (``_paged_hdf5.py``, which also says how HDF5 chunks that
-move in their file are followed, and what other HDF5 layouts give).  Other chunkings would
+which the native writer does not encode); and chunked HDF5 datasets with such chunks, stored
+raw or with HDF5's gzip, shuffle and fletcher32 filters, read and written
+(``_paged_hdf5.py``, which also says how HDF5 chunks that move in their file are followed,
+and what other HDF5 layouts give).  Other chunkings would
 make every page depend on several chunks and cost a decode of a whole band of chunks per
 fault; other codecs and filters decode only in Python (or in plugins), which the fault path
 cannot call (the faulting thread may hold the GIL).  Both are refused with the rewrite that

@@ -293,7 +293,7 @@ def test_unpageable_stores_are_refused_with_the_rewrite(tmp_path: Path) -> None:
         x.as_ndarray()
     y = oc.create(tmp_path / "blosc.zarr", (100, 8), "float32", chunks=(10, 8), codec="lz4")
     del y  # paged read-only; the native writer encodes raw and zstd only
-    with pytest.raises(NotImplementedError, match="mode='r'.*codec='zstd'"):
+    with pytest.raises(NotImplementedError, match=r"mode='r'.*codec='zstd'"):
         oc.open(tmp_path / "blosc.zarr", mode="r+").as_ndarray("r+")
     bz2 = zarr.create_array(
         tmp_path / "bz2.zarr",

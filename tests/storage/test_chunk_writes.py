@@ -83,7 +83,7 @@ def test_native_zstd_frames_carry_size_and_checksum_as_asked(tmp_path: Path) -> 
     descriptor = stored[4]
     assert descriptor >> 6 != 0  # the frame header holds the content size
     assert (descriptor >> 2) & 1 == 1  # a checksum: oocarray's zstd says checksum=True
-    z = zarr.create_array(
+    zarr.create_array(
         tmp_path / "b.zarr",
         shape=data.shape,
         chunks=data.shape,
