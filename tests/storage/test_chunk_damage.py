@@ -149,8 +149,9 @@ def _check_reads(path: Path, truncated: bool) -> None:
     """Every read gives CorruptChunkError or the right data, and a read of whole chunks with a
     checksum never gives wrong data.  A corrupt payload that no checksum covers may decode to
     other values: then they are exactly the values zarr-python decodes from the same bytes
-    (nothing came from outside the chunk).  A read of part of a chunk reads only that part, so
-    its checksum, which covers the whole chunk, is not checked (README: "Damaged chunks")."""
+    (nothing came from outside the chunk).  A read of part of an uncompressed or zstd chunk
+    reads only that part, so its checksum, which covers the whole chunk, is not checked
+    (README: "Checksums")."""
     x = oc.open(path)
     checksummed = _checksummed(path)
     for number, key in enumerate(READS):
