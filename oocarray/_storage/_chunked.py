@@ -379,7 +379,8 @@ class ChunkedArray:
             (lzf, szip, scaleoffset, nbit, plugins), HDF5 types that are not plain numbers
             (compounds, strings), virtual HDF5 datasets, ``"r+"`` on shards, on blosc, lz4
             and gzip chunks (the native writer encodes raw and zstd), on chunks that are not
-            whole pages, on compact HDF5 datasets and on contiguous ones never written.  The message says how to rewrite it.
+            whole pages, on compact HDF5 datasets and on contiguous ones never written.  The
+            message says how to rewrite it.
         PagingUnavailableError
             userfaultfd with kernel-mode faults is not permitted here, or turned off with
             ``OOCARRAY_USERFAULTFD=0``; the message says how to enable it.

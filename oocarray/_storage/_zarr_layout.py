@@ -110,7 +110,7 @@ def _native_codec(codec: Any, crc32c: bool, blosc: BloscExpected) -> int | None:
         number = _native.CODEC_BLOSC | shuffle << 12 | (blosc.typesize or 0) << 16
     elif isinstance(codec, (numcodecs.GZip, numcodecs.Zlib)):
         number = _native.CODEC_GZIP
-    elif type(codec).__name__ == "LZ4" and codec.codec_id == "lz4":
+    elif _is_lz4(codec):
         number = _native.CODEC_LZ4
     else:
         return None
@@ -176,12 +176,26 @@ def _decoder(codec: Any, blosc: BloscExpected) -> Callable[[Any, np.ndarray], No
             _check_blosc_frame(raw, out.nbytes, True, blosc)
             codec.decode(raw, out=out)
 
+    elif _is_lz4(codec):
+
+        def decode(raw: bytes, out: np.ndarray) -> None:
+            # numcodecs allocates what the header declares: check it first
+            declared = int.from_bytes(raw[:4], "little") if len(raw) >= 4 else None
+            if declared != out.nbytes:
+                raise ValueError(f"the lz4 header says {declared} bytes, expected {out.nbytes}")
+            _copy_exact(codec.decode(raw), out)
+
     else:
 
         def decode(raw: bytes, out: np.ndarray) -> None:
             _copy_exact(codec.decode(raw), out)
 
     return decode
+
+
+def _is_lz4(codec: Any) -> bool:
+    """Whether ``codec`` is numcodecs' LZ4 (absent from numcodecs built without it)."""
+    return type(codec).__name__ == "LZ4" and getattr(codec, "codec_id", None) == "lz4"
 
 
 _BLOSC_HEADER = struct.Struct("<BBBBIII")  # versions, flags, typesize, nbytes, blocksize, cbytes
