@@ -658,20 +658,25 @@ done:
 }
 
 /*
- * zstd_write(fd, data, level, checksum) -> int: write one zstd frame of data's bytes to fd
- * (from its current position), with the content size in the header, as numcodecs writes it, and
- * a checksum when asked; compressed without the GIL into this thread's buffer.  Returns the
+ * zstd_write(fd, data, level, checksum, crc32c=False) -> int: write one zstd frame of data's
+ * bytes to fd (from its current position), with the content size in the header, as numcodecs
+ * writes it, and a checksum when asked; then, with crc32c, the CRC-32C of the frame (zarr's
+ * crc32c codec after zstd).  Compressed without the GIL into this thread's buffer.  Returns the
  * bytes written; a failed write raises OSError with its errno (ENOSPC on a full disk).
  */
 PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
 {
-    int fd, level, checksum;
+    int fd, level, checksum, crc = 0;
     PyObject *data;
-    if (!PyArg_ParseTuple(args, "iOip", &fd, &data, &level, &checksum)) {
+    if (!PyArg_ParseTuple(args, "iOip|p", &fd, &data, &level, &checksum, &crc)) {
         return NULL;
     }
     if (!zstd_ready()) {
         PyErr_SetString(PyExc_RuntimeError, "libzstd.so.1 is not available");
+        return NULL;
+    }
+    if (crc && !oc_codec_lib_ready(OC_LIB_CRC32C)) {
+        PyErr_SetString(PyExc_RuntimeError, "the CRC-32C library is not loaded");
         return NULL;
     }
     Py_buffer view;
@@ -688,7 +693,7 @@ PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
         s->cctx = zstd.create_c();
     }
     if (s == NULL || s->cctx == NULL || zstd.is_error(bound) ||
-        grow(&s->packed, &s->packed_size, bound) == NULL) {
+        grow(&s->packed, &s->packed_size, bound + 4) == NULL) {
         failure = 1;
     } else {
         zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
@@ -702,6 +707,13 @@ PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
         if (zstd.is_error(r)) {
             failure = 2;
         } else {
+            if (crc) {
+                uint32_t sum = oc_crc32c(s->packed, r);
+                for (int i = 0; i < 4; i++) {
+                    s->packed[r + (size_t)i] = (char)(sum >> (8 * i));
+                }
+                r += 4;
+            }
             for (size_t done = 0; done < r;) {
                 ssize_t w = write(fd, s->packed + done, r - done);
                 if (w < 0 && errno == EINTR) {

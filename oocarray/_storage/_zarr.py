@@ -520,8 +520,10 @@ class ZarrStore(Store):
                 codec = layout.codec
                 if data.dtype.kind in "mM":  # no buffer format of their own: encode as ints
                     data = data.view(f"{data.dtype.byteorder}i{data.dtype.itemsize}")
-                if layout.native_codec == _native.CODEC_ZSTD:  # no crc32c codec after it
-                    _native.zstd_write(fd, data, codec.level, codec.checksum)
+                native = layout.native_codec
+                if native is not None and native & 0xFF == _native.CODEC_ZSTD:
+                    # one zstd frame, and the crc32c codec's checksum after it if it follows
+                    _native.zstd_write(fd, data, codec.level, codec.checksum, layout.crc32c)
                 else:
                     encoded = data if codec is None else codec.encode(data)
                     view = memoryview(encoded).cast("B")  # type: ignore[arg-type]

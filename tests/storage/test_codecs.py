@@ -2,9 +2,10 @@
 reader and the Python decoders), streaming reads, and ``as_ndarray()`` (the pager's native
 decoders), against zarr-python's reads; headers and checksums that catch damage.
 
-What oocarray writes carries a checksum every zarr reader checks (zstd's frame checksum, else
-zarr's crc32c codec); a damaged chunk is ``CorruptChunkError``, never wrong data, whenever a
-read takes the whole chunk (a read of part of a chunk reads only that part)."""
+What oocarray writes carries a checksum every zarr reader checks (zarr's crc32c codec); a
+damaged chunk is ``CorruptChunkError``, never wrong data, whenever a read takes the whole
+chunk or its compressed bytes (a read of part of an uncompressed chunk reads only that
+part)."""
 
 from __future__ import annotations
 
@@ -190,7 +191,8 @@ def test_a_flipped_bit_anywhere_in_what_oocarray_writes_is_an_error(
     tmp_path: Path, codec: str
 ) -> None:
     """Before, stores written with the defaults carried no checksum: a flipped payload bit
-    read back as wrong values for zstd, lz4, blosc and uncompressed chunks."""
+    read back as wrong values for zstd, lz4, blosc and uncompressed chunks.  Now every chain
+    ends with the crc32c codec."""
     values = np.random.default_rng(4).standard_normal((512, 32)).astype(np.float32)
     x = oc.create(tmp_path / "a.zarr", values.shape, values.dtype, chunks=(128, 32), codec=codec)
     x[...] = values
@@ -206,6 +208,9 @@ def test_a_flipped_bit_anywhere_in_what_oocarray_writes_is_an_error(
             y[128:256]
         with pytest.raises(oc.CorruptChunkError, match=r"chunk \(1, 0\).*c/1/0"):
             y.sum()  # a streaming read
+        if codec != "none":  # compressed bytes are read whole, and checked, for any read
+            with pytest.raises(oc.CorruptChunkError, match=r"chunk \(1, 0\).*c/1/0"):
+                y[130]
         with pytest.raises((ValueError, RuntimeError)):  # the Python decoder finds it too
             layout.decode(chunk.read_bytes(), np.empty((128, 32), np.float32))
         assert np.array_equal(y[:128], values[:128])  # the other chunks still read
@@ -251,8 +256,8 @@ def test_a_damaged_chunk_under_as_ndarray_never_reads_wrong(tmp_path: Path, code
 @needs_paging
 @pytest.mark.parametrize("codec", ["zstd", "none"])
 def test_chunks_written_back_keep_their_checksum(tmp_path: Path, codec: str) -> None:
-    """as_ndarray('r+') writes chunks back natively with the chain's checksum (zstd's, or the
-    crc32c codec's), which zarr-python checks when it reads them."""
+    """as_ndarray('r+') writes chunks back natively with the chain's crc32c codec's checksum,
+    which zarr-python checks when it reads them."""
     values = np.random.default_rng(8).standard_normal((512, 32)).astype(np.float32)
     path = tmp_path / "a.zarr"
     x = oc.create(path, values.shape, values.dtype, chunks=(128, 32), codec=codec)
