@@ -205,8 +205,9 @@ def _plan(store: Store, mode: str) -> Plan | np.ndarray:
     if layout.native_codec is None:
         raise NotImplementedError(
             f"as_ndarray() decodes chunks in native threads, which read raw, zstd, blosc, "
-            f"lz4 and gzip chunks (optionally with zarr's crc32c codec after them); the array "
-            f"at {store.path!r} is stored with {store.codec}.  Rewrite it with zstd: "
+            f"lz4 and gzip chunks (optionally with zarr's crc32c codec after them, given "
+            f"numcodecs' extensions and google-crc32c's C library); the array at "
+            f"{store.path!r} is stored with {store.codec}.  Rewrite it with zstd: "
             f"x.to_zarr('copy.zarr', codec='zstd')"
         )
     if mode == "r+" and layout.shard is not None:

@@ -11,6 +11,7 @@ whenever the whole chunk is decoded.
 from __future__ import annotations
 
 import glob
+import importlib
 import math
 import os
 import struct
@@ -77,21 +78,19 @@ def _load_libraries() -> None:
     global _libraries_loaded
     if _libraries_loaded:
         return
-    _libraries_loaded = True
-    import numcodecs.blosc
-
-    _native.codec_library(_native.LIB_BLOSC, numcodecs.blosc.__file__)
-    try:
-        import numcodecs.lz4
-    except ImportError:  # numcodecs built without lz4
-        pass
-    else:
-        _native.codec_library(_native.LIB_LZ4, numcodecs.lz4.__file__)
+    # Loading again (two threads at once) is harmless: the native side keeps the first.
+    for which, module in ((_native.LIB_BLOSC, "blosc"), (_native.LIB_LZ4, "lz4")):
+        try:
+            extension = importlib.import_module(f"numcodecs.{module}")
+        except ImportError:  # numcodecs built without it: Python decodes nothing of it either
+            continue
+        _native.codec_library(which, str(extension.__file__))
     package = os.path.dirname(google_crc32c.__file__)
     candidates = sorted(glob.glob(os.path.join(package + ".libs", "libcrc32c*.so*")))
     for path in [*candidates, "libcrc32c.so.1"]:  # the wheel's own copy, else the system's
         if _native.codec_library(_native.LIB_CRC32C, path):
             break
+    _libraries_loaded = True
 
 
 _libraries_loaded = False
