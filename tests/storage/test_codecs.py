@@ -186,6 +186,39 @@ def test_every_bit_of_a_blosc_header_is_checked(tmp_path: Path, blosc: Any) -> N
         chunk.write_bytes(pristine)
 
 
+@pytest.mark.parametrize(
+    ("chain", "header"),
+    [
+        ((3, "zstd", False), 10),
+        ((2, "zstd", False), 10),
+        ((2, "lz4", False), 4),
+        ((3, "gzip", False), 10),
+        ((2, "gzip", False), 10),
+        ((2, "zlib", False), 2),
+    ],
+    ids=["v3-zstd", "v2-zstd", "v2-lz4", "v3-gzip", "v2-gzip", "v2-zlib"],
+)
+def test_every_bit_of_other_headers_is_checked(
+    tmp_path: Path, chain: tuple[int, str, bool], header: int
+) -> None:
+    """zstd's frame header (its declared size above all), numcodecs' lz4 size prefix and the
+    gzip and zlib headers: a flipped bit reads right or is CorruptChunkError, with no checksum
+    in the chain."""
+    values = (np.random.default_rng(10).standard_normal((2048, 16)) * 100).astype(np.float32)
+    path = Path(_zarr_store(tmp_path / "a.zarr", values, 2048, chain))
+    chunk = path / ("c/0/0" if chain[0] == 3 else "0.0")
+    pristine = chunk.read_bytes()
+    for bit in range(header * 8):
+        _flip(chunk, bit // 8, bit % 8)
+        try:
+            got = oc.open(path)[...]
+        except oc.CorruptChunkError:
+            pass
+        else:
+            assert np.array_equal(got, values), f"header bit {bit} decoded wrong, no error"
+        chunk.write_bytes(pristine)
+
+
 @pytest.mark.parametrize("codec", OC_CODECS)
 def test_a_flipped_bit_anywhere_in_what_oocarray_writes_is_an_error(
     tmp_path: Path, codec: str
