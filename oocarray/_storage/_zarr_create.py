@@ -16,8 +16,9 @@ def _compressors(codec: str, itemsize: int) -> Any:
     """The bytes-to-bytes codecs of ``codec``, each chain ending with zarr's crc32c codec (a
     CRC-32C of the stored bytes, after them), which every zarr reader checks: a damaged chunk
     is an error, never wrong data.  For zstd too: its own frame checksum (XXH64 of the decoded
-    bytes) cost about twice as much per chunk here, and covers only reads that decode a frame
-    to its end, where the CRC-32C of the stored bytes is checked whenever they are read."""
+    bytes) cost as much to write and over twice as much to check per chunk here, and covers
+    only reads that decode a frame to its end, where the CRC-32C of the stored bytes is checked
+    whenever they are read."""
     if codec == "zstd":
         return (zarr.codecs.ZstdCodec(level=3), zarr.codecs.Crc32cCodec())
     if codec in ("lz4", "blosc"):
