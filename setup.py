@@ -24,6 +24,7 @@ setup(
                 "native/spill.c",
                 "native/workspace.c",
                 "native/chunks.c",
+                "native/codecs.c",
                 "native/h5filters.c",
                 "native/moves.c",
                 "native/fork.c",
@@ -35,7 +36,7 @@ setup(
                 "native/zspill.c",
                 "native/writeback.c",
             ],
-            libraries=["dl"],  # dlopen of libzstd.so.1 and libz.so.1 (part of libc from glibc 2.34)
+            libraries=["dl"],  # dlopen of libzstd, libz and codec libraries (part of libc from glibc 2.34)
             depends=["native/oc_core.h", "native/pager_int.h"],
             include_dirs=[numpy.get_include(), "native"],
             # Hidden visibility lets calls between the files bind directly, without the PLT.

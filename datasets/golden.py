@@ -3,7 +3,9 @@
 ``python -m datasets.golden`` writes them under ``datasets/golden/``; the test suite reads them
 back, and writes fresh copies to compare metadata and (uncompressed) chunk bytes, so a change
 in what oocarray writes shows up as a failing test instead of silently producing files that
-other readers disagree with.
+other readers disagree with.  ``golden/before-checksums/`` keeps the same arrays as oocarray
+wrote them before its chains carried a checksum (zstd without its frame checksum, no crc32c
+codec): stores written then must still read.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent / "golden"
+BEFORE_CHECKSUMS = HERE / "before-checksums"
 CODECS = ("zstd", "lz4", "blosc", "gzip", "none")
 SHAPE = (13, 6)
 CHUNKS = (5, 4)
@@ -34,10 +37,9 @@ def write(directory: Path, codec: str) -> Path:
 
 
 def main() -> None:
-    if HERE.exists():
-        shutil.rmtree(HERE)
-    HERE.mkdir(parents=True)
+    HERE.mkdir(parents=True, exist_ok=True)
     for codec in CODECS:
+        shutil.rmtree(HERE / f"{codec}.zarr", ignore_errors=True)  # never before-checksums/
         print(write(HERE, codec))
 
 

@@ -275,7 +275,61 @@ static int zstd_range(reader_state *s, const char *src, size_t src_n, size_t chu
     return 0;
 }
 
-/* Run one job; 0, or -1 with a message in err. */
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* An uncompressed chunk followed by its CRC-32C (chunk_n + 4 bytes stored): the whole chunk is
+ * read, into dst when the job wants all of it, and checked. */
+static int raw_checked(reader_state *s, const job_spec *job, size_t chunk_n, size_t skip,
+                       char *dst, size_t n, char *err, size_t err_n)
+{
+    int whole = skip == 0 && n == chunk_n;
+    char *buf = whole ? dst : grow(&s->whole, &s->whole_size, chunk_n);
+    unsigned char sum[4];
+    size_t got;
+    if (buf == NULL) {
+        snprintf(err, err_n, "out of memory");
+        return -1;
+    }
+    if (read_exactly((int)job->fd, buf, chunk_n, job->offset, &got) != 0 ||
+        read_exactly((int)job->fd, (char *)sum, 4, job->offset + (int64_t)chunk_n, &got) != 0) {
+        snprintf(err, err_n, "read the chunk: %s", strerror(errno));
+        return -1;
+    }
+    uint32_t computed = oc_crc32c(buf, chunk_n);
+    if (computed != le32(sum)) {
+        snprintf(err, err_n, "the CRC-32C checksum does not match (stored %08x, computed %08x)",
+                 le32(sum), computed);
+        return -1;
+    }
+    if (!whole) {
+        memcpy(dst, buf + skip, n);
+    }
+    return 0;
+}
+
+/* Decode one whole chunk of the other codecs (blosc, gzip/zlib, numcodecs' lz4) into dst. */
+static int decode_other(int codec, const char *src, size_t src_n, char *dst, size_t chunk_n,
+                        char *err, size_t err_n)
+{
+    switch (OC_CODEC_KIND(codec)) {
+    case OC_CODEC_BLOSC:
+        return oc_blosc_decode(codec, src, src_n, dst, chunk_n, err, err_n);
+    case OC_CODEC_GZIP:
+        return oc_inflate(src, src_n, dst, chunk_n, err, err_n);
+    case OC_CODEC_LZ4:
+        return oc_lz4_decode(src, src_n, dst, chunk_n, err, err_n);
+    default:
+        snprintf(err, err_n, "unknown codec %d", codec);
+        return -1;
+    }
+}
+
+/* Run one job; 0, or -1 with a message in err.  A job that wants only part of a chunk with a
+ * checksum reads or decodes only that part unless the codec asks to verify (OC_CODEC_VERIFY):
+ * the checksum covers the whole chunk. */
 static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk_n, char *dst,
                    size_t n, char *err, size_t err_n)
 {
@@ -293,11 +347,20 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
         }
         stored = st.st_size - job->offset;
     }
+    int kind = OC_CODEC_KIND(codec);
+    int crc = (codec & OC_CODEC_CRC32C) != 0;
+    int whole = skip == 0 && n == chunk_n;
+    int verify = whole || (codec & OC_CODEC_VERIFY) != 0;
+    size_t tail = crc ? 4 : 0;
     size_t got;
-    if (codec == OC_CODEC_RAW) {
-        if ((size_t)stored != chunk_n) {
-            snprintf(err, err_n, "%lld bytes stored, expected %zu", (long long)stored, chunk_n);
+    if (kind == OC_CODEC_RAW) {
+        if ((size_t)stored != chunk_n + tail) {
+            snprintf(err, err_n, "%lld bytes stored, expected %zu", (long long)stored,
+                     chunk_n + tail);
             return -1;
+        }
+        if (crc && verify) {
+            return raw_checked(s, job, chunk_n, skip, dst, n, err, err_n);
         }
         if (read_exactly((int)job->fd, dst, n, job->offset + (int64_t)skip, &got) != 0) {
             snprintf(err, err_n, "read %zu of %zu bytes: %s", got, n, strerror(errno));
@@ -305,8 +368,9 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
         }
         return 0;
     }
-    /* zstd adds a few bytes per 128 KiB at worst; far more means a damaged size */
-    if ((size_t)stored > chunk_n + chunk_n / 64 + 4096) {
+    /* zstd, lz4 and gzip add a few bytes per 128 KiB at worst, blosc 16 and a few per block;
+       far more means a damaged size */
+    if ((size_t)stored > chunk_n + chunk_n / 64 + 4096 + tail) {
         snprintf(err, err_n, "%lld bytes stored for a chunk of %zu", (long long)stored, chunk_n);
         return -1;
     }
@@ -320,18 +384,37 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
                  strerror(errno));
         return -1;
     }
-    if (codec == OC_CODEC_ZSTD_SHUFFLE8) {
-        if (grow(&s->whole, &s->whole_size, chunk_n) == NULL) {
-            snprintf(err, err_n, "out of memory");
+    size_t src_n = (size_t)stored;
+    if (crc) {
+        if (oc_crc32c_check(src, src_n, err, err_n) != 0) {
             return -1;
         }
-        if (zstd_range(s, src, (size_t)stored, chunk_n, 0, s->whole, chunk_n, err, err_n) != 0) {
-            return -1;
-        }
-        oc_unshuffle8(s->whole, chunk_n, skip, dst, n);
-        return 0;
+        src_n -= 4;
     }
-    return zstd_range(s, src, (size_t)stored, chunk_n, skip, dst, n, err, err_n);
+    if (kind == OC_CODEC_ZSTD && (whole || !verify)) {
+        /* whole frames are checked by zstd (the frame's checksum, when it has one) */
+        return zstd_range(s, src, src_n, chunk_n, skip, dst, n, err, err_n);
+    }
+    /* a shuffled spill chunk is unshuffled from a buffer of its own into dst */
+    int direct = whole && kind != OC_CODEC_ZSTD_SHUFFLE8;
+    char *out = direct ? dst : grow(&s->whole, &s->whole_size, chunk_n);
+    if (out == NULL) {
+        snprintf(err, err_n, "out of memory");
+        return -1;
+    }
+    int rc = kind == OC_CODEC_ZSTD || kind == OC_CODEC_ZSTD_SHUFFLE8
+                 ? zstd_range(s, src, src_n, chunk_n, 0, out, chunk_n, err, err_n)
+                 : decode_other(codec, src, src_n, out, chunk_n, err, err_n);
+    if (rc != 0) {
+        return -1;
+    }
+    if (kind == OC_CODEC_ZSTD_SHUFFLE8) {
+        oc_unshuffle8(out, chunk_n, skip, dst, n);
+    }
+    else if (!direct) {
+        memcpy(dst, out + skip, n);
+    }
+    return 0;
 }
 
 /* ---- byte shuffle by 8: byte b of every 8-byte word goes to stream b (blosc's shuffle with a
@@ -442,9 +525,10 @@ int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t ch
     if (OC_CODEC_KIND(codec) == OC_CODEC_H5) {
         return oc_h5_decode(codec, fd, offset, nbytes, chunk_n, skip, dst, n, err, err_n);
     }
-    int zstd_codec = codec == OC_CODEC_ZSTD || codec == OC_CODEC_ZSTD_SHUFFLE8;
-    if (zstd_codec && !zstd_ready()) {
-        snprintf(err, err_n, "libzstd.so.1 is not available");
+    int zstd_codec = OC_CODEC_KIND(codec) == OC_CODEC_ZSTD ||
+                     OC_CODEC_KIND(codec) == OC_CODEC_ZSTD_SHUFFLE8;
+    if (!oc_codec_ready(codec)) {
+        snprintf(err, err_n, "the library of codec %d is not loaded", codec);
         return -1;
     }
     reader_state *s = state_get();
@@ -484,14 +568,11 @@ PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
                           &counter_obj)) {
         return NULL;
     }
-    if (codec != OC_CODEC_RAW && codec != OC_CODEC_ZSTD) {
-        PyErr_Format(PyExc_ValueError, "unknown codec %d", codec);
+    if (OC_CODEC_KIND(codec) == OC_CODEC_H5 || !oc_codec_ready(codec)) {
+        PyErr_Format(PyExc_ValueError, "codec %d is unknown or its library is not loaded", codec);
         return NULL;
     }
-    if (codec == OC_CODEC_ZSTD && !zstd_ready()) {
-        PyErr_SetString(PyExc_RuntimeError, "libzstd.so.1 is not available");
-        return NULL;
-    }
+    int zstd_codec = OC_CODEC_KIND(codec) == OC_CODEC_ZSTD;
     if (chunk_n < 0) {
         PyErr_SetString(PyExc_ValueError, "chunk_nbytes must be >= 0");
         return NULL;
@@ -541,7 +622,7 @@ PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
     char err[256] = "";
     Py_BEGIN_ALLOW_THREADS
     reader_state *s = state_get();
-    if (s != NULL && codec == OC_CODEC_ZSTD && s->dctx == NULL) {
+    if (s != NULL && zstd_codec && s->dctx == NULL) {
         s->dctx = zstd.create();
     }
     for (;;) {
@@ -551,7 +632,7 @@ PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
         }
         const job_spec *j = &specs[i];
         int rc;
-        if (s == NULL || (codec == OC_CODEC_ZSTD && s->dctx == NULL)) {
+        if (s == NULL || (zstd_codec && s->dctx == NULL)) {
             snprintf(err, sizeof err, "out of memory");
             rc = -1;
         } else {
@@ -577,20 +658,25 @@ done:
 }
 
 /*
- * zstd_write(fd, data, level, checksum) -> int: write one zstd frame of data's bytes to fd
- * (from its current position), with the content size in the header, as numcodecs writes it, and
- * a checksum when asked; compressed without the GIL into this thread's buffer.  Returns the
+ * zstd_write(fd, data, level, checksum, crc32c=False) -> int: write one zstd frame of data's
+ * bytes to fd (from its current position), with the content size in the header, as numcodecs
+ * writes it, and a checksum when asked; then, with crc32c, the CRC-32C of the frame (zarr's
+ * crc32c codec after zstd).  Compressed without the GIL into this thread's buffer.  Returns the
  * bytes written; a failed write raises OSError with its errno (ENOSPC on a full disk).
  */
 PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
 {
-    int fd, level, checksum;
+    int fd, level, checksum, crc = 0;
     PyObject *data;
-    if (!PyArg_ParseTuple(args, "iOip", &fd, &data, &level, &checksum)) {
+    if (!PyArg_ParseTuple(args, "iOip|p", &fd, &data, &level, &checksum, &crc)) {
         return NULL;
     }
     if (!zstd_ready()) {
         PyErr_SetString(PyExc_RuntimeError, "libzstd.so.1 is not available");
+        return NULL;
+    }
+    if (crc && !oc_codec_lib_ready(OC_LIB_CRC32C)) {
+        PyErr_SetString(PyExc_RuntimeError, "the CRC-32C library is not loaded");
         return NULL;
     }
     Py_buffer view;
@@ -607,7 +693,7 @@ PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
         s->cctx = zstd.create_c();
     }
     if (s == NULL || s->cctx == NULL || zstd.is_error(bound) ||
-        grow(&s->packed, &s->packed_size, bound) == NULL) {
+        grow(&s->packed, &s->packed_size, bound + 4) == NULL) {
         failure = 1;
     } else {
         zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
@@ -621,6 +707,13 @@ PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
         if (zstd.is_error(r)) {
             failure = 2;
         } else {
+            if (crc) {
+                uint32_t sum = oc_crc32c(s->packed, r);
+                for (int i = 0; i < 4; i++) {
+                    s->packed[r + (size_t)i] = (char)(sum >> (8 * i));
+                }
+                r += 4;
+            }
             for (size_t done = 0; done < r;) {
                 ssize_t w = write(fd, s->packed + done, r - done);
                 if (w < 0 && errno == EINTR) {

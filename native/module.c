@@ -728,7 +728,8 @@ static PyTypeObject PagesType;
  *       32-47 of its path number); fd, when given, is the file every chunk is read from (the
  *       object keeps its own duplicate).  A writable one over chunk files of its own (zarr: no
  *       fd) writes its dirty units back to paths natively (write_back, and under budget
- *       pressure), zstd at that level and checksum, each new file given file_mode; a writable
+ *       pressure), zstd at that level and checksum (a CRC-32C after, when codec says so), each
+ *       new file given file_mode; a writable
  *       one over one file (HDF5) is written back by its store (begin_writeback, the store's
  *       write, end_writeback or abort_writeback; move_begin and move_end around the write). */
 static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -769,7 +770,7 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         /* written back whole chunks at a time, each in one unit; natively (no fd) to files
          * of their own, raw or zstd */
         (writable && ((size_t)unit_n % (size_t)chunk_n != 0 ||
-                      (fd < 0 && ((codec != OC_CODEC_RAW && codec != OC_CODEC_ZSTD) ||
+                      (fd < 0 && (!oc_wb_codec_ok(codec) ||
                                   (file_mode & ~07777) != 0))))) {
         PyBuffer_Release(&tv);
         PyBuffer_Release(&fill);
@@ -1227,6 +1228,9 @@ static PyMethodDef module_methods[] = {
     {"pager_threads", pager_threads, METH_NOARGS, "Threads serving chunk-backed arrays now."},
     {"read_chunks", oc_py_read_chunks, METH_VARARGS, "Run chunk jobs (read, decode) until none is left; None or (job, message)."},
     {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},
+    {"codec_library", oc_py_codec_library, METH_VARARGS, "codec_library(which, path) -> bool: load a codec's library (LIB_BLOSC, LIB_LZ4, LIB_CRC32C)."},
+    {"codec_ready", oc_py_codec_ready, METH_VARARGS, "codec_ready(codec) -> bool: whether the native reader decodes this codec number."},
+    {"crc32c", oc_py_crc32c, METH_O, "crc32c(data) -> int: the CRC-32C of a buffer's bytes."},
     {"zstd_write", oc_py_zstd_write, METH_VARARGS, "Write one zstd frame of a buffer's bytes to a file, compressed without the GIL."},
     {"zlib_available", oc_py_zlib_available, METH_NOARGS, "Whether libz.so.1 could be loaded (HDF5 deflate chunks)."},
     {"h5_decode", oc_py_h5_decode, METH_VARARGS, "h5_decode(codec, mask, stored, chunk_nbytes, skip, n) -> bytes: undo an HDF5 filter pipeline, as the pager does."},
@@ -1282,6 +1286,14 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddIntConstant(m, "CODEC_RAW", OC_CODEC_RAW) < 0 ||
         PyModule_AddIntConstant(m, "CODEC_ZSTD", OC_CODEC_ZSTD) < 0 ||
         PyModule_AddIntConstant(m, "CODEC_H5", OC_CODEC_H5) < 0 ||
+        PyModule_AddIntConstant(m, "CODEC_BLOSC", OC_CODEC_BLOSC) < 0 ||
+        PyModule_AddIntConstant(m, "CODEC_GZIP", OC_CODEC_GZIP) < 0 ||
+        PyModule_AddIntConstant(m, "CODEC_LZ4", OC_CODEC_LZ4) < 0 ||
+        PyModule_AddIntConstant(m, "CODEC_CRC32C", OC_CODEC_CRC32C) < 0 ||
+        PyModule_AddIntConstant(m, "CODEC_VERIFY", OC_CODEC_VERIFY) < 0 ||
+        PyModule_AddIntConstant(m, "LIB_BLOSC", OC_LIB_BLOSC) < 0 ||
+        PyModule_AddIntConstant(m, "LIB_LZ4", OC_LIB_LZ4) < 0 ||
+        PyModule_AddIntConstant(m, "LIB_CRC32C", OC_LIB_CRC32C) < 0 ||
         PyModule_AddIntConstant(m, "H5_SHUFFLE", OC_H5_SHUFFLE) < 0 ||
         PyModule_AddIntConstant(m, "H5_DEFLATE", OC_H5_DEFLATE) < 0 ||
         PyModule_AddIntConstant(m, "H5_FLETCHER32", OC_H5_FLETCHER32) < 0 ||

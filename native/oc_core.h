@@ -355,6 +355,41 @@ PyObject *oc_py_zstd_write(PyObject *m, PyObject *args);
 int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t chunk_n, size_t skip,
                     char *dst, size_t n, char *err, size_t err_n);
 
+/* codecs.c: zarr's other chunk codecs (blosc, numcodecs' lz4, gzip/zlib through h5filters.c)
+ * and the crc32c codec.  A codec number that is not OC_CODEC_H5 is its kind in the low byte
+ * and these flags: OC_CODEC_CRC32C, a CRC-32C of the stored bytes follows them (zarr v3's
+ * crc32c codec, last in the chain); OC_CODEC_VERIFY, check the chunk's checksum (CRC-32C, or
+ * a zstd frame's) even when only part of the chunk is wanted, by decoding it whole (the pager
+ * asks for it; an eager read of part of a chunk reads only that part); for blosc, the shuffle
+ * (0 none, 1 byte, 2 bit, 3 not known) and type size (0: not known) the array's metadata says
+ * were written, which the chunk's header must repeat. */
+#define OC_CODEC_BLOSC 4
+#define OC_CODEC_GZIP 5 /* one gzip or zlib stream (numcodecs GZip, Zlib; zarr v3 gzip) */
+#define OC_CODEC_LZ4 6  /* numcodecs LZ4: the decoded size, 4 bytes little-endian, one LZ4 block */
+#define OC_CODEC_CRC32C (1 << 8)
+#define OC_CODEC_VERIFY (1 << 9)
+#define OC_BLOSC_SHUFFLE(codec) (((codec) >> 12) & 3)
+#define OC_BLOSC_ANY_SHUFFLE 3
+#define OC_BLOSC_TYPESIZE(codec) (((codec) >> 16) & 0xff)
+#define OC_LIB_ZSTD 0
+#define OC_LIB_ZLIB 1
+#define OC_LIB_BLOSC 2
+#define OC_LIB_LZ4 3
+#define OC_LIB_CRC32C 4
+int oc_codec_load(int which, const char *path);
+int oc_codec_lib_ready(int which);
+int oc_codec_ready(int codec);
+uint32_t oc_crc32c(const void *data, size_t n);
+int oc_crc32c_check(const char *src, size_t n, char *err, size_t err_n);
+int oc_blosc_decode(int codec, const char *src, size_t n, char *dst, size_t chunk_n, char *err,
+                    size_t err_n);
+int oc_lz4_decode(const char *src, size_t n, char *dst, size_t chunk_n, char *err, size_t err_n);
+int oc_inflate(const char *src, size_t n, char *dst, size_t chunk_n, char *err, size_t err_n);
+int oc_wb_codec_ok(int codec);
+PyObject *oc_py_codec_library(PyObject *m, PyObject *args);
+PyObject *oc_py_codec_ready(PyObject *m, PyObject *args);
+PyObject *oc_py_crc32c(PyObject *m, PyObject *arg);
+
 /* h5filters.c: HDF5 filter pipelines.  An OC_CODEC_H5 codec is the low byte 3, up to
  * OC_H5_MAX_STEPS steps of 4 bits from bit 8 in the order HDF5 applies them on write
  * (OC_H5_SHUFFLE, OC_H5_DEFLATE, OC_H5_FLETCHER32), and the shuffle's element size in bits
@@ -426,7 +461,7 @@ typedef struct {
     size_t nchunks, chunk_bytes, data_bytes;
     const char *fill; /* one element's fill bytes, for the last chunk's rows past the end */
     size_t fill_n;
-    int codec, level, checksum; /* OC_CODEC_RAW or OC_CODEC_ZSTD; zstd's level and checksum */
+    int codec, level, checksum; /* raw or zstd (oc_wb_codec_ok); zstd's level and checksum */
     int file_mode;              /* given to each new chunk file, as the store's writer does */
 } oc_wb_store;
 /* Writes every chunk starting in [start, start + len) of the array at base; 0 with *chunks

@@ -297,7 +297,7 @@ int oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode)
                           .checksum = checksum,
                           .file_mode = file_mode};
     a->wb_native = a->writable && !a->spill && a->fd < 0 &&
-                   (a->codec == OC_CODEC_RAW || a->codec == OC_CODEC_ZSTD);
+                   oc_wb_codec_ok(a->codec);
     int native = a->wb_native;
     pthread_mutex_unlock(&pg_lock);
     return native;

@@ -4,7 +4,7 @@
  *
  * Each chunk is written whole or not at all, as the Python writer does (_zarr.py): its stored
  * bytes (raw, or one zstd frame at the store's level, with a checksum when the store's codec
- * says so) go to a new file beside the chunk's (created with O_EXCL, then given the mode the
+ * says so; then a CRC-32C when the chain ends with zarr's crc32c codec) go to a new file beside the chunk's (created with O_EXCL, then given the mode the
  * store's own files get), which is renamed over the chunk's file.  A reader, or a process
  * killed meanwhile, sees the old chunk or the new one, never a mix; a failed write (ENOSPC)
  * leaves the old chunk and removes the new file.  Like the Python writer, no fsync.  The last
@@ -118,6 +118,16 @@ static int replace_file(const char *path, const char *data, size_t n, int mode, 
     return err;
 }
 
+/* Whether chunks of this codec are written back here: raw or one zstd frame, either followed
+ * by a CRC-32C (zarr's crc32c codec) when the codec says so. */
+int oc_wb_codec_ok(int codec)
+{
+    int kind = OC_CODEC_KIND(codec);
+    return (kind == OC_CODEC_RAW || kind == OC_CODEC_ZSTD) &&
+           (codec & ~(0xff | OC_CODEC_CRC32C | OC_CODEC_VERIFY)) == 0 &&
+           (!(codec & OC_CODEC_CRC32C) || oc_codec_lib_ready(OC_LIB_CRC32C));
+}
+
 int oc_wb_write_range(const oc_wb_store *s, const char *base, size_t start, size_t len, int *chunks,
                       char *msg, size_t msg_n)
 {
@@ -150,17 +160,34 @@ int oc_wb_write_range(const oc_wb_store *s, const char *base, size_t start, size
         size_t out_n = C;
         const char *what = "encoding it";
         int err = 0;
-        if (s->codec == OC_CODEC_ZSTD) {
+        char *sealed = NULL;
+        if (OC_CODEC_KIND(s->codec) == OC_CODEC_ZSTD) {
             char *packed;
             err = oc_zstd_pack(src, C, s->level, s->checksum, &packed, &out_n);
             out = packed;
         }
-        else if (s->codec != OC_CODEC_RAW) {
+        else if (!oc_wb_codec_ok(s->codec)) {
             err = ENOTSUP;
+        }
+        if (err == 0 && (s->codec & OC_CODEC_CRC32C)) { /* zarr's crc32c codec: 4 bytes after */
+            sealed = malloc(out_n + 4);
+            if (sealed == NULL) {
+                err = ENOMEM;
+            }
+            else {
+                uint32_t sum = oc_crc32c(out, out_n);
+                memcpy(sealed, out, out_n);
+                for (int i = 0; i < 4; i++) {
+                    sealed[out_n + (size_t)i] = (char)(sum >> (8 * i));
+                }
+                out = sealed;
+                out_n += 4;
+            }
         }
         if (err == 0) {
             err = replace_file(path, out, out_n, s->file_mode, &what);
         }
+        free(sealed);
         free(padded);
         if (err) {
             snprintf(msg, msg_n, "chunk %zu (%s): %s", c, path, what);

@@ -33,6 +33,14 @@ GUARD_UFFD: int
 CODEC_RAW: int
 CODEC_ZSTD: int
 CODEC_H5: int  # an HDF5 filter pipeline: | steps << (8 + 4 * i) | shuffle element size << 24
+CODEC_BLOSC: int  # | expected shuffle << 12 (3: any) | expected type size << 16 (0: any)
+CODEC_GZIP: int  # one gzip or zlib stream
+CODEC_LZ4: int  # numcodecs' LZ4: the decoded size (4 bytes), then one LZ4 block
+CODEC_CRC32C: int  # flag: a CRC-32C of the stored bytes follows them (zarr's crc32c codec)
+CODEC_VERIFY: int  # flag: check the checksum even when only part of a chunk is wanted
+LIB_BLOSC: int
+LIB_LZ4: int
+LIB_CRC32C: int
 H5_SHUFFLE: int
 H5_DEFLATE: int
 H5_FLETCHER32: int
@@ -109,7 +117,10 @@ def read_chunks(
     codec: int, jobs: np.ndarray, dests: list[np.ndarray], chunk_nbytes: int, counter: np.ndarray, /
 ) -> tuple[int, str] | None: ...
 def zstd_available() -> bool: ...
-def zstd_write(fd: int, data: Any, level: int, checksum: bool, /) -> int: ...
+def codec_library(which: int, path: str, /) -> bool: ...
+def codec_ready(codec: int, /) -> bool: ...
+def crc32c(data: Any, /) -> int: ...
+def zstd_write(fd: int, data: Any, level: int, checksum: bool, crc32c: bool = ..., /) -> int: ...
 def zlib_available() -> bool: ...
 def h5_decode(
     codec: int, mask: int, stored: bytes, chunk_nbytes: int, skip: int, n: int, /

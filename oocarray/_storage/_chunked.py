@@ -374,11 +374,13 @@ class ChunkedArray:
         ------
         NotImplementedError
             A chunked store that cannot be paged: chunks that do not span every axis but the
-            first, zarr codecs other than zstd or none, HDF5 filters other than gzip, shuffle
-            and fletcher32 (lzf, szip, scaleoffset, nbit, plugins), HDF5 types that are not
-            plain numbers (compounds, strings), virtual HDF5 datasets, ``"r+"`` on shards, on
-            chunks that are not whole pages, on compact HDF5 datasets and on contiguous ones
-            never written.  The message says how to rewrite it.
+            first, zarr codecs other than zstd, blosc, lz4, gzip/zlib or none (each with or
+            without the crc32c codec), HDF5 filters other than gzip, shuffle and fletcher32
+            (lzf, szip, scaleoffset, nbit, plugins), HDF5 types that are not plain numbers
+            (compounds, strings), virtual HDF5 datasets, ``"r+"`` on shards, on blosc, lz4
+            and gzip chunks (the native writer encodes raw and zstd), on chunks that are not
+            whole pages, on compact HDF5 datasets and on contiguous ones never written.  The
+            message says how to rewrite it.
         PagingUnavailableError
             userfaultfd with kernel-mode faults is not permitted here, or turned off with
             ``OOCARRAY_USERFAULTFD=0``; the message says how to enable it.

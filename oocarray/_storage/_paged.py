@@ -11,7 +11,8 @@ exceeded (refilled on the next touch).  In ``"r+"`` mode the first write to a ch
 when the last view of the array goes away; a unit being written back stays in memory until its
 chunks are stored.  How, per array (``Pages.native_writeback``):
 
-- zarr: natively (``native/writeback.c``: raw, or zstd at the store's level and checksum;
+- zarr: natively (``native/writeback.c``: raw, or zstd at the store's level and checksum, a
+  CRC-32C after either when the chain ends with zarr's crc32c codec;
   written beside the chunk's file and renamed, the last one padded with the fill value), and
   also by the pager's workers when a dirty chunk is the least recently filled under budget
   pressure, then dropped, so writing all over an array larger than the budget stays within it.
@@ -25,9 +26,12 @@ it still fails (a manager's close warns).
 
 What is paged: zarr arrays (v2 or v3, sharded or not, read-only for shards) whose chunks span
 every axis but the first, so that a chunk is one contiguous run of bytes, stored raw or with
-zstd; and chunked HDF5 datasets with such chunks, stored raw or with HDF5's gzip, shuffle and
-fletcher32 filters, read and written (``_paged_hdf5.py``, which also says how HDF5 chunks that
-move in their file are followed, and what other HDF5 layouts give).  Other chunkings would
+zstd, blosc (any of its compressors and shuffles), numcodecs' lz4, gzip or zlib, optionally
+followed by zarr's crc32c codec (checked on every fill; read-only for blosc, lz4 and gzip,
+which the native writer does not encode); and chunked HDF5 datasets with such chunks, stored
+raw or with HDF5's gzip, shuffle and fletcher32 filters, read and written
+(``_paged_hdf5.py``, which also says how HDF5 chunks that move in their file are followed,
+and what other HDF5 layouts give).  Other chunkings would
 make every page depend on several chunks and cost a decode of a whole band of chunks per
 fault; other codecs and filters decode only in Python (or in plugins), which the fault path
 cannot call (the faulting thread may hold the GIL).  Both are refused with the rewrite that
@@ -200,19 +204,31 @@ def _plan(store: Store, mode: str) -> Plan | np.ndarray:
     check_row_chunks(store, f"the array at {store.path!r}")
     if layout.native_codec is None:
         raise NotImplementedError(
-            f"as_ndarray() decodes chunks in native threads, which read raw and zstd "
-            f"chunks; the array at {store.path!r} is stored with {store.codec}.  Rewrite "
-            f"it with zstd: x.to_zarr('copy.zarr', codec='zstd')"
+            f"as_ndarray() decodes chunks in native threads, which read raw, zstd, blosc, "
+            f"lz4 and gzip chunks (optionally with zarr's crc32c codec after them, given "
+            f"numcodecs' extensions and google-crc32c's C library); the array at "
+            f"{store.path!r} is stored with {store.codec}.  Rewrite it with zstd: "
+            f"x.to_zarr('copy.zarr', codec='zstd')"
         )
     if mode == "r+" and layout.shard is not None:
         raise NotImplementedError(
             f"as_ndarray('r+') writes chunks back one file at a time; the array at "
             f"{store.path!r} is sharded: open it with mode='r', or rewrite it unsharded"
         )
-    codec = layout.codec  # numcodecs.Zstd or None: what native_codec says
+    kind = layout.native_codec & 0xFF
+    if mode == "r+" and kind not in (_native.CODEC_RAW, _native.CODEC_ZSTD):
+        raise NotImplementedError(
+            f"as_ndarray('r+') writes chunks back natively, raw or zstd; the array at "
+            f"{store.path!r} is stored with {store.codec}: open it with mode='r', or rewrite "
+            f"it with zstd (x.to_zarr('copy.zarr', codec='zstd')) or uncompressed "
+            f"(codec='none') to write into it"
+        )
+    codec = layout.codec  # numcodecs.Zstd or None where written back: what native_codec says
     return Plan(
         dtype=layout.stored_dtype,
-        codec=layout.native_codec,
+        # The pager fills whole units: chunks it decodes in part are decoded whole anyway, to
+        # check their checksums.
+        codec=layout.native_codec | _native.CODEC_VERIFY,
         table=lambda nchunks: ChunkTable(*_chunk_table(store, nchunks)),
         native_writer=NativeWriter(
             zstd_level=int(getattr(codec, "level", 0)),

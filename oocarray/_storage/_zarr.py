@@ -27,7 +27,7 @@ from oocarray._storage._base import Store, check_dtype
 from oocarray._storage._chunk_jobs import ChunkJobs, scratch_set
 from oocarray._storage._indexing import ChunkPiece, parse_key
 from oocarray._storage._zarr_groups import array_in_group, is_group
-from oocarray._storage._zarr_layout import Layout, OpenShard, layout_of
+from oocarray._storage._zarr_layout import Layout, OpenShard, crc32c_of, layout_of
 from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
 __all__ = ["ZarrStore"]
@@ -182,7 +182,8 @@ class ZarrStore(Store):
         stored = self._layout.stored_dtype if self._layout is not None else self.dtype
         self._chunk_nbytes = math.prod(self.chunks) * stored.itemsize
         self._rest = (0,) * (len(self.shape) - 1)  # chunk coordinates after the first
-        # Uncompressed, unsharded chunk files: rows are read in place with ``preadv``.
+        # Uncompressed, unsharded chunk files (a CRC-32C after each, or not): rows are read in
+        # place with ``preadv``.
         layout = self._layout
         self._plain_files = layout is not None and layout.codec is None and layout.shard is None
         # Rows whole in their chunks, stored as read: row reads go straight into the result.
@@ -324,19 +325,30 @@ class ZarrStore(Store):
         chunk was never written.  A file of any size but a whole chunk's is damaged (cut
         short, or written for another shape or dtype), even where the bytes asked for exist."""
         path = self._chunk_path(chunk)
+        assert self._layout is not None
+        crc32c = self._layout.crc32c  # a CRC-32C of the chunk follows it
+        expected = self._chunk_nbytes + (4 if crc32c else 0)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return False
         try:
             size = os.fstat(fd).st_size
-            got = os.preadv(fd, [target], offset) if size == self._chunk_nbytes else -1
+            got = os.preadv(fd, [target], offset) if size == expected else -1
+            # The checksum covers the whole chunk: it is checked when all of it was read.
+            whole = crc32c and got == self._chunk_nbytes and offset == 0
+            stored = int.from_bytes(os.pread(fd, 4, self._chunk_nbytes), "little") if whole else 0
         finally:
             os.close(fd)
         if got != len(target):
             raise CorruptChunkError(
-                f"chunk {chunk} of {self.path!r} cannot be read (none) from {path}: it holds "
-                f"{size} bytes, expected {self._chunk_nbytes} (it is truncated or corrupt)"
+                f"chunk {chunk} of {self.path!r} cannot be read ({self.codec}) from {path}: it "
+                f"holds {size} bytes, expected {expected} (it is truncated or corrupt)"
+            )
+        if whole and crc32c_of(target) != stored:
+            raise CorruptChunkError(
+                f"chunk {chunk} of {self.path!r} cannot be read ({self.codec}) from {path}: "
+                "its CRC-32C checksum does not match (it is corrupt)"
             )
         return True
 
@@ -508,13 +520,18 @@ class ZarrStore(Store):
                 codec = layout.codec
                 if data.dtype.kind in "mM":  # no buffer format of their own: encode as ints
                     data = data.view(f"{data.dtype.byteorder}i{data.dtype.itemsize}")
-                if layout.native_codec == _native.CODEC_ZSTD:
-                    _native.zstd_write(fd, data, codec.level, codec.checksum)
+                native = layout.native_codec
+                if native is not None and native & 0xFF == _native.CODEC_ZSTD:
+                    # one zstd frame, and the crc32c codec's checksum after it if it follows
+                    _native.zstd_write(fd, data, codec.level, codec.checksum, layout.crc32c)
                 else:
                     encoded = data if codec is None else codec.encode(data)
                     view = memoryview(encoded).cast("B")  # type: ignore[arg-type]
-                    while view:
-                        view = view[os.write(fd, view) :]
+                    # zarr's crc32c codec: a CRC-32C of the encoded bytes follows them
+                    checksum = crc32c_of(view).to_bytes(4, "little") if layout.crc32c else b""
+                    for part in (view, memoryview(checksum)):
+                        while part:
+                            part = part[os.write(fd, part) :]
             finally:
                 os.close(fd)
             os.replace(tmp, path)

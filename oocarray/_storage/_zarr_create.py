@@ -16,19 +16,26 @@ __all__ = ["CODECS", "create_zarr", "unstable_dtypes_known"]
 
 
 def _compressors(codec: str, itemsize: int) -> Any:
+    """The bytes-to-bytes codecs of ``codec``, each chain ending with zarr's crc32c codec (a
+    CRC-32C of the stored bytes, after them), which every zarr reader checks: a damaged chunk
+    is an error, never wrong data.  For zstd too: its own frame checksum (XXH64 of the decoded
+    bytes) cost as much to write and over twice as much to check per chunk here, and covers
+    only reads that decode a frame to its end, where the CRC-32C of the stored bytes is checked
+    whenever they are read."""
     if codec == "zstd":
-        return zarr.codecs.ZstdCodec(level=3)
+        return (zarr.codecs.ZstdCodec(level=3), zarr.codecs.Crc32cCodec())
     if codec in ("lz4", "blosc"):
-        return zarr.codecs.BloscCodec(
+        blosc = zarr.codecs.BloscCodec(
             cname="lz4" if codec == "lz4" else "zstd",
             clevel=5,
             shuffle="shuffle",
             typesize=itemsize,
         )
+        return (blosc, zarr.codecs.Crc32cCodec())
     if codec == "gzip":
-        return zarr.codecs.GzipCodec(level=5)
+        return (zarr.codecs.GzipCodec(level=5), zarr.codecs.Crc32cCodec())
     if codec == "none":
-        return None
+        return zarr.codecs.Crc32cCodec()
     raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
 
 

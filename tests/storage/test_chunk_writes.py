@@ -6,11 +6,13 @@ import errno
 import threading
 from pathlib import Path
 
+import google_crc32c
 import h5py
 import numcodecs
 import numpy as np
 import pytest
 import zarr
+import zarr.codecs
 
 import oocarray as oc
 
@@ -78,10 +80,24 @@ def test_native_zstd_frames_carry_size_and_checksum_as_asked(tmp_path: Path) -> 
     x = oc.create(tmp_path / "a.zarr", data.shape, data.dtype, chunks=(64, 64))
     x[...] = data
     stored = (tmp_path / "a.zarr" / "c" / "0" / "0").read_bytes()
-    assert np.array_equal(np.frombuffer(numcodecs.Zstd().decode(stored), np.int64), data.ravel())
+    decoded = numcodecs.Zstd().decode(stored[:-4])
+    assert np.array_equal(np.frombuffer(decoded, np.int64), data.ravel())
     descriptor = stored[4]
     assert descriptor >> 6 != 0  # the frame header holds the content size
-    assert (descriptor >> 2) & 1 == 0  # no checksum: the codec says checksum=False
+    assert (descriptor >> 2) & 1 == 0  # no frame checksum: the codec says checksum=False
+    frame = stored[:-4]  # then the crc32c codec's CRC-32C of the frame
+    assert int.from_bytes(stored[-4:], "little") == google_crc32c.value(frame)
+    zarr.create_array(
+        tmp_path / "b.zarr",
+        shape=data.shape,
+        chunks=data.shape,
+        dtype=data.dtype,
+        compressors=zarr.codecs.ZstdCodec(level=3, checksum=True),  # the frame's own checksum
+    )
+    oc.open(tmp_path / "b.zarr", mode="r+")[...] = data  # the native writer, as the codec says
+    stored = (tmp_path / "b.zarr" / "c" / "0" / "0").read_bytes()
+    assert (stored[4] >> 2) & 1 == 1
+    assert np.array_equal(oc.open(tmp_path / "b.zarr")[...], data)
 
 
 def test_a_full_disk_during_a_write_is_an_error_and_leaves_no_files(tiny_tmpfs: Path) -> None:

@@ -135,7 +135,7 @@ def test_properties_repr_and_html(zarr_array: oc.ChunkedArray) -> None:
     assert (x.shape, x.chunks, x.ndim, x.size, len(x)) == (SHAPE, CHUNKS, 3, 37 * 11 * 5, 37)
     assert x.dtype == np.float32
     assert x.nbytes == 37 * 11 * 5 * 4
-    assert x.codec == "zstd"
+    assert x.codec == "zstd+crc32c"
     assert x.format == "zarr"
     assert 0 < x.stored_bytes() < 10 * x.nbytes
     text = repr(x)
@@ -353,7 +353,7 @@ def test_metadata_is_plain_zarr_v3(zarr_array: oc.ChunkedArray) -> None:
     assert meta["node_type"] == "array"
     assert meta["shape"] == list(SHAPE)
     assert meta["chunk_grid"]["configuration"]["chunk_shape"] == list(CHUNKS)
-    assert [c["name"] for c in meta["codecs"]] == ["bytes", "zstd"]
+    assert [c["name"] for c in meta["codecs"]] == ["bytes", "zstd", "crc32c"]
     assert os.path.isfile(Path(zarr_array.path) / "c" / "4" / "2" / "0")
 
 
