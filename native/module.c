@@ -1147,6 +1147,13 @@ static PyTypeObject PagesType = {
     .tp_getset = Pages_getset,
 };
 
+static PyObject *pager_take_fault(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    char msg[512];
+    oc_pager_take_fault(msg, sizeof msg);
+    return msg[0] ? PyUnicode_FromString(msg) : Py_NewRef(Py_None);
+}
+
 static PyObject *pager_check(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
     int wp = 0;
@@ -1212,6 +1219,7 @@ static PyMethodDef module_methods[] = {
     {"zspill_check", zspill_check, METH_NOARGS, "0, or the errno of why compressed spill cannot work here."},
     {"set_zspill", set_zspill, METH_O, "Allow compressed spill (after zspill_check)."},
     {"pager_check", pager_check, METH_NOARGS, "(errno or 0, write-protect faults?) of opening a kernel-mode userfaultfd."},
+    {"pager_take_fault", pager_take_fault, METH_NOARGS, "This thread's pager failure (None if none), taken; failed units are dropped."},
     {"pager_threads", pager_threads, METH_NOARGS, "Threads serving chunk-backed arrays now."},
     {"read_chunks", oc_py_read_chunks, METH_VARARGS, "Run chunk jobs (read, decode) until none is left; None or (job, message)."},
     {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},
@@ -1240,6 +1248,15 @@ PyMODINIT_FUNC PyInit__native(void)
         return NULL;
     }
     oc_fork_install();
+    /* raised in a thread whose access met a chunk that cannot be read (pager_errors.c) */
+    PyObject *errors = PyImport_ImportModule("oocarray.errors");
+    PyObject *fault_type = errors == NULL ? NULL : PyObject_GetAttrString(errors, "PagedChunkError");
+    Py_XDECREF(errors);
+    if (fault_type == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    oc_pager_set_fault_type(fault_type); /* kept: the reference is the module's */
     if (PyModule_AddObjectRef(m, "Node", (PyObject *)&NodeType) < 0 ||
         PyModule_AddObjectRef(m, "Pages", (PyObject *)&PagesType) < 0 ||
         PyModule_AddIntConstant(m, "HEADER_BYTES", OC_HEADER_BYTES) < 0 ||

@@ -726,6 +726,117 @@ fallback:
     uffd_wake(dst, len);
 }
 
+/* ---- units that cannot be filled (see pager_errors.c) ---- */
+
+/* Keeps the reason unit u failed (pg_lock held), for the thread that touches it; out of
+ * memory, the array's last error stands for it. */
+static void note_unit_error(pg_array *a, size_t u)
+{
+    if (a->unit_errors == NULL) {
+        a->unit_errors = calloc(a->nunits, sizeof(char *));
+    }
+    if (a->unit_errors != NULL) {
+        free(a->unit_errors[u]);
+        a->unit_errors[u] = strdup(a->error);
+    }
+}
+
+int pg_uffd_fd(void) { return uffd; }
+
+/* From the SIGBUS handler of the thread that touched addr (pager_errors.c): whether addr lies
+ * in a unit that failed (PG_FAILED, its reason into msg, and with `page`, that page installed
+ * at addr's page so that the access completes), in one that is not failed any more
+ * (PG_RETRY: the access is tried again), or in no array (PG_NOT_OURS).  Under pg_lock, so
+ * that oc_pager_drop_failed, which drops the unit's pages, comes before or after, never
+ * between the check and the install: no placeholder outlives the failed state.  No thread
+ * touches an array's memory while holding pg_lock, so taking it here cannot deadlock. */
+int pg_fault_touch(uintptr_t addr, char *msg, size_t n, const char *page, int *install_err)
+{
+    *install_err = 0;
+    pthread_mutex_lock(&pg_lock);
+    pg_array *a = find(addr);
+    if (a == NULL) {
+        pthread_mutex_unlock(&pg_lock);
+        return PG_NOT_OURS;
+    }
+    size_t u = (addr - (uintptr_t)a->base) / a->unit_bytes;
+    if (a->state[u] != U_FAILED) {
+        pthread_mutex_unlock(&pg_lock);
+        return PG_RETRY;
+    }
+    const char *why = a->unit_errors != NULL && a->unit_errors[u] != NULL ? a->unit_errors[u] : a->error;
+    snprintf(msg, n, "%s", why);
+    if (page != NULL) {
+        size_t pb = oc_page_bytes();
+        struct uffdio_copy c = {.dst = addr & ~(uintptr_t)(pb - 1), .src = (uintptr_t)page, .len = pb};
+        int rc;
+        while ((rc = ioctl(uffd, UFFDIO_COPY, &c)) != 0 && errno == EAGAIN) {
+            c.copy = 0;
+            pg_eagain_pause();
+        }
+        *install_err = rc == 0 || errno == EEXIST ? 0 : errno; /* EEXIST: another thread's */
+    }
+    pthread_mutex_unlock(&pg_lock);
+    return PG_FAILED;
+}
+
+/* Drops every failed unit of every array: its poison and the placeholder pages installed over
+ * it go, and the next touch reads its chunks again.  What a failed unit holds is no data, so
+ * no one can still reach any.  Without poison (kernels before 6.6) a failed unit stays
+ * PROT_NONE, as it was. */
+void oc_pager_drop_failed(void)
+{
+    if (!(features & PG_FEATURE_POISON)) {
+        return;
+    }
+    size_t n = 0, cap = 0;
+    struct {
+        pg_array *a;
+        size_t u;
+    } *dropping = NULL;
+    pthread_mutex_lock(&pg_lock);
+    for (pg_array *a = arrays; a != NULL; a = a->next) {
+        for (size_t u = 0; u < a->nunits && !a->dead; u++) {
+            if (a->state[u] != U_FAILED) {
+                continue;
+            }
+            if (n == cap) {
+                size_t more = cap ? 2 * cap : 16;
+                void *p = realloc(dropping, more * sizeof *dropping);
+                if (p == NULL) {
+                    break; /* out of memory: the rest stay failed until the next raise */
+                }
+                dropping = p;
+                cap = more;
+            }
+            a->state[u] = U_EVICTING; /* a touch meanwhile waits, or is retried */
+            a->inflight++;
+            dropping[n].a = a;
+            dropping[n++].u = u;
+        }
+    }
+    pthread_mutex_unlock(&pg_lock);
+    for (size_t i = 0; i < n; i++) {
+        pg_array *a = dropping[i].a;
+        madvise(a->base + dropping[i].u * a->unit_bytes, unit_len(a, dropping[i].u), MADV_DONTNEED);
+    }
+    pthread_mutex_lock(&pg_lock);
+    for (size_t i = 0; i < n; i++) {
+        pg_array *a = dropping[i].a;
+        a->state[dropping[i].u] = U_EMPTY;
+        a->inflight--;
+    }
+    pthread_cond_broadcast(&pg_idle_cond);
+    pthread_mutex_unlock(&pg_lock);
+    for (size_t i = 0; i < n; i++) {
+        /* threads that faulted on the dropped unit fault again, and are filled (the array
+         * stays until inflight is back to 0, and pg_lock is not held here) */
+        pg_uffd_wake(dropping[i].a->base + dropping[i].u * dropping[i].a->unit_bytes,
+                     unit_len(dropping[i].a, dropping[i].u));
+    }
+    free(dropping);
+}
+
 static void ring_push(pg_array *a, size_t u)
 {
     a->ring[(a->ring_head + a->ring_len) % a->nunits] = u;
@@ -777,10 +888,16 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
         }
     }
     int unprotect = 0;
+    if (rc != 0) {
+        /* poisoned while still U_FILLING (an access meanwhile is retried: pg_fault_touch), so
+         * that no unit is poisoned after oc_pager_drop_failed has made it empty */
+        poison(a, dst, len);
+    }
     pthread_mutex_lock(&pg_lock);
     if (rc != 0) {
         a->state[u] = U_FAILED;
         snprintf(a->error, sizeof a->error, "bytes %zu-%zu: %s", u * a->unit_bytes, u * a->unit_bytes + len, err);
+        note_unit_error(a, u);
     }
     else {
         unprotect = a->writable && (a->flags[u] & F_WRITE);
@@ -796,11 +913,12 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     pthread_mutex_unlock(&pg_lock);
     if (rc != 0) {
         atomic_fetch_add(&a->failures, 1);
+        atomic_fetch_add(&pg_failures_seen, 1);
         fprintf(stderr,
-                "oocarray: a chunk-backed array cannot fill bytes %zu-%zu: %s; accesses to them "
-                "raise SIGBUS\n",
-                u * a->unit_bytes, u * a->unit_bytes + len, err);
-        poison(a, dst, len);
+                "oocarray: a chunk-backed array cannot fill bytes %zu-%zu: %s; %s\n",
+                u * a->unit_bytes, u * a->unit_bytes + len, err,
+                oc_pager_errors_armed() ? "a Python thread touching them gets CorruptChunkError"
+                                        : "accesses to them get a signal");
     }
     else {
         atomic_fetch_add(&a->fills, 1);
@@ -910,6 +1028,7 @@ static int start_threads(void)
     }
     uffd = fd;
     wake_fd = efd;
+    pg_errors_arm((features & PG_FEATURE_POISON) != 0);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int want = cpus < 2 ? 2 : cpus > 8 ? 8 : (int)cpus;
     worker_threads = calloc((size_t)want, sizeof(pthread_t));
@@ -968,6 +1087,10 @@ static void array_free(pg_array *a)
     free(a->flags);
     free(a->ring);
     free(a->stamp);
+    for (size_t u = 0; a->unit_errors != NULL && u < a->nunits; u++) {
+        free(a->unit_errors[u]);
+    }
+    free(a->unit_errors);
     if (a->node != NULL) {
         oc_node_decref(a->node);
     }

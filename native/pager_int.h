@@ -64,6 +64,7 @@ struct pg_array { /* typedef'd in oc_core.h */
     atomic_llong fills, zero_fills, readaheads, evictions, failures, faults, decoded_bytes,
         resident_bytes, charged_bytes;
     char error[320];
+    char **unit_errors; /* per failed unit, why (allocated at the first failure) */
     /* r+ over zarr chunk files (writeback.c): dirty units are written back natively.  0 for
      * an r+ array over HDF5 (fd >= 0): its store writes it (begin/end/abort_writeback) */
     int wb_native;
@@ -87,6 +88,16 @@ static inline size_t unit_len(pg_array *a, size_t u)
     size_t start = u * a->unit_bytes;
     return a->map_bytes - start < a->unit_bytes ? a->map_bytes - start : a->unit_bytes;
 }
+
+/* pager.c, for pager_errors.c: units that cannot be filled */
+enum { PG_NOT_OURS, PG_RETRY, PG_FAILED };
+int pg_uffd_fd(void);
+int pg_fault_touch(uintptr_t addr, char *msg, size_t n, const char *page, int *install_err);
+/* pager_errors.c */
+extern atomic_int pg_failures_seen;
+void pg_errors_arm(int can_poison);
+int oc_pager_errors_armed(void);
+void oc_pager_drop_failed(void);
 
 /* pager_wb.c */
 void pg_move_release(pg_move *m);

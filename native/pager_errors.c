@@ -1,0 +1,230 @@
+/*
+ * A unit the pager cannot fill (a damaged chunk, an I/O error) raises CorruptChunkError in
+ * the Python thread that touched it, instead of killing the process.
+ *
+ * The fill thread cannot raise in the faulting thread (it may hold the GIL, and an exception
+ * belongs to one thread), and the faulting instruction must complete before that thread can
+ * run Python again.  So the failed unit is poisoned (UFFDIO_POISON, pager.c) and each access
+ * gets SIGBUS in the thread that made it; this file's handler then
+ *  - installs a placeholder page (every byte 0xFF: NaN for every float type, -1 for signed
+ *    integers) at the faulting page only, so that the instruction completes;
+ *  - records the failure for that thread (a table keyed by thread id: no thread-local storage,
+ *    whose first touch in a module loaded by dlopen may call malloc), and
+ *  - sets the thread's asynchronous exception (PyThreadState.async_exc, the mechanism of
+ *    PyThreadState_SetAsyncExc) to the registered CorruptChunkError subclass and trips the
+ *    interpreter's eval breaker.  Only the thread itself reads that field, with the GIL: the
+ *    store from its own signal handler races with nothing but another thread's
+ *    PyThreadState_SetAsyncExc for it (then one of the two is raised).
+ * The thread raises at its next eval-breaker check (after the call that touched the memory
+ * returns, before its result is stored; see the README for exactly what holds).  Creating
+ * that exception (its constructor, with the GIL) takes the thread's record for the message
+ * and drops every failed unit (oc_pager_drop_failed): the placeholders go, the next touch
+ * reads the chunk again, and fails again (or succeeds, if it was a passing I/O error).
+ *
+ * A thread with no Python thread state (a native worker: BLAS, OpenMP) has nothing to raise
+ * in: the handler passes the signal on (to faulthandler or the default action, which ends the
+ * process), after writing the reason to stderr.  Faults inside the kernel (read() into the
+ * array, write() from it) are not signals: the system call fails with EFAULT.
+ *
+ * The handler is installed once, when the pager's threads first start, on top of what is
+ * there then (faulthandler when it was enabled before, as pytest and -X faulthandler do), and
+ * passes every other SIGBUS on to it.  A handler installed later over this one sees the
+ * pager's SIGBUS first: faulthandler then prints its dump, puts this handler back and raises
+ * SIGBUS again; that sent signal is ignored here (when a pager failure was seen and only the
+ * default action was there before this handler), and the faulting access, retried, reaches
+ * this handler and raises as above.
+ */
+#include "pager_int.h"
+
+/* CPython 3.11's internal pycore_ceval.h declares it; libpython exports it (what
+ * PyThreadState_SetAsyncExc calls after setting async_exc) */
+PyAPI_FUNC(void) _PyEval_SignalAsyncExc(PyInterpreterState *interp);
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define FAULT_SLOTS 128
+#define MSG_BYTES 448
+
+static struct {
+    atomic_int tid; /* 0: free */
+    atomic_int ready;
+    char msg[MSG_BYTES];
+} slots[FAULT_SLOTS];
+static atomic_int pending; /* slots in use */
+
+static PyObject *fault_type; /* the CorruptChunkError subclass raised; see oc_pager_set_fault_type */
+static char *placeholder;    /* one page of 0xFF bytes */
+static struct sigaction previous_bus;
+static int installed;
+static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
+atomic_int pg_failures_seen; /* a unit failed since the process started: see on_bus */
+
+static int current_tid(void) { return (int)syscall(SYS_gettid); }
+
+static void say(const char *s)
+{
+    ssize_t w = write(2, s, strlen(s));
+    (void)w;
+}
+
+/* This thread's slot, claimed if it has none; -1 when all are taken. */
+static int claim_slot(int tid)
+{
+    for (int i = 0; i < FAULT_SLOTS; i++) {
+        if (atomic_load(&slots[i].tid) == tid) {
+            return i;
+        }
+    }
+    for (int i = 0; i < FAULT_SLOTS; i++) {
+        int free_tid = 0;
+        if (atomic_compare_exchange_strong(&slots[i].tid, &free_tid, tid)) {
+            atomic_store(&slots[i].ready, 0);
+            atomic_fetch_add(&pending, 1);
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void pass_on(int sig, siginfo_t *info, void *context)
+{
+    if (previous_bus.sa_flags & SA_SIGINFO) {
+        previous_bus.sa_sigaction(sig, info, context);
+    }
+    else if (previous_bus.sa_handler != SIG_DFL && previous_bus.sa_handler != SIG_IGN) {
+        previous_bus.sa_handler(sig);
+    }
+    else if (previous_bus.sa_handler == SIG_DFL) {
+        signal(SIGBUS, SIG_DFL); /* a fault repeats and takes the default action */
+        if (info->si_code <= 0) {
+            raise(SIGBUS); /* a sent one is sent again (delivered when this handler returns) */
+        }
+    }
+}
+
+static void on_bus(int sig, siginfo_t *info, void *context)
+{
+    int saved_errno = errno;
+    if (info->si_code <= 0) {
+        /* Sent, not a fault.  After a pager failure, with nothing but the default action
+         * before this handler, it is faulthandler (installed after this handler) raising
+         * again what it saw: the retried access comes here directly. */
+        if (info->si_pid == getpid() && atomic_load(&pg_failures_seen) > 0 &&
+            !(previous_bus.sa_flags & SA_SIGINFO) &&
+            (previous_bus.sa_handler == SIG_DFL || previous_bus.sa_handler == SIG_IGN)) {
+            errno = saved_errno;
+            return;
+        }
+        pass_on(sig, info, context);
+        errno = saved_errno;
+        return;
+    }
+    /* Python or not, decided before a placeholder goes in: without a thread state nothing
+     * can raise, and the access must not complete */
+    PyThreadState *ts = fault_type != NULL ? PyGILState_GetThisThreadState() : NULL;
+    char msg[MSG_BYTES];
+    int install_err;
+    int found = pg_fault_touch((uintptr_t)info->si_addr, msg, sizeof msg, ts != NULL ? placeholder : NULL,
+                               &install_err);
+    if (found == PG_NOT_OURS) {
+        pass_on(sig, info, context);
+        errno = saved_errno;
+        return;
+    }
+    if (found == PG_RETRY) {
+        errno = saved_errno; /* the unit is no longer poisoned: the access faults anew */
+        return;
+    }
+    if (ts == NULL || install_err != 0) {
+        say(ts == NULL ? "oocarray: a thread with no Python state touched a chunk-backed "
+                         "array's unit that cannot be filled (see above); nothing can raise "
+                         "there: SIGBUS\n"
+                       : "oocarray: no placeholder page could be installed over a chunk-backed "
+                         "array's unit that cannot be filled: SIGBUS\n");
+        pass_on(sig, info, context);
+        errno = saved_errno;
+        return;
+    }
+    int tid = current_tid();
+    int s = claim_slot(tid);
+    if (s >= 0 && !atomic_load(&slots[s].ready)) {
+        memcpy(slots[s].msg, msg, sizeof msg); /* the first failure this thread met */
+        atomic_store(&slots[s].ready, 1);
+    }
+    if (ts->async_exc == NULL) {
+        ts->async_exc = fault_type; /* a reference of the reserve: see oc_pager_set_fault_type */
+    }
+    _PyEval_SignalAsyncExc(ts->interp);
+    errno = saved_errno;
+}
+
+/* When the pager's threads start (life_lock held): the handler, once per process, where the
+ * kernel can poison (without it, a failed unit is PROT_NONE and its accesses get SIGSEGV). */
+void pg_errors_arm(int can_poison)
+{
+    pthread_mutex_lock(&install_lock);
+    if (!installed && can_poison) {
+        size_t page = oc_page_bytes();
+        char *p = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED) {
+            memset(p, 0xFF, page);
+            mprotect(p, page, PROT_READ);
+            placeholder = p;
+            struct sigaction ours;
+            memset(&ours, 0, sizeof ours);
+            ours.sa_sigaction = on_bus;
+            ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+            sigemptyset(&ours.sa_mask);
+            installed = sigaction(SIGBUS, &ours, &previous_bus) == 0;
+        }
+    }
+    pthread_mutex_unlock(&install_lock);
+}
+
+int oc_pager_errors_armed(void) { return installed; }
+
+/* The class raised (GIL held): a CorruptChunkError subclass whose constructor, called with no
+ * arguments, takes this thread's record (oc_pager_take_fault).  The handler stores it in a
+ * thread state without touching its reference count (it may run without the GIL, while
+ * another thread changes that count); the interpreter drops one reference per raise, so the
+ * class holds a reserve of them, topped up as each raise is taken. */
+#define RESERVE ((Py_ssize_t)1 << 24)
+void oc_pager_set_fault_type(PyObject *type)
+{
+    if (fault_type == NULL && type != NULL) {
+        Py_SET_REFCNT(type, Py_REFCNT(type) + RESERVE);
+        fault_type = type;
+    }
+}
+
+/* This thread's failure (GIL held): its message into out (empty when there is none), and
+ * every failed unit is dropped, so that the next touch reads its chunk again.  Where other
+ * threads' failures are still waiting to be raised, the eval breaker is tripped again (the
+ * interpreter clears it for all threads when the first one raises). */
+void oc_pager_take_fault(char *out, size_t n)
+{
+    out[0] = 0;
+    int tid = current_tid();
+    for (int i = 0; i < FAULT_SLOTS; i++) {
+        if (atomic_load(&slots[i].tid) == tid) {
+            if (atomic_load(&slots[i].ready)) {
+                snprintf(out, n, "%s", slots[i].msg);
+            }
+            atomic_store(&slots[i].ready, 0);
+            atomic_store(&slots[i].tid, 0);
+            atomic_fetch_sub(&pending, 1);
+            Py_INCREF(fault_type); /* the reserve's reference this raise used */
+            break;
+        }
+    }
+    oc_pager_drop_failed();
+    if (atomic_load(&pending) > 0) {
+        _PyEval_SignalAsyncExc(PyInterpreterState_Get());
+    }
+}
