@@ -616,10 +616,16 @@ static int read_part(pg_array *a, size_t c, const int64_t t[3], size_t lo, size_
     return 0;
 }
 
-/* Decode unit u into stage; 0, or -1 with a message.  *absent: every chunk was absent. */
+/* Decode unit u into stage; 0, or -1 with a message.  *absent: every chunk was absent.  With
+ * `bad` (a byte per page of the unit, zeroed), a chunk that cannot be read marks the pages it
+ * overlaps and the others are decoded still: 1 when some failed (the message is the first
+ * failure's); without it, the first failure fails the unit. */
 static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *absent, char *err,
-                       size_t err_n)
+                       size_t err_n, uint8_t *bad)
 {
+    int failed = 0;
+    char more[320];
+    size_t page = oc_page_bytes();
     size_t start = u * a->unit_bytes;
     size_t end = start + len < a->data_bytes ? start + len : a->data_bytes;
     *absent = 1;
@@ -656,15 +662,22 @@ static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *abse
                 *absent = 0;
                 break;
             }
-            int rc = read_part(a, c, t, lo, hi, d, err, err_n);
+            int rc = read_part(a, c, t, lo, hi, d, failed ? more : err, failed ? sizeof more : err_n);
             pthread_mutex_lock(&pg_lock);
             int moved = a->move_gen != gen;
             pthread_mutex_unlock(&pg_lock);
             if (moved) {
                 continue;
             }
-            if (rc < 0) {
+            if (rc < 0 && bad == NULL) {
                 return -1;
+            }
+            if (rc < 0) {
+                for (size_t p = (lo - start) / page; p < (hi - start + page - 1) / page; p++) {
+                    bad[p] = 1;
+                }
+                failed = 1;
+                break;
             }
             if (rc == 0) {
                 *absent = 0;
@@ -673,7 +686,7 @@ static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *abse
             break;
         }
     }
-    return 0;
+    return failed;
 }
 
 /* Install src at dst with UFFDIO_COPY; 0 or errno. */
@@ -701,6 +714,28 @@ static int install(char *dst, const char *src, size_t len, int wp)
             continue;
         }
         return errno;
+    }
+    return 0;
+}
+
+/* The pages of a read-only unit whose chunks could be read, where others could not: each run
+ * of them installed; 0 or errno.  Only where pages hold nothing of a failed chunk (a chunk
+ * not a whole number of pages shares a page with its neighbour, which then fails too). */
+static int install_good(char *dst, const char *stage, size_t len, const uint8_t *bad)
+{
+    size_t page = oc_page_bytes(), n = len / page;
+    for (size_t p = 0; p < n;) {
+        size_t q = p;
+        while (q < n && !bad[q]) {
+            q++;
+        }
+        if (q > p) {
+            int e = install(dst + p * page, stage + p * page, (q - p) * page, 0);
+            if (e != 0) {
+                return e;
+            }
+        }
+        p = q + 1;
     }
     return 0;
 }
@@ -823,7 +858,16 @@ void oc_pager_drop_failed(void)
     pthread_mutex_lock(&pg_lock);
     for (size_t i = 0; i < n; i++) {
         pg_array *a = dropping[i].a;
-        a->state[dropping[i].u] = U_EMPTY;
+        size_t u = dropping[i].u;
+        if (a->flags[u] & F_PARTIAL) { /* its readable pages were counted */
+            atomic_fetch_sub(&a->resident_bytes, (long long)unit_len(a, u));
+            if (a->node != NULL) {
+                atomic_fetch_sub(&a->charged_bytes, (long long)unit_len(a, u));
+                oc_release(a->node, (int64_t)unit_len(a, u));
+            }
+        }
+        a->flags[u] = 0;
+        a->state[u] = U_EMPTY;
         a->inflight--;
     }
     pthread_cond_broadcast(&pg_idle_cond);
@@ -848,7 +892,9 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     char *dst = a->base + u * a->unit_bytes;
     size_t len = unit_len(a, u);
     char err[320] = "";
-    int absent = 0, rc = 0;
+    int absent = 0, rc = 0, partial = 0;
+    /* read-only: a chunk that cannot be read fails only its pages (see install_good) */
+    uint8_t *bad = a->writable ? NULL : calloc(len / oc_page_bytes(), 1);
     if (*stage_n < len) {
         void *p = NULL;
         if (posix_memalign(&p, 4096, len) != 0) {
@@ -863,8 +909,12 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     }
     if (rc == 0) {
         charge(a, len);
-        rc = decode_unit(a, u, *stage, len, &absent, err, sizeof err);
-        if (rc == 0) {
+        rc = decode_unit(a, u, *stage, len, &absent, err, sizeof err, bad);
+        if (rc > 0) {
+            partial = install_good(dst, *stage, len, bad) == 0;
+            rc = -1;
+        }
+        else if (rc == 0) {
             int e = absent && a->fill_zero && !a->writable ? 0 : install(dst, *stage, len, a->writable);
             if (absent && a->fill_zero && !a->writable) {
                 struct uffdio_zeropage z = {.range = {.start = (uintptr_t)dst, .len = len}};
@@ -879,7 +929,7 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
                 rc = -1;
             }
         }
-        if (rc != 0) {
+        if (rc != 0 && !partial) { /* a partly failed unit stays counted until dropped */
             atomic_fetch_sub(&a->resident_bytes, (long long)len);
             if (a->node != NULL) {
                 atomic_fetch_sub(&a->charged_bytes, (long long)len);
@@ -888,9 +938,11 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
         }
     }
     int unprotect = 0;
+    free(bad);
     if (rc != 0) {
         /* poisoned while still U_FILLING (an access meanwhile is retried: pg_fault_touch), so
-         * that no unit is poisoned after oc_pager_drop_failed has made it empty */
+         * that no unit is poisoned after oc_pager_drop_failed has made it empty; the pages
+         * installed already (install_good) are kept */
         poison(a, dst, len);
     }
     pthread_mutex_lock(&pg_lock);
@@ -905,7 +957,7 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
         a->stamp[u] = ++fill_seq;
         ring_push(a, u);
     }
-    a->flags[u] = 0;
+    a->flags[u] = partial ? F_PARTIAL : 0;
     if (unprotect) {
         /* under the lock, as the reader does: a write-back cannot protect it in between */
         pg_uffd_protect(dst, len, 0);

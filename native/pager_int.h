@@ -14,6 +14,7 @@
 enum { U_EMPTY, U_FILLING, U_CLEAN, U_DIRTY, U_EVICTING, U_FAILED };
 #define F_WRITE 1 /* a write-protect fault came while the unit was being filled */
 #define F_WB 2    /* being written back: clean, but not to be dropped until its chunks are stored */
+#define F_PARTIAL 4 /* U_FAILED, read-only: its readable pages are installed and counted */
 
 /* A chunk its store is rewriting (HDF5 may move it in the file): fills copy its new bytes. */
 typedef struct pg_move pg_move;
