@@ -815,6 +815,26 @@ int pg_fault_touch(uintptr_t addr, char *msg, size_t n, const char *page, int *i
     return PG_FAILED;
 }
 
+/* A placeholder page its thread has moved past (pager_errors.c keeps a few per thread): its
+ * unit still failed, it is poisoned again, so that other threads touching it fault (and
+ * raise) instead of reading the placeholder.  A page of a unit dropped or refilled since is
+ * left alone. */
+void pg_repoison(uintptr_t page_addr)
+{
+    size_t pb = oc_page_bytes();
+    pthread_mutex_lock(&pg_lock);
+    pg_array *a = find(page_addr);
+    if (a != NULL && a->state[(page_addr - (uintptr_t)a->base) / a->unit_bytes] == U_FAILED &&
+        (features & PG_FEATURE_POISON)) {
+        madvise((char *)page_addr, pb, MADV_DONTNEED);
+        struct pg_uffdio_poison p = {.range = {.start = page_addr, .len = pb}};
+        while (ioctl(uffd, PG_UFFDIO_POISON, &p) != 0 && errno == EAGAIN) {
+            pg_eagain_pause();
+        }
+    }
+    pthread_mutex_unlock(&pg_lock);
+}
+
 /* Drops every failed unit of every array: its poison and the placeholder pages installed over
  * it go, and the next touch reads its chunks again.  What a failed unit holds is no data, so
  * no one can still reach any.  Without poison (kernels before 6.6) a failed unit stays

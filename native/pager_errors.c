@@ -7,7 +7,9 @@
  * run Python again.  So the failed unit is poisoned (UFFDIO_POISON, pager.c) and each access
  * gets SIGBUS in the thread that made it; this file's handler then
  *  - installs a placeholder page (every byte 0xFF: NaN for every float type, -1 for signed
- *    integers) at the faulting page only, so that the instruction completes;
+ *    integers) at the faulting page only, so that the instruction completes; a thread keeps
+ *    its last few (2 to KEPT_PAGES) and older ones are poisoned again, so that other threads
+ *    reading the same damaged chunk meanwhile fault (and raise) too, but on those few pages;
  *  - records the failure for that thread (a table keyed by thread id: no thread-local storage,
  *    whose first touch in a module loaded by dlopen may call malloc), and
  *  - sets the thread's asynchronous exception (PyThreadState.async_exc, the mechanism of
@@ -50,11 +52,20 @@ PyAPI_FUNC(void) _PyEval_SignalAsyncExc(PyInterpreterState *interp);
 
 #define FAULT_SLOTS 128
 #define MSG_BYTES 448
+/* Placeholder pages a thread keeps at most: more than one instruction can touch (an AVX-512
+ * gather of 16 elements, each across a page boundary: 32), so that the faulting one always
+ * completes.  It starts at 2 (an access across a page boundary) and doubles each time the
+ * thread faults again on a page it had and gave back (an instruction touching more pages, or
+ * a loop going back over them). */
+#define KEPT_PAGES 64
 
 static struct {
     atomic_int tid; /* 0: free */
     atomic_int ready;
     char msg[MSG_BYTES];
+    uintptr_t kept[KEPT_PAGES];  /* placeholder pages installed for this thread, a ring */
+    uintptr_t given[KEPT_PAGES]; /* the pages it gave back (poisoned again), a ring */
+    int nkept, next_kept, next_given, cap;
 } slots[FAULT_SLOTS];
 static atomic_int pending; /* slots in use */
 
@@ -85,11 +96,38 @@ static int claim_slot(int tid)
         int free_tid = 0;
         if (atomic_compare_exchange_strong(&slots[i].tid, &free_tid, tid)) {
             atomic_store(&slots[i].ready, 0);
+            slots[i].nkept = slots[i].next_kept = slots[i].next_given = 0;
+            slots[i].cap = 2;
+            memset(slots[i].given, 0, sizeof slots[i].given);
             atomic_fetch_add(&pending, 1);
             return i;
         }
     }
     return -1;
+}
+
+/* Slot s's thread has a placeholder at `page` now: its oldest ones beyond its cap are
+ * poisoned again (see KEPT_PAGES). */
+static void keep_placeholder(int s, uintptr_t page)
+{
+    for (int i = 0; i < KEPT_PAGES; i++) {
+        if (slots[s].given[i] == page && slots[s].cap < KEPT_PAGES) {
+            slots[s].cap *= 2; /* back on a page it gave back: it needs more at once */
+            break;
+        }
+    }
+    while (slots[s].nkept >= slots[s].cap) {
+        uintptr_t old = slots[s].kept[slots[s].next_kept];
+        slots[s].next_kept = (slots[s].next_kept + 1) % KEPT_PAGES;
+        slots[s].nkept--;
+        if (old != page) {
+            pg_repoison(old);
+            slots[s].given[slots[s].next_given] = old;
+            slots[s].next_given = (slots[s].next_given + 1) % KEPT_PAGES;
+        }
+    }
+    slots[s].kept[(slots[s].next_kept + slots[s].nkept) % KEPT_PAGES] = page;
+    slots[s].nkept++;
 }
 
 static void pass_on(int sig, siginfo_t *info, void *context)
@@ -153,9 +191,15 @@ static void on_bus(int sig, siginfo_t *info, void *context)
     }
     int tid = current_tid();
     int s = claim_slot(tid);
-    if (s >= 0 && !atomic_load(&slots[s].ready)) {
-        memcpy(slots[s].msg, msg, sizeof msg); /* the first failure this thread met */
-        atomic_store(&slots[s].ready, 1);
+    if (s >= 0) {
+        if (!atomic_load(&slots[s].ready)) {
+            memcpy(slots[s].msg, msg, sizeof msg); /* the first failure this thread met */
+            atomic_store(&slots[s].ready, 1);
+        }
+        /* The thread's oldest placeholder page goes back to poison: others touching it raise
+         * too, rather than read it, while this thread goes on with its call.  Without a slot
+         * (all taken) the placeholders stay until the next raise drops the failed units. */
+        keep_placeholder(s, (uintptr_t)info->si_addr & ~(uintptr_t)(oc_page_bytes() - 1));
     }
     if (ts->async_exc == NULL) {
         ts->async_exc = fault_type; /* a reference of the reserve: see oc_pager_set_fault_type */

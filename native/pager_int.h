@@ -94,6 +94,7 @@ static inline size_t unit_len(pg_array *a, size_t u)
 enum { PG_NOT_OURS, PG_RETRY, PG_FAILED };
 int pg_uffd_fd(void);
 int pg_fault_touch(uintptr_t addr, char *msg, size_t n, const char *page, int *install_err);
+void pg_repoison(uintptr_t page_addr);
 /* pager_errors.c */
 extern atomic_int pg_failures_seen;
 void pg_errors_arm(int can_poison);

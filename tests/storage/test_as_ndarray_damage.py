@@ -379,3 +379,65 @@ def test_compressed_spill_that_cannot_be_read_raises_in_the_touching_thread(
     result = _run(_SPILL_CHILD, str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "CHILD OK" in result.stdout
+
+
+# ---- a large chunk: many pages, every access pattern, two threads at once ----
+
+_LARGE_CHILD = """
+import sys, threading
+import numpy as np
+import oocarray as oc
+
+v = oc.open(sys.argv[1]).as_ndarray()  # (2048, 512) float64, 1 MiB chunks, chunk 3 damaged
+FORMS = {
+    "sum": lambda: np.sum(v),
+    "column": lambda: v[:, 7].sum(),  # a page per element
+    "reversed copy": lambda: v[::-1].copy(),
+    "transposed copy": lambda: v[700:900, :64].T.copy(),  # every page again and again
+    "take": lambda: np.take(v[:, 3], np.arange(0, 2048, 3)),
+    "fancy index": lambda: v[np.arange(0, 2048, 5), 9].sum(),
+}
+for name, form in FORMS.items():
+    for round in range(2):
+        try:
+            form()
+        except oc.CorruptChunkError:
+            continue
+        raise AssertionError(f"{name}: no error")
+# Two threads over the same damaged chunk at once: each raises, or (reading one of the few
+# placeholder pages the other still holds, and no other page of it) gets NaN, never numbers.
+barrier = threading.Barrier(2)
+results = []
+
+def scan():
+    barrier.wait()
+    try:
+        results.append(float(np.sum(v[700:1100])))
+    except oc.CorruptChunkError:
+        results.append("raised")
+
+threads = [threading.Thread(target=scan) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert all(r == "raised" or np.isnan(r) for r in results), results
+assert (v[:768] == np.arange(768 * 512).reshape(768, 512)).all()
+assert (v[1024:] == np.arange(1024 * 512, 2048 * 512).reshape(1024, 512)).all()
+print("CHILD OK", results)
+"""
+
+
+@needs_paging
+def test_a_large_damaged_chunk_raises_for_every_access_pattern_and_thread(tmp_path: Path) -> None:
+    """A thread keeps a few placeholder pages (more while it comes back to pages it gave up);
+    the others go back to poison, so strided, reversed, transposed and gathered reads all
+    complete and raise, and a second thread reading the same chunk faults too."""
+    data = np.arange(2048 * 512, dtype=np.float64).reshape(2048, 512)
+    x = oc.create(tmp_path / "a.zarr", data.shape, data.dtype, chunks=(256, 512), codec="zstd")
+    x[...] = data
+    chunk = tmp_path / "a.zarr" / "c" / "3" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:100])
+    result = _run(_LARGE_CHILD, str(tmp_path / "a.zarr"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "CHILD OK" in result.stdout
