@@ -16,8 +16,10 @@
  *  - workers decode a unit into their own staging buffer and install it with UFFDIO_COPY
  *    (UFFDIO_ZEROPAGE for read-only units of absent chunks with a zero fill value), which
  *    wakes every thread waiting on it.  A unit that cannot be decoded is poisoned
- *    (UFFDIO_POISON, Linux 6.6+; PROT_NONE before that): its accesses get SIGBUS (SIGSEGV),
- *    never a hang, and the reason is written to stderr and kept for `error`.
+ *    (UFFDIO_POISON, Linux 6.6+; PROT_NONE before that), never a hang: its accesses get
+ *    SIGBUS, which pager_errors.c turns into CorruptChunkError in the Python thread that
+ *    touched it (SIGSEGV without poison); the reason is written to stderr and kept for
+ *    `error`.  A read-only unit keeps the pages of its chunks that could be read.
  *
  * Chunks: a table per array gives each chunk's file (a path number, or -1: absent, the fill
  * value), byte offset and stored size; the decoding is chunks.c's (raw, zstd) or h5filters.c's
