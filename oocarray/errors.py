@@ -20,6 +20,7 @@ __all__ = [
     "CorruptChunkError",
     "MemoryBudgetError",
     "OOCArrayError",
+    "PagedChunkError",
     "PagingUnavailableError",
     "ReadOnlyError",
     "ScopeLeakError",
