@@ -730,6 +730,9 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int codec, writable, readahead, fd = -1, level = 0, checksum = 0, file_mode = 0644;
     Py_ssize_t chunk_n, data_n, unit_n;
     Py_buffer fill;
+    if (oc_pager_errors_init() < 0) { /* what a chunk that cannot be read raises */
+        return NULL;
+    }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi|iipi", kwlist, &PyList_Type, &paths,
                                      &table_obj, &codec, &chunk_n, &data_n, &unit_n, &fill,
                                      &writable, &node_obj, &readahead, &fd, &level, &checksum,
@@ -1182,6 +1185,9 @@ static PyObject *set_zspill(PyObject *Py_UNUSED(m), PyObject *arg)
     if (on < 0) {
         return NULL;
     }
+    if (on && oc_pager_errors_init() < 0) { /* what a unit that cannot be read raises */
+        return NULL;
+    }
     atomic_store(&oc_zspill_enabled, on);
     Py_RETURN_NONE;
 }
@@ -1248,15 +1254,6 @@ PyMODINIT_FUNC PyInit__native(void)
         return NULL;
     }
     oc_fork_install();
-    /* raised in a thread whose access met a chunk that cannot be read (pager_errors.c) */
-    PyObject *errors = PyImport_ImportModule("oocarray.errors");
-    PyObject *fault_type = errors == NULL ? NULL : PyObject_GetAttrString(errors, "PagedChunkError");
-    Py_XDECREF(errors);
-    if (fault_type == NULL) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    oc_pager_set_fault_type(fault_type); /* kept: the reference is the module's */
     if (PyModule_AddObjectRef(m, "Node", (PyObject *)&NodeType) < 0 ||
         PyModule_AddObjectRef(m, "Pages", (PyObject *)&PagesType) < 0 ||
         PyModule_AddIntConstant(m, "HEADER_BYTES", OC_HEADER_BYTES) < 0 ||

@@ -802,7 +802,11 @@ int pg_fault_touch(uintptr_t addr, char *msg, size_t n, const char *page, int *i
         return PG_RETRY;
     }
     const char *why = a->unit_errors != NULL && a->unit_errors[u] != NULL ? a->unit_errors[u] : a->error;
-    snprintf(msg, n, "%s", why);
+    size_t k = 0; /* copied by hand: snprintf is not async-signal-safe */
+    for (; k + 1 < n && why[k] != 0; k++) {
+        msg[k] = why[k];
+    }
+    msg[k] = 0;
     if (page != NULL) {
         size_t pb = oc_page_bytes();
         struct uffdio_copy c = {.dst = addr & ~(uintptr_t)(pb - 1), .src = (uintptr_t)page, .len = pb};

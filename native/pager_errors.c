@@ -69,7 +69,7 @@ static struct {
 } slots[FAULT_SLOTS];
 static atomic_int pending; /* slots in use */
 
-static PyObject *fault_type; /* the CorruptChunkError subclass raised; see oc_pager_set_fault_type */
+static PyObject *fault_type; /* the CorruptChunkError subclass raised; see oc_pager_errors_init */
 static char *placeholder;    /* one page of 0xFF bytes */
 static struct sigaction previous_bus;
 static int installed;
@@ -202,7 +202,7 @@ static void on_bus(int sig, siginfo_t *info, void *context)
         keep_placeholder(s, (uintptr_t)info->si_addr & ~(uintptr_t)(oc_page_bytes() - 1));
     }
     if (ts->async_exc == NULL) {
-        ts->async_exc = fault_type; /* a reference of the reserve: see oc_pager_set_fault_type */
+        ts->async_exc = fault_type; /* a reference of the reserve: see oc_pager_errors_init */
     }
     _PyEval_SignalAsyncExc(ts->interp);
     errno = saved_errno;
@@ -239,12 +239,22 @@ int oc_pager_errors_armed(void) { return installed; }
  * another thread changes that count); the interpreter drops one reference per raise, so the
  * class holds a reserve of them, topped up as each raise is taken. */
 #define RESERVE ((Py_ssize_t)1 << 24)
-void oc_pager_set_fault_type(PyObject *type)
+int oc_pager_errors_init(void)
 {
-    if (fault_type == NULL && type != NULL) {
-        Py_SET_REFCNT(type, Py_REFCNT(type) + RESERVE);
-        fault_type = type;
+    if (fault_type != NULL) {
+        return 0;
     }
+    /* looked up at the first use, not when the module is imported: oocarray imports this
+     * module while it is being imported itself */
+    PyObject *errors = PyImport_ImportModule("oocarray.errors");
+    PyObject *type = errors == NULL ? NULL : PyObject_GetAttrString(errors, "PagedChunkError");
+    Py_XDECREF(errors);
+    if (type == NULL) {
+        return -1;
+    }
+    Py_SET_REFCNT(type, Py_REFCNT(type) + RESERVE); /* the reference taken is kept too */
+    fault_type = type;
+    return 0;
 }
 
 /* This thread's failure (GIL held): its message into out (empty when there is none), and

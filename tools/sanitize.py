@@ -38,6 +38,7 @@ ASAN_TESTS = [
     "tests/storage/test_chunk_reads.py",
     "tests/storage/test_chunk_writes.py",
     "tests/storage/test_chunk_damage.py",
+    "tests/storage/test_as_ndarray_damage.py",
     "tests/compute/test_engine.py",
 ]
 # ThreadSanitizer: the handler under threads and the chunk reader's thread pool.
