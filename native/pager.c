@@ -78,13 +78,6 @@
 #ifndef USERFAULTFD_IOC_NEW
 #define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
 #endif
-#define PG_FEATURE_POISON ((uint64_t)1 << 14)
-struct pg_uffdio_poison {
-    struct uffdio_range range;
-    uint64_t mode;
-    int64_t updated;
-};
-#define PG_UFFDIO_POISON _IOWR(UFFDIO, 0x08, struct pg_uffdio_poison)
 
 typedef struct {
     pg_array *a;
@@ -780,132 +773,10 @@ static void note_unit_error(pg_array *a, size_t u)
 
 int pg_uffd_fd(void) { return uffd; }
 
-/* From the SIGBUS handler of the thread that touched addr (pager_errors.c): whether addr lies
- * in a unit that failed (PG_FAILED, its reason into msg, and with `page`, that page installed
- * at addr's page so that the access completes), in one that is not failed any more
- * (PG_RETRY: the access is tried again), or in no array (PG_NOT_OURS).  Under pg_lock, so
- * that oc_pager_drop_failed, which drops the unit's pages, comes before or after, never
- * between the check and the install: no placeholder outlives the failed state.  No thread
- * touches an array's memory while holding pg_lock, so taking it here cannot deadlock. */
-int pg_fault_touch(uintptr_t addr, char *msg, size_t n, const char *page, int *install_err)
-{
-    *install_err = 0;
-    pthread_mutex_lock(&pg_lock);
-    pg_array *a = find(addr);
-    if (a == NULL) {
-        pthread_mutex_unlock(&pg_lock);
-        return PG_NOT_OURS;
-    }
-    size_t u = (addr - (uintptr_t)a->base) / a->unit_bytes;
-    if (a->state[u] != U_FAILED) {
-        pthread_mutex_unlock(&pg_lock);
-        return PG_RETRY;
-    }
-    const char *why = a->unit_errors != NULL && a->unit_errors[u] != NULL ? a->unit_errors[u] : a->error;
-    size_t k = 0; /* copied by hand: snprintf is not async-signal-safe */
-    for (; k + 1 < n && why[k] != 0; k++) {
-        msg[k] = why[k];
-    }
-    msg[k] = 0;
-    if (page != NULL) {
-        size_t pb = oc_page_bytes();
-        struct uffdio_copy c = {.dst = addr & ~(uintptr_t)(pb - 1), .src = (uintptr_t)page, .len = pb};
-        int rc;
-        while ((rc = ioctl(uffd, UFFDIO_COPY, &c)) != 0 && errno == EAGAIN) {
-            c.copy = 0;
-            pg_eagain_pause();
-        }
-        *install_err = rc == 0 || errno == EEXIST ? 0 : errno; /* EEXIST: another thread's */
-    }
-    pthread_mutex_unlock(&pg_lock);
-    return PG_FAILED;
-}
-
-/* A placeholder page its thread has moved past (pager_errors.c keeps a few per thread): its
- * unit still failed, it is poisoned again, so that other threads touching it fault (and
- * raise) instead of reading the placeholder.  A page of a unit dropped or refilled since is
- * left alone. */
-void pg_repoison(uintptr_t page_addr)
-{
-    size_t pb = oc_page_bytes();
-    pthread_mutex_lock(&pg_lock);
-    pg_array *a = find(page_addr);
-    if (a != NULL && a->state[(page_addr - (uintptr_t)a->base) / a->unit_bytes] == U_FAILED &&
-        (features & PG_FEATURE_POISON)) {
-        madvise((char *)page_addr, pb, MADV_DONTNEED);
-        struct pg_uffdio_poison p = {.range = {.start = page_addr, .len = pb}};
-        while (ioctl(uffd, PG_UFFDIO_POISON, &p) != 0 && errno == EAGAIN) {
-            pg_eagain_pause();
-        }
-    }
-    pthread_mutex_unlock(&pg_lock);
-}
-
-/* Drops every failed unit of every array: its poison and the placeholder pages installed over
- * it go, and the next touch reads its chunks again.  What a failed unit holds is no data, so
- * no one can still reach any.  Without poison (kernels before 6.6) a failed unit stays
- * PROT_NONE, as it was. */
-void oc_pager_drop_failed(void)
-{
-    if (!(features & PG_FEATURE_POISON)) {
-        return;
-    }
-    size_t n = 0, cap = 0;
-    struct {
-        pg_array *a;
-        size_t u;
-    } *dropping = NULL;
-    pthread_mutex_lock(&pg_lock);
-    for (pg_array *a = arrays; a != NULL; a = a->next) {
-        for (size_t u = 0; u < a->nunits && !a->dead; u++) {
-            if (a->state[u] != U_FAILED) {
-                continue;
-            }
-            if (n == cap) {
-                size_t more = cap ? 2 * cap : 16;
-                void *p = realloc(dropping, more * sizeof *dropping);
-                if (p == NULL) {
-                    break; /* out of memory: the rest stay failed until the next raise */
-                }
-                dropping = p;
-                cap = more;
-            }
-            a->state[u] = U_EVICTING; /* a touch meanwhile waits, or is retried */
-            a->inflight++;
-            dropping[n].a = a;
-            dropping[n++].u = u;
-        }
-    }
-    pthread_mutex_unlock(&pg_lock);
-    for (size_t i = 0; i < n; i++) {
-        pg_array *a = dropping[i].a;
-        madvise(a->base + dropping[i].u * a->unit_bytes, unit_len(a, dropping[i].u), MADV_DONTNEED);
-    }
-    pthread_mutex_lock(&pg_lock);
-    for (size_t i = 0; i < n; i++) {
-        pg_array *a = dropping[i].a;
-        size_t u = dropping[i].u;
-        if (a->flags[u] & F_PARTIAL) { /* its readable pages were counted */
-            atomic_fetch_sub(&a->resident_bytes, (long long)unit_len(a, u));
-            if (a->node != NULL) {
-                atomic_fetch_sub(&a->charged_bytes, (long long)unit_len(a, u));
-                oc_release(a->node, (int64_t)unit_len(a, u));
-            }
-        }
-        a->flags[u] = 0;
-        a->state[u] = U_EMPTY;
-        a->inflight--;
-    }
-    pthread_cond_broadcast(&pg_idle_cond);
-    pthread_mutex_unlock(&pg_lock);
-    for (size_t i = 0; i < n; i++) {
-        /* threads that faulted on the dropped unit fault again, and are filled (the array
-         * stays until inflight is back to 0, and pg_lock is not held here) */
-        pg_uffd_wake(dropping[i].a->base + dropping[i].u * dropping[i].a->unit_bytes,
-                     unit_len(dropping[i].a, dropping[i].u));
-    }
-    free(dropping);
-}
+/* For pager_errors.c (pg_lock held): the array holding addr, or NULL; the first array. */
+pg_array *pg_find(uintptr_t addr) { return find(addr); }
+pg_array *pg_first_array(void) { return arrays; }
+int pg_can_poison(void) { return (features & PG_FEATURE_POISON) != 0; }
 
 static void ring_push(pg_array *a, size_t u)
 {

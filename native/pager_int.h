@@ -9,7 +9,18 @@
 
 #include "oc_core.h"
 
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/types.h>
+
+/* Newer than the build machine's kernel headers (Linux 6.6), checked at run time. */
+#define PG_FEATURE_POISON ((uint64_t)1 << 14)
+struct pg_uffdio_poison {
+    struct uffdio_range range;
+    uint64_t mode;
+    int64_t updated;
+};
+#define PG_UFFDIO_POISON _IOWR(UFFDIO, 0x08, struct pg_uffdio_poison)
 
 enum { U_EMPTY, U_FILLING, U_CLEAN, U_DIRTY, U_EVICTING, U_FAILED };
 #define F_WRITE 1 /* a write-protect fault came while the unit was being filled */
@@ -91,10 +102,10 @@ static inline size_t unit_len(pg_array *a, size_t u)
 }
 
 /* pager.c, for pager_errors.c: units that cannot be filled */
-enum { PG_NOT_OURS, PG_RETRY, PG_FAILED };
 int pg_uffd_fd(void);
-int pg_fault_touch(uintptr_t addr, char *msg, size_t n, const char *page, int *install_err);
-void pg_repoison(uintptr_t page_addr);
+pg_array *pg_find(uintptr_t addr);
+pg_array *pg_first_array(void);
+int pg_can_poison(void);
 /* pager_errors.c */
 extern atomic_int pg_failures_seen;
 void pg_errors_arm(int can_poison);
