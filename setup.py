@@ -33,6 +33,7 @@ setup(
                 "native/pager.c",
                 "native/pager_wb.c",
                 "native/pager_spill.c",
+                "native/pager_errors.c",
                 "native/zspill.c",
                 "native/writeback.c",
             ],

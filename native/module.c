@@ -741,6 +741,9 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int codec, writable, readahead, fd = -1, level = 0, checksum = 0, file_mode = 0644;
     Py_ssize_t chunk_n, data_n, unit_n;
     Py_buffer fill;
+    if (oc_pager_errors_init() < 0) { /* what a chunk that cannot be read raises */
+        return NULL;
+    }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi|iipi", kwlist, &PyList_Type, &paths,
                                      &table_obj, &codec, &chunk_n, &data_n, &unit_n, &fill,
                                      &writable, &node_obj, &readahead, &fd, &level, &checksum,
@@ -1158,6 +1161,13 @@ static PyTypeObject PagesType = {
     .tp_getset = Pages_getset,
 };
 
+static PyObject *pager_take_fault(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    char msg[512];
+    oc_pager_take_fault(msg, sizeof msg);
+    return msg[0] ? PyUnicode_FromString(msg) : Py_NewRef(Py_None);
+}
+
 static PyObject *pager_check(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
     int wp = 0;
@@ -1184,6 +1194,9 @@ static PyObject *set_zspill(PyObject *Py_UNUSED(m), PyObject *arg)
 {
     int on = PyObject_IsTrue(arg);
     if (on < 0) {
+        return NULL;
+    }
+    if (on && oc_pager_errors_init() < 0) { /* what a unit that cannot be read raises */
         return NULL;
     }
     atomic_store(&oc_zspill_enabled, on);
@@ -1225,6 +1238,7 @@ static PyMethodDef module_methods[] = {
     {"zspill_check", zspill_check, METH_NOARGS, "0, or the errno of why compressed spill cannot work here."},
     {"set_zspill", set_zspill, METH_O, "Allow compressed spill (after zspill_check)."},
     {"pager_check", pager_check, METH_NOARGS, "(errno or 0, write-protect faults?) of opening a kernel-mode userfaultfd."},
+    {"pager_take_fault", pager_take_fault, METH_NOARGS, "This thread's pager failure (None if none), taken; failed units are dropped."},
     {"pager_threads", pager_threads, METH_NOARGS, "Threads serving chunk-backed arrays now."},
     {"read_chunks", oc_py_read_chunks, METH_VARARGS, "Run chunk jobs (read, decode) until none is left; None or (job, message)."},
     {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},

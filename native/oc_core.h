@@ -444,6 +444,9 @@ int oc_pager_move_end(pg_array *a, uint64_t id, const int64_t entry[3]);
 size_t oc_pager_trim(pg_array *a);
 void oc_pager_prefetch(pg_array *a, size_t first, size_t last);
 void oc_pager_atfork(int phase);
+/* pager_errors.c: a unit that cannot be filled raises in the Python thread that touched it */
+int oc_pager_errors_init(void); /* GIL held, before the pager is used: 0, or -1 with an exception */
+void oc_pager_take_fault(char *out, size_t n);
 extern atomic_int oc_pager_threads;
 /* r+ arrays over zarr chunk files: dirty units are written back natively (writeback.c), under
  * budget pressure and by flush(), each chunk whole (pager_wb.c).  r+ arrays over HDF5 are

@@ -16,8 +16,10 @@
  *  - workers decode a unit into their own staging buffer and install it with UFFDIO_COPY
  *    (UFFDIO_ZEROPAGE for read-only units of absent chunks with a zero fill value), which
  *    wakes every thread waiting on it.  A unit that cannot be decoded is poisoned
- *    (UFFDIO_POISON, Linux 6.6+; PROT_NONE before that): its accesses get SIGBUS (SIGSEGV),
- *    never a hang, and the reason is written to stderr and kept for `error`.
+ *    (UFFDIO_POISON, Linux 6.6+; PROT_NONE before that), never a hang: its accesses get
+ *    SIGBUS, which pager_errors.c turns into CorruptChunkError in the Python thread that
+ *    touched it (SIGSEGV without poison); the reason is written to stderr and kept for
+ *    `error`.  A read-only unit keeps the pages of its chunks that could be read.
  *
  * Chunks: a table per array gives each chunk's file (a path number, or -1: absent, the fill
  * value), byte offset and stored size; the decoding is chunks.c's (raw, zstd) or h5filters.c's
@@ -76,13 +78,6 @@
 #ifndef USERFAULTFD_IOC_NEW
 #define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
 #endif
-#define PG_FEATURE_POISON ((uint64_t)1 << 14)
-struct pg_uffdio_poison {
-    struct uffdio_range range;
-    uint64_t mode;
-    int64_t updated;
-};
-#define PG_UFFDIO_POISON _IOWR(UFFDIO, 0x08, struct pg_uffdio_poison)
 
 typedef struct {
     pg_array *a;
@@ -616,10 +611,16 @@ static int read_part(pg_array *a, size_t c, const int64_t t[3], size_t lo, size_
     return 0;
 }
 
-/* Decode unit u into stage; 0, or -1 with a message.  *absent: every chunk was absent. */
+/* Decode unit u into stage; 0, or -1 with a message.  *absent: every chunk was absent.  With
+ * `bad` (a byte per page of the unit, zeroed), a chunk that cannot be read marks the pages it
+ * overlaps and the others are decoded still: 1 when some failed (the message is the first
+ * failure's); without it, the first failure fails the unit. */
 static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *absent, char *err,
-                       size_t err_n)
+                       size_t err_n, uint8_t *bad)
 {
+    int failed = 0;
+    char more[320];
+    size_t page = oc_page_bytes();
     size_t start = u * a->unit_bytes;
     size_t end = start + len < a->data_bytes ? start + len : a->data_bytes;
     *absent = 1;
@@ -656,15 +657,22 @@ static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *abse
                 *absent = 0;
                 break;
             }
-            int rc = read_part(a, c, t, lo, hi, d, err, err_n);
+            int rc = read_part(a, c, t, lo, hi, d, failed ? more : err, failed ? sizeof more : err_n);
             pthread_mutex_lock(&pg_lock);
             int moved = a->move_gen != gen;
             pthread_mutex_unlock(&pg_lock);
             if (moved) {
                 continue;
             }
-            if (rc < 0) {
+            if (rc < 0 && bad == NULL) {
                 return -1;
+            }
+            if (rc < 0) {
+                for (size_t p = (lo - start) / page; p < (hi - start + page - 1) / page; p++) {
+                    bad[p] = 1;
+                }
+                failed = 1;
+                break;
             }
             if (rc == 0) {
                 *absent = 0;
@@ -673,7 +681,7 @@ static int decode_unit(pg_array *a, size_t u, char *stage, size_t len, int *abse
             break;
         }
     }
-    return 0;
+    return failed;
 }
 
 /* Install src at dst with UFFDIO_COPY; 0 or errno. */
@@ -705,6 +713,28 @@ static int install(char *dst, const char *src, size_t len, int wp)
     return 0;
 }
 
+/* The pages of a read-only unit whose chunks could be read, where others could not: each run
+ * of them installed; 0 or errno.  Only where pages hold nothing of a failed chunk (a chunk
+ * not a whole number of pages shares a page with its neighbour, which then fails too). */
+static int install_good(char *dst, const char *stage, size_t len, const uint8_t *bad)
+{
+    size_t page = oc_page_bytes(), n = len / page;
+    for (size_t p = 0; p < n;) {
+        size_t q = p;
+        while (q < n && !bad[q]) {
+            q++;
+        }
+        if (q > p) {
+            int e = install(dst + p * page, stage + p * page, (q - p) * page, 0);
+            if (e != 0) {
+                return e;
+            }
+        }
+        p = q + 1;
+    }
+    return 0;
+}
+
 static void poison(pg_array *a, char *dst, size_t len)
 {
     size_t page = oc_page_bytes();
@@ -726,6 +756,28 @@ fallback:
     uffd_wake(dst, len);
 }
 
+/* ---- units that cannot be filled (see pager_errors.c) ---- */
+
+/* Keeps the reason unit u failed (pg_lock held), for the thread that touches it; out of
+ * memory, the array's last error stands for it. */
+static void note_unit_error(pg_array *a, size_t u)
+{
+    if (a->unit_errors == NULL) {
+        a->unit_errors = calloc(a->nunits, sizeof(char *));
+    }
+    if (a->unit_errors != NULL) {
+        free(a->unit_errors[u]);
+        a->unit_errors[u] = strdup(a->error);
+    }
+}
+
+int pg_uffd_fd(void) { return uffd; }
+
+/* For pager_errors.c (pg_lock held): the array holding addr, or NULL; the first array. */
+pg_array *pg_find(uintptr_t addr) { return find(addr); }
+pg_array *pg_first_array(void) { return arrays; }
+int pg_can_poison(void) { return (features & PG_FEATURE_POISON) != 0; }
+
 static void ring_push(pg_array *a, size_t u)
 {
     a->ring[(a->ring_head + a->ring_len) % a->nunits] = u;
@@ -737,7 +789,9 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     char *dst = a->base + u * a->unit_bytes;
     size_t len = unit_len(a, u);
     char err[320] = "";
-    int absent = 0, rc = 0;
+    int absent = 0, rc = 0, partial = 0;
+    /* read-only: a chunk that cannot be read fails only its pages (see install_good) */
+    uint8_t *bad = a->writable ? NULL : calloc(len / oc_page_bytes(), 1);
     if (*stage_n < len) {
         void *p = NULL;
         if (posix_memalign(&p, 4096, len) != 0) {
@@ -752,8 +806,12 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     }
     if (rc == 0) {
         charge(a, len);
-        rc = decode_unit(a, u, *stage, len, &absent, err, sizeof err);
-        if (rc == 0) {
+        rc = decode_unit(a, u, *stage, len, &absent, err, sizeof err, bad);
+        if (rc > 0) {
+            partial = install_good(dst, *stage, len, bad) == 0;
+            rc = -1;
+        }
+        else if (rc == 0) {
             int e = absent && a->fill_zero && !a->writable ? 0 : install(dst, *stage, len, a->writable);
             if (absent && a->fill_zero && !a->writable) {
                 struct uffdio_zeropage z = {.range = {.start = (uintptr_t)dst, .len = len}};
@@ -768,7 +826,7 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
                 rc = -1;
             }
         }
-        if (rc != 0) {
+        if (rc != 0 && !partial) { /* a partly failed unit stays counted until dropped */
             atomic_fetch_sub(&a->resident_bytes, (long long)len);
             if (a->node != NULL) {
                 atomic_fetch_sub(&a->charged_bytes, (long long)len);
@@ -777,10 +835,18 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
         }
     }
     int unprotect = 0;
+    free(bad);
+    if (rc != 0) {
+        /* poisoned while still U_FILLING (an access meanwhile is retried: pg_fault_touch), so
+         * that no unit is poisoned after oc_pager_drop_failed has made it empty; the pages
+         * installed already (install_good) are kept */
+        poison(a, dst, len);
+    }
     pthread_mutex_lock(&pg_lock);
     if (rc != 0) {
         a->state[u] = U_FAILED;
         snprintf(a->error, sizeof a->error, "bytes %zu-%zu: %s", u * a->unit_bytes, u * a->unit_bytes + len, err);
+        note_unit_error(a, u);
     }
     else {
         unprotect = a->writable && (a->flags[u] & F_WRITE);
@@ -788,7 +854,7 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
         a->stamp[u] = ++fill_seq;
         ring_push(a, u);
     }
-    a->flags[u] = 0;
+    a->flags[u] = partial ? F_PARTIAL : 0;
     if (unprotect) {
         /* under the lock, as the reader does: a write-back cannot protect it in between */
         pg_uffd_protect(dst, len, 0);
@@ -796,11 +862,12 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     pthread_mutex_unlock(&pg_lock);
     if (rc != 0) {
         atomic_fetch_add(&a->failures, 1);
+        atomic_fetch_add(&pg_failures_seen, 1);
         fprintf(stderr,
-                "oocarray: a chunk-backed array cannot fill bytes %zu-%zu: %s; accesses to them "
-                "raise SIGBUS\n",
-                u * a->unit_bytes, u * a->unit_bytes + len, err);
-        poison(a, dst, len);
+                "oocarray: a chunk-backed array cannot fill bytes %zu-%zu: %s; %s\n",
+                u * a->unit_bytes, u * a->unit_bytes + len, err,
+                oc_pager_errors_armed() ? "a Python thread touching them gets CorruptChunkError"
+                                        : "accesses to them get a signal");
     }
     else {
         atomic_fetch_add(&a->fills, 1);
@@ -910,6 +977,7 @@ static int start_threads(void)
     }
     uffd = fd;
     wake_fd = efd;
+    pg_errors_arm((features & PG_FEATURE_POISON) != 0);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int want = cpus < 2 ? 2 : cpus > 8 ? 8 : (int)cpus;
     worker_threads = calloc((size_t)want, sizeof(pthread_t));
@@ -968,6 +1036,10 @@ static void array_free(pg_array *a)
     free(a->flags);
     free(a->ring);
     free(a->stamp);
+    for (size_t u = 0; a->unit_errors != NULL && u < a->nunits; u++) {
+        free(a->unit_errors[u]);
+    }
+    free(a->unit_errors);
     if (a->node != NULL) {
         oc_node_decref(a->node);
     }

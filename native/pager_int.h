@@ -9,11 +9,23 @@
 
 #include "oc_core.h"
 
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/types.h>
+
+/* Newer than the build machine's kernel headers (Linux 6.6), checked at run time. */
+#define PG_FEATURE_POISON ((uint64_t)1 << 14)
+struct pg_uffdio_poison {
+    struct uffdio_range range;
+    uint64_t mode;
+    int64_t updated;
+};
+#define PG_UFFDIO_POISON _IOWR(UFFDIO, 0x08, struct pg_uffdio_poison)
 
 enum { U_EMPTY, U_FILLING, U_CLEAN, U_DIRTY, U_EVICTING, U_FAILED };
 #define F_WRITE 1 /* a write-protect fault came while the unit was being filled */
 #define F_WB 2    /* being written back: clean, but not to be dropped until its chunks are stored */
+#define F_PARTIAL 4 /* U_FAILED, read-only: its readable pages are installed and counted */
 
 /* A chunk its store is rewriting (HDF5 may move it in the file): fills copy its new bytes. */
 typedef struct pg_move pg_move;
@@ -64,6 +76,7 @@ struct pg_array { /* typedef'd in oc_core.h */
     atomic_llong fills, zero_fills, readaheads, evictions, failures, faults, decoded_bytes,
         resident_bytes, charged_bytes;
     char error[320];
+    char **unit_errors; /* per failed unit, why (allocated at the first failure) */
     /* r+ over zarr chunk files (writeback.c): dirty units are written back natively.  0 for
      * an r+ array over HDF5 (fd >= 0): its store writes it (begin/end/abort_writeback) */
     int wb_native;
@@ -87,6 +100,17 @@ static inline size_t unit_len(pg_array *a, size_t u)
     size_t start = u * a->unit_bytes;
     return a->map_bytes - start < a->unit_bytes ? a->map_bytes - start : a->unit_bytes;
 }
+
+/* pager.c, for pager_errors.c: units that cannot be filled */
+int pg_uffd_fd(void);
+pg_array *pg_find(uintptr_t addr);
+pg_array *pg_first_array(void);
+int pg_can_poison(void);
+/* pager_errors.c */
+extern atomic_int pg_failures_seen;
+void pg_errors_arm(int can_poison);
+int oc_pager_errors_armed(void);
+void oc_pager_drop_failed(void);
 
 /* pager_wb.c */
 void pg_move_release(pg_move *m);

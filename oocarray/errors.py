@@ -20,6 +20,7 @@ __all__ = [
     "CorruptChunkError",
     "MemoryBudgetError",
     "OOCArrayError",
+    "PagedChunkError",
     "PagingUnavailableError",
     "ReadOnlyError",
     "ScopeLeakError",
@@ -76,6 +77,24 @@ class ClosedError(OOCArrayError, ValueError):
 class CorruptChunkError(OOCArrayError, ValueError):
     """A stored chunk cannot be decoded: it is truncated or corrupt.  The message names the
     chunk and its file."""
+
+
+class PagedChunkError(CorruptChunkError):
+    """A chunk-backed ndarray (``x.as_ndarray()``, compressed spill) was touched where its chunk
+    cannot be read (corrupt, truncated, an I/O error).  Raised in the thread that touched it,
+    as soon as the call that touched it returns (see the README on ``as_ndarray``); the message
+    names the bytes, the chunk, its file and the decoder's or system's error."""
+
+    def __init__(self, *args: object) -> None:
+        if not args:  # raised by the pager: the reason is this thread's record
+            from oocarray import _native
+
+            why = _native.pager_take_fault() or "the reason was taken already"
+            args = (
+                f"a chunk-backed ndarray was touched where its data cannot be read ({why}); "
+                "the operation that touched it was abandoned",
+            )
+        super().__init__(*args)
 
 
 class StoreNotFoundError(OOCArrayError, FileNotFoundError):

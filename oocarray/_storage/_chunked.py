@@ -348,10 +348,14 @@ class ChunkedArray:
         dropped and read again on their next touch.  The mapping lives until the last view of
         the array is gone.
 
-        A chunk that cannot be decoded cannot raise an exception at the access that needs it:
-        its pages are poisoned, the access gets ``SIGBUS``, and the reason is written to
-        stderr.  Check a store first with ``x[...]`` reads (which raise
-        :class:`CorruptChunkError`) where that matters.
+        A chunk that cannot be read (corrupt, truncated, an I/O error) raises
+        :class:`CorruptChunkError` (:class:`~oocarray.errors.PagedChunkError`) in the thread
+        that touched it, as the C call that touched it returns (after an operator such as
+        ``a + 1``, at the next call, function entry or loop iteration; what was computed
+        holds ``0xFF`` bytes, NaN for floats, where the chunk could not be read); the chunk is
+        read again on its next touch.  A thread with no Python state (a BLAS worker) gets
+        ``SIGBUS``, and a system call on the damaged pages fails with ``EFAULT``.  See the
+        README (``as_ndarray``, Failures) for exactly what holds.
 
         Parameters
         ----------

@@ -22,7 +22,9 @@ chunks are stored.  How, per array (``Pages.native_writeback``):
   written all over grows past its budget until ``flush()`` (a limit of this design).
 
 A failed write-back (a full disk) keeps its chunk dirty and in memory; ``flush()`` raises while
-it still fails (a manager's close warns).
+it still fails (a manager's close warns).  A chunk that cannot be read raises
+``PagedChunkError`` (a ``CorruptChunkError``) in the Python thread that touches it
+(``native/pager_errors.c``).
 
 What is paged: zarr arrays (v2 or v3, sharded or not, read-only for shards) whose chunks span
 every axis but the first, so that a chunk is one contiguous run of bytes, stored raw or with

@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oocarray as oc
+from oocarray._storage import _paged as oc_paged
 
 # Documented: oocarray's errors subclass ValueError, OSError, MemoryError or RuntimeError;
 # zarr-python's metadata errors are ValueError/TypeError/KeyError; h5py's are OSError/KeyError.
@@ -40,6 +41,7 @@ LONG = os.environ.get("HYPOTHESIS_PROFILE") == "long"
 HANG_S = int(os.environ.get("OOCARRAY_FUZZ_HANG_S", "60"))
 DATA = np.arange(32 * 6, dtype=np.float64).reshape(32, 6)
 
+PAGING = oc_paged.paging_available()[0]
 COUNTS: dict[str, int] = {}  # examples run per test, printed at the end for RELIABILITY.md
 
 
@@ -80,9 +82,24 @@ def _read_some(path: Path, **kwargs: Any) -> None:
                 x[key]
         except ALLOWED:
             pass
+    with contextlib.suppress(*ALLOWED, NotImplementedError):  # layouts it does not page
+        _read_paged(x)
     with contextlib.suppress(ALLOWED):
         repr(x)
     x.close()
+
+
+def _read_paged(x: Any) -> None:
+    """The same small reads through ``x.as_ndarray()``: a chunk that cannot be read there is a
+    ``CorruptChunkError`` in this thread, raised as the call that touched it returns, never a
+    SIGBUS (issue 21)."""
+    if not PAGING:
+        return
+    with oc.Manager("fuzz-paged", max_bytes="64M", spill="fail"):
+        view = x.as_ndarray()
+        n = view.ndim
+        for key in ((slice(0, 2),) * n, (slice(-1, None),) * n):
+            np.array(view[key])
 
 
 # ---- the stores ----
