@@ -24,6 +24,7 @@ setup(
                 "native/spill.c",
                 "native/workspace.c",
                 "native/chunks.c",
+                "native/scratch.c",
                 "native/h5filters.c",
                 "native/moves.c",
                 "native/fork.c",

@@ -732,24 +732,37 @@ static void ring_push(pg_array *a, size_t u)
     a->ring_len++;
 }
 
+/* The worker's scratch while it fills a unit of `a` (its staging buffer, and the decoder's
+ * buffers and contexts at their size after the last fill, or as large as the unit before the
+ * first) counts against a's budget like resident units: they go if need be to make room. */
+static size_t charge_scratch(pg_array *a, size_t stage_n)
+{
+    if (a->node == NULL) {
+        return 0;
+    }
+    size_t decoder = oc_chunk_state_bytes_mine();
+    size_t bytes = stage_n + (decoder > 0 ? decoder : stage_n);
+    while (oc_reserve(a->node, (int64_t)bytes) != NULL) {
+        if (evict_lru(a->node, bytes, NULL) == 0 && write_back_lru(a->node, bytes) == 0) {
+            force_count(a->node, (int64_t)bytes);
+            break;
+        }
+    }
+    oc_raise_peaks(a->node);
+    return bytes;
+}
+
 static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
 {
     char *dst = a->base + u * a->unit_bytes;
     size_t len = unit_len(a, u);
     char err[320] = "";
     int absent = 0, rc = 0;
-    if (*stage_n < len) {
-        void *p = NULL;
-        if (posix_memalign(&p, 4096, len) != 0) {
-            snprintf(err, sizeof err, "out of memory for a staging buffer of %zu bytes", len);
-            rc = -1;
-        }
-        else {
-            free(*stage);
-            *stage = p;
-            *stage_n = len;
-        }
+    if (*stage_n < len && oc_scratch_grow(stage, stage_n, len) == NULL) {
+        snprintf(err, sizeof err, "out of memory for a staging buffer of %zu bytes", len);
+        rc = -1;
     }
+    size_t scratch = rc == 0 ? charge_scratch(a, *stage_n) : 0;
     if (rc == 0) {
         charge(a, len);
         rc = decode_unit(a, u, *stage, len, &absent, err, sizeof err);
@@ -794,6 +807,9 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
         pg_uffd_protect(dst, len, 0);
     }
     pthread_mutex_unlock(&pg_lock);
+    if (scratch > 0) {
+        oc_release(a->node, (int64_t)scratch);
+    }
     if (rc != 0) {
         atomic_fetch_add(&a->failures, 1);
         fprintf(stderr,
@@ -814,6 +830,13 @@ static void *worker_main(void *arg)
     size_t stage_n = 0;
     for (;;) {
         pthread_mutex_lock(&pg_lock);
+        if (q_len == 0 && !stopping && stage != NULL) {
+            /* Nothing queued: the scratch goes back to the system until the next fill. */
+            pthread_mutex_unlock(&pg_lock);
+            oc_scratch_drop(&stage, &stage_n);
+            oc_chunk_state_release_mine();
+            pthread_mutex_lock(&pg_lock);
+        }
         while (q_len == 0 && !stopping) {
             pthread_cond_wait(&work_cond, &pg_lock);
         }
@@ -840,7 +863,8 @@ static void *worker_main(void *arg)
         pthread_cond_broadcast(&pg_idle_cond);
         pthread_mutex_unlock(&pg_lock);
     }
-    free(stage);
+    oc_scratch_drop(&stage, &stage_n);
+    oc_chunk_state_release_mine();
     atomic_fetch_sub(&oc_pager_threads, 1);
     return NULL;
 }
