@@ -734,7 +734,10 @@ static void ring_push(pg_array *a, size_t u)
 
 /* The worker's scratch while it fills a unit of `a` (its staging buffer, and the decoder's
  * buffers and contexts at their size after the last fill, or as large as the unit before the
- * first) counts against a's budget like resident units: they go if need be to make room. */
+ * first) counts against a's budget like resident units: the least recently filled go to make
+ * room.  Only where the budget holds eight times that much: under a budget of a few units,
+ * dropping units for the scratch of every fill would drop the units being read too (and the
+ * scratch is then small beside the memory the budget allows over it). */
 static size_t charge_scratch(pg_array *a, size_t stage_n)
 {
     if (a->node == NULL) {
@@ -742,6 +745,16 @@ static size_t charge_scratch(pg_array *a, size_t stage_n)
     }
     size_t decoder = oc_chunk_state_bytes_mine();
     size_t bytes = stage_n + (decoder > 0 ? decoder : stage_n);
+    int64_t tightest = -1;
+    for (oc_node *p = a->node; p != NULL; p = p->parent) {
+        int64_t limit = atomic_load_explicit(&p->max_bytes, memory_order_relaxed);
+        if (limit >= 0 && (tightest < 0 || limit < tightest)) {
+            tightest = limit;
+        }
+    }
+    if (tightest < 0 || (uint64_t)tightest < 8 * (uint64_t)bytes) {
+        return 0;
+    }
     while (oc_reserve(a->node, (int64_t)bytes) != NULL) {
         if (evict_lru(a->node, bytes, NULL) == 0 && write_back_lru(a->node, bytes) == 0) {
             force_count(a->node, (int64_t)bytes);

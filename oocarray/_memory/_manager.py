@@ -31,7 +31,6 @@ from oocarray._memory._escapes import describe_escapes
 from oocarray._memory._gc import collect_garbage_throttled
 from oocarray._memory._refusals import budget_message, relieve_pressure
 from oocarray._memory._registry import manager_by_node_id, open_owner, register
-from oocarray._memory._scratch import release_scratch
 from oocarray._memory._shapes import parse_shape
 from oocarray._memory._stats import CUMULATIVE, SUMMED, MemoryStats
 from oocarray._memory._units import format_bytes, parse_size
@@ -623,7 +622,6 @@ class Manager:
                     parent._escaped += handed[0]
                     parent._escaped_bytes += handed[1]
             parent._prune_children()
-        release_scratch()  # what its work left in idle threads and the region cache
         if _events.listeners:
             if escaped:
                 _events.emit(

@@ -4,8 +4,8 @@ buffers and zstd contexts (native scratch), and freed regions kept for reuse.
 The native code keeps a thread's scratch from one call to the next (making a zstd context and
 its buffers for every chunk would cost more than decoding a small chunk), maps each buffer on
 its own so that freeing it returns the memory to the system at once, and counts every byte.
-At the end of a step (a pass of the chunk loop, ``from_batches``, ``append``, a manager
-closing) :func:`release_scratch` hands back what idle threads hold (a thread inside a call
+At the end of a step (a pass of the chunk loop, ``from_batches``, ``append``)
+:func:`release_scratch` hands back what idle threads hold (a thread inside a call
 drops its own when the call ends) and empties the cache of freed regions, so each step of a
 pipeline leaves the process as large as it found it.  Steps inside steps (the appends of
 ``from_batches``) release once, when the outermost ends.
