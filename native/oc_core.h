@@ -190,6 +190,7 @@ extern atomic_llong oc_scratch_total;
 /* chunks.c: each thread's reader state (zstd contexts and buffers) */
 void oc_chunk_states_release(void); /* idle ones now, busy ones when their call ends */
 void oc_chunk_state_release_mine(void);
+void oc_h5_state_release_mine(void); /* h5filters.c: this thread's HDF5 decode buffers */
 size_t oc_chunk_state_bytes_mine(void);
 void oc_zstd_pack_done(void); /* after oc_zstd_pack*: its output may be released again */
 void oc_chunks_atfork(int phase);

@@ -848,6 +848,7 @@ static void *worker_main(void *arg)
             pthread_mutex_unlock(&pg_lock);
             oc_scratch_drop(&stage, &stage_n);
             oc_chunk_state_release_mine();
+            oc_h5_state_release_mine();
             pthread_mutex_lock(&pg_lock);
         }
         while (q_len == 0 && !stopping) {
@@ -878,6 +879,7 @@ static void *worker_main(void *arg)
     }
     oc_scratch_drop(&stage, &stage_n);
     oc_chunk_state_release_mine();
+    oc_h5_state_release_mine();
     atomic_fetch_sub(&oc_pager_threads, 1);
     return NULL;
 }
