@@ -7,8 +7,9 @@ after the imports.  What oocarray allocates for the work (decode and encode buff
 contexts, the pager's staging buffers, freed regions kept for reuse) counts against the budget
 or is bounded by it, and is given back when each step ends.
 
-Skipped, with the reason, where no memory cgroup can be made (not root, no memory controller)
-or userfaultfd is unavailable (``as_ndarray`` of a zstd array needs it)."""
+The same bounds are checked without a cgroup (for any user); the cgroup run is skipped, with
+the reason, where no memory cgroup can be made (not root, no memory controller), and both
+where userfaultfd is unavailable (``as_ndarray`` of a zstd array needs it)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,17 +101,22 @@ print(json.dumps({"baseline": baseline, "steps": steps, "rows": len(train),
 
 
 @pytest.fixture(scope="module")
-def baseline() -> int:
-    """Resident memory after the imports, in a child of its own; skips where the pipeline's
-    last step cannot run (no userfaultfd) or no memory cgroup can be made."""
+def paging() -> None:
+    """Skip where the pipeline's last step cannot run: as_ndarray() of zstd chunks."""
+    ok, why = paging_available()
+    if not ok:
+        pytest.skip(f"as_ndarray() of zstd chunks cannot page here: {why}")
+
+
+@pytest.fixture(scope="module")
+def baseline(paging: None) -> int:
+    """Resident memory after the imports, in a child of its own; skips where no memory
+    cgroup can be made."""
     try:
         with w4_hard.memory_cgroup(1 << 30):
             pass
     except w4_hard.CgroupUnavailable as error:
         pytest.skip(f"no memory cgroup here: {error}")
-    ok, why = paging_available()
-    if not ok:
-        pytest.skip(f"as_ndarray() of zstd chunks cannot page here: {why}")
     result = run_python(
         IMPORTS
         + """
@@ -121,7 +128,38 @@ with open("/proc/self/status") as f:
     return int(result.stdout.split()[-1])
 
 
-def test_the_readme_pipeline_stays_within_its_budget(baseline: int, tmp_path: Path) -> None:
+def _check(report: dict[str, Any]) -> None:
+    """The right data, and every step within baseline + budget + SLACK, during and after."""
+    assert report["rows"] == DATA // 256
+    assert report["max"] == report["expected"]
+    bound = report["baseline"] + BUDGET + SLACK
+    over = [
+        f"{s['step']}: resident {s['rss'] / MiB:.1f} MiB, peak {s['peak'] / MiB:.1f} MiB"
+        for s in report["steps"]
+        if s["rss"] > bound or s["peak"] > bound
+    ]
+    assert len(report["steps"]) == 5
+    assert not over, (
+        f"over baseline {report['baseline'] / MiB:.1f} + budget {BUDGET / MiB:.0f} + "
+        f"{SLACK / MiB:.0f} MiB = {bound / MiB:.1f} MiB: {over}"
+    )
+
+
+def test_each_step_of_the_readme_pipeline_gives_its_memory_back(
+    paging: None, tmp_path: Path
+) -> None:
+    """Without a cgroup (any user): resident memory after and during each step."""
+    python = [sys.executable, "-c", PIPELINE, str(BUDGET), str(DATA), str(tmp_path)]
+    env = child_env(OMP_NUM_THREADS="1")
+    result = subprocess.run(
+        python, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    _check(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_the_readme_pipeline_is_not_killed_under_its_budget(baseline: int, tmp_path: Path) -> None:
+    """In a cgroup of baseline + budget + LIMIT_SLACK: not OOM-killed, and within bounds."""
     limit = baseline + BUDGET + LIMIT_SLACK
     shell = 'echo $$ > "$0" && exec "$@"'
     python = [sys.executable, "-c", PIPELINE, str(BUDGET), str(DATA), str(tmp_path)]
@@ -141,17 +179,21 @@ def test_the_readme_pipeline_stays_within_its_budget(baseline: int, tmp_path: Pa
         f"OOM kills {kills}); steps so far:\n{result.stderr[-3000:]}"
     )
     assert kills in (None, 0)
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["rows"] == DATA // 256
-    assert report["max"] == report["expected"]
-    bound = report["baseline"] + BUDGET + SLACK
-    over = [
-        f"{s['step']}: resident {s['rss'] / MiB:.1f} MiB, peak {s['peak'] / MiB:.1f} MiB"
-        for s in report["steps"]
-        if s["rss"] > bound or s["peak"] > bound
-    ]
-    assert len(report["steps"]) == 5
-    assert not over, (
-        f"over baseline {report['baseline'] / MiB:.1f} + budget {BUDGET / MiB:.0f} + "
-        f"{SLACK / MiB:.0f} MiB = {bound / MiB:.1f} MiB: {over}"
+    _check(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_regions_freed_under_a_budget_are_kept_within_a_sixteenth_of_it() -> None:
+    """The cache of freed regions is memory no budget counts: bounded by the budget."""
+    result = run_python(
+        """
+import numpy as np, oocarray as oc
+from oocarray import _native
+_native.region_cache(-1)
+with oc.Manager(max_bytes="32M"):
+    arrays = [np.ones(1 << 20, np.uint8) for _ in range(8)]
+    del arrays
+print(_native.region_cache()[0])
+"""
     )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.split()[-1]) <= 2 * MiB
