@@ -738,30 +738,41 @@ static void ring_push(pg_array *a, size_t u)
  * room.  Only where the budget holds eight times that much: under a budget of a few units,
  * dropping units for the scratch of every fill would drop the units being read too (and the
  * scratch is then small beside the memory the budget allows over it). */
-static size_t charge_scratch(pg_array *a, size_t stage_n)
+static size_t charge_scratch(pg_array *a, size_t stage_n, oc_node **charged)
 {
-    if (a->node == NULL) {
+    /* The array may move to another manager meanwhile (oc_pager_set_node): the scratch is
+     * released from the node it was charged to, held until then. */
+    *charged = NULL;
+    pthread_mutex_lock(&pg_lock);
+    oc_node *node = a->node;
+    if (node != NULL) {
+        oc_node_incref(node);
+    }
+    pthread_mutex_unlock(&pg_lock);
+    if (node == NULL) {
         return 0;
     }
     size_t decoder = oc_chunk_state_bytes_mine();
     size_t bytes = stage_n + (decoder > 0 ? decoder : stage_n);
     int64_t tightest = -1;
-    for (oc_node *p = a->node; p != NULL; p = p->parent) {
+    for (oc_node *p = node; p != NULL; p = p->parent) {
         int64_t limit = atomic_load_explicit(&p->max_bytes, memory_order_relaxed);
         if (limit >= 0 && (tightest < 0 || limit < tightest)) {
             tightest = limit;
         }
     }
     if (tightest < 0 || (uint64_t)tightest < 8 * (uint64_t)bytes) {
+        oc_node_decref(node);
         return 0;
     }
-    while (oc_reserve(a->node, (int64_t)bytes) != NULL) {
-        if (evict_lru(a->node, bytes, NULL) == 0 && write_back_lru(a->node, bytes) == 0) {
-            force_count(a->node, (int64_t)bytes);
+    while (oc_reserve(node, (int64_t)bytes) != NULL) {
+        if (evict_lru(node, bytes, NULL) == 0 && write_back_lru(node, bytes) == 0) {
+            force_count(node, (int64_t)bytes);
             break;
         }
     }
-    oc_raise_peaks(a->node);
+    oc_raise_peaks(node);
+    *charged = node;
     return bytes;
 }
 
@@ -775,7 +786,8 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
         snprintf(err, sizeof err, "out of memory for a staging buffer of %zu bytes", len);
         rc = -1;
     }
-    size_t scratch = rc == 0 ? charge_scratch(a, *stage_n) : 0;
+    oc_node *scratch_node = NULL;
+    size_t scratch = rc == 0 ? charge_scratch(a, *stage_n, &scratch_node) : 0;
     if (rc == 0) {
         charge(a, len);
         rc = decode_unit(a, u, *stage, len, &absent, err, sizeof err);
@@ -820,8 +832,9 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
         pg_uffd_protect(dst, len, 0);
     }
     pthread_mutex_unlock(&pg_lock);
-    if (scratch > 0) {
-        oc_release(a->node, (int64_t)scratch);
+    if (scratch_node != NULL) {
+        oc_release(scratch_node, (int64_t)scratch);
+        oc_node_decref(scratch_node);
     }
     if (rc != 0) {
         atomic_fetch_add(&a->failures, 1);
