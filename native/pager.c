@@ -791,6 +791,13 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     if (rc == 0) {
         charge(a, len);
         rc = decode_unit(a, u, *stage, len, &absent, err, sizeof err);
+        if (scratch_node != NULL) {
+            /* Decoded: released before the install wakes the threads waiting on the unit, so
+             * that what they see counted is the unit alone. */
+            oc_release(scratch_node, (int64_t)scratch);
+            oc_node_decref(scratch_node);
+            scratch_node = NULL;
+        }
         if (rc == 0) {
             int e = absent && a->fill_zero && !a->writable ? 0 : install(dst, *stage, len, a->writable);
             if (absent && a->fill_zero && !a->writable) {
@@ -832,10 +839,6 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
         pg_uffd_protect(dst, len, 0);
     }
     pthread_mutex_unlock(&pg_lock);
-    if (scratch_node != NULL) {
-        oc_release(scratch_node, (int64_t)scratch);
-        oc_node_decref(scratch_node);
-    }
     if (rc != 0) {
         atomic_fetch_add(&a->failures, 1);
         fprintf(stderr,
