@@ -25,6 +25,7 @@ setup(
                 "native/workspace.c",
                 "native/chunks.c",
                 "native/codecs.c",
+                "native/scratch.c",
                 "native/h5filters.c",
                 "native/moves.c",
                 "native/fork.c",

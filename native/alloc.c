@@ -452,6 +452,25 @@ static void *alloc_owned(oc_node *owner, size_t size, int zero, int refuse_close
     return alloc_plain(owner, size, zero, refuse_closed);
 }
 
+/* How much of the region cache a region freed by `owner` may leave: all of it without a
+ * budget above the owner, else a sixteenth of the tightest budget, at most 16 MiB (cached
+ * free regions are memory no budget counts). */
+static size_t region_cache_cap(oc_node *owner)
+{
+    int64_t tightest = -1;
+    for (oc_node *p = owner; p != NULL; p = p->parent) {
+        int64_t limit = atomic_load_explicit(&p->max_bytes, memory_order_relaxed);
+        if (limit >= 0 && (tightest < 0 || limit < tightest)) {
+            tightest = limit;
+        }
+    }
+    if (tightest < 0) {
+        return SIZE_MAX;
+    }
+    size_t cap = (size_t)tightest / 16;
+    return cap < ((size_t)16 << 20) ? cap : ((size_t)16 << 20);
+}
+
 static void block_free(oc_header *h)
 {
     oc_node *owner = atomic_load(&h->owner);
@@ -492,7 +511,7 @@ static void block_free(oc_header *h)
         atomic_fetch_sub_explicit(&owner->region_bytes, size, memory_order_relaxed);
         atomic_fetch_sub_explicit(&owner->region_count, 1, memory_order_relaxed);
         h->magic = 0;
-        oc_region_unmap(h);
+        oc_region_unmap(h, region_cache_cap(owner));
         if (on_disk) {
             oc_disk_space_give(space); /* after the unmap: the header may live in that space */
         }

@@ -58,6 +58,8 @@ static struct {
     size_t (*reset_c)(ZSTD_CCtx *, int);
     size_t (*compress)(ZSTD_CCtx *, void *, size_t, const void *, size_t);
     size_t (*bound)(size_t);
+    size_t (*sizeof_d)(const ZSTD_DCtx *); /* optional: counting the contexts' memory */
+    size_t (*sizeof_c)(const ZSTD_CCtx *);
 } zstd;
 static int zstd_loaded; /* 1 loaded, -1 unavailable; set once under zstd_once */
 static pthread_once_t zstd_once = PTHREAD_ONCE_INIT;
@@ -83,6 +85,8 @@ static void zstd_load(void)
     *(void **)&zstd.reset_c = dlsym(lib, "ZSTD_CCtx_reset");
     *(void **)&zstd.compress = dlsym(lib, "ZSTD_compress2");
     *(void **)&zstd.bound = dlsym(lib, "ZSTD_compressBound");
+    *(void **)&zstd.sizeof_d = dlsym(lib, "ZSTD_sizeof_DCtx");
+    *(void **)&zstd.sizeof_c = dlsym(lib, "ZSTD_sizeof_CCtx");
     int complete = zstd.create && zstd.free && zstd.decompress && zstd.stream && zstd.reset &&
                    zstd.is_error && zstd.error_name && zstd.content_size && zstd.create_c &&
                    zstd.free_c && zstd.set_parameter && zstd.reset_c && zstd.compress &&
@@ -99,9 +103,15 @@ static int zstd_ready(void)
     return zstd_loaded == 1;
 }
 
-/* ---- per-thread state: a decoder context and buffers, kept for the thread's life ---- */
+/* ---- per-thread state: a decoder context and buffers ----
+ * Kept between calls (a context and buffers per chunk would cost more than the decoding of a
+ * small chunk), and given back when the work is done: oc_chunk_states_release() (the end of a
+ * step, a pager worker with nothing queued) drops the buffers and contexts of every thread not
+ * inside a call now, and those of busy threads when their call ends.  The buffers are scratch
+ * mappings (scratch.c); the contexts' memory is counted there too. */
 
-typedef struct {
+typedef struct reader_state reader_state;
+struct reader_state {
     ZSTD_DCtx *dctx;
     ZSTD_CCtx *cctx;
     char *src; /* a chunk's stored bytes */
@@ -112,24 +122,60 @@ typedef struct {
     size_t whole_size;
     char *packed; /* a chunk compressed for writing */
     size_t packed_size;
-} reader_state;
+    size_t ctx_bytes; /* the contexts' memory, as counted in oc_scratch_total */
+    int busy;         /* calls in progress on this thread (and a pack's output in use) */
+    int release;      /* released while busy: drop everything when the call ends */
+    reader_state *next, *prev; /* every thread's state, under states_lock */
+};
 
 static pthread_key_t state_key;
 static pthread_once_t state_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
+static reader_state states = {.next = &states, .prev = &states};
+static OC_TLS reader_state *my_state;
+
+/* The contexts' memory as zstd reports it, counted with the scratch; lock held. */
+static void count_contexts(reader_state *s)
+{
+    size_t now = 0;
+    if (s->dctx != NULL && zstd.sizeof_d != NULL) {
+        now += zstd.sizeof_d(s->dctx);
+    }
+    if (s->cctx != NULL && zstd.sizeof_c != NULL) {
+        now += zstd.sizeof_c(s->cctx);
+    }
+    atomic_fetch_add(&oc_scratch_total, (long long)now - (long long)s->ctx_bytes);
+    s->ctx_bytes = now;
+}
+
+/* Drops the buffers and contexts (the next call makes new ones); states_lock held or the
+ * state unreachable. */
+static void state_drop(reader_state *s)
+{
+    if (s->dctx != NULL) {
+        zstd.free(s->dctx);
+        s->dctx = NULL;
+    }
+    if (s->cctx != NULL) {
+        zstd.free_c(s->cctx);
+        s->cctx = NULL;
+    }
+    count_contexts(s);
+    oc_scratch_drop(&s->src, &s->src_size);
+    oc_scratch_drop(&s->junk, &s->junk_size);
+    oc_scratch_drop(&s->whole, &s->whole_size);
+    oc_scratch_drop(&s->packed, &s->packed_size);
+    s->release = 0;
+}
 
 static void state_free(void *p)
 {
     reader_state *s = p;
-    if (s->dctx != NULL) {
-        zstd.free(s->dctx);
-    }
-    if (s->cctx != NULL) {
-        zstd.free_c(s->cctx);
-    }
-    free(s->src);
-    free(s->junk);
-    free(s->whole);
-    free(s->packed);
+    pthread_mutex_lock(&states_lock);
+    s->prev->next = s->next;
+    s->next->prev = s->prev;
+    state_drop(s);
+    pthread_mutex_unlock(&states_lock);
     free(s);
 }
 
@@ -138,36 +184,96 @@ static void state_key_make(void)
     pthread_key_create(&state_key, state_free);
 }
 
+/* This thread's state, marked busy until state_put(). */
 static reader_state *state_get(void)
 {
-    pthread_once(&state_once, state_key_make);
-    reader_state *s = pthread_getspecific(state_key);
+    reader_state *s = my_state;
     if (s == NULL) {
+        pthread_once(&state_once, state_key_make);
         s = calloc(1, sizeof *s);
-        if (s != NULL && pthread_setspecific(state_key, s) != 0) {
-            free(s);
-            s = NULL;
+        if (s == NULL) {
+            return NULL;
         }
+        if (pthread_setspecific(state_key, s) != 0) {
+            free(s);
+            return NULL;
+        }
+        pthread_mutex_lock(&states_lock);
+        s->next = states.next;
+        s->prev = &states;
+        states.next->prev = s;
+        states.next = s;
+        pthread_mutex_unlock(&states_lock);
+        my_state = s;
     }
+    pthread_mutex_lock(&states_lock);
+    s->busy++;
+    pthread_mutex_unlock(&states_lock);
     return s;
 }
 
-/* A page-aligned buffer of at least n bytes, kept in *buf (contents not kept).  Page
-   alignment matters: on some x86 cores the kernel's copy into a buffer that starts 16 bytes
-   into a page (where malloc puts large blocks) runs several times slower. */
-static char *grow(char **buf, size_t *size, size_t n)
+/* The call that took s is over: its contexts are counted, and dropped if released meanwhile. */
+static void state_put(reader_state *s)
 {
-    if (*size < n) {
-        void *p;
-        if (posix_memalign(&p, 4096, n) != 0) {
-            return NULL;
-        }
-        free(*buf);
-        *buf = p;
-        *size = n;
+    if (s == NULL) {
+        return;
     }
-    return *buf;
+    pthread_mutex_lock(&states_lock);
+    count_contexts(s);
+    if (--s->busy == 0 && s->release) {
+        state_drop(s);
+    }
+    pthread_mutex_unlock(&states_lock);
 }
+
+void oc_chunk_states_release(void)
+{
+    pthread_mutex_lock(&states_lock);
+    for (reader_state *s = states.next; s != &states; s = s->next) {
+        if (s->busy > 0) {
+            s->release = 1;
+        }
+        else {
+            state_drop(s);
+        }
+    }
+    pthread_mutex_unlock(&states_lock);
+}
+
+void oc_chunk_state_release_mine(void)
+{
+    reader_state *s = my_state;
+    if (s != NULL) {
+        pthread_mutex_lock(&states_lock);
+        if (s->busy == 0) {
+            state_drop(s);
+        }
+        pthread_mutex_unlock(&states_lock);
+    }
+}
+
+size_t oc_chunk_state_bytes_mine(void)
+{
+    reader_state *s = my_state;
+    if (s == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&states_lock);
+    size_t n = s->src_size + s->junk_size + s->whole_size + s->packed_size + s->ctx_bytes;
+    pthread_mutex_unlock(&states_lock);
+    return n;
+}
+
+void oc_chunks_atfork(int phase)
+{
+    if (phase == OC_FORK_PREPARE) {
+        pthread_mutex_lock(&states_lock);
+        return;
+    }
+    pthread_mutex_unlock(&states_lock);
+}
+
+static char *grow(char **buf, size_t *size, size_t n) { return oc_scratch_grow(buf, size, n); }
 
 /* ---- one job ---- */
 
@@ -474,11 +580,13 @@ static int pack(const char *src, size_t n, int shuffle8, int level, int checksum
         return ENOMEM;
     }
     if (s->cctx == NULL && (s->cctx = zstd.create_c()) == NULL) {
+        state_put(s);
         return ENOMEM;
     }
     size_t bound = zstd.bound(n);
     if (zstd.is_error(bound) || grow(&s->packed, &s->packed_size, bound) == NULL ||
         (shuffle8 && grow(&s->whole, &s->whole_size, n) == NULL)) {
+        state_put(s);
         return ENOMEM;
     }
     if (shuffle8) {
@@ -494,14 +602,18 @@ static int pack(const char *src, size_t n, int shuffle8, int level, int checksum
         r = zstd.compress(s->cctx, s->packed, bound, src, n);
     }
     if (zstd.is_error(r)) {
+        state_put(s);
         return EIO;
     }
     *out = s->packed;
     *out_n = r;
-    return 0;
+    return 0; /* busy until oc_zstd_pack_done(): *out is this state's buffer */
 }
 
-/* Compressed spill's chunks: shuffled by 8, no checksum (see pack). */
+void oc_zstd_pack_done(void) { state_put(my_state); }
+
+/* Compressed spill's chunks: shuffled by 8, no checksum (see pack); oc_zstd_pack_done()
+ * once the output is written. */
 int oc_zstd_pack_shuffled(const char *src, size_t n, int level, char **out, size_t *out_n)
 {
     return pack(src, n, 1, level, 0, out, out_n);
@@ -536,11 +648,14 @@ int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t ch
         s->dctx = zstd.create();
     }
     if (s == NULL || (zstd_codec && s->dctx == NULL)) {
+        state_put(s);
         snprintf(err, err_n, "out of memory");
         return -1;
     }
     job_spec job = {.fd = fd, .offset = offset, .nbytes = nbytes, .skip = (int64_t)skip};
-    return run_job(s, codec, &job, chunk_n, dst, n, err, err_n);
+    int rc = run_job(s, codec, &job, chunk_n, dst, n, err, err_n);
+    state_put(s);
+    return rc;
 }
 
 /* ---- Python ---- */
@@ -645,6 +760,7 @@ PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
             break;
         }
     }
+    state_put(s);
     Py_END_ALLOW_THREADS
     result = failed < 0 ? Py_NewRef(Py_None) : Py_BuildValue("(ns)", failed, err);
 done:
@@ -728,6 +844,7 @@ PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
             }
         }
     }
+    state_put(s);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (failure == 1) {

@@ -17,6 +17,7 @@ static void prepare(void)
     oc_pager_atfork(OC_FORK_PREPARE);
     oc_spill_atfork(OC_FORK_PREPARE);
     oc_heap_atfork(OC_FORK_PREPARE);
+    oc_chunks_atfork(OC_FORK_PREPARE);
     oc_workspace_atfork(OC_FORK_PREPARE);
     oc_guard_atfork(OC_FORK_PREPARE);
     oc_nodes_atfork(OC_FORK_PREPARE);
@@ -28,6 +29,7 @@ static void release(int phase)
     oc_nodes_atfork(phase);
     oc_guard_atfork(phase);
     oc_workspace_atfork(phase);
+    oc_chunks_atfork(phase);
     oc_heap_atfork(phase);
     oc_spill_atfork(phase);
     oc_pager_atfork(phase);

@@ -122,7 +122,8 @@ int oc_zlib_ready(void)
     return zlib_loaded == 1;
 }
 
-/* ---- per-thread buffers, kept for the thread's life ---- */
+/* ---- per-thread buffers: scratch mappings (scratch.c), kept from one chunk to the next;
+ * a pager worker with nothing queued gives its own back (oc_h5_state_release_mine) ---- */
 
 typedef struct {
     char *buf[3]; /* the stored bytes, and two for the steps undone in turn */
@@ -136,12 +137,23 @@ static void h5_state_free(void *p)
 {
     h5_state *s = p;
     for (int i = 0; i < 3; i++) {
-        free(s->buf[i]);
+        oc_scratch_drop(&s->buf[i], &s->size[i]);
     }
     free(s);
 }
 
 static void h5_key_make(void) { pthread_key_create(&h5_key, h5_state_free); }
+
+void oc_h5_state_release_mine(void)
+{
+    pthread_once(&h5_key_once, h5_key_make);
+    h5_state *s = pthread_getspecific(h5_key);
+    if (s != NULL) {
+        for (int i = 0; i < 3; i++) {
+            oc_scratch_drop(&s->buf[i], &s->size[i]);
+        }
+    }
+}
 
 static char *h5_buffer(int which, size_t n)
 {
@@ -156,16 +168,7 @@ static char *h5_buffer(int which, size_t n)
             return NULL;
         }
     }
-    if (s->size[which] < n) {
-        void *p;
-        if (posix_memalign(&p, 4096, n ? n : 1) != 0) {
-            return NULL;
-        }
-        free(s->buf[which]);
-        s->buf[which] = p;
-        s->size[which] = n;
-    }
-    return s->buf[which];
+    return oc_scratch_grow(&s->buf[which], &s->size[which], n ? n : 1);
 }
 
 /* ---- the filters ---- */

@@ -619,6 +619,23 @@ static PyObject *region_cache(PyObject *Py_UNUSED(m), PyObject *args)
     return Py_BuildValue("(nn)", (Py_ssize_t)oc_region_cache_bytes(), (Py_ssize_t)atomic_load(&oc_region_cache_limit));
 }
 
+/* scratch() -> bytes of decode, encode and staging scratch mapped now (zstd contexts
+ * included); scratch(True) first gives back what idle threads hold and the cached free
+ * regions (the end of a step). */
+static PyObject *scratch(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    int release = 0;
+    if (!PyArg_ParseTuple(args, "|p", &release)) {
+        return NULL;
+    }
+    if (release) {
+        Py_BEGIN_ALLOW_THREADS
+        oc_scratch_release();
+        Py_END_ALLOW_THREADS
+    }
+    return PyLong_FromLongLong(oc_scratch_bytes());
+}
+
 static PyObject *move_guard(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) { return PyLong_FromLong(oc_guard_mode()); }
 
 /* Chooses how moves will hold writers (GUARD_* or GUARD_AUTO); OSError EBUSY once another
@@ -1230,6 +1247,7 @@ static PyMethodDef module_methods[] = {
      "cb(node_id, refused_id, size, errno) when placing an array on disk fails, or None."},
     {"set_huge_pages", set_huge_pages, METH_O, "Advise huge pages for large mappings; returns the old setting."},
     {"region_cache", region_cache, METH_VARARGS, "(cached, limit); region_cache(n) sets the limit, (-1) empties."},
+    {"scratch", scratch, METH_VARARGS, "Scratch bytes mapped; scratch(True) first releases idle threads' scratch and cached regions."},
     {"move_guard", move_guard, METH_NOARGS, "How moves hold concurrent writers: a GUARD_* constant."},
     {"set_move_guard", set_move_guard, METH_O, "Choose the guard (GUARD_*) for moves; OSError EBUSY once another is in force."},
     {"set_physical_limit", set_physical_limit, METH_O, "max_physical_bytes for allocations (-1: none)."},

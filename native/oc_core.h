@@ -179,11 +179,27 @@ oc_node *oc_common_ancestor(oc_node *a, oc_node *b);
 oc_node *oc_reserve_until(oc_node *n, oc_node *stop, int64_t bytes);
 void oc_release_until(oc_node *n, oc_node *stop, int64_t bytes);
 
+/* scratch.c: decode, encode and staging buffers, each a mapping of its own, counted */
+void *oc_scratch_map(size_t n);
+void oc_scratch_unmap(void *p, size_t n);
+char *oc_scratch_grow(char **buf, size_t *size, size_t n); /* at least n bytes, page aligned */
+void oc_scratch_drop(char **buf, size_t *size);
+long long oc_scratch_bytes(void);      /* every scratch byte mapped, zstd contexts included */
+void oc_scratch_release(void);         /* idle threads' scratch and cached free regions */
+extern atomic_llong oc_scratch_total;
+/* chunks.c: each thread's reader state (zstd contexts and buffers) */
+void oc_chunk_states_release(void); /* idle ones now, busy ones when their call ends */
+void oc_chunk_state_release_mine(void);
+void oc_h5_state_release_mine(void); /* h5filters.c: this thread's HDF5 decode buffers */
+size_t oc_chunk_state_bytes_mine(void);
+void oc_zstd_pack_done(void); /* after oc_zstd_pack*: its output may be released again */
+void oc_chunks_atfork(int phase);
+
 /* regions.c: page-aligned mappings with the header in the page before the data */
 size_t oc_page_bytes(void);
 void *oc_region_map(size_t size, int zero, size_t *map_bytes);
 void *oc_map_fresh(size_t data_bytes, size_t *map_bytes); /* data after one spare page */
-void oc_region_unmap(oc_header *h);
+void oc_region_unmap(oc_header *h, size_t cache_cap); /* cached if the cache stays <= cap */
 void oc_registry_lock(void);
 void oc_registry_unlock(void);
 void oc_registry_link(oc_header *h);

@@ -784,6 +784,50 @@ static void ring_push(pg_array *a, size_t u)
     a->ring_len++;
 }
 
+/* The worker's scratch while it fills a unit of `a` (its staging buffer, and the decoder's
+ * buffers and contexts at their size after the last fill, or as large as the unit before the
+ * first) counts against a's budget like resident units: the least recently filled go to make
+ * room.  Only where the budget holds eight times that much: under a budget of a few units,
+ * dropping units for the scratch of every fill would drop the units being read too (and the
+ * scratch is then small beside the memory the budget allows over it). */
+static size_t charge_scratch(pg_array *a, size_t stage_n, oc_node **charged)
+{
+    /* The array may move to another manager meanwhile (oc_pager_set_node): the scratch is
+     * released from the node it was charged to, held until then. */
+    *charged = NULL;
+    pthread_mutex_lock(&pg_lock);
+    oc_node *node = a->node;
+    if (node != NULL) {
+        oc_node_incref(node);
+    }
+    pthread_mutex_unlock(&pg_lock);
+    if (node == NULL) {
+        return 0;
+    }
+    size_t decoder = oc_chunk_state_bytes_mine();
+    size_t bytes = stage_n + (decoder > 0 ? decoder : stage_n);
+    int64_t tightest = -1;
+    for (oc_node *p = node; p != NULL; p = p->parent) {
+        int64_t limit = atomic_load_explicit(&p->max_bytes, memory_order_relaxed);
+        if (limit >= 0 && (tightest < 0 || limit < tightest)) {
+            tightest = limit;
+        }
+    }
+    if (tightest < 0 || (uint64_t)tightest < 8 * (uint64_t)bytes) {
+        oc_node_decref(node);
+        return 0;
+    }
+    while (oc_reserve(node, (int64_t)bytes) != NULL) {
+        if (evict_lru(node, bytes, NULL) == 0 && write_back_lru(node, bytes) == 0) {
+            force_count(node, (int64_t)bytes);
+            break;
+        }
+    }
+    oc_raise_peaks(node);
+    *charged = node;
+    return bytes;
+}
+
 static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
 {
     char *dst = a->base + u * a->unit_bytes;
@@ -792,21 +836,22 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     int absent = 0, rc = 0, partial = 0;
     /* read-only: a chunk that cannot be read fails only its pages (see install_good) */
     uint8_t *bad = a->writable ? NULL : calloc(len / oc_page_bytes(), 1);
-    if (*stage_n < len) {
-        void *p = NULL;
-        if (posix_memalign(&p, 4096, len) != 0) {
-            snprintf(err, sizeof err, "out of memory for a staging buffer of %zu bytes", len);
-            rc = -1;
-        }
-        else {
-            free(*stage);
-            *stage = p;
-            *stage_n = len;
-        }
+    if (*stage_n < len && oc_scratch_grow(stage, stage_n, len) == NULL) {
+        snprintf(err, sizeof err, "out of memory for a staging buffer of %zu bytes", len);
+        rc = -1;
     }
+    oc_node *scratch_node = NULL;
+    size_t scratch = rc == 0 ? charge_scratch(a, *stage_n, &scratch_node) : 0;
     if (rc == 0) {
         charge(a, len);
         rc = decode_unit(a, u, *stage, len, &absent, err, sizeof err, bad);
+        if (scratch_node != NULL) {
+            /* Decoded: released before the install wakes the threads waiting on the unit, so
+             * that what they see counted is the unit alone. */
+            oc_release(scratch_node, (int64_t)scratch);
+            oc_node_decref(scratch_node);
+            scratch_node = NULL;
+        }
         if (rc > 0) {
             partial = install_good(dst, *stage, len, bad) == 0;
             rc = -1;
@@ -881,6 +926,14 @@ static void *worker_main(void *arg)
     size_t stage_n = 0;
     for (;;) {
         pthread_mutex_lock(&pg_lock);
+        if (q_len == 0 && !stopping && stage != NULL) {
+            /* Nothing queued: the scratch goes back to the system until the next fill. */
+            pthread_mutex_unlock(&pg_lock);
+            oc_scratch_drop(&stage, &stage_n);
+            oc_chunk_state_release_mine();
+            oc_h5_state_release_mine();
+            pthread_mutex_lock(&pg_lock);
+        }
         while (q_len == 0 && !stopping) {
             pthread_cond_wait(&work_cond, &pg_lock);
         }
@@ -907,7 +960,9 @@ static void *worker_main(void *arg)
         pthread_cond_broadcast(&pg_idle_cond);
         pthread_mutex_unlock(&pg_lock);
     }
-    free(stage);
+    oc_scratch_drop(&stage, &stage_n);
+    oc_chunk_state_release_mine();
+    oc_h5_state_release_mine();
     atomic_fetch_sub(&oc_pager_threads, 1);
     return NULL;
 }

@@ -5,7 +5,10 @@
  * Freed regions are kept in a small LRU cache (64 MiB by default) and handed out again for
  * requests of about the same size: a fresh mapping costs one page fault per 4 KiB touched,
  * which made regions 15-20x slower than malloc for repeated mid-size arrays (BENCHMARKS.md).
- * A cached region is never under a live array: it went through free().
+ * A cached region is never under a live array: it went through free().  No budget counts the
+ * cache, so a region freed under one is kept only while the cache stays within a sixteenth of
+ * the tightest budget above its owner (at most 16 MiB), and the end of each step of the chunk
+ * loop, the feed and ingestion empties it (oc_scratch_release).
  */
 #include "oc_core.h"
 
@@ -146,10 +149,11 @@ void *oc_region_map(size_t size, int zero, size_t *map_bytes)
     return oc_map_fresh(data_bytes, map_bytes);
 }
 
-void oc_region_unmap(oc_header *h)
+void oc_region_unmap(oc_header *h, size_t cache_cap)
 {
     size_t page = oc_page_bytes();
     size_t limit = atomic_load_explicit(&oc_region_cache_limit, memory_order_relaxed);
+    limit = cache_cap < limit ? cache_cap : limit;
     char *base = oc_block_data(h) - page;
     /* Only anonymous memory is cached: a file or copy-on-write mapping goes back whole. */
     if (!(atomic_load(&h->flags) & (OC_FLAG_ON_DISK | OC_FLAG_COW | OC_FLAG_ZSPILLED)) &&
@@ -158,13 +162,18 @@ void oc_region_unmap(oc_header *h)
         pthread_mutex_lock(&cache_mutex);
         list_push_front(&cache, h);
         cache_bytes += h->map_bytes;
-        if (cache_bytes > limit) {
+        pthread_mutex_unlock(&cache_mutex);
+        /* the least recently freed go until the cache is within this free's limit */
+        for (;;) {
+            pthread_mutex_lock(&cache_mutex);
+            if (cache_bytes <= limit || cache.prev == &cache) {
+                pthread_mutex_unlock(&cache_mutex);
+                break;
+            }
             evicted = cache.prev;
             list_remove(evicted);
             cache_bytes -= evicted->map_bytes;
-        }
-        pthread_mutex_unlock(&cache_mutex);
-        if (evicted != NULL) {
+            pthread_mutex_unlock(&cache_mutex);
             munmap(oc_block_data(evicted) - page, evicted->map_bytes);
         }
         return;

@@ -145,7 +145,7 @@ int oc_wb_write_range(const oc_wb_store *s, const char *base, size_t start, size
         const char *src = base + cs;
         char *padded = NULL;
         if (have < C) { /* the last chunk: stored whole, the fill value past the end */
-            padded = malloc(C);
+            padded = oc_scratch_map(C); /* given back at once, unlike malloc's */
             if (padded == NULL) {
                 snprintf(msg, msg_n, "chunk %zu (%s): out of memory", c, path);
                 return ENOMEM;
@@ -159,18 +159,19 @@ int oc_wb_write_range(const oc_wb_store *s, const char *base, size_t start, size
         const char *out = src;
         size_t out_n = C;
         const char *what = "encoding it";
-        int err = 0;
+        int err = 0, packed_now = 0;
         char *sealed = NULL;
         if (OC_CODEC_KIND(s->codec) == OC_CODEC_ZSTD) {
             char *packed;
             err = oc_zstd_pack(src, C, s->level, s->checksum, &packed, &out_n);
             out = packed;
+            packed_now = err == 0;
         }
         else if (!oc_wb_codec_ok(s->codec)) {
             err = ENOTSUP;
         }
         if (err == 0 && (s->codec & OC_CODEC_CRC32C)) { /* zarr's crc32c codec: 4 bytes after */
-            sealed = malloc(out_n + 4);
+            sealed = oc_scratch_map(out_n + 4);
             if (sealed == NULL) {
                 err = ENOMEM;
             }
@@ -187,8 +188,11 @@ int oc_wb_write_range(const oc_wb_store *s, const char *base, size_t start, size
         if (err == 0) {
             err = replace_file(path, out, out_n, s->file_mode, &what);
         }
-        free(sealed);
-        free(padded);
+        oc_scratch_unmap(sealed, out_n); /* out_n: the sealed size */
+        if (packed_now) {
+            oc_zstd_pack_done();
+        }
+        oc_scratch_unmap(padded, C);
         if (err) {
             snprintf(msg, msg_n, "chunk %zu (%s): %s", c, path, what);
             return err;

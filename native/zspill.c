@@ -64,11 +64,14 @@ int oc_zs_encode_append(int fd, atomic_llong *file_end, const char *src, size_t 
         return err;
     }
     if ((err = oc_disk_reserve(m)) != 0) {
+        oc_zstd_pack_done();
         return err;
     }
     long long at = atomic_fetch_add(file_end, (long long)m);
     /* a write to a full disk fails here with ENOSPC (no file mapping: never SIGBUS) */
-    if ((err = write_all(fd, packed, m, (uint64_t)at)) != 0) {
+    err = write_all(fd, packed, m, (uint64_t)at);
+    oc_zstd_pack_done();
+    if (err != 0) {
         return err;
     }
     entry[0] = 0;

@@ -29,7 +29,14 @@ from oocarray._compute._expr import BlockReads, Expr
 from oocarray._compute._fuse import Kernel, kernel_for
 from oocarray._compute._progress import progress_bar
 from oocarray._compute._reduce import Reduction
-from oocarray._memory import Manager, Workspace, active_manager, detach, system
+from oocarray._memory import (
+    Manager,
+    Workspace,
+    active_manager,
+    detach,
+    scratch_step,
+    system,
+)
 
 __all__ = ["Pass", "StoreTarget", "budget_left", "evaluate", "run_pass"]
 
@@ -207,7 +214,13 @@ def _detached(value: Any) -> Any:
 
 
 def run_pass(work: Pass, progress: bool = True, name: str = "compute") -> None:
-    """Evaluates a pass: merges every reduction's partials and writes every store."""
+    """Evaluates a pass: merges every reduction's partials and writes every store.  Its
+    decode and encode scratch is given back when it ends."""
+    with scratch_step():
+        _run_pass(work, progress, name)
+
+
+def _run_pass(work: Pass, progress: bool, name: str) -> None:
     manager = active_manager() or system()
     blocks, worker_count = plan_blocks(work, budget_left(manager))
     work.fuse()

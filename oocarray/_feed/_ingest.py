@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from oocarray._memory import scratch_step
 from oocarray._storage import ChunkedArray, create
 from oocarray._storage._base import auto_chunks
 from oocarray._storage._paths import local_path
@@ -126,14 +127,15 @@ def from_batches(
     writer = _GridRowWriter(y)
     number = 0
     block: np.ndarray = first
-    while True:
-        writer.add(_checked(block, number, trailing, target))
-        number += 1
-        try:
-            block = np.asarray(next(stream))
-        except StopIteration:
-            break
-    writer.finish()
+    with scratch_step():  # the appends' encode scratch is given back once, at the end
+        while True:
+            writer.add(_checked(block, number, trailing, target))
+            number += 1
+            try:
+                block = np.asarray(next(stream))
+            except StopIteration:
+                break
+        writer.finish()
     return y
 
 

@@ -5,6 +5,7 @@ Nothing here knows about chunked storage or compute; the layers above import fro
 from oocarray._memory._arrays import detach, location, owner
 from oocarray._memory._config import Config, config, configure
 from oocarray._memory._manager import Manager, MemoryStats, active_manager, system
+from oocarray._memory._scratch import release_scratch, scratch_bytes, scratch_step
 from oocarray._memory._shapes import parse_shape
 from oocarray._memory._spill import move_guard, spill, unspill
 from oocarray._memory._units import format_bytes, parse_size
@@ -33,6 +34,9 @@ __all__ = [
     "owner",
     "parse_shape",
     "parse_size",
+    "release_scratch",
+    "scratch_bytes",
+    "scratch_step",
     "spill",
     "system",
     "unspill",

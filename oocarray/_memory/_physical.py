@@ -118,7 +118,7 @@ class _Watcher:
         released = 0
         if unreclaimable > limit:
             target = int(limit * LOW_WATERMARK)
-            _native.region_cache(-1)  # cached free regions go first: they hold no data
+            _native.scratch(True)  # idle threads' scratch and cached free regions go first
             excess = resident_memory().anon_bytes + rss.shmem_bytes - target
             if excess > 0:
                 self.spill_rounds += 1

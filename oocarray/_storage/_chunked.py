@@ -19,6 +19,7 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 
+from oocarray._memory._scratch import scratch_step
 from oocarray._memory._units import format_bytes
 from oocarray._storage._formats import Store, open_store
 from oocarray._storage._indexing import ChunkPiece, Selection, parse_key
@@ -303,7 +304,7 @@ class ChunkedArray:
             )
         if len(values) == 0:
             return
-        with self._append_lock:
+        with self._append_lock, scratch_step():
             old = self.shape[0]
             new = old + len(values)
             grown = ChunkedArray(store.grown(new))
