@@ -109,7 +109,7 @@ def test_types_numexpr_lacks_are_left_to_numpy() -> None:
 # Python's default SIGINT handler first: a shell starts a background job (``pytest &``, CI
 # runners, nohup) with SIGINT ignored, and the child would inherit that.
 CTRL_C = """
-import os, signal, threading
+import signal, threading
 import numpy as np
 import oocarray as oc
 from oocarray._compute import _engine
@@ -135,7 +135,7 @@ def held(block):
 
 def ctrl_c():
     started.wait(60)
-    os.kill(os.getpid(), signal.SIGINT)
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
 threading.Thread(target=ctrl_c, daemon=True).start()
 try:

@@ -305,16 +305,22 @@ def ctrl_c_once_started():
     interrupted.clear()
 
     def send():
+        # To the main thread, as a terminal's Ctrl-C usually lands: a wait there wakes at once
+        # (sent to the process, it may land on this thread and leave the main one asleep).
         if started.wait(60):
-            os.kill(os.getpid(), signal.SIGINT)  # to the process, as a terminal sends it
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     threading.Thread(target=send, daemon=True).start()
 
 def hold():
-    # Called by the work once it runs: it waits for the interrupt (60 s only guard a hang).
+    # Called by the work once it runs: it waits until the interrupt reached the main thread.
+    # Short waits: a signal that lands just before a blocking wait begins is only acted on
+    # when the wait ends.  6,000 of them (60 s or more) only guard against a hang.
     started.set()
-    if not interrupted.wait(60):
-        raise RuntimeError("no Ctrl-C reached the main thread")
+    for _ in range(6000):
+        if interrupted.wait(0.01):
+            return
+    raise RuntimeError("no Ctrl-C reached the main thread")
 """
 
 CTRL_C_REDUCE = (
