@@ -10,7 +10,8 @@ timing.  Memory stays bounded: a worker holds one block's data at a time, and th
 workers shrinks to what the active manager's budget leaves room for.
 
 Ctrl-C on the calling thread stops the pass: blocks not started are dropped, blocks being
-written finish (a chunk is written whole or not at all), and KeyboardInterrupt is raised.
+written finish (a chunk is written whole or not at all), and KeyboardInterrupt is raised (by
+the loop that hands out blocks, where it waits: see _interrupt.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 
 from oocarray._compute._expr import BlockReads, Expr
 from oocarray._compute._fuse import Kernel, kernel_for
+from oocarray._compute._interrupt import DeferredInterrupt
 from oocarray._compute._progress import progress_bar
 from oocarray._compute._reduce import Reduction
 from oocarray._memory import (
@@ -237,35 +239,39 @@ def _run_pass(work: Pass, progress: bool, name: str) -> None:
     bar = _progress(len(blocks), progress, name, _bytes_read(work))
     pending: dict[int, list[Any]] = {}
     next_merge = 0
-    try:
-        with concurrent.futures.ThreadPoolExecutor(worker_count, "oocarray-compute") as pool:
-            in_flight: dict[concurrent.futures.Future[list[Any]], int] = {}
-            queue = iter(enumerate(blocks))
-            try:
-                for number, region in _take(queue, 2 * worker_count):
-                    in_flight[pool.submit(_evaluate_block, work, region, workers)] = number
-                while in_flight:
-                    done, _ = concurrent.futures.wait(
-                        in_flight, timeout=0.1, return_when=concurrent.futures.FIRST_COMPLETED
-                    )
-                    for future in done:
-                        pending[in_flight.pop(future)] = future.result()
-                        bar.update(1)
-                        for number, region in _take(queue, 1):
-                            in_flight[pool.submit(_evaluate_block, work, region, workers)] = number
-                    while next_merge in pending:
-                        for reduction, partial in zip(
-                            work.reductions, pending.pop(next_merge), strict=True
-                        ):
-                            reduction.merge(partial, blocks[next_merge])
-                        next_merge += 1
-            except BaseException:
-                for future in in_flight:
-                    future.cancel()
-                raise
-    finally:
-        bar.close()
-        workers.close()
+    # Ctrl-C is raised where the loop waits, never inside submit() (see _interrupt.py).
+    with DeferredInterrupt() as interrupt:
+        try:
+            with concurrent.futures.ThreadPoolExecutor(worker_count, "oocarray-compute") as pool:
+                in_flight: dict[concurrent.futures.Future[list[Any]], int] = {}
+                queue = iter(enumerate(blocks))
+                try:
+                    for number, region in _take(queue, 2 * worker_count):
+                        in_flight[pool.submit(_evaluate_block, work, region, workers)] = number
+                    while in_flight:
+                        interrupt.check()
+                        done, _ = concurrent.futures.wait(
+                            in_flight, timeout=0.1, return_when=concurrent.futures.FIRST_COMPLETED
+                        )
+                        for future in done:
+                            pending[in_flight.pop(future)] = future.result()
+                            bar.update(1)
+                            for number, region in _take(queue, 1):
+                                future = pool.submit(_evaluate_block, work, region, workers)
+                                in_flight[future] = number
+                        while next_merge in pending:
+                            for reduction, partial in zip(
+                                work.reductions, pending.pop(next_merge), strict=True
+                            ):
+                                reduction.merge(partial, blocks[next_merge])
+                            next_merge += 1
+                except BaseException:
+                    for future in in_flight:
+                        future.cancel()
+                    raise
+        finally:
+            bar.close()
+            workers.close()
 
 
 def _take(queue: Any, n: int) -> list[tuple[int, Region]]:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute._engine import budget_left
+from oocarray._compute._interrupt import DeferredInterrupt
 from oocarray._feed._map_blocks import results_of, run_block, thread_workspace, write_results
 from oocarray._feed._map_job import Job, Spec
 from oocarray._memory import Workspace, active_manager, system
@@ -89,10 +90,15 @@ def _run_threads(task: Callable[[int], None], todo: list[int], count: int, bar: 
     """Run ``task`` on every index with ``count`` threads, a few queued each; on an error or
     Ctrl-C, blocks not started are dropped and those running finish (chunks stay whole)."""
     queue: Iterator[int] = iter(todo)
-    with concurrent.futures.ThreadPoolExecutor(count, "oocarray-map-chunks") as pool:
+    # Ctrl-C is raised where the loop waits, never inside submit() (see _interrupt.py).
+    with (
+        DeferredInterrupt() as interrupt,
+        concurrent.futures.ThreadPoolExecutor(count, "oocarray-map-chunks") as pool,
+    ):
         in_flight = {pool.submit(task, i) for i in _take(queue, 2 * count)}
         try:
             while in_flight:
+                interrupt.check()
                 done, in_flight = concurrent.futures.wait(
                     in_flight, timeout=0.1, return_when=concurrent.futures.FIRST_COMPLETED
                 )

@@ -18,7 +18,7 @@ MiB = 2**20
 
 
 def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    text = urllib.request.urlopen(url, timeout=60).read().decode()  # 60 s: a hang guard only
     values = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -130,7 +130,7 @@ def test_any_sequence_of_spill_unspill_and_writes_keeps_the_data(
 def test_writes_from_another_thread_during_spills_are_not_lost(spill_dir: Path) -> None:
     with oc.Manager():
         b = np.zeros((16 << 20) // 8)
-        stop = threading.Event()
+        stop, writing = threading.Event(), threading.Event()
         rounds: list[int] = []
 
         def writer() -> None:
@@ -138,10 +138,12 @@ def test_writes_from_another_thread_during_spills_are_not_lost(spill_dir: Path) 
             while not stop.is_set():
                 np.add(b, 1, out=b)  # releases the GIL: runs while the main thread spills
                 k += 1
+                writing.set()
             rounds.append(k)
 
         thread = threading.Thread(target=writer)
         thread.start()
+        assert writing.wait(60)  # the writer runs (a hang guard only)
         for _ in range(5):
             time.sleep(0.01)
             oc.spill(b)

@@ -257,11 +257,11 @@ def test_one_thread_at_a_time() -> None:
     def hold() -> None:
         with ws:
             entered.set()
-            release.wait(5)
+            release.wait(60)  # a hang guard only: set once the main thread tried
 
     t = threading.Thread(target=hold)
     t.start()
-    entered.wait(5)
+    assert entered.wait(60)  # a hang guard only
     try:
         with ws:
             pass

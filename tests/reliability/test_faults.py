@@ -330,60 +330,107 @@ def test_kill_minus_nine_during_spills_leaves_no_files(tmp_path: Path) -> None:
 
 # ---- Ctrl-C ----
 
-CTRL_C_REDUCE = """
-import os, signal, threading, time, numpy as np, oocarray as oc
+# Synchronised on events, never on time: Ctrl-C is sent once the work has started, and the
+# work is held until the interrupt has reached the main thread, so it can neither finish
+# before the signal nor depend on this machine's speed.  Each child sets Python's default
+# SIGINT handler first (through its own, which also records that the signal arrived): a shell
+# starts a background job (``pytest &``, CI runners, nohup) with SIGINT ignored, and the
+# child would inherit that.
+CTRL_C_SETUP = """
+import os, signal, threading
+started, interrupted = threading.Event(), threading.Event()
+
+def on_sigint(signum, frame):
+    interrupted.set()
+    signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
+
+signal.signal(signal.SIGINT, on_sigint)
+
+def ctrl_c_once_started():
+    started.clear()
+    interrupted.clear()
+
+    def send():
+        # To the main thread, as a terminal's Ctrl-C usually lands: a wait there wakes at once
+        # (sent to the process, it may land on this thread and leave the main one asleep).
+        if started.wait(60):
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    threading.Thread(target=send, daemon=True).start()
+
+def hold():
+    # Called by the work once it runs: it waits until the interrupt reached the main thread.
+    # Short waits: a signal that lands just before a blocking wait begins is only acted on
+    # when the wait ends.  6,000 of them (60 s or more) only guard against a hang.
+    started.set()
+    for _ in range(6000):
+        if interrupted.wait(0.01):
+            return
+    raise RuntimeError("no Ctrl-C reached the main thread")
+"""
+
+CTRL_C_REDUCE = (
+    CTRL_C_SETUP
+    + """
+import numpy as np, oocarray as oc
 from oocarray._compute import _engine
 _engine.TARGET_BLOCK_BYTES = 1  # a block per chunk
 x = oc.from_numpy(np.arange(4096 * 64, dtype=np.float64).reshape(4096, 64), chunks=(16, 64))
-slow = x.map_blocks(lambda b: (time.sleep(0.01), b)[1], dtype=np.float64)
-threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
-start = time.monotonic()
+calls = []
+held = x.map_blocks(lambda b: (calls.append(1), hold(), b)[2], dtype=np.float64)
+ctrl_c_once_started()
 try:
-    slow.mean(axis=0, progress=False)
+    held.mean(axis=0, progress=False)
     print("not interrupted")
 except KeyboardInterrupt:
-    print("interrupted after", round(time.monotonic() - start - 0.5, 2))
-time.sleep(0.2)
+    print("interrupted after", len(calls), "of", len(x) // 16, "blocks")
 print("threads", [t.name for t in threading.enumerate() if t.name.startswith("oocarray-compute")])
 assert np.allclose(x.mean(axis=0, progress=False), np.arange(4096 * 64.0).reshape(4096, 64).mean(0))
 print("again ok")
 """
+)
 
 
 def test_ctrl_c_during_a_reduction(tmp_path: Path) -> None:
-    result = run_python(CTRL_C_REDUCE)
+    from oocarray._compute import _engine
+
+    result = run_python(CTRL_C_REDUCE, timeout=300)  # a hang guard only
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout.splitlines()
     assert out[0].startswith("interrupted after"), out
-    assert float(out[0].split()[-1]) < 2.0
+    # Promptly: no block starts after Ctrl-C (at most two per worker were handed out).
+    assert 1 <= int(out[0].split()[2]) <= 2 * _engine.MAX_WORKERS
     assert out[1] == "threads []"
     assert out[2] == "again ok"
 
 
-CTRL_C_FEED = """
-import os, signal, sys, threading, time, numpy as np, oocarray as oc
+CTRL_C_FEED = (
+    CTRL_C_SETUP
+    + """
+import sys, numpy as np, oocarray as oc
 path = sys.argv[1]
 data = np.arange(8192 * 16, dtype=np.float32).reshape(8192, 16)
 x = oc.create(path, data.shape, data.dtype, chunks=(256, 16))
 x[...] = data
 x = oc.open(path)
 
-def interrupted(loop):
-    threading.Timer(0.4, os.kill, (os.getpid(), signal.SIGINT)).start()
-    start = time.monotonic()
+def interrupted_after(loop):
+    ctrl_c_once_started()
+    steps = []
     try:
-        loop()
+        loop(steps)
         return "not interrupted"
     except KeyboardInterrupt:
-        return f"interrupted {time.monotonic() - start - 0.4:.2f}"
+        return f"interrupted at step {len(steps)}"
 
-def batches_loop():
+def batches_loop(steps):
     with oc.Manager("feed", max_bytes="16M"):
         for xb in oc.batches(x, batch_size=64, shuffle="chunks", seed=0, prefetch=4):
-            time.sleep(0.01)
+            steps.append(1)
+            if len(steps) == 3:  # mid-epoch, the prefetch thread running
+                hold()
 
-print("batches", interrupted(batches_loop), flush=True)
-time.sleep(0.3)
+print("batches", interrupted_after(batches_loop), flush=True)
 print("threads", [t.name for t in threading.enumerate() if t.name == "oocarray-batches"])
 total = sum(
     float(xb.sum(dtype=np.float64)) for xb in oc.batches(x, batch_size=500, shuffle=True, seed=1)
@@ -393,30 +440,79 @@ print("again", total == float(data.sum(dtype=np.float64)), flush=True)
 import torch
 from torch.utils.data import DataLoader
 ds = oc.batches(x, batch_size=64, shuffle="chunks", seed=0).torch()
-def loader_loop():
+def loader_loop(steps):
     for xb in DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork"):
-        time.sleep(0.01)
-print("loader", interrupted(loader_loop), flush=True)
+        steps.append(1)
+        if len(steps) == 3:
+            hold()
+print("loader", interrupted_after(loader_loop), flush=True)
 ds.set_epoch(1)
 loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
 rows = sum(len(xb) for xb in loader)
 print("reloaded", rows, flush=True)
 """
+)
 
 
 def test_ctrl_c_during_batches_and_a_dataloader_epoch(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     code = CTRL_C_FEED.replace("sys.argv[1]", repr(str(tmp_path / "x.zarr")))
-    result = run_python(code, timeout=120)
+    result = run_python(code, timeout=300)  # a hang guard only
     assert result.returncode == 0, result.stderr[-3000:]
     out = dict(line.split(" ", 1) for line in result.stdout.splitlines())
-    assert out["batches"].startswith("interrupted"), out
-    assert float(out["batches"].split()[1]) < 1.0
+    # The interrupt lands in the step that waits for it: no later batch is taken.
+    assert out["batches"] == "interrupted at step 3", out
     assert out["threads"] == "[]", "the prefetch thread outlived the interrupted loop"
     assert out["again"] == "True"
-    assert out["loader"].startswith("interrupted"), out
-    assert float(out["loader"].split()[1]) < 5.0
+    assert out["loader"] == "interrupted at step 3", out
     assert out["reloaded"] == "8192"
+
+
+CTRL_C_MAP_CHUNKS = (
+    CTRL_C_SETUP
+    + """
+import sys, numpy as np, oocarray as oc
+data = np.arange(200 * 4 * 16, dtype=np.float64).reshape(200 * 4, 16)
+x = oc.from_numpy(data, chunks=(4, 16))
+out = sys.argv[1]
+
+def double(block):
+    hold()
+    return block * 2
+
+ctrl_c_once_started()
+try:
+    oc.map_chunks(double, x, out=out, dtype="float64", row_shape=(16,), progress=False)
+    print("result not interrupted")
+except KeyboardInterrupt:
+    print("result interrupted")
+print("threads", [t.name for t in threading.enumerate() if t.name.startswith("oocarray-map")])
+done = sorted(int(n) for n in os.listdir(os.path.join(out, ".oocarray-map-chunks", "done")))
+print("done", len(done))
+y = oc.open(out)
+for block in range(200):
+    rows, expected = y[block * 4 : block * 4 + 4], data[block * 4 : block * 4 + 4] * 2
+    # A marked block is written; one not marked was written whole or not at all.
+    assert np.array_equal(rows, expected) or (block not in done and not rows.any()), block
+interrupted.set()  # the rest runs unheld
+y = oc.map_chunks(double, x, out=out, dtype="float64", row_shape=(16,), progress=False)
+print("resumed", np.array_equal(y[...], data * 2))
+"""
+)
+
+
+def test_ctrl_c_during_map_chunks(tmp_path: Path) -> None:
+    from oocarray._feed import _map_threads
+
+    code = CTRL_C_MAP_CHUNKS.replace("sys.argv[1]", repr(str(tmp_path / "y.zarr")))
+    result = run_python(code, timeout=300)  # a hang guard only
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert out["result"] == "interrupted", out
+    assert out["threads"] == "[]", "a worker thread outlived the interrupted run"
+    # Promptly: no block starts after Ctrl-C; those handed out (two per worker) finish whole.
+    assert 1 <= int(out["done"]) <= 2 * _map_threads.MAX_WORKERS
+    assert out["resumed"] == "True"
 
 
 # ---- fork ----

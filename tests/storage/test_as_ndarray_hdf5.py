@@ -81,8 +81,10 @@ def _places(path: Path, name: str) -> dict[int, int]:
 
 def _drop_all(x: oc.ChunkedArray) -> None:
     """Drop every resident chunk of x's chunk-backed arrays (a fill whose pages were just
-    installed is finished on the worker a moment later: until then it cannot be dropped)."""
-    for _ in range(1000):
+    installed is finished on the worker a moment later: until then it cannot be dropped).
+    The 60 s deadline is a hang guard only: under load that moment can be long."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         for stats, pages in zip(x.paging_stats(), list(x._paged._pages), strict=True):  # type: ignore[union-attr]
             if stats["resident_bytes"]:
                 pages.trim()

