@@ -94,8 +94,8 @@ SHOWN: dict[str, str | None] = {
     "print(s.size_bytes > 4 * 2**20, s.memory.ram_bytes)   # True 0: nothing held between "
     "cycles": "True 0",
     "print(z[1000:1002, :3])                          # evaluates only these rows": None,
-    "print(x.shape, x.chunks, x.codec)              # (276991, 64) (8192, 64) zstd: 2 MiB "
-    "chunks": r"\(276991, 64\) \(8192, 64\) zstd",
+    "print(x.shape, x.chunks, x.codec)              # (276991, 64) (8192, 64) zstd+crc32c: 2 "
+    "MiB chunks": r"\(276991, 64\) \(8192, 64\) zstd\+crc32c",
     "print(len(b))                                  # 98 batches per epoch": "98",
     "print(seen == len(x))                          # every row exactly once per epoch": "True",
     "print(sum(1 for _ in DataLoader(ds, batch_size=None, num_workers=2)))   # the last 8": "8",
