@@ -1,0 +1,125 @@
+"""``python -m benchmarks.ab_trees OLD NEW [--size 1G] [--rounds 3]``: the core steps of W6, W7
+and W8 for two source trees of oocarray (two checkouts, each with its extension built in
+place), in alternating fresh processes, to measure what a change costs.
+
+Each process imports the tree it is given, writes its own inputs with that tree's writers
+(so that what a writer now adds, such as a checksum, is in the reads it times), and prints one
+JSON line of timings:
+
+- W6: ``((x - m) / s).astype("f4").to_zarr(...)`` from W5's zstd array to zstd and to lz4;
+- W7: 2,000 random single rows and 500 random 256-row batches of W7's zstd array;
+- W8: one epoch of 1024-row ``shuffle="chunks"`` batches of W8's zstd array.
+
+The table gives each step's median over the rounds per tree and the median of the paired
+ratios (new / old; below 1 is faster).  Several rounds alternate the order of the trees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+_CHILD = r"""
+import json, os, sys, time
+import numpy as np
+import oocarray as oc
+from datasets import w5_data, w7_data, w8_data
+
+work, nbytes = sys.argv[1], int(sys.argv[2])
+out = {}
+w5 = os.path.join(work, "w5.zarr")
+w5_data.write_zarr(w5, w5_data.rows_for(nbytes))
+x = oc.open(w5)
+m, s = np.float32(0.5), np.float32(2.0)
+with oc.Manager("w6", max_bytes="1G"):
+    for codec in ("zstd", "lz4"):
+        t = time.perf_counter()
+        ((x - m) / s).astype("f4").to_zarr(
+            os.path.join(work, f"w6-{codec}.zarr"), codec=codec, chunks=x.chunks, progress=False
+        )
+        out[f"W6 to_zarr {codec} (s)"] = time.perf_counter() - t
+n7 = max(2048, nbytes // (4 * w7_data.COLUMNS))  # W7's 2 MiB chunks: 512 rows
+w7 = os.path.join(work, "w7.zarr")
+w7_data.write_zarr(w7, n7, 512, "zstd")
+y = oc.open(w7)
+rng = np.random.default_rng(7)
+for rows, count in ((1, 2000), (256, 500)):
+    starts = rng.integers(0, n7 - rows, count)
+    t = time.perf_counter()
+    for a in starts:
+        y[a] if rows == 1 else y[a : a + rows]
+    out[f"W7 zstd {rows}-row reads (us each)"] = (time.perf_counter() - t) / count * 1e6
+w8 = os.path.join(work, "w8.zarr")
+n8 = w8_data.rows_for(nbytes)
+w8_data.write_zarr(w8, n8)
+z = oc.open(w8)
+seen = 0
+t = time.perf_counter()
+for batch in oc.batches(z, 1024, shuffle="chunks", seed=1, prefetch=4):
+    seen += len(batch)
+out["W8 epoch (s)"] = time.perf_counter() - t
+assert seen == n8
+print(json.dumps(out))
+"""
+
+
+def _run(tree: str, nbytes: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="oc-ab-") as work:
+        env = {**os.environ, "PYTHONPATH": tree}
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD, work, str(nbytes)],
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+    if done.returncode != 0:
+        raise SystemExit(f"{tree}: the run failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _size(text: str) -> int:
+    units = {"M": 1 << 20, "G": 1 << 30}
+    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("old")
+    parser.add_argument("new")
+    parser.add_argument("--size", default="1G", help="bytes of each input array (default 1G)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    nbytes = _size(args.size)
+    runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+    for r in range(args.rounds):
+        for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
+            started = time.perf_counter()
+            runs[side].append(_run(getattr(args, side), nbytes))
+            print(
+                f"round {r + 1} {side}: {time.perf_counter() - started:.0f} s, load "
+                f"{os.getloadavg()[0]:.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(f"| step ({args.size} inputs, {args.rounds} rounds) | old | new | new/old |")
+    print("|---|---|---|---|")
+    for step in runs["old"][0]:
+        old = [run[step] for run in runs["old"]]
+        new = [run[step] for run in runs["new"]]
+        paired = statistics.median(b / a for a, b in zip(old, new, strict=True))
+        print(
+            f"| {step} | {statistics.median(old):.4g} | {statistics.median(new):.4g} | "
+            f"{paired:.3f} [{min(b / a for a, b in zip(old, new, strict=True)):.2f}-"
+            f"{max(b / a for a, b in zip(old, new, strict=True)):.2f}] |"
+        )
+
+
+if __name__ == "__main__":
+    main()
