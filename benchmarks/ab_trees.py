@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from oocarray._memory._units import parse_size
+
 _CHILD = r"""
 import json, os, sys, time
 import numpy as np
@@ -84,11 +86,6 @@ def _run(tree: str, nbytes: int) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _size(text: str) -> int:
-    units = {"M": 1 << 20, "G": 1 << 30}
-    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].upper() in units else int(text)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("old")
@@ -96,7 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", default="1G", help="bytes of each input array (default 1G)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    nbytes = _size(args.size)
+    nbytes = parse_size(args.size, "--size")
+    assert nbytes is not None
     runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     for r in range(args.rounds):
         for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
