@@ -12,18 +12,21 @@ import numpy as np
 import zarr
 import zarr.codecs
 
+from oocarray._memory import config
+
 __all__ = ["CODECS", "create_zarr", "unstable_dtypes_known"]
 
 
-def _compressors(codec: str, itemsize: int) -> Any:
+def _compressors(codec: str, itemsize: int) -> tuple[Any, ...]:
     """The bytes-to-bytes codecs of ``codec``, each chain ending with zarr's crc32c codec (a
     CRC-32C of the stored bytes, after them), which every zarr reader checks: a damaged chunk
-    is an error, never wrong data.  For zstd too: its own frame checksum (XXH64 of the decoded
-    bytes) cost as much to write and over twice as much to check per chunk here, and covers
-    only reads that decode a frame to its end, where the CRC-32C of the stored bytes is checked
-    whenever they are read."""
+    is an error, never wrong data (unless ``oc.configure(checksum=False)``).  For zstd too: its
+    own frame checksum (XXH64 of the decoded bytes) cost as much to write and over twice as
+    much to check per chunk here, and covers only reads that decode a frame to its end, where
+    the CRC-32C of the stored bytes is checked whenever they are read."""
+    checksum = (zarr.codecs.Crc32cCodec(),) if config().checksum else ()
     if codec == "zstd":
-        return (zarr.codecs.ZstdCodec(level=3), zarr.codecs.Crc32cCodec())
+        return (zarr.codecs.ZstdCodec(level=3), *checksum)
     if codec in ("lz4", "blosc"):
         blosc = zarr.codecs.BloscCodec(
             cname="lz4" if codec == "lz4" else "zstd",
@@ -31,11 +34,11 @@ def _compressors(codec: str, itemsize: int) -> Any:
             shuffle="shuffle",
             typesize=itemsize,
         )
-        return (blosc, zarr.codecs.Crc32cCodec())
+        return (blosc, *checksum)
     if codec == "gzip":
-        return (zarr.codecs.GzipCodec(level=5), zarr.codecs.Crc32cCodec())
+        return (zarr.codecs.GzipCodec(level=5), *checksum)
     if codec == "none":
-        return zarr.codecs.Crc32cCodec()
+        return checksum
     raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
 
 

@@ -9,6 +9,7 @@ part)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -337,3 +338,38 @@ def test_the_native_reader_checks_what_the_pager_fills(tmp_path: Path) -> None:
                 assert failure is None and np.array_equal(dest, values[64:128].ravel())
     finally:
         fd.close()
+
+
+@pytest.mark.parametrize("codec", OC_CODECS)
+def test_configure_checksum_false_writes_chains_without_the_crc(tmp_path: Path, codec: str) -> None:
+    """``oc.configure(checksum=False)`` (or ``OOCARRAY_CHECKSUM=0``) leaves the crc32c codec out
+    of the arrays created meanwhile; they read as before, and arrays created before keep it."""
+    values = np.random.default_rng(9).standard_normal((1024, 16)).astype(np.float32)
+    previous = oc.config().checksum
+    oc.configure(checksum=False)
+    try:
+        x = oc.create(
+            tmp_path / "plain.zarr", values.shape, values.dtype, chunks=(128, 16), codec=codec
+        )
+    finally:
+        oc.configure(checksum=previous)
+    x[...] = values
+    codecs = zarr.open_array(tmp_path / "plain.zarr").metadata.codecs
+    assert not any(isinstance(c, zc.Crc32cCodec) for c in codecs)
+    assert "crc32c" not in oc.open(tmp_path / "plain.zarr").codec
+    assert np.array_equal(zarr.open_array(tmp_path / "plain.zarr")[...], values)
+    assert np.array_equal(oc.open(tmp_path / "plain.zarr")[...], values)
+    checked = oc.create(tmp_path / "checked.zarr", (8,), "f4", codec=codec)
+    assert checked.codec.endswith("crc32c")
+
+
+def test_checksum_setting_is_validated_and_read_from_the_environment() -> None:
+    with pytest.raises(TypeError, match="checksum must be True or False"):
+        oc.configure(checksum="no")
+    code = "import oocarray as oc; print(oc.config().checksum)"
+    for value, expected in (("0", "False"), ("1", "True")):
+        env = {**os.environ, "OOCARRAY_CHECKSUM": value, "PYTHONPATH": ROOT}
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
+        )
+        assert done.stdout.strip() == expected, done.stderr
