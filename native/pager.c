@@ -882,6 +882,9 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     int unprotect = 0;
     free(bad);
     if (rc != 0) {
+        /* counted before the poison wakes the faulting thread: its SIGBUS, raised again by a
+         * faulthandler installed over the pager's handler, is recognised by this count */
+        atomic_fetch_add(&pg_failures_seen, 1);
         /* poisoned while still U_FILLING (an access meanwhile is retried: pg_fault_touch), so
          * that no unit is poisoned after oc_pager_drop_failed has made it empty; the pages
          * installed already (install_good) are kept */
@@ -907,7 +910,6 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     pthread_mutex_unlock(&pg_lock);
     if (rc != 0) {
         atomic_fetch_add(&a->failures, 1);
-        atomic_fetch_add(&pg_failures_seen, 1);
         fprintf(stderr,
                 "oocarray: a chunk-backed array cannot fill bytes %zu-%zu: %s; %s\n",
                 u * a->unit_bytes, u * a->unit_bytes + len, err,
