@@ -290,20 +290,12 @@ GUARDED = [b for b in PYTHON if 'if __name__ == "__main__":' in b.code]
 def test_readme_scripts_are_spawn_safe(block: Block, tmp_path: Path) -> None:
     # What multiprocessing's spawn (and so dask's nannies) runs in each new process.
     importer = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__mp_main__')"
-    script = tmp_path / "readme_block.py"
-    script.write_text(block.code)
-    result = subprocess.run(
-        [sys.executable, "-c", importer, script.name],
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-        check=False,
-        cwd=tmp_path,
-        env=_env(),
-    )
+    result = _run_script(block.code, tmp_path, "-c", importer)
     assert result.returncode == 0, result.stderr[-5000:]
     assert result.stdout == "", "importing the script printed: work outside the main guard"
-    made = sorted(p.name for p in tmp_path.iterdir() if p.name not in (script.name, "__pycache__"))
+    made = sorted(
+        p.name for p in tmp_path.iterdir() if p.name not in ("readme_block.py", "__pycache__")
+    )
     assert made == [], f"importing the script made {made}: work outside the main guard"
 
 

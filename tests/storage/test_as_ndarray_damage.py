@@ -44,6 +44,14 @@ def _run(code: str, *args: str, flags: tuple[str, ...] = ()) -> subprocess.Compl
     )
 
 
+def _run_ok(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Runs a child that must finish by printing CHILD OK (it caught what it had to)."""
+    result = _run(code, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "CHILD OK" in result.stdout
+    return result
+
+
 def _store(path: Path) -> Path:
     data = np.arange(ROWS * COLS, dtype=np.float64).reshape(ROWS, COLS)
     x = oc.create(path, data.shape, data.dtype, chunks=(CHUNK_ROWS, COLS), codec="zstd")
@@ -132,9 +140,7 @@ def test_the_touching_thread_gets_corrupt_chunk_error_and_the_process_lives(
 ) -> None:
     store = _store(tmp_path / "a.zarr")
     _damage(store, how)
-    result = _run(_CHILD, str(store), mode)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "CHILD OK" in result.stdout
+    result = _run_ok(_CHILD, str(store), mode)
     reason = {"garbage": "cannot be decoded", "truncated": "cannot be decoded"}.get(how, "")
     assert reason in result.stdout, result.stdout
     if how == "directory":
@@ -197,9 +203,7 @@ except oc.CorruptChunkError:
 def test_a_write_into_a_damaged_chunk_raises_and_nothing_of_it_is_stored(tmp_path: Path) -> None:
     store = _store(tmp_path / "a.zarr")
     _damage(store, "garbage")
-    result = _run(_WRITE_CHILD, str(store))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "CHILD OK" in result.stdout
+    _run_ok(_WRITE_CHILD, str(store))
 
 
 _OPERATOR_CHILD = """
@@ -246,9 +250,7 @@ def test_operators_raise_at_the_next_call_and_their_results_hold_nan(tmp_path: P
     plausible value."""
     store = _store(tmp_path / "a.zarr")
     _damage(store, "truncated")
-    result = _run(_OPERATOR_CHILD, str(store))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "CHILD OK" in result.stdout
+    _run_ok(_OPERATOR_CHILD, str(store))
 
 
 # ---- signals: threads with no Python state, faulthandler, a user's handler ----
@@ -384,9 +386,7 @@ with oc.Manager(spill="zarr"):
 def test_compressed_spill_that_cannot_be_read_raises_in_the_touching_thread(
     tmp_path: Path,
 ) -> None:
-    result = _run(_SPILL_CHILD, str(tmp_path))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "CHILD OK" in result.stdout
+    _run_ok(_SPILL_CHILD, str(tmp_path))
 
 
 # ---- a large chunk: many pages, every access pattern, two threads at once ----
@@ -446,6 +446,4 @@ def test_a_large_damaged_chunk_raises_for_every_access_pattern_and_thread(tmp_pa
     x[...] = data
     chunk = tmp_path / "a.zarr" / "c" / "3" / "0"
     chunk.write_bytes(chunk.read_bytes()[:100])
-    result = _run(_LARGE_CHILD, str(tmp_path / "a.zarr"))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "CHILD OK" in result.stdout
+    _run_ok(_LARGE_CHILD, str(tmp_path / "a.zarr"))
