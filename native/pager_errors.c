@@ -313,11 +313,14 @@ static void on_bus(int sig, siginfo_t *info, void *context)
         return;
     }
     if (ts == NULL || install_err != 0) {
+        /* the reason again, here: the fill thread's own report may come after this thread
+         * has ended the process */
         say(ts == NULL ? "oocarray: a thread with no Python state touched a chunk-backed "
-                         "array's unit that cannot be filled (see above); nothing can raise "
-                         "there: SIGBUS\n"
+                         "array's unit that cannot be filled ("
                        : "oocarray: no placeholder page could be installed over a chunk-backed "
-                         "array's unit that cannot be filled: SIGBUS\n");
+                         "array's unit that cannot be filled (");
+        say(msg);
+        say(ts == NULL ? "); nothing can raise there: SIGBUS\n" : "): SIGBUS\n");
         pass_on(sig, info, context);
         errno = saved_errno;
         return;
