@@ -22,7 +22,7 @@ digested per column (SHA-256 of the float32 output and its float64 sum), and the
 PCA over the same row batches as the children.
 
 Workloads, each in a fresh child process put in a new memory cgroup of ``--limit`` (cgroup v1
-``memory.limit_in_bytes`` or v2 ``memory.max``, by :func:`benchmarks.w4_hard.memory_cgroup`;
+``memory.limit_in_bytes`` or v2 ``memory.max``, by :func:`testkit.cgroup.memory_cgroup`;
 page cache counted).  Side ``oc``: ``a = oc.open(store).as_ndarray()`` inside ``with
 oc.Manager(max_bytes=budget, spill=spill)``; side ``numpy`` (the peer): ``a =
 np.load(npy, mmap_mode="r")``, no manager.  Then the same plain NumPy/SciPy code on ``a``:
@@ -75,7 +75,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._timing import Result, Table, TextRow, format_mib, format_seconds
-from benchmarks.w4_hard import CgroupUnavailable, memory_cgroup
+from testkit.cgroup import CgroupUnavailable, memory_cgroup
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -575,10 +575,9 @@ def run_limited(
     python.append(str(percentile_columns))
     timed_out = False
     with memory_cgroup(limit_bytes) as group:
-        shell = 'echo $$ > "$0" && exec "$@"'
         start = time.perf_counter()
         proc = subprocess.Popen(
-            ["sh", "-c", shell, group.procs, *python],
+            group.command(python),
             cwd=ROOT,
             env=child_env(data),
             stdout=subprocess.PIPE,

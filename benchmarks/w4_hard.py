@@ -32,13 +32,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +43,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks._timing import Result, Table, TextRow, format_bytes, format_mib, format_seconds
+from testkit import children
+from testkit.cgroup import CgroupUnavailable, memory_cgroup
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -55,142 +54,8 @@ ARRAY_BYTES = 32 * MiB
 COLUMNS = 64
 CHUNK_ROWS = 16384  # 4 MiB chunks of (N, 64) float32
 BATCH = 4096
-ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ("arrays", "reduce", "epoch")
 SIDES = ("numpy", "oc")
-
-
-# ---- cgroups ----
-
-
-class CgroupUnavailable(Exception):
-    """No memory cgroup can be made here; the message says why."""
-
-
-@dataclass
-class Cgroup:
-    """A memory cgroup of our own, with a hard limit."""
-
-    path: str
-    version: int
-
-    @property
-    def procs(self) -> str:
-        return os.path.join(self.path, "cgroup.procs")
-
-    def _read(self, name: str) -> str:
-        with open(os.path.join(self.path, name), encoding="ascii") as f:
-            return f.read()
-
-    def peak_bytes(self) -> int | None:
-        """The highest usage the kernel saw (page cache included), where it says."""
-        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
-        try:
-            return int(self._read(name).split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def oom_kills(self) -> int | None:
-        """How many processes the kernel killed for this cgroup's limit, where it says."""
-        name = "memory.events" if self.version == 2 else "memory.oom_control"
-        try:
-            for line in self._read(name).splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-        except (OSError, ValueError):
-            pass
-        return None
-
-
-def _own_cgroup(controller: str) -> str | None:
-    """This process's cgroup path in the v1 hierarchy of ``controller`` ("" for v2)."""
-    with open("/proc/self/cgroup", encoding="ascii") as f:
-        for line in f:
-            _, controllers, path = line.rstrip("\n").split(":", 2)
-            if controllers.split(",") == [controller] or (controller == "" and controllers == ""):
-                return path
-    return None
-
-
-def _write(path: str, value: str) -> None:
-    with open(path, "w", encoding="ascii") as f:
-        f.write(value)
-
-
-def _v2_parent() -> str:
-    path = _own_cgroup("")
-    if path is None:
-        raise CgroupUnavailable("this process is in no cgroup v2 hierarchy")
-    for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
-        parent = os.path.join(mount, path.lstrip("/"))
-        try:
-            with open(os.path.join(parent, "cgroup.controllers"), encoding="ascii") as f:
-                controllers = f.read().split()
-        except OSError:
-            continue
-        if "memory" not in controllers:
-            raise CgroupUnavailable(
-                "the memory controller is not enabled in this process's cgroup v2 "
-                f"({parent}: controllers {controllers})"
-            )
-        return parent
-    raise CgroupUnavailable("no cgroup v2 file system is mounted")
-
-
-@contextlib.contextmanager
-def memory_cgroup(limit_bytes: int) -> Iterator[Cgroup]:
-    """A new memory cgroup limited to ``limit_bytes`` (no swap), removed afterwards.
-
-    Raises :class:`CgroupUnavailable` saying why where none can be made (not root, no memory
-    controller, a read-only cgroup file system, ...).
-    """
-    if os.geteuid() != 0:
-        raise CgroupUnavailable("making a cgroup needs root")
-    name = f"oocarray-w4-hard-{os.getpid()}-{secrets.token_hex(4)}"
-    group: Cgroup | None = None
-    reasons = []
-    try:
-        parent = _v2_parent()
-        path = os.path.join(parent, name)
-        os.mkdir(path)
-        group = Cgroup(path, 2)
-        _write(os.path.join(path, "memory.max"), str(limit_bytes))
-        with contextlib.suppress(OSError):  # no swap accounting: nothing to turn off
-            _write(os.path.join(path, "memory.swap.max"), "0")
-    except (CgroupUnavailable, OSError) as error:
-        reasons.append(f"v2: {error}")
-        if group is not None:
-            with contextlib.suppress(OSError):
-                os.rmdir(group.path)
-            group = None
-        own = _own_cgroup("memory")
-        try:
-            if own is None:
-                raise CgroupUnavailable("no cgroup v1 memory hierarchy") from None
-            path = os.path.join("/sys/fs/cgroup/memory", own.lstrip("/"), name)
-            os.mkdir(path)
-            group = Cgroup(path, 1)
-            _write(os.path.join(path, "memory.limit_in_bytes"), str(limit_bytes))
-            with contextlib.suppress(OSError):
-                _write(os.path.join(path, "memory.memsw.limit_in_bytes"), str(limit_bytes))
-        except (CgroupUnavailable, OSError) as error1:
-            reasons.append(f"v1: {error1}")
-            if group is not None:
-                with contextlib.suppress(OSError):
-                    os.rmdir(group.path)
-            raise CgroupUnavailable("; ".join(reasons)) from None
-    try:
-        yield group
-    finally:
-        for _ in range(100):  # the last process may take a moment to leave
-            try:
-                os.rmdir(group.path)
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.05)
 
 
 # ---- data ----
@@ -355,24 +220,13 @@ def run_limited(
     timeout: float = 600,
 ) -> Outcome:
     """Run one child in a new memory cgroup of ``limit_bytes``.  Raises CgroupUnavailable."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OOCARRAY_")}
+    env = {"OMP_NUM_THREADS": "1"}
     if spill_dir is not None:
         env["OOCARRAY_SPILL_DIR"] = spill_dir
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env["OMP_NUM_THREADS"] = "1"
-    python = [sys.executable, "-m", "benchmarks.w4_hard", "--child", workload, side, size_or_path]
+    argv = ["-m", "benchmarks.w4_hard", "--child", workload, side, size_or_path]
     with memory_cgroup(limit_bytes) as group:
-        shell = 'echo $$ > "$0" && exec "$@"'
         start = time.perf_counter()
-        result = subprocess.run(
-            ["sh", "-c", shell, group.procs, *python],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        result = children.run(argv, env=env, timeout=timeout, wrap=group.command)
         seconds = time.perf_counter() - start
         peak, kills = group.peak_bytes(), group.oom_kills()
     killed = result.returncode in (-9, 137)

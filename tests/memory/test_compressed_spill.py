@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import oocarray as oc
 from oocarray import _native
 from oocarray._memory import _compressed
-from tests.memory._helpers import run_child
+from testkit.children import run_python
 
 pytestmark = pytest.mark.skipif(
     not _compressed.available()[0], reason="compressed spill needs kernel-mode userfaultfd"
@@ -274,7 +274,7 @@ def test_a_system_call_writes_into_a_spilled_array(spill_dir: Path, tmp_path: Pa
 
 
 def test_falls_back_to_mmap_with_one_warning() -> None:
-    result = run_child(
+    result = run_python(
         """
         import warnings, numpy as np, oocarray as oc
         with warnings.catch_warnings(record=True) as caught:
@@ -288,7 +288,8 @@ def test_falls_back_to_mmap_with_one_warning() -> None:
             print(oc.location(a), a[999_999])
             del a
         """,
-        {"OOCARRAY_USERFAULTFD": "0"},
+        env={"OOCARRAY_USERFAULTFD": "0"},
+        keep_settings=True,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [
@@ -302,7 +303,7 @@ def test_falls_back_to_mmap_with_one_warning() -> None:
 
 
 def test_full_disk_is_a_spill_error_not_a_crash(tiny_tmpfs: Path) -> None:
-    result = run_child(
+    result = run_python(
         """
         import errno, numpy as np, oocarray as oc
         with oc.Manager(spill="zarr") as m:
@@ -321,7 +322,8 @@ def test_full_disk_is_a_spill_error_not_a_crash(tiny_tmpfs: Path) -> None:
             del a, ids
         print("exited normally")
         """,
-        {"OOCARRAY_SPILL_DIR": str(tiny_tmpfs)},
+        env={"OOCARRAY_SPILL_DIR": str(tiny_tmpfs)},
+        keep_settings=True,
     )
     assert result.returncode == 0, result.stderr
     assert "spill: [ENOSPC]" in result.stdout

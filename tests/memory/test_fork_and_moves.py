@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import resource
 import socket
-import subprocess
-import sys
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
@@ -26,6 +24,7 @@ import pytest
 import oocarray as oc
 from oocarray import _native
 from oocarray._memory import _physical
+from testkit import children
 
 N = 1 << 20  # int64 elements: 8 MiB, a region
 
@@ -270,13 +269,15 @@ if __name__ == "__main__":
 def test_forkserver_and_spawn_workers(tmp_path: Path, method: str) -> None:
     script = tmp_path / "workers.py"
     script.write_text(WORKER_SCRIPT)
-    result = run_python([str(script), method], env={"OOCARRAY_SPILL_DIR": str(tmp_path)})
+    result = children.run(
+        [str(script), method], env={"OOCARRAY_SPILL_DIR": str(tmp_path)}, keep_settings=True
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 
 
 def test_the_watcher_runs_in_a_forked_child() -> None:
-    result = run_python(
+    result = children.run(
         [
             "-c",
             textwrap.dedent(
@@ -309,7 +310,8 @@ def test_the_watcher_runs_in_a_forked_child() -> None:
                 print(os.waitstatus_to_exitcode(status))
                 """
             ),
-        ]
+        ],
+        keep_settings=True,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "0"
@@ -477,9 +479,10 @@ print(oc.move_guard())
 
 @pytest.mark.parametrize("guard", ["uffd", "uffd-user", "signal"])
 def test_faulthandler_enabled_during_moves(tmp_path: Path, guard: str) -> None:
-    result = run_python(
+    result = children.run(
         ["-c", FAULTHANDLER_SCRIPT],
         env={"OOCARRAY_MOVE_GUARD": guard, "OOCARRAY_SPILL_DIR": str(tmp_path)},
+        keep_settings=True,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     if guard != "signal" and result.stdout.strip() != guard:
@@ -487,7 +490,9 @@ def test_faulthandler_enabled_during_moves(tmp_path: Path, guard: str) -> None:
 
 
 def test_move_guard_setting_is_checked() -> None:
-    result = run_python(["-c", "import oocarray"], env={"OOCARRAY_MOVE_GUARD": "bogus"})
+    result = children.run(
+        ["-c", "import oocarray"], env={"OOCARRAY_MOVE_GUARD": "bogus"}, keep_settings=True
+    )
     assert result.returncode != 0
     assert "OOCARRAY_MOVE_GUARD must be one of" in result.stderr
 
@@ -515,9 +520,10 @@ def test_user_mode_writers_wait_under_every_guard(tmp_path: Path) -> None:
     print("ok")
     """
     for guard in ("uffd", "uffd-user", "signal"):
-        result = run_python(
+        result = children.run(
             ["-c", textwrap.dedent(script)],
             env={"OOCARRAY_MOVE_GUARD": guard, "OOCARRAY_SPILL_DIR": str(tmp_path)},
+            keep_settings=True,
         )
         assert result.returncode == 0 and result.stdout.strip() == "ok", (guard, result.stderr)
 
@@ -627,19 +633,6 @@ def run_thread(target: Callable[[], None], done: threading.Event) -> AbstractCon
             assert not thread.is_alive()
 
     return running()
-
-
-def run_python(
-    args: list[str], env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def test_fork_keeps_small_arrays_on_disk_apart(spill_dir: Path) -> None:

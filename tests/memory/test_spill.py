@@ -7,9 +7,6 @@ import gc
 import os
 import signal
 import stat
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +21,7 @@ import oocarray as oc
 from oocarray import _native
 from oocarray._memory import _gc, _physical
 from oocarray._memory._units import format_bytes
+from testkit.children import run_python, start_python
 
 REGION = _native.get_large_threshold()
 
@@ -303,19 +301,8 @@ def test_max_physical_bytes_spills_down_to_the_watermark(spill_dir: Path) -> Non
         oc.configure(max_physical_bytes=None)
 
 
-def run_child(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
-
-
 def test_full_disk_is_a_spill_error_not_a_crash(tiny_tmpfs: Path) -> None:
-    result = run_child(
+    result = run_python(
         """
         import errno, numpy as np, oocarray as oc
         with oc.Manager(max_bytes="64M") as m:
@@ -332,7 +319,8 @@ def test_full_disk_is_a_spill_error_not_a_crash(tiny_tmpfs: Path) -> None:
                 print("allocate:", str(error).splitlines()[0])
         print("exited normally")
         """,
-        {"OOCARRAY_SPILL_DIR": str(tiny_tmpfs)},
+        env={"OOCARRAY_SPILL_DIR": str(tiny_tmpfs)},
+        keep_settings=True,
     )
     assert result.returncode == 0, result.stderr
     assert "spill: [ENOSPC]" in result.stdout
@@ -342,25 +330,19 @@ def test_full_disk_is_a_spill_error_not_a_crash(tiny_tmpfs: Path) -> None:
 
 
 def test_kill_minus_nine_mid_spill_leaves_no_files(tmp_path: Path) -> None:
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                """
-                import numpy as np, oocarray as oc
-                with oc.Manager():
-                    a = np.ones(64 << 20, np.uint8)
-                    print("ready", flush=True)
-                    while True:
-                        oc.spill(a)
-                        oc.unspill(a)
-                """
-            ),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OOCARRAY_SPILL_DIR": str(tmp_path)},
+    child = start_python(
+        """
+        import numpy as np, oocarray as oc
+        with oc.Manager():
+            a = np.ones(64 << 20, np.uint8)
+            print("ready", flush=True)
+            while True:
+                oc.spill(a)
+                oc.unspill(a)
+        """,
+        env={"OOCARRAY_SPILL_DIR": str(tmp_path)},
+        keep_settings=True,
+        stderr=None,
     )
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "ready"
@@ -391,7 +373,7 @@ def test_dump_and_stats_show_placement(spill_dir: Path) -> None:
 
 
 def test_full_disk_under_location_mmap_is_a_clear_memory_error(tiny_tmpfs: Path) -> None:
-    result = run_child(
+    result = run_python(
         """
         import numpy as np, oocarray as oc
         with oc.Manager("ondisk", location="mmap"):
@@ -402,7 +384,8 @@ def test_full_disk_under_location_mmap_is_a_clear_memory_error(tiny_tmpfs: Path)
                 print("allocate:", error)
         print("exited normally")
         """,
-        {"OOCARRAY_SPILL_DIR": str(tiny_tmpfs)},
+        env={"OOCARRAY_SPILL_DIR": str(tiny_tmpfs)},
+        keep_settings=True,
     )
     assert result.returncode == 0, result.stderr
     assert "cannot place 15.3 MiB on disk for manager 'ondisk'" in result.stdout

@@ -23,7 +23,7 @@ import pytest
 import oocarray as oc
 from oocarray import _native
 from oocarray._memory import _compressed
-from tests.memory._helpers import run_child
+from testkit.children import run_python
 
 MiB = 1 << 20
 # Over the budget by the units being filled at that moment: a fill is charged before room is
@@ -241,7 +241,7 @@ def test_arena_full_policies(spill_dir: Path) -> None:
     [("bypass", "zarr 2 False 0 True"), ("spill_everything", "zarr 2 True 3 True")],
 )
 def test_debug_switches(mode: str, expected: str) -> None:
-    result = run_child(
+    result = run_python(
         """
         import numpy as np, oocarray as oc
         ws = oc.Workspace("dbg", location="zarr", max_bytes="4M", on_escape="pin")
@@ -255,7 +255,8 @@ def test_debug_switches(mode: str, expected: str) -> None:
         print(oc.location(a), int(a[-1]), s.external_allocations >= 6, s.escapes,
               s.memory.peak_bytes <= 8 * 2**20)
         """,
-        {"OOCARRAY_WORKSPACES": mode},
+        env={"OOCARRAY_WORKSPACES": mode},
+        keep_settings=True,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected
@@ -335,7 +336,7 @@ def test_fork_mid_cycle_child_reads_the_arena(spill_dir: Path) -> None:
 
 
 def test_falls_back_to_mmap_with_one_warning() -> None:
-    result = run_child(
+    result = run_python(
         """
         import warnings, numpy as np, oocarray as oc
         with warnings.catch_warnings(record=True) as caught:
@@ -353,7 +354,8 @@ def test_falls_back_to_mmap_with_one_warning() -> None:
                 del a
         print(where, total, ws.stats().size_bytes > 0)
         """,
-        {"OOCARRAY_USERFAULTFD": "0"},
+        env={"OOCARRAY_USERFAULTFD": "0"},
+        keep_settings=True,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [
@@ -431,7 +433,9 @@ print("exited normally")
 def test_a_full_disk_while_encoding_is_not_a_crash(tiny_tmpfs: Path) -> None:
     if not _compressed.available()[0]:
         pytest.skip("compressed spill needs kernel-mode userfaultfd")
-    result = run_child(CHILD_ON_A_FULL_DISK, {"OOCARRAY_SPILL_DIR": str(tiny_tmpfs)})
+    result = run_python(
+        CHILD_ON_A_FULL_DISK, env={"OOCARRAY_SPILL_DIR": str(tiny_tmpfs)}, keep_settings=True
+    )
     assert result.returncode == 0, result.stderr
     lines: list[str] = result.stdout.splitlines()
     check: Callable[[str], bool] = lines.__contains__

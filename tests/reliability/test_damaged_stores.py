@@ -7,24 +7,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
-from tests.reliability._helpers import ROOT, child_env
+from testkit import children
 
 CASES = "tests/reliability/_damaged_store_cases.py"
 
 
 def test_damaged_stores_raise_documented_errors_only() -> None:
     long = os.environ.get("HYPOTHESIS_PROFILE") == "long"
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", CASES],
-        capture_output=True,
-        text=True,
+    result = children.run(
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", CASES],
         timeout=3600 if long else 300,
-        check=False,
-        cwd=ROOT,
-        env=child_env(),
     )
     tail = (result.stdout + result.stderr)[-6000:]
     assert result.returncode == 0, f"child exit status {result.returncode}:\n{tail}"

@@ -29,7 +29,8 @@ import pytest
 import zarr
 
 import oocarray as oc
-from tests.reliability._helpers import popen_python, rounds, run_python
+from testkit.children import run_python, start_python
+from tests.reliability._helpers import rounds
 
 NOISE = np.random.default_rng(7).standard_normal((4096, 512)).astype(np.float32)  # 8 MiB
 
@@ -166,7 +167,7 @@ print("exited normally")
 
 
 def test_disk_full_in_native_placement_is_an_error_never_a_crash(tiny_tmpfs: Path) -> None:
-    result = run_python(DISK_FULL_NATIVE, OOCARRAY_SPILL_DIR=str(tiny_tmpfs))
+    result = run_python(DISK_FULL_NATIVE, env={"OOCARRAY_SPILL_DIR": str(tiny_tmpfs)})
     assert result.returncode == 0, result.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
     assert lines["evict"] in ("MemoryBudgetError ENOSPC", "ok"), lines
@@ -210,7 +211,7 @@ def test_a_full_disk_is_reported_as_it_was_at_the_failure(tiny_tmpfs: Path) -> N
     """Issue 21, item 10: the message said "48.0 MiB free" (measured after the failed
     expression's temporary was freed) for a 30.5 MiB request refused by a full disk, and the
     tree said "0 B in 0 arrays" while that temporary was on disk."""
-    result = run_python(DISK_FULL_MESSAGE, OOCARRAY_SPILL_DIR=str(tiny_tmpfs))
+    result = run_python(DISK_FULL_MESSAGE, env={"OOCARRAY_SPILL_DIR": str(tiny_tmpfs)})
     assert result.returncode == 0, result.stderr[-3000:]
     budget, placed = result.stdout.strip().splitlines()
     for message in (budget, placed):
@@ -280,7 +281,7 @@ def test_kill_minus_nine_during_zarr_writes(tmp_path: Path, sharded: bool) -> No
         code = WRITE_LOOP.replace("sys.argv[1]", repr(str(path))).replace(
             'sys.argv[2] == "1"', repr(sharded)
         )
-        child = popen_python(code)
+        child = start_python(code)
         assert child.stdout is not None
         try:
             assert child.stdout.readline().strip() == "ready"
@@ -316,7 +317,7 @@ with oc.Manager("m", max_bytes="8M", spill="evict"):
 def test_kill_minus_nine_during_spills_leaves_no_files(tmp_path: Path) -> None:
     rng = random.Random(9)
     for _ in range(rounds(1, 20)):
-        child = popen_python(SPILL_LOOP, OOCARRAY_SPILL_DIR=str(tmp_path))
+        child = start_python(SPILL_LOOP, env={"OOCARRAY_SPILL_DIR": str(tmp_path)})
         assert child.stdout is not None
         try:
             assert child.stdout.readline().strip() == "ready"
@@ -568,7 +569,7 @@ print(results)
 
 def test_fork_while_managers_workspaces_and_prefetch_are_busy(tmp_path: Path) -> None:
     for _ in range(rounds(1, 10)):
-        result = run_python(FORK_BUSY, OOCARRAY_SPILL_DIR=str(tmp_path))
+        result = run_python(FORK_BUSY, env={"OOCARRAY_SPILL_DIR": str(tmp_path)})
         assert result.returncode == 0, result.stderr[-3000:]
         assert result.stdout.strip().splitlines()[-1] == str(
             {"child": 0, "epoch": True, "parked": True}

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import w4_hard
+from testkit import cgroup
 from tests.reliability._helpers import LONG
 
 MiB = 1 << 20
@@ -26,11 +27,9 @@ TIMEOUT = 600 if LONG else 120
 @pytest.fixture(scope="module")
 def cgroups() -> None:
     """Skip the module where no memory cgroup can be made."""
-    try:
-        with w4_hard.memory_cgroup(w4_hard.LIMIT):
-            pass
-    except w4_hard.CgroupUnavailable as error:
-        pytest.skip(f"no memory cgroup here: {error}")
+    why = cgroup.unavailable(w4_hard.LIMIT)
+    if why is not None:
+        pytest.skip(f"no memory cgroup here: {why}")
 
 
 @pytest.fixture(scope="module")

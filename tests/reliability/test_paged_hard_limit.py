@@ -31,6 +31,7 @@ import pytest
 
 from benchmarks import w11_hard
 from oocarray._storage._paged import paging_available
+from testkit import cgroup
 from tests.reliability._helpers import LONG
 
 MiB = 1 << 20
@@ -50,11 +51,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> w11_hard.Data:
     ok, why = paging_available()
     if not ok:
         pytest.skip(f"no chunk-backed ndarrays here: {why}")
-    try:
-        with w11_hard.memory_cgroup(LIMIT):
-            pass
-    except w11_hard.CgroupUnavailable as error:
-        pytest.skip(f"no memory cgroup here: {error}")
+    why = cgroup.unavailable(LIMIT)
+    if why is not None:
+        pytest.skip(f"no memory cgroup here: {why}")
     data, _ = w11_hard.make_data(str(tmp_path_factory.mktemp("w11-hard")), STORE_BYTES)
     w11_hard.run_reference(data, timeout=TIMEOUT)
     return data

@@ -14,16 +14,14 @@ where userfaultfd is unavailable (``as_ndarray`` of a zstd array needs it)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks import w4_hard
 from oocarray._storage._paged import paging_available
-from tests.reliability._helpers import ROOT, child_env, run_python
+from testkit import cgroup
+from testkit.children import run_python
 
 pytestmark = pytest.mark.no_sanitizer  # a cgroup limit: a sanitizer's runtime needs more
 
@@ -112,11 +110,9 @@ def paging() -> None:
 def baseline(paging: None) -> int:
     """Resident memory after the imports, in a child of its own; skips where no memory
     cgroup can be made."""
-    try:
-        with w4_hard.memory_cgroup(1 << 30):
-            pass
-    except w4_hard.CgroupUnavailable as error:
-        pytest.skip(f"no memory cgroup here: {error}")
+    why = cgroup.unavailable(1 << 30)
+    if why is not None:
+        pytest.skip(f"no memory cgroup here: {why}")
     result = run_python(
         IMPORTS
         + """
@@ -149,10 +145,8 @@ def test_each_step_of_the_readme_pipeline_gives_its_memory_back(
     paging: None, tmp_path: Path
 ) -> None:
     """Without a cgroup (any user): resident memory after and during each step."""
-    python = [sys.executable, "-c", PIPELINE, str(BUDGET), str(DATA), str(tmp_path)]
-    env = child_env(OMP_NUM_THREADS="1")
-    result = subprocess.run(
-        python, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    result = run_python(
+        PIPELINE, str(BUDGET), str(DATA), str(tmp_path), env={"OMP_NUM_THREADS": "1"}, timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
     _check(json.loads(result.stdout.strip().splitlines()[-1]))
@@ -161,17 +155,15 @@ def test_each_step_of_the_readme_pipeline_gives_its_memory_back(
 def test_the_readme_pipeline_is_not_killed_under_its_budget(baseline: int, tmp_path: Path) -> None:
     """In a cgroup of baseline + budget + LIMIT_SLACK: not OOM-killed, and within bounds."""
     limit = baseline + BUDGET + LIMIT_SLACK
-    shell = 'echo $$ > "$0" && exec "$@"'
-    python = [sys.executable, "-c", PIPELINE, str(BUDGET), str(DATA), str(tmp_path)]
-    with w4_hard.memory_cgroup(limit) as group:
-        result = subprocess.run(
-            ["sh", "-c", shell, group.procs, *python],
-            cwd=ROOT,
-            env=child_env(OMP_NUM_THREADS="1"),
-            capture_output=True,
-            text=True,
+    with cgroup.memory_cgroup(limit) as group:
+        result = run_python(
+            PIPELINE,
+            str(BUDGET),
+            str(DATA),
+            str(tmp_path),
+            env={"OMP_NUM_THREADS": "1"},
             timeout=300,
-            check=False,
+            wrap=group.command,
         )
         kills = group.oom_kills()
     assert result.returncode == 0, (

@@ -34,7 +34,7 @@ import zarr
 
 import oocarray as oc
 from oocarray._memory import _spill_files
-from tests.reliability._helpers import run_python
+from testkit.children import run_python
 
 
 def _mode(path: str | Path) -> int:
@@ -74,7 +74,7 @@ with oc.Manager("m", max_bytes="1M"):
 
 
 def test_spill_heap_and_arena_files_are_private_and_nameless(tmp_path: Path) -> None:
-    result = run_python(PLACED_FILES, OOCARRAY_SPILL_DIR=str(tmp_path))
+    result = run_python(PLACED_FILES, env={"OOCARRAY_SPILL_DIR": str(tmp_path)})
     assert result.returncode == 0, result.stderr[-3000:]
     seen = eval(result.stdout.strip().splitlines()[-1])  # our own child's repr
     assert seen["base"] == "0o700"

@@ -13,7 +13,9 @@ import os
 
 import pytest
 
-from ._helpers import rounds, run_python
+from testkit.children import run_python
+
+from ._helpers import rounds
 
 RSS_GROWTH_LIMIT = 1 << 20
 

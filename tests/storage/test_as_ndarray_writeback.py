@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 import oocarray as oc
 from oocarray._storage._paged import paging_available
 from oocarray._storage._zarr import _new_file_mode
-from tests.reliability._helpers import popen_python, rounds
+from testkit.children import start_python
+from tests.reliability._helpers import rounds
 
 pytestmark = pytest.mark.skipif(
     not paging_available()[0], reason=f"no chunk-backed ndarrays here: {paging_available()[1]}"
@@ -283,7 +284,7 @@ def test_kill_minus_nine_during_eviction_write_back_leaves_whole_chunks(tmp_path
         path = tmp_path / f"k{i}.zarr"
         x = oc.create(path, (4096, COLS), np.int64, chunks=(128, COLS), codec="zstd")
         x[...] = np.arange(4096 * COLS).reshape(4096, COLS)
-        child = popen_python(KILL_LOOP.replace("PATH", repr(str(path))))
+        child = start_python(KILL_LOOP.replace("PATH", repr(str(path))))
         assert child.stdout is not None
         try:
             assert child.stdout.readline().strip() == "ready"
