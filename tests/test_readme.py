@@ -30,15 +30,15 @@ imports it (``__mp_main__``): that must neither write a file nor print anything.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from testkit import children
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -160,24 +160,11 @@ PYTHON = [b for b in BLOCKS if b.lang == "python"]
 SHELL = [b for b in BLOCKS if b.lang == "sh"]
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OOCARRAY_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
 def _run_script(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` as a script file in ``cwd`` (``args`` go to the interpreter first)."""
     script = cwd / "readme_block.py"
     script.write_text(code)
-    return subprocess.run(
-        [sys.executable, *args, script.name],
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-        check=False,
-        cwd=cwd,
-        env=_env(),
-    )
+    return children.run([*args, script.name], cwd=cwd, timeout=HANG_GUARD_S)
 
 
 def _size(text: str) -> float:
@@ -332,14 +319,6 @@ def test_readme_cli_command_runs(args: list[str], tmp_path: Path) -> None:
     source = args[1]  # what the command reads; convert's second name is what it writes
     assert source in CLI_INPUTS, f"make a small {source} for the README's command {args}"
     _make_input(source, tmp_path)
-    result = subprocess.run(
-        [sys.executable, "-m", "oocarray", *args],
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-        check=False,
-        cwd=tmp_path,
-        env=_env(),
-    )
+    result = children.run(["-m", "oocarray", *args], cwd=tmp_path, timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip(), "the command printed nothing"

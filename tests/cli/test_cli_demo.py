@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from testkit import children
 from tests.cli._helpers import Result
 
 MIB = 1 << 20
@@ -61,12 +60,8 @@ def test_demo_refuses_what_it_cannot_run_in_one_line(
 
 def test_demo_end_to_end_peaks_below_its_budget() -> None:
     budget_mib = 64
-    result = subprocess.run(
-        [sys.executable, "-m", "oocarray", "demo", "--size", "16M", "--max-ram", "64M"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    result = children.run(
+        ["-m", "oocarray", "demo", "--size", "16M", "--max-ram", "64M"], keep_settings=True
     )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr

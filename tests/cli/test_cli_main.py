@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from testkit import children
 from tests.cli._helpers import Result
 
 
@@ -52,14 +52,7 @@ def test_usage_errors_are_one_line_and_exit_2(
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "oocarray", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=cwd,
-    )
+    return children.run(["-m", "oocarray", *args], cwd=cwd, keep_settings=True)
 
 
 def test_python_dash_m_oocarray_runs_the_command_line() -> None:

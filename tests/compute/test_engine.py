@@ -4,8 +4,6 @@ test_progress.py)."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import oocarray as oc
 from oocarray._compute import _engine, _fuse
 from oocarray._compute._engine import Pass, StoreTarget, plan_blocks
 from oocarray._compute._expr import Expr, as_expr
+from testkit.children import run_python
 
 
 def test_blocks_cover_the_array_once_in_order(tmp_path: Path) -> None:
@@ -149,13 +148,7 @@ except KeyboardInterrupt:
 
 def test_ctrl_c_stops_promptly_and_leaves_whole_chunks(tmp_path: Path) -> None:
     out = tmp_path / "out.zarr"
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CTRL_C.format(out=str(out)))],
-        capture_output=True,
-        text=True,
-        timeout=300,  # a hang guard only
-        check=False,
-    )
+    result = run_python(CTRL_C.format(out=str(out)), timeout=300, keep_settings=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("interrupted after"), result.stdout + result.stderr
     # Promptly: no block is started after Ctrl-C; those already handed to the workers (at
@@ -258,8 +251,6 @@ def test_first_sharded_write_of_a_process(tmp_path: Path) -> None:
         print("ok")
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
+    result = run_python(code, keep_settings=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"

@@ -13,12 +13,13 @@ import os
 import pty
 import struct
 import subprocess
-import sys
 import termios
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from testkit import children
 
 STEPS = """
 import sys
@@ -41,14 +42,8 @@ print("finished", file=sys.stderr)
 def _run(tmp_path: Path, delay: float, progress: str = "on", **redirect: object) -> str:
     script = tmp_path / "steps.py"
     script.write_text(textwrap.dedent(STEPS))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    result = subprocess.run(
-        [sys.executable, str(script), str(delay), str(tmp_path), progress],
-        env=env,
-        text=True,
-        timeout=120,
-        check=False,
-        **redirect,  # type: ignore[call-overload]
+    result = children.run(
+        [str(script), str(delay), str(tmp_path), progress], keep_settings=True, **redirect
     )
     assert result.returncode == 0, result.stderr
     return str(result.stderr or "")
@@ -91,13 +86,12 @@ def test_a_terminal_gets_the_bar(tmp_path: Path) -> None:
     master, terminal = pty.openpty()
     # A terminal of 100 columns (a new pseudo-terminal has none, and tqdm draws to its width).
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    child = subprocess.Popen(
-        [sys.executable, str(script), "0", str(tmp_path), "on"],
+    child = children.start(
+        [str(script), "0", str(tmp_path), "on"],
+        keep_settings=True,
         stdin=terminal,
         stdout=terminal,
         stderr=terminal,
-        env=env,
     )
     os.close(terminal)
     seen = b""
@@ -127,16 +121,8 @@ def test_convert_writes_one_line_to_a_log(tmp_path: Path, args: list[str]) -> No
         "import sys; from oocarray._compute import _progress; _progress.DELAY_SECONDS = 0.0\n"
         "from oocarray._cli import main; sys.exit(main(sys.argv[1:]))"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     command = ["convert", str(tmp_path / "a.npy"), str(tmp_path / "b.h5"), "--chunks", "16,8"]
-    result = subprocess.run(
-        [sys.executable, "-c", code, *command, "--max-ram", "64M", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = children.run_python(code, *command, "--max-ram", "64M", *args, keep_settings=True)
     assert result.returncode == 0, result.stderr
     assert "\r" not in result.stderr
     expected = [] if args else ["oocarray: convert 32.0 KiB in"]

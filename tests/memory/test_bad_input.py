@@ -9,9 +9,7 @@ and the value; after a refusal nothing is counted and nothing is half-changed.
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,6 +18,7 @@ import pytest
 
 import oocarray as oc
 from oocarray import _native
+from testkit.children import run_python
 
 # ---------------------------------------------------------------- values
 
@@ -594,16 +593,7 @@ IMPORT = "import oocarray; print('imported')"
 
 
 def _import_with(variable: str, value: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OOCARRAY_")}
-    env[variable] = value
-    return subprocess.run(
-        [sys.executable, "-c", IMPORT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_python(IMPORT, env={variable: value})
 
 
 BAD_ENVIRONMENT = [

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -423,12 +421,6 @@ def test_spills_moving_into_place_while_others_write_never_hang() -> None:
     """An mremap of a registered range makes the kernel refuse write-protect changes (EAGAIN)
     until the pager's reader reads its event: the reader must not wait for them itself (it
     did, and every thread touching paged memory hung, within seconds of this loop)."""
-    result = subprocess.run(
-        [sys.executable, "-c", MREMAP_WHILE_WRITING],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_python(MREMAP_WHILE_WRITING, keep_settings=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[0, 1, 2, 3]"

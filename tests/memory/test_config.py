@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-import sys
 
 import pytest
 
 import oocarray as oc
+from testkit.children import run_python
 
 
 @pytest.mark.parametrize(
@@ -60,14 +60,7 @@ def test_bad_size_names_the_setting_value_and_example(bad: str) -> None:
 
 
 def run_import(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "import oocarray as oc; print(oc.config())"],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_python("import oocarray as oc; print(oc.config())", env=env, keep_settings=True)
 
 
 def test_environment_variables_set_the_initial_values(tmp_path: os.PathLike[str]) -> None:

@@ -7,7 +7,8 @@ location and close policy), allocates arrays explicitly and implicitly (NumPy ca
 ``realloc`` path) and writes through views.  A model records which manager node owns each live
 block, its exact byte count and where it lives (RAM, placed in a file, spilled); after every
 step every manager's ``stats()``, every array's owner, flags, location and contents, and the
-budgets are compared with it.
+budgets are compared with it.  The model (``Node``, ``Block``) is ``testkit/model.py``, shared
+with the system machine of ``tests/reliability/test_system_machine.py``.
 
 How the model follows the code (``oocarray/_manager.py``, ``native/``):
 
@@ -34,13 +35,8 @@ How the model follows the code (``oocarray/_manager.py``, ``native/``):
 
 from __future__ import annotations
 
-import functools
 import gc
-import mmap
-import subprocess
-import sys
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -52,8 +48,21 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import oocarray as oc
 from oocarray import _native
 from oocarray._memory import _manager
+from testkit.children import run_python
+from testkit.model import (
+    MANAGER_ERRORS,
+    PAGE,
+    Block,
+    Failure,
+    Node,
+    all_bytes,
+    apply_chain,
+    attempt_catching,
+    block_bytes,
+    checked,
+    unmanaged,
+)
 
-PAGE = mmap.PAGESIZE
 STRUCT = np.dtype([("a", "<i4"), ("b", "<f8")])
 DTYPES = [np.dtype(c) for c in ("i1", "u2", "i4", "i8", "f4", "f8", "c8", "?", "U3")] + [STRUCT]
 NUMERIC = [d for d in DTYPES if d.kind in "iufc"]
@@ -73,32 +82,7 @@ shapes = st.one_of(
     st.sampled_from([(40_000,), (300, 150), (70_000,), (1100,)]),
 )
 picks = st.integers(0, 1 << 16)
-
-Failure = tuple[type[BaseException], str]
-
-
-def attempt(call: Any, *args: Any, **kwargs: Any) -> tuple[Any, Failure | None]:
-    """``(call(*args, **kwargs), None)``, or ``(None, (class, message))`` for the errors
-    oocarray raises.  The exception is not kept: its frames would keep arrays alive, and the
-    model counts on memory being released as soon as the last reference goes."""
-    try:
-        return call(*args, **kwargs), None
-    except (oc.ClosedError, MemoryError, oc.ScopeLeakError) as error:
-        return None, (type(error), str(error))
-
-
-def unmanaged_copy(arr: np.ndarray) -> np.ndarray:
-    """A copy made by NumPy's own allocator, also while a manager is active."""
-    previous = _native.set_handler(None)
-    try:
-        return np.array(arr, order="K", copy=True)
-    finally:
-        _native.set_handler(previous)
-
-
-def block_bytes(nbytes: int) -> int:
-    """What the handler counts for an array of ``nbytes``: NumPy asks for 1 byte at least."""
-    return max(nbytes, 1)
+attempt = attempt_catching(MANAGER_ERRORS)
 
 
 def value_for(dtype: np.dtype, k: int) -> Any:
@@ -109,20 +93,6 @@ def value_for(dtype: np.dtype, k: int) -> Any:
     if dtype.kind == "b":
         return k % 2 == 0
     return dtype.type(k)
-
-
-def all_bytes(arr: np.ndarray) -> np.ndarray:
-    """The bytes of the whole allocation under ``arr`` (an array or a view of it), in memory
-    order, as a uint8 view."""
-    while not arr.flags.owndata:
-        arr = arr.base
-    return arr.reshape(-1, order="A").view(np.uint8)
-
-
-def apply_chain(arr: np.ndarray, chain: tuple[Any, ...]) -> np.ndarray:
-    for op in chain:
-        arr = arr.T if op == "T" else arr[op]
-    return arr
 
 
 @st.composite
@@ -139,84 +109,6 @@ def index_for(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[slice, ...]:
             stop = draw(st.integers(start, n))
             idx.append(slice(start, stop, draw(st.sampled_from([1, 2, 3]))))
     return tuple(idx)
-
-
-def checked(step: Any) -> Any:
-    """Marks the machine broken while a step runs, so that a failing step is not masked by
-    the end-of-run checks in ``teardown``."""
-
-    @functools.wraps(step)
-    def run(self: ManagerMachine, *args: Any, **kwargs: Any) -> None:
-        self.broken = True
-        step(self, *args, **kwargs)
-        self.broken = False
-
-    return run
-
-
-@dataclass(eq=False)
-class Node:
-    """The model of one manager."""
-
-    mgr: oc.Manager
-    parent: Node | None
-    max_bytes: int | None
-    on_close: str = "keep"
-    spill: str = "mmap"
-    location: str = "ram"
-    closed: bool = False
-    children: list[Node] = field(default_factory=list)
-    # moves to disk and back counted on this node (the owner at the time of the move)
-    spills: int = 0
-    spill_moved: int = 0
-    unspills: int = 0
-    unspill_moved: int = 0
-    allocated_count: int = 0  # successful allocations in the subtree: a lower bound of totals
-    allocated_bytes: int = 0
-    model_peak: int = 0  # highest modelled RAM: a lower bound of peak_bytes
-    over_allowance: int = 0  # RAM allowed above max_bytes after it was lowered below use
-    last_total: tuple[int, int] = (0, 0)
-
-    def __repr__(self) -> str:
-        return f"Node({self.mgr.name})"
-
-    def ancestors(self) -> list[Node]:
-        out, p = [], self
-        while p is not None:
-            out.append(p)
-            p = p.parent
-        return out
-
-    def is_under(self, other: Node) -> bool:
-        return other in self.ancestors()
-
-    def open_owner(self) -> Node:
-        p = self
-        while p.closed:
-            assert p.parent is not None
-            p = p.parent
-        return p
-
-    def subtree(self) -> list[Node]:
-        return [self, *(d for c in self.children for d in c.subtree())]
-
-
-@dataclass(eq=False)
-class Block:
-    """The model of one live allocation: the arrays that hold it and what it must contain."""
-
-    holders: list[list[Any]]  # [array, view chain]: lists, so the gc finds the arrays
-    expected: np.ndarray  # a copy made outside any manager, laid out like the original array
-    owner: Node
-    size: int
-    place: str = "ram"  # "ram", "mapped" (in a file from the start) or "spilled"
-    region: bool = False  # a page-aligned mapping, not a malloc block
-    seq: int = 0  # position in the registry of regions: the eviction order
-    kept: bool = False
-    alloc_id: int = 0
-
-    def __repr__(self) -> str:
-        return f"Block({self.expected.shape}, {self.expected.dtype}, {self.size} B, {self.place})"
 
 
 class ManagerMachine(RuleBasedStateMachine):
@@ -257,7 +149,7 @@ class ManagerMachine(RuleBasedStateMachine):
         return f"{prefix}{self.next_seq()}"
 
     def add_node(self, mgr: oc.Manager, parent: Node, **policy: Any) -> Node:
-        node = Node(mgr, parent, mgr.max_bytes, **policy)
+        node = Node(mgr, parent, max_bytes=mgr.max_bytes, **policy)
         parent.children.append(node)
         self.nodes.append(node)
         return node
@@ -266,7 +158,7 @@ class ManagerMachine(RuleBasedStateMachine):
         info = _native.block_info(arr)
         assert info is not None, "a managed allocation returned an unmanaged array"
         size = block_bytes(arr.nbytes)
-        block = Block([[arr, ()]], unmanaged_copy(arr), owner, size)
+        block = Block([[arr, ()]], unmanaged(arr), owner, size)
         assert _native.block_info(block.expected) is None  # the copy must not be managed
         block.alloc_id = info[1]
         block.place = self.place_of(info) if place is None else place
@@ -383,7 +275,7 @@ class ManagerMachine(RuleBasedStateMachine):
         assert sysmgr.max_bytes is None, "the machine assumes no budget on the System manager"
         s = sysmgr.stats()
         self.system_baseline = (s.current_bytes, s.current_count, s.ram_bytes)
-        self.system = Node(sysmgr, None, None)
+        self.system = Node(sysmgr, None, kind="system")
         name = self.new_name("top")
         top = oc.Manager(name, parent=sysmgr, max_bytes=max_bytes, on_close=on_close, spill=spill)
         self.top = self.add_node(top, self.system, on_close=on_close, spill=spill)
@@ -828,7 +720,7 @@ class ManagerMachine(RuleBasedStateMachine):
         if block.owner is node and arr.dtype == dtype:
             assert node.mgr.asarray(arr, dtype) is arr
             return
-        expected = unmanaged_copy(arr).astype(dtype)
+        expected = unmanaged(arr).astype(dtype)
         outcome = self.expect_allocation(node, block_bytes(expected.nbytes), 0)
         before = self.totals(node)
         out, failure = attempt(node.mgr.asarray, arr, dtype)
@@ -1283,9 +1175,7 @@ print(a.sum())
 def test_leak_report_keeps_module_level_variables() -> None:
     """A ScopeLeakError raised in a script (or a notebook cell) must not delete the script's
     variables that hold the leaked arrays."""
-    done = subprocess.run(
-        [sys.executable, "-c", LEAK_AT_MODULE_LEVEL], capture_output=True, text=True, check=False
-    )
+    done = run_python(LEAK_AT_MODULE_LEVEL, keep_settings=True)
     assert "NameError" not in done.stderr, done.stderr
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0.0"

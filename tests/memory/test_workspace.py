@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +18,7 @@ import oocarray as oc
 from oocarray import _native
 from oocarray._memory import _manager
 from oocarray._memory._physical import resident_memory
+from testkit.children import run_python
 
 MiB = 1 << 20
 
@@ -347,14 +345,7 @@ def test_debug_switches(mode: str, expected: str) -> None:
         s = ws.stats()
         print(oc.location(a), f"external={s.external_allocations} escapes={s.escapes}")
         """
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "OOCARRAY_WORKSPACES": mode},
-    )
+    result = run_python(code, env={"OOCARRAY_WORKSPACES": mode}, keep_settings=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected
 

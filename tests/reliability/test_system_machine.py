@@ -69,8 +69,7 @@ import oocarray as oc
 from oocarray import _native
 from oocarray._memory import _compressed, _manager
 from oocarray._storage._paged import paging_available
-
-from ._system_model import (
+from testkit.model import (
     PAGE,
     Block,
     Failure,
@@ -81,6 +80,7 @@ from ._system_model import (
     apply_chain,
     attempt,
     block_bytes,
+    checked,
     outside_managers,
     pattern,
     unmanaged,
@@ -179,19 +179,6 @@ def drawn(**strategies: st.SearchStrategy[Any]) -> Any:
         return rule(data=st.data())(run)
 
     return decorate
-
-
-def checked(step: Any) -> Any:
-    """Marks the machine broken while a step runs, so that a failing step is not masked by
-    the end-of-run checks in ``teardown``."""
-
-    @functools.wraps(step)
-    def run(self: SystemMachine, *args: Any, **kwargs: Any) -> None:
-        self.broken = True
-        step(self, *args, **kwargs)
-        self.broken = False
-
-    return run
 
 
 def warm_up(tmp: str) -> None:

@@ -9,11 +9,7 @@ the intact chunks correctly, and exits 0."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -22,34 +18,12 @@ import pytest
 import oocarray as oc
 from oocarray._memory import _compressed
 from oocarray._storage._paged import paging_available
+from testkit.children import run_ok, run_python
 
 needs_paging = pytest.mark.skipif(
     not paging_available()[0], reason=f"no chunk-backed ndarrays here: {paging_available()[1]}"
 )
-ROOT = str(Path(__file__).resolve().parents[2])
 ROWS, COLS, CHUNK_ROWS, DAMAGED = 1024, 64, 64, 3  # float64: 32 KiB chunks, chunk 3 damaged
-
-
-def _run(code: str, *args: str, flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OOCARRAY_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, *flags, "-c", textwrap.dedent(code), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=ROOT,
-        env=env,
-    )
-
-
-def _run_ok(code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Runs a child that must finish by printing CHILD OK (it caught what it had to)."""
-    result = _run(code, *args)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "CHILD OK" in result.stdout
-    return result
 
 
 def _store(path: Path) -> Path:
@@ -140,7 +114,7 @@ def test_the_touching_thread_gets_corrupt_chunk_error_and_the_process_lives(
 ) -> None:
     store = _store(tmp_path / "a.zarr")
     _damage(store, how)
-    result = _run_ok(_CHILD, str(store), mode)
+    result = run_ok(_CHILD, str(store), mode)
     reason = {"garbage": "cannot be decoded", "truncated": "cannot be decoded"}.get(how, "")
     assert reason in result.stdout, result.stdout
     if how == "directory":
@@ -203,7 +177,7 @@ except oc.CorruptChunkError:
 def test_a_write_into_a_damaged_chunk_raises_and_nothing_of_it_is_stored(tmp_path: Path) -> None:
     store = _store(tmp_path / "a.zarr")
     _damage(store, "garbage")
-    _run_ok(_WRITE_CHILD, str(store))
+    run_ok(_WRITE_CHILD, str(store))
 
 
 _OPERATOR_CHILD = """
@@ -250,7 +224,7 @@ def test_operators_raise_at_the_next_call_and_their_results_hold_nan(tmp_path: P
     plausible value."""
     store = _store(tmp_path / "a.zarr")
     _damage(store, "truncated")
-    _run_ok(_OPERATOR_CHILD, str(store))
+    run_ok(_OPERATOR_CHILD, str(store))
 
 
 # ---- signals: threads with no Python state, faulthandler, a user's handler ----
@@ -277,7 +251,7 @@ print("NOT REACHED")
 def test_a_thread_with_no_python_state_keeps_sigbus_with_the_reason(tmp_path: Path) -> None:
     store = _store(tmp_path / "a.zarr")
     _damage(store, "truncated")
-    result = _run(_NATIVE_THREAD_CHILD, str(store))
+    result = run_python(_NATIVE_THREAD_CHILD, str(store))
     assert result.returncode == -signal.SIGBUS, result.stdout + result.stderr
     assert "intact" in result.stdout and "NOT REACHED" not in result.stdout
     assert "chunk 3" in result.stderr and "no Python state" in result.stderr
@@ -327,7 +301,7 @@ def test_other_sigbus_go_to_the_handler_before_and_faulthandler_still_reports(
     store = _store(tmp_path / "a.zarr")
     _damage(store, "truncated")
     flags = ("-X", "faulthandler") if order == "faulthandler first" else ()
-    result = _run(_SIGNALS_CHILD, str(store), order, flags=flags)
+    result = run_python(_SIGNALS_CHILD, str(store), order, flags=flags)
     out = result.stdout + result.stderr
     assert "caught" in result.stdout, out
     if order == "user handler first":
@@ -386,7 +360,7 @@ with oc.Manager(spill="zarr"):
 def test_compressed_spill_that_cannot_be_read_raises_in_the_touching_thread(
     tmp_path: Path,
 ) -> None:
-    _run_ok(_SPILL_CHILD, str(tmp_path))
+    run_ok(_SPILL_CHILD, str(tmp_path))
 
 
 # ---- a large chunk: many pages, every access pattern, two threads at once ----
@@ -446,4 +420,4 @@ def test_a_large_damaged_chunk_raises_for_every_access_pattern_and_thread(tmp_pa
     x[...] = data
     chunk = tmp_path / "a.zarr" / "c" / "3" / "0"
     chunk.write_bytes(chunk.read_bytes()[:100])
-    _run_ok(_LARGE_CHILD, str(tmp_path / "a.zarr"))
+    run_ok(_LARGE_CHILD, str(tmp_path / "a.zarr"))

@@ -9,9 +9,6 @@ part)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,11 +24,11 @@ from hypothesis import strategies as st
 import oocarray as oc
 from oocarray import _native
 from oocarray._storage._paged import paging_available
+from testkit.children import run_python
 
 needs_paging = pytest.mark.skipif(
     not paging_available()[0], reason=f"no chunk-backed ndarrays here: {paging_available()[1]}"
 )
-ROOT = str(Path(__file__).resolve().parents[2])
 
 # zarr v3 bytes-to-bytes chains (each also tried with the crc32c codec after it) and zarr v2
 # compressors: every codec oocarray reads natively.
@@ -275,9 +272,7 @@ def test_a_damaged_chunk_under_as_ndarray_never_reads_wrong(tmp_path: Path, code
         "else:\n"
         "    print('read', total, flush=True)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
+    result = run_python(code, keep_settings=True)
     assert f"first {float(values[:512].sum())}" in result.stdout, result.stderr
     assert result.returncode == 0, result.stderr
     assert not any(line.startswith("read ") for line in result.stdout.splitlines())
@@ -368,8 +363,5 @@ def test_checksum_setting_is_validated_and_read_from_the_environment() -> None:
         oc.configure(checksum="no")
     code = "import oocarray as oc; print(oc.config().checksum)"
     for value, expected in (("0", "False"), ("1", "True")):
-        env = {**os.environ, "OOCARRAY_CHECKSUM": value, "PYTHONPATH": ROOT}
-        done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
-        )
+        done = run_python(code, env={"OOCARRAY_CHECKSUM": value}, keep_settings=True)
         assert done.stdout.strip() == expected, done.stderr

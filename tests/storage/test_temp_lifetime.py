@@ -8,7 +8,6 @@ import gc
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 
 import oocarray as oc
+from testkit.children import run_python, start_python
 
 DATA = np.arange(60, dtype=np.float64).reshape(12, 5)
 
@@ -145,14 +145,9 @@ def _fail(block: np.ndarray) -> np.ndarray:
 
 
 def _run(code: str, spill_dir: Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # type: ignore[call-overload, no-any-return]
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env={**os.environ, "OOCARRAY_SPILL_DIR": str(spill_dir)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        **kwargs,
+    """``code`` in a child whose temporary arrays go to ``spill_dir``."""
+    return run_python(
+        code, env={"OOCARRAY_SPILL_DIR": str(spill_dir)}, keep_settings=True, **kwargs
     )
 
 
@@ -194,13 +189,11 @@ def test_what_a_killed_process_left_is_removed_by_the_next_one(tmp_path: Path) -
 
 def test_the_temporary_arrays_of_a_live_process_are_left_alone(tmp_path: Path) -> None:
     code = MAKE_TEMPS + "sys.stdin.read()\nprint(float(outside[...].sum()), flush=True)\n"
-    live = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env={**os.environ, "OOCARRAY_SPILL_DIR": str(tmp_path)},
+    live = start_python(
+        code,
+        env={"OOCARRAY_SPILL_DIR": str(tmp_path)},
+        keep_settings=True,
         stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
         assert live.stdout is not None

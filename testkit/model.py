@@ -1,15 +1,19 @@
-"""The model behind tests/reliability/test_system_machine.py: what every live object of the
-system state machine must contain, who owns it and how many bytes it counts.
+"""The model behind both state machines, ``tests/memory/test_state_machine.py`` (the manager
+tree) and ``tests/reliability/test_system_machine.py`` (the whole library): what every live
+object must contain, who owns it, where it lives and how many bytes it counts.
 
-Kept apart from the machine so that the machine reads as its rules.  Nothing here allocates
-under a manager: expected contents are made with NumPy's own allocator."""
+One model: a manager is a :class:`Node`, a live allocation a :class:`Block`, a chunked array on
+disk a :class:`Store`; each machine uses the fields its rules follow.  Kept apart from the
+machines so that they read as their rules.  Nothing here allocates under a manager: expected
+contents are made with NumPy's own allocator."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import mmap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,25 +26,47 @@ PAGE = mmap.PAGESIZE
 MiB = 1 << 20
 
 # What oocarray raises for an allocation that does not fit, a closed scope, a leak: the steps
-# catch only these (a bug raising anything else fails the step).
+# catch only these (a bug raising anything else fails the step).  The manager machine makes no
+# workspaces and no compressed spill: it catches the first three only.
 Failure = tuple[type[BaseException], str]
-EXPECTED_ERRORS = (
+Attempt = Callable[..., tuple[Any, Failure | None]]
+MANAGER_ERRORS: tuple[type[BaseException], ...] = (
     MemoryError,  # MemoryBudgetError, WorkspaceFullError
     oc.ClosedError,
     oc.ScopeLeakError,
-    oc.WorkspaceLeakError,
-    oc.SpillError,
 )
+EXPECTED_ERRORS = (*MANAGER_ERRORS, oc.WorkspaceLeakError, oc.SpillError)
 
 
-def attempt(call: Any, *args: Any, **kwargs: Any) -> tuple[Any, Failure | None]:
-    """``(call(...), None)`` or ``(None, (class, message))`` for oocarray's documented errors.
-    The exception object is not kept: its frames would keep arrays alive, and the model counts
-    on memory being released as soon as the last reference goes."""
-    try:
-        return call(*args, **kwargs), None
-    except EXPECTED_ERRORS as error:
-        return None, (type(error), str(error))
+def attempt_catching(errors: tuple[type[BaseException], ...]) -> Attempt:
+    """An ``attempt(call, *args, **kwargs)`` that returns ``(call(...), None)`` or
+    ``(None, (class, message))`` for ``errors``.  The exception object is not kept: its frames
+    would keep arrays alive, and the model counts on memory being released as soon as the last
+    reference goes."""
+
+    def attempt(call: Any, *args: Any, **kwargs: Any) -> tuple[Any, Failure | None]:
+        try:
+            return call(*args, **kwargs), None
+        except errors as error:
+            return None, (type(error), str(error))
+
+    return attempt
+
+
+attempt = attempt_catching(EXPECTED_ERRORS)
+
+
+def checked(step: Any) -> Any:
+    """Marks the machine (``self.broken``) broken while a step runs, so that a failing step is
+    not masked by the end-of-run checks in ``teardown``."""
+
+    @functools.wraps(step)
+    def run(self: Any, *args: Any, **kwargs: Any) -> None:
+        self.broken = True
+        step(self, *args, **kwargs)
+        self.broken = False
+
+    return run
 
 
 def unmanaged(arr: Any) -> np.ndarray:
@@ -100,8 +126,10 @@ def pattern(shape: tuple[int, ...], dtype: np.dtype, k: int) -> np.ndarray:
 
 @dataclass(eq=False)
 class Node:
-    """The model of one manager: a plain manager, a workspace or the manager of one
-    chunk-backed ndarray (``kind="paged"``)."""
+    """The model of one manager: a plain manager, a workspace, the system manager at the root,
+    or the manager of one chunk-backed ndarray (``kind="paged"``).
+
+    A closed manager stays in the tree as a ghost that keeps owning its live blocks."""
 
     mgr: oc.Manager
     parent: Node | None
@@ -117,6 +145,16 @@ class Node:
     ws_spill: str = "external"
     cycles: int = 0
     escapes: int = 0
+    # moves to disk and back counted on this node (the owner at the time of the move)
+    spills: int = 0
+    spill_moved: int = 0
+    unspills: int = 0
+    unspill_moved: int = 0
+    allocated_count: int = 0  # successful allocations in the subtree: a lower bound of totals
+    allocated_bytes: int = 0
+    model_peak: int = 0  # highest modelled RAM: a lower bound of peak_bytes
+    over_allowance: int = 0  # RAM allowed above max_bytes after it was lowered below use
+    last_total: tuple[int, int] = (0, 0)
 
     def __repr__(self) -> str:
         return f"Node({self.mgr.name}, {self.kind})"
@@ -132,8 +170,10 @@ class Node:
         return other in self.ancestors()
 
     def open_owner(self) -> Node:
+        """The nearest open manager at or above this one (the root is never closed)."""
         p = self
-        while p.closed and p.parent is not None:
+        while p.closed:
+            assert p.parent is not None, "the root of the tree was closed"
             p = p.parent
         return p
 
@@ -150,13 +190,22 @@ class Block:
     """One live allocation: the arrays that hold it (the array and views of it, each with the
     chain of view operations from the array) and what it must contain."""
 
-    holders: list[list[Any]]
-    expected: np.ndarray
+    holders: list[list[Any]]  # [array, view chain]: lists, so the gc finds the arrays
+    expected: np.ndarray  # a copy made outside any manager, laid out like the original array
     owner: Node
     size: int
+    # followed by the manager machine only
+    place: str = "ram"  # "ram", "mapped" (in a file from the start) or "spilled"
+    region: bool = False  # a page-aligned mapping, not a malloc block
+    seq: int = 0  # position in the registry of regions: the eviction order
+    kept: bool = False
+    alloc_id: int = 0
 
     def __repr__(self) -> str:
-        return f"Block({self.expected.shape}, {self.expected.dtype}, {self.size} B, {self.owner})"
+        return (
+            f"Block({self.expected.shape}, {self.expected.dtype}, {self.size} B, "
+            f"{self.place}, {self.owner})"
+        )
 
     @property
     def array(self) -> np.ndarray:
