@@ -71,6 +71,38 @@ class Format:
         return self.name
 
 
+def sample(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
+    """Half noise, half runs of zeros (chunks that compress, and chunks that do not), of any
+    number type, bool and complex included."""
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(-(2**20), 2**20, size=shape) * (rng.random(shape) < 0.5)
+    if np.dtype(dtype).kind == "c":
+        return (raw + 1j * raw[::-1]).astype(dtype)
+    if np.dtype(dtype).kind == "b":
+        return raw > 0
+    return raw.astype(dtype)
+
+
+def round_trip(x: oc.ChunkedArray) -> oc.ChunkedArray:
+    """``x`` through pickle, checked to be a new array on the same store (path, format, mode,
+    shape, chunks, location), never its data."""
+    import pickle
+
+    blob = pickle.dumps(x)
+    assert len(blob) < 1000  # the path and a few flags, never the data
+    copy = pickle.loads(blob)
+    assert isinstance(copy, oc.ChunkedArray) and copy is not x
+    assert (copy.path, copy.format, copy.readonly) == (x.path, x.format, x.readonly)
+    assert (copy.shape, copy.dtype, copy.chunks, copy.shards) == (
+        x.shape,
+        x.dtype,
+        x.chunks,
+        x.shards,
+    )
+    assert copy.location == x.location
+    return copy
+
+
 def _chunks(data_shape: tuple[int, ...], rows: int) -> tuple[int, ...]:
     return (min(rows, max(data_shape[0], 1)), *data_shape[1:])
 

@@ -32,9 +32,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # workspaces, the pager behind x.as_ndarray(), the chunk reader and writer, the compute engine.
 ASAN_TESTS = [
     "tests/memory",
-    "tests/storage/test_as_ndarray.py",
+    "tests/storage/test_store_contract.py",
+    "tests/storage/test_as_ndarray_refusals.py",
     "tests/storage/test_as_ndarray_writeback.py",
-    "tests/storage/test_as_ndarray_hdf5.py",
+    "tests/storage/test_hdf5_chunks.py",
+    "tests/storage/test_zarr_chunks.py",
     "tests/storage/test_chunk_reads.py",
     "tests/storage/test_chunk_writes.py",
     "tests/storage/test_chunk_damage.py",

@@ -426,7 +426,7 @@ def test_as_ndarray_is_the_explicit_zero_copy_view(tmp_path: Path) -> None:
         oc.open(path).as_ndarray("w")
     z = oc.create(tmp_path / "z.zarr", (4, 3), "float32", chunks=(2, 1))
     with pytest.raises(NotImplementedError, match="span every axis"):
-        z.as_ndarray()  # row chunks are paged (tests/storage/test_as_ndarray.py); these not
+        z.as_ndarray()  # row chunks are paged (tests/storage/test_store_contract.py); these not
 
 
 def test_asarray_without_copy_copies_nothing_or_raises(tmp_path: Path) -> None:
@@ -492,22 +492,3 @@ def test_codec_shows_the_whole_filter_chain(tmp_path: Path) -> None:
     x = oc.open(tmp_path / "v2.zarr")
     assert x.codec == "delta+zstd"
     assert np.array_equal(x[...], np.arange(10))
-
-
-@pytest.mark.parametrize("dataset", ["plain", "packed", None])
-def test_reading_a_closed_array_of_any_format_raises_closed_error(
-    tmp_path: Path, dataset: str | None
-) -> None:
-    if dataset is None:
-        path = tmp_path / "a.npy"
-        np.save(path, reference())
-    else:
-        path = tmp_path / "d.h5"
-        with h5py.File(path, "w") as f:
-            f["plain"] = reference()
-            f.create_dataset("packed", data=reference(), chunks=(8, 11, 5))
-    x = oc.open(path, dataset=dataset)
-    x.close()
-    for use in (lambda: x[0], lambda: x.as_ndarray(), lambda: np.asarray(x)):
-        with pytest.raises(oc.ClosedError, match="open it again"):
-            use()

@@ -1,5 +1,6 @@
 """Pickling a ChunkedArray reopens the same store by path in the receiving process; no data
-and no store state travels."""
+and no store state travels.  (Each format's round trip, in both modes, is the store contract's,
+``test_store_contract.py``.)"""
 
 from __future__ import annotations
 
@@ -12,52 +13,15 @@ import dask.array as da
 import h5py
 import numpy as np
 import pytest
-import zarr
 
 import oocarray as oc
-from oocarray.errors import ClosedError, ReadOnlyError, StoreNotFoundError
+from oocarray.errors import ClosedError, StoreNotFoundError
+from testkit.stores import round_trip
 
 DATA = np.arange(4000, dtype=np.float32).reshape(500, 8)
 
 
-def round_trip(x: oc.ChunkedArray) -> oc.ChunkedArray:
-    blob = pickle.dumps(x)
-    assert len(blob) < 1000  # the path and a few flags, never the data
-    copy = pickle.loads(blob)
-    assert isinstance(copy, oc.ChunkedArray) and copy is not x
-    assert (copy.path, copy.format, copy.readonly) == (x.path, x.format, x.readonly)
-    assert (copy.shape, copy.dtype, copy.chunks, copy.shards) == (
-        x.shape,
-        x.dtype,
-        x.chunks,
-        x.shards,
-    )
-    return copy
-
-
-def test_zarr_v3_round_trip_shares_the_store(tmp_path: Path) -> None:
-    x = oc.create(tmp_path / "x.zarr", DATA.shape, DATA.dtype, chunks=(100, 8))
-    x[...] = DATA
-    y = round_trip(x)
-    np.testing.assert_array_equal(y[...], DATA)
-    assert not y.readonly
-    y[:100] = -1.0  # "r+" stays writable, and writes reach the same chunks
-    np.testing.assert_array_equal(x[:100], -1.0)
-
-
-def test_sharded_zarr_round_trip(tmp_path: Path) -> None:
-    x = oc.create(tmp_path / "s.zarr", DATA.shape, DATA.dtype, chunks=(25, 8), shards=(100, 8))
-    x[...] = DATA
-    y = round_trip(x)
-    assert y.shards == (100, 8)
-    np.testing.assert_array_equal(y[130:170:3], DATA[130:170:3])
-
-
-def test_zarr_v2_and_an_array_in_a_group_round_trip(tmp_path: Path) -> None:
-    z = zarr.create_array(tmp_path / "v2.zarr", shape=DATA.shape, dtype=DATA.dtype,
-                          chunks=(100, 8), zarr_format=2)  # fmt: skip
-    z[...] = DATA
-    np.testing.assert_array_equal(round_trip(oc.open(tmp_path / "v2.zarr"))[...], DATA)
+def test_an_array_in_a_zarr_group_round_trips(tmp_path: Path) -> None:
     g = oc.create(tmp_path / "g.zarr", DATA.shape, DATA.dtype, dataset="a/b")
     g[...] = DATA
     oc.create(tmp_path / "g.zarr", (3,), "int8", dataset="other")  # the group holds two now
@@ -75,23 +39,6 @@ def test_hdf5_keeps_its_dataset(tmp_path: Path) -> None:
         with oc.open(path, dataset=name) as x, round_trip(x) as y:
             assert y.location == x.location
             np.testing.assert_array_equal(y[...], expected)
-
-
-def test_npy_round_trip_in_both_modes(tmp_path: Path) -> None:
-    path = tmp_path / "a.npy"
-    np.save(path, DATA)
-    for mode in ("r", "r+"):
-        y = round_trip(oc.open(path, mode=mode))
-        assert y.location == "mmap" and y.readonly == (mode == "r")
-        np.testing.assert_array_equal(y[...], DATA)
-
-
-def test_read_only_stays_read_only(tmp_path: Path) -> None:
-    oc.create(tmp_path / "x.zarr", DATA.shape, DATA.dtype)[...] = DATA
-    y = round_trip(oc.open(tmp_path / "x.zarr", mode="r"))
-    assert y.readonly
-    with pytest.raises(ReadOnlyError):
-        y[0] = 1.0
 
 
 def test_a_relative_path_travels_as_an_absolute_one(

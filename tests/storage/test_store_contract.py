@@ -32,31 +32,20 @@ import oocarray as oc
 from oocarray import _native
 from oocarray._storage._paged import paging_available
 from testkit.children import run_python
-from testkit.stores import FORMATS, Format
+from testkit.stores import FORMATS, Format, round_trip, sample
 
 PAGING, WHY_NOT = paging_available()
 DTYPES = ["float32", "int16", "uint8", "i1", "<u2", "float64", ">i4", ">f8", "complex64",
           "<c16", "bool"]  # fmt: skip
 
 
-def values(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
-    """Half noise, half runs of zeros: chunks that compress, and chunks that do not."""
-    rng = np.random.default_rng(seed)
-    raw = rng.integers(-(2**20), 2**20, size=shape) * (rng.random(shape) < 0.5)
-    if np.dtype(dtype).kind == "c":
-        return (raw + 1j * raw[::-1]).astype(dtype)
-    if np.dtype(dtype).kind == "b":
-        return raw > 0
-    return raw.astype(dtype)
-
-
 # Reads: 8 KiB chunks of float64, a fault fills several.  Writes: 32 KiB chunks, two to a fill
 # unit of 64 KiB.  Budgets: 128 KiB chunks, 4 MiB in all.
-READ = values((1024, 16), "<f8")
+READ = sample((1024, 16), "<f8")
 READ_ROWS = 64
 WRITE = np.arange(4096 * 16, dtype=np.int64).reshape(4096, 16)
 WRITE_ROWS = 256
-BIG = values((8192, 64), "<f8", seed=2)
+BIG = sample((8192, 64), "<f8", seed=2)
 BIG_ROWS = 256
 DAMAGED = 2  # the chunk the damage tests damage (the first of its shard, where sharded)
 
@@ -65,23 +54,6 @@ _shared: list[np.ndarray] = []
 
 def _check_shared(start: int) -> bool:
     return bool(np.array_equal(_shared[0][start:], READ[start:]))
-
-
-def pickled(x: oc.ChunkedArray) -> oc.ChunkedArray:
-    """``x`` through pickle: a new array on the same store, never its data."""
-    blob = pickle.dumps(x)
-    assert len(blob) < 1000  # the path and a few flags, never the data
-    copy = pickle.loads(blob)
-    assert isinstance(copy, oc.ChunkedArray) and copy is not x
-    assert (copy.path, copy.format, copy.readonly) == (x.path, x.format, x.readonly)
-    assert (copy.shape, copy.dtype, copy.chunks, copy.shards) == (
-        x.shape,
-        x.dtype,
-        x.chunks,
-        x.shards,
-    )
-    assert copy.location == x.location
-    return copy
 
 
 @pytest.fixture(params=FORMATS, ids=str)
@@ -134,7 +106,7 @@ class TestStoreContract:
         """Indexing and ``as_ndarray()`` give the data that was stored, read by the format's
         own library too; ``as_ndarray()`` is a plain read-only ndarray."""
         rows = min(rows, shape[0])
-        expected = values(shape, dtype, rows)
+        expected = sample(shape, dtype, rows)
         start = data.draw(st.integers(0, shape[0] - 1))
         stop = data.draw(st.integers(start, shape[0]))
         step = data.draw(st.integers(1, 5))
@@ -388,8 +360,9 @@ class TestStoreContract:
 
     def test_pickling_reopens_the_same_store_in_its_mode(self, fmt: Format, store: str) -> None:
         original = fmt.open(store)
-        reader = pickled(original)
+        reader = round_trip(original)
         assert reader.readonly
+        assert reader.location == ("mmap" if not fmt.paged else original.location)
         assert np.array_equal(reader[...], READ)
         assert np.array_equal(reader[130:170:3], READ[130:170:3])
         with pytest.raises(oc.ReadOnlyError):
@@ -397,7 +370,7 @@ class TestStoreContract:
         original.close()
         reader.close()  # HDF5 opens no file for writing that is open for reading
         x = fmt.open(store, mode="r+")
-        writer = pickled(x)
+        writer = round_trip(x)
         assert not writer.readonly
         writer[:100] = -1.0  # "r+" stays writable, and writes reach the same store
         writer.close()
