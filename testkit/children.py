@@ -89,7 +89,7 @@ def run(
         ``input`` feeds stdin).
     """
     command = [sys.executable, *argv]
-    return subprocess.run(  # type: ignore[call-overload, no-any-return]
+    return subprocess.run(
         command if wrap is None else wrap(command),
         timeout=timeout,
         check=False,
@@ -124,7 +124,7 @@ def start(
     """Start ``python ARGV``, its stdout and stderr pipes of text unless ``kwargs`` say
     otherwise; the caller waits for it (with a timeout) or kills it.  Keywords as for
     :func:`run`."""
-    return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+    return subprocess.Popen(
         [sys.executable, *argv], **_popen_kwargs(cwd, env, keep_settings, kwargs)
     )
 

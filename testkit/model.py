@@ -97,6 +97,7 @@ def block_bytes(nbytes: int) -> int:
 def all_bytes(arr: np.ndarray) -> np.ndarray:
     """The bytes of the whole allocation under ``arr`` (an array or a view of it)."""
     while not arr.flags.owndata:
+        assert arr.base is not None
         arr = arr.base
     return arr.reshape(-1, order="A").view(np.uint8)
 
@@ -114,7 +115,7 @@ def pattern(shape: tuple[int, ...], dtype: np.dtype, k: int) -> np.ndarray:
         n = math.prod(shape)
         values = (np.arange(n, dtype=np.int64) * 7 + k * 13) % 251 - 100
         if dtype.kind == "b":
-            return (values % 3 == 0).reshape(shape)
+            return np.asarray(values % 3 == 0).reshape(shape)
         if dtype.kind == "u":
             values = values + 100
         if dtype.kind == "c":
@@ -160,7 +161,8 @@ class Node:
         return f"Node({self.mgr.name}, {self.kind})"
 
     def ancestors(self) -> list[Node]:
-        out, p = [], self
+        out: list[Node] = []
+        p: Node | None = self
         while p is not None:
             out.append(p)
             p = p.parent
@@ -209,7 +211,8 @@ class Block:
 
     @property
     def array(self) -> np.ndarray:
-        return self.holders[0][0]
+        arr: np.ndarray = self.holders[0][0]
+        return arr
 
 
 @dataclass(eq=False)

@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 
@@ -136,7 +137,9 @@ def _zarr3(codec: str, shards: int | None = None) -> Callable[[Path, np.ndarray,
     return write
 
 
-def _zarr_sparse(zarr_format: int, codec: str = "zstd", shards: int | None = None) -> Sparse:
+def _zarr_sparse(
+    zarr_format: Literal[2, 3], codec: str = "zstd", shards: int | None = None
+) -> Sparse:
     def write(
         directory: Path, shape: tuple[int, ...], dtype: str, rows: int, fill: int, blocks: Blocks
     ) -> str:
@@ -144,7 +147,7 @@ def _zarr_sparse(zarr_format: int, codec: str = "zstd", shards: int | None = Non
         import zarr
         import zarr.codecs
 
-        compressor: object = None
+        compressor: Any = None
         if codec == "zstd":
             compressor = numcodecs.Zstd(level=1) if zarr_format == 2 else zarr.codecs.ZstdCodec()
         chunks = _chunks(shape, rows)
@@ -239,7 +242,7 @@ def _hdf5(chain: str | None) -> Callable[[Path, np.ndarray, int], str]:
                 f["a"] = data
             else:
                 chunks = _chunks(data.shape, rows)
-                f.create_dataset("a", data=data, chunks=chunks, **H5_CHAINS[chain])  # type: ignore[arg-type]
+                f.create_dataset("a", data=data, chunks=chunks, **H5_CHAINS[chain])
         return path
 
     return write
@@ -259,7 +262,7 @@ def _hdf5_sparse(chain: str) -> Sparse:
                 dtype=dtype,
                 chunks=_chunks(shape, rows),
                 fillvalue=fill,
-                **H5_CHAINS[chain],  # type: ignore[arg-type]
+                **H5_CHAINS[chain],
             )
             for start, stop, value in blocks:
                 d[start:stop] = value
@@ -302,7 +305,7 @@ def _npy(directory: Path, data: np.ndarray, rows: int) -> str:
 
 
 def _read_npy(target: str) -> np.ndarray:
-    return np.load(target)
+    return np.asarray(np.load(target))
 
 
 FORMATS: list[Format] = [
