@@ -28,8 +28,7 @@ from oocarray._memory import _config, _events, _physical, _spill_files, _tracing
 from oocarray._memory._activation import Activation, active, exit_entered, nearest_open
 from oocarray._memory._compressed import effective
 from oocarray._memory._escapes import describe_escapes
-from oocarray._memory._gc import collect_garbage_throttled
-from oocarray._memory._refusals import budget_message, note_disk_refusal, relieve_pressure
+from oocarray._memory._refusals import budget_message, collect_garbage_throttled
 from oocarray._memory._registry import manager_by_node_id, open_owner, register
 from oocarray._memory._shapes import parse_shape
 from oocarray._memory._stats import CUMULATIVE, SUMMED, MemoryStats
@@ -731,8 +730,6 @@ def system() -> Manager:
                 root = Manager.__new__(Manager)
                 root._init("System", None, None, "keep", "ram", "mmap")
                 _system = root
-                _native.set_pressure_callback(relieve_pressure)
-                _native.set_disk_refusal_callback(note_disk_refusal)
                 _config.on_change(_apply_config)
     return _system
 
