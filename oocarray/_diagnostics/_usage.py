@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from oocarray import _native
-from oocarray._memory import Manager, Workspace, _config, _manager, _spill_files, system
+from oocarray._memory import Manager, Workspace, _config, _spill_files, system
+from oocarray._memory._registry import tree_lock
 from oocarray._storage import _temp_dirs, _temporaries
 
 __all__ = [
@@ -94,7 +95,7 @@ class ManagerUsage:
 def manager_usage(manager: Manager | None = None) -> ManagerUsage:
     """The usage tree from ``manager`` down (the whole tree by default)."""
     top = system() if manager is None else manager
-    with _manager._tree_lock:
+    with tree_lock:
         prefix = "/".join(reversed(_ancestor_names(top.parent)))
         return _usage(top, prefix)
 

@@ -20,7 +20,8 @@ The path, in the order it runs (read this module top to bottom to follow it):
    with a message (:func:`budget_message`) that says which budget refused and carries the
    debug dump.  A plain out-of-memory failure of the system stays NumPy's error.
 
-Refusals raised from Python (``m.attach``, ``oc.unspill``) use :func:`budget_message` directly.
+Refusals raised from Python (``m.attach``, ``oc.unspill``) report through
+:func:`report_budget_refusal` too.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ __all__ = [
     "note_disk_refusal",
     "refusal_dump",
     "relieve_pressure",
+    "report_budget_refusal",
 ]
 
 # ---- 1. before refusing: collect garbage, throttled; snapshot the tree ----
@@ -199,6 +201,25 @@ def budget_message(
     return message
 
 
+def report_budget_refusal(
+    size: int, asked: Any, refused_id: int, limit: int, used: int, dump: str | None = None
+) -> str:
+    """Tell listeners that the budget of node ``refused_id`` refused ``size`` bytes asked of
+    ``asked``, and return the :class:`MemoryBudgetError` message (see :func:`budget_message`).
+    The error NumPy raises, ``m.attach`` and ``oc.unspill`` all report a refusal here."""
+    refused = manager_by_node_id(refused_id)
+    if _events.listeners:
+        _events.emit(
+            "budget_refusal",
+            asked,
+            requested_bytes=size,
+            refused=getattr(refused, "name", None),
+            limit_bytes=limit,
+            used_bytes=used,
+        )
+    return budget_message(size, asked, refused, limit, used, dump)
+
+
 def _describe(failure: tuple[int, ...]) -> tuple[str, str, int] | None:
     """Which error a recorded failure becomes, with its message and errno; None for a plain
     out-of-memory failure of the system, which stays NumPy's error."""
@@ -240,16 +261,7 @@ def _describe(failure: tuple[int, ...]) -> tuple[str, str, int] | None:
     dump = refusal_dump(node_id, requested, refused_id)
     if dump is None and disk is not None:
         dump = disk.dump  # the tree at the failure, not after its temporaries were freed
-    if _events.listeners:
-        _events.emit(
-            "budget_refusal",
-            asked,
-            requested_bytes=requested,
-            refused=getattr(manager_by_node_id(refused_id), "name", None),
-            limit_bytes=limit,
-            used_bytes=used,
-        )
-    message = budget_message(requested, asked, manager_by_node_id(refused_id), limit, used, dump)
+    message = report_budget_refusal(requested, asked, refused_id, limit, used, dump)
     if kind == _native.FAIL_SPILL:
         message += f"\nPlacing the array on disk instead failed too: {why}"
     return "budget", message, err
