@@ -11,12 +11,7 @@ from pathlib import Path
 import benchmarks.w11_hard
 from benchmarks.w11_hard._child import child
 from benchmarks.w11_hard._compute import compute_reference
-from benchmarks.w11_hard._data import (
-    COLUMNS,
-    WORKLOADS,
-    Data,
-    GiB,
-)
+from benchmarks.w11_hard._data import COLUMNS, WORKLOADS, Data, GiB
 from benchmarks.w11_hard._report import run_benchmark
 
 

@@ -7,12 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.w11_hard._data import (
-    COLUMNS,
-)
+from benchmarks.w11_hard._data import COLUMNS
 from benchmarks.w11_hard._runner import Outcome
-
-# ---- checks ----
 
 
 def _exact(got: Any, want: Any) -> bool:

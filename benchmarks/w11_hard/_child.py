@@ -18,12 +18,7 @@ from benchmarks.w11_hard._compute import (
     pca_fit,
     percentile_blocks,
 )
-from benchmarks.w11_hard._data import (
-    QUANTILES,
-    Data,
-)
-
-# ---- the child ----
+from benchmarks.w11_hard._data import QUANTILES, Data
 
 
 def _status_bytes(key: str) -> int:

@@ -32,9 +32,6 @@ STEPS = ("mean", "percentile", "pca", "filter")
 WORKLOADS = (*STEPS, "percentile-whole", "load")
 
 
-# ---- data ----
-
-
 @dataclass(frozen=True, slots=True)
 class Data:
     """The store, the raw copy and the reference of one size, under ``directory``."""

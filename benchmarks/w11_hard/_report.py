@@ -29,8 +29,6 @@ from benchmarks.w11_hard._data import (
 )
 from benchmarks.w11_hard._runner import Outcome, run_limited, run_reference
 
-# ---- the benchmark ----
-
 
 def _load() -> str:
     one, five, _ = os.getloadavg()

@@ -16,13 +16,7 @@ from typing import Any
 
 from benchmarks.w4_hard import memory_cgroup
 from benchmarks.w11_hard._child import proc_io
-from benchmarks.w11_hard._data import (
-    ROOT,
-    Data,
-    drop_page_cache,
-)
-
-# ---- the parent ----
+from benchmarks.w11_hard._data import ROOT, Data, drop_page_cache
 
 
 @dataclass(frozen=True, slots=True)
