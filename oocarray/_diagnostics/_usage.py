@@ -1,5 +1,6 @@
 """Reading the figures diagnostics show: the manager tree's usage, and what is on disk in the
-spill directory (resident memory is the memory layer's :class:`ResidentMemory`)."""
+spill directory (resident memory is the memory layer's
+:class:`~oocarray._memory._physical.ResidentMemory`)."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def _become_ghost(manager: Any) -> None:
     The native node is not marked closed: NumPy's handler may still point at it in
     contexts this thread cannot reach (an asyncio task, a suspended generator), and an
     allocation that arrives there must go on, under the ancestor's policies, rather than
-    fail.  ``m.empty()`` and activation check :attr:`closed` in Python."""
+    fail.  ``m.empty()`` and activation check ``Manager.closed`` in Python."""
     manager._budget_when_closed = manager.max_bytes
     manager._closed = True
     heir = nearest_open(manager)

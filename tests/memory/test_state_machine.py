@@ -9,7 +9,7 @@ block, its exact byte count and where it lives (RAM, placed in a file, spilled);
 step every manager's ``stats()``, every array's owner, flags, location and contents, and the
 budgets are compared with it.
 
-How the model follows the code (``oocarray/_manager.py``, ``native/``):
+How the model follows the code (``oocarray/_memory/``, ``native/``):
 
 * A block counts exactly the bytes NumPy asked for; NumPy asks for 1 byte for an empty array.
 * ``max_bytes`` limits RAM only.  An allocation reserves its size on every ancestor; when one
