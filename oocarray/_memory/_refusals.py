@@ -13,12 +13,19 @@ The path, in the order it runs (read this module top to bottom to follow it):
 3. **The handler returns NULL** after recording why in a thread-local
    (``_native.take_failure()`` reads and clears it), and NumPy raises its private
    ``numpy._core._exceptions._ArrayMemoryError``.
-4. **The error is built**: :func:`install` replaces that class's ``__new__`` (the one patch of
-   a NumPy private name in oocarray).  When the recorded failure matches the request it
-   returns a :class:`MemoryBudgetError`, :class:`ClosedError`, :class:`WorkspaceFullError` or
+4. **The error is built**: :func:`install` replaces that class's ``__new__``.  When the
+   recorded failure matches the request it returns a :class:`MemoryBudgetError`, :class:`ClosedError`, :class:`WorkspaceFullError` or
    :class:`SpillError` that is still an instance of NumPy's class and of ``MemoryError``,
    with a message (:func:`budget_message`) that says which budget refused and carries the
    debug dump.  A plain out-of-memory failure of the system stays NumPy's error.
+
+   This is the package's one patch of a class it does not own, and it stays one: NumPy makes
+   the error in C, by its class, after the handler has returned, so there is no hook to hand
+   it a different class and no other place to put oocarray's message.  Only
+   ``_ArrayMemoryError.__new__`` is replaced, nothing else; errors NumPy makes without a
+   matching record of the handler (the system out of memory, or made by hand) are NumPy's
+   own, unchanged.  Without the private class (a NumPy that renamed it) nothing is patched
+   and refusals stay plain ``MemoryError``.
 
 Refusals raised from Python (``m.attach``, ``oc.unspill``) report through
 :func:`report_budget_refusal` too.
@@ -339,4 +346,5 @@ def install() -> None:
                 return error
         return base_new(cls, *args)
 
+    # The patch (see the module's docstring): only __new__, only of NumPy's class itself.
     _ArrayMemoryError.__new__ = __new__  # type: ignore[method-assign]
