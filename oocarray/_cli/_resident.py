@@ -1,10 +1,11 @@
 """A sampled peak of the process's owned resident memory (anonymous + shared), overall and
 per step, for the demo; and a reset of the kernel's own peak (VmHWM).
 
-Anonymous + shared (:attr:`~oocarray._memory._physical.ResidentMemory.owned_bytes`) is the memory the process owns: NumPy
-arrays, the interpreter's heap, arenas.  File-backed pages (shared libraries, memory-mapped
-files read from the page cache) are the kernel's to drop, so VmHWM
-(:attr:`~oocarray._memory._physical.ResidentMemory.peak_bytes`), which counts them too, is the larger of the two.
+Anonymous + shared (:attr:`~oocarray._memory._physical.ResidentMemory.owned_bytes`) is the
+memory the process owns: NumPy arrays, the interpreter's heap, arenas.  File-backed pages
+(shared libraries, memory-mapped files read from the page cache) are the kernel's to drop, so
+VmHWM (:attr:`~oocarray._memory._physical.ResidentMemory.peak_bytes`), which counts them too,
+is the larger of the two.
 """
 
 from __future__ import annotations

@@ -14,10 +14,11 @@ The path, in the order it runs (read this module top to bottom to follow it):
    (``_native.take_failure()`` reads and clears it), and NumPy raises its private
    ``numpy._core._exceptions._ArrayMemoryError``.
 4. **The error is built**: :func:`install` replaces that class's ``__new__``.  When the
-   recorded failure matches the request it returns a :class:`MemoryBudgetError`, :class:`ClosedError`, :class:`WorkspaceFullError` or
-   :class:`SpillError` that is still an instance of NumPy's class and of ``MemoryError``,
-   with a message (:func:`budget_message`) that says which budget refused and carries the
-   debug dump.  A plain out-of-memory failure of the system stays NumPy's error.
+   recorded failure matches the request it returns a :class:`MemoryBudgetError`,
+   :class:`ClosedError`, :class:`WorkspaceFullError` or :class:`SpillError` that is still an
+   instance of NumPy's class and of ``MemoryError``, with a message (:func:`budget_message`)
+   that says which budget refused and carries the debug dump.  A plain out-of-memory failure
+   of the system stays NumPy's error.
 
    This is the package's one patch of a class it does not own, and it stays one: NumPy makes
    the error in C, by its class, after the handler has returned, so there is no hook to hand
