@@ -33,7 +33,7 @@ from oocarray._memory import (
     Workspace,
     WorkspaceConfig,
     WorkspaceStats,
-    _failures,
+    _refusals,
     config,
     configure,
     destroy_workspaces,
@@ -132,5 +132,5 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'oocarray' has no attribute {name!r}")
 
 
-_failures.install()
+_refusals.install()
 system()

@@ -5,10 +5,10 @@ it) of every module of ``oocarray`` inside a box for its layer, with an arrow fo
 counting imports made inside functions.  ``tests/test_layers.py`` checks that the layers only
 import downwards, that no modules import each other, and that the drawing is current.
 
-The layers, bottom to top, are the subpackages of DESIGN.md's Layout; ``errors`` and the compiled
-``_native`` sit under everything, the public ``dask`` submodule with the feed layer, the package's
-``__init__`` over everything it re-exports, and the command line (which uses the public API) on
-top.
+The layers, bottom to top, are the package's subpackages (memory, storage, compute, feed,
+diagnostics); ``errors`` and the compiled ``_native`` sit under everything, the public ``dask``
+submodule with the feed layer, the package's ``__init__`` over everything it re-exports, and
+the command line (which uses the public API) on top.
 """
 
 from __future__ import annotations

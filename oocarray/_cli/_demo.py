@@ -30,8 +30,9 @@ import oocarray as oc
 from oocarray._cli._args import Parser, UsageError, size_argument
 from oocarray._cli._demo_data import FEATURES, ROW_BYTES, DemoData
 from oocarray._cli._output import format_bytes, format_number, table
-from oocarray._cli._resident import ResidentSampler, owned_bytes, read_status, reset_peak
+from oocarray._cli._resident import ResidentSampler, reset_peak
 from oocarray._compute._progress import progress_bar
+from oocarray._memory._physical import ResidentMemory, resident_memory
 
 __all__ = ["DemoPlan", "add_parser"]
 
@@ -174,7 +175,7 @@ def _run_demo(plan: DemoPlan, workdir: str, args: argparse.Namespace) -> int:
     print(f"Data in {workdir} ({where}).\n", flush=True)
     records: list[StepRecord] = []
     peak_reset = reset_peak()
-    at_start = read_status()
+    at_start = resident_memory()
     start = time.perf_counter()
     with ResidentSampler() as sampler, oc.Manager("demo", max_bytes=budget) as demo:
 
@@ -396,7 +397,7 @@ def _report(
     records: list[StepRecord],
     total: float,
     managed_peak: int,
-    at_start: dict[str, int],
+    at_start: ResidentMemory,
     peak_reset: bool,
     resident_peak: int,
     plan: DemoPlan,
@@ -416,15 +417,15 @@ def _report(
     )
     print("5. memory      time and peaks of each step (NumPy: what the manager counted)")
     print(table(["step", "time", "NumPy peak", "resident peak"], rows, indent=15))
-    status = read_status()
-    hwm = status["VmHWM"]
+    now = resident_memory()
+    hwm = now.peak_bytes
     verdict = "below" if max(resident_peak, hwm) <= budget else "above"
     text = (
         f"Peak resident memory {format_bytes(resident_peak)} (anonymous + shared, sampled every "
-        f"20 ms) and {format_bytes(hwm)} (VmHWM, with {format_bytes(status['RssFile'])} of "
+        f"20 ms) and {format_bytes(hwm)} (VmHWM, with {format_bytes(now.file_bytes)} of "
         f"libraries and page cache{'' if peak_reset else ', since the process started'}): "
         f"{verdict} the {format_bytes(budget)} budget, while {format_bytes(plan.data.nbytes)} of "
         f"data ({plan.data.nbytes / budget:.1f}x the budget) went through. Python, NumPy, zarr "
-        f"and the libraries took {format_bytes(owned_bytes(at_start))} before the demo began."
+        f"and the libraries took {format_bytes(at_start.owned_bytes)} before the demo began."
     )
     print("\n" + textwrap.fill(text, width=96))

@@ -1,10 +1,11 @@
-"""The process's resident memory, from ``/proc/self/status``: the kernel's peak (VmHWM) and a
-sampled peak of anonymous + shared memory, overall and per step.
+"""A sampled peak of the process's owned resident memory (anonymous + shared), overall and
+per step, for the demo; and a reset of the kernel's own peak (VmHWM).
 
-Anonymous + shared (``RssAnon + RssShmem``) is the memory the process owns: NumPy arrays, the
-interpreter's heap, arenas.  File-backed pages (``RssFile``: shared libraries, memory-mapped
-files read from the page cache) are the kernel's to drop, so VmHWM, which counts them too, is
-the larger of the two.
+Anonymous + shared (:attr:`~oocarray._memory._physical.ResidentMemory.owned_bytes`) is the
+memory the process owns: NumPy arrays, the interpreter's heap, arenas.  File-backed pages
+(shared libraries, memory-mapped files read from the page cache) are the kernel's to drop, so
+VmHWM (:attr:`~oocarray._memory._physical.ResidentMemory.peak_bytes`), which counts them too,
+is the larger of the two.
 """
 
 from __future__ import annotations
@@ -13,27 +14,9 @@ import threading
 from types import TracebackType
 from typing import Self
 
-from oocarray._memory._physical import status_bytes
+from oocarray._memory._physical import resident_memory
 
-__all__ = ["ResidentSampler", "read_status", "reset_peak"]
-
-_FIELDS = ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem")
-
-
-def read_status() -> dict[str, int]:
-    """``VmHWM``, ``VmRSS``, ``RssAnon``, ``RssFile`` and ``RssShmem`` of this process in bytes
-    (0 where the system does not report one).
-
-    Examples
-    --------
-    >>> status = read_status()
-    >>> status["VmHWM"] >= status["VmRSS"] > 0
-    True
-    """
-    try:
-        return status_bytes(*_FIELDS)
-    except (OSError, ValueError, IndexError):
-        return dict.fromkeys(_FIELDS, 0)
+__all__ = ["ResidentSampler", "reset_peak"]
 
 
 def reset_peak() -> bool:
@@ -47,13 +30,8 @@ def reset_peak() -> bool:
     return True
 
 
-def owned_bytes(status: dict[str, int]) -> int:
-    """Anonymous + shared resident bytes of a :func:`read_status` result."""
-    return status["RssAnon"] + status["RssShmem"]
-
-
 class ResidentSampler:
-    """A thread sampling :func:`read_status` every ``interval`` seconds while it is entered.
+    """A thread sampling :func:`resident_memory` every ``interval`` seconds while it is entered.
 
     ``peak_bytes`` is the highest anonymous + shared resident memory seen; :meth:`step`
     starts a new step and returns the peak of the one that ended.
@@ -76,7 +54,7 @@ class ResidentSampler:
 
     def sample(self) -> None:
         """Take one sample now."""
-        now = owned_bytes(read_status())
+        now = resident_memory().owned_bytes
         with self._lock:
             self.peak_bytes = max(self.peak_bytes, now)
             self._step_peak = max(self._step_peak, now)

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Self
 
-from oocarray._diagnostics._usage import manager_usage, resident_memory, spill_usage
+from oocarray._diagnostics._usage import manager_usage, spill_usage
 from oocarray._memory import config
+from oocarray._memory._physical import resident_memory
 
 __all__ = ["MetricsServer", "serve_metrics"]
 

@@ -13,8 +13,9 @@ from types import MappingProxyType, TracebackType
 from typing import Any, Self
 
 from oocarray import _native
-from oocarray._diagnostics._usage import manager_usage, resident_memory
+from oocarray._diagnostics._usage import manager_usage
 from oocarray._memory import config, format_bytes
+from oocarray._memory._physical import resident_memory
 
 __all__ = ["MemoryMonitor", "MemoryPeak", "MemorySample"]
 

@@ -1,5 +1,6 @@
-"""Reading the figures diagnostics show: resident memory from ``/proc``, the manager tree's
-usage, and what is on disk in the spill directory."""
+"""Reading the figures diagnostics show: the manager tree's usage, and what is on disk in the
+spill directory (resident memory is the memory layer's
+:class:`~oocarray._memory._physical.ResidentMemory`)."""
 
 from __future__ import annotations
 
@@ -9,86 +10,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from oocarray import _native
-from oocarray._memory import Manager, Workspace, _config, _manager, _spill_files, system
-from oocarray._memory._physical import status_bytes
+from oocarray._memory import Manager, Workspace, _config, _spill_files, system
+from oocarray._memory._registry import tree_lock
 from oocarray._storage import _temp_dirs, _temporaries
 
 __all__ = [
     "ManagerUsage",
-    "ResidentMemory",
     "SpillUsage",
     "TemporaryUsage",
     "manager_usage",
-    "resident_memory",
     "spill_usage",
 ]
 
 _DEFAULT_NAME = re.compile(r"manager-\d+")
-
-
-@dataclass(frozen=True, slots=True)
-class ResidentMemory:
-    """The process's resident memory, as the kernel counts it (``/proc/self/status``).
-
-    Attributes
-    ----------
-    anon_bytes
-        Anonymous pages (``RssAnon``): the heap, NumPy arrays in RAM, arenas.
-    shmem_bytes
-        Shared memory (``RssShmem``): tmpfs files and shared anonymous mappings.
-    file_bytes
-        Pages of mapped files (``RssFile``): libraries, memory-mapped ``.npy`` files, arrays
-        on disk whose pages are being read.  The kernel can drop these at will.
-    peak_bytes
-        The highest resident memory of the process so far (``VmHWM``).
-    swap_bytes
-        Anonymous memory swapped out (``VmSwap``).
-    pss_bytes
-        Proportional set size (``/proc/self/smaps_rollup``: shared pages divided among the
-        processes sharing them), or ``None`` where it was not read.
-    """
-
-    anon_bytes: int
-    shmem_bytes: int
-    file_bytes: int
-    peak_bytes: int
-    swap_bytes: int
-    pss_bytes: int | None = None
-
-    @property
-    def total_bytes(self) -> int:
-        """Everything resident: anonymous + shared + file-backed (``VmRSS``)."""
-        return self.anon_bytes + self.shmem_bytes + self.file_bytes
-
-
-_STATUS_FIELDS = {
-    "RssAnon": "anon_bytes",
-    "RssShmem": "shmem_bytes",
-    "RssFile": "file_bytes",
-    "VmHWM": "peak_bytes",
-    "VmSwap": "swap_bytes",
-}
-
-
-def resident_memory(*, rollup: bool = False) -> ResidentMemory:
-    """Read the resident memory of this process; ``rollup`` also reads the slower
-    ``smaps_rollup`` (its proportional set size).  Zeros where ``/proc`` is missing."""
-    try:
-        status = status_bytes(*_STATUS_FIELDS)
-    except OSError:
-        status = dict.fromkeys(_STATUS_FIELDS, 0)
-    values = {name: status[key] for key, name in _STATUS_FIELDS.items()}
-    pss: int | None = None
-    if rollup:
-        try:
-            with open("/proc/self/smaps_rollup", encoding="ascii") as smaps:
-                for line in smaps:
-                    if line.startswith("Pss:"):
-                        pss = int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            pss = None
-    return ResidentMemory(pss_bytes=pss, **values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +96,7 @@ class ManagerUsage:
 def manager_usage(manager: Manager | None = None) -> ManagerUsage:
     """The usage tree from ``manager`` down (the whole tree by default)."""
     top = system() if manager is None else manager
-    with _manager._tree_lock:
+    with tree_lock:
         prefix = "/".join(reversed(_ancestor_names(top.parent)))
         return _usage(top, prefix)
 

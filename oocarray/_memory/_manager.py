@@ -5,20 +5,17 @@ the current thread or context (through the native NEP 49 handler), and everythin
 explicitly with ``m.empty()`` and friends.  Managers form a tree under :func:`system`; a
 budget (``max_bytes``) covers a manager and everything below it.
 
-Closing a manager never frees memory under a live array.  Arrays still referenced then are
-*escapes*: they stay valid, and count as memory of the parent (``on_close="keep"``) or make
-the close raise :class:`ScopeLeakError` (``on_close="raise"``).  Internally the closed manager
-stays in the tree as a *ghost* that keeps owning those blocks until they are freed, so no
-counter has to move and frees racing with the close stay exact.
+Closing a manager never frees memory under a live array (:mod:`._closing` says how).  What a
+manager counts is added up in :mod:`._stats`, its debug dump written by :mod:`._dump`, its
+policies named in :mod:`._policies`.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any, Literal, NoReturn, Self
+from typing import Any, NoReturn, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -26,42 +23,31 @@ import numpy.typing as npt
 from oocarray import _native
 from oocarray._memory import _config, _events, _physical, _spill_files, _tracing
 from oocarray._memory._activation import Activation, active, exit_entered, nearest_open
+from oocarray._memory._closing import close_manager
 from oocarray._memory._compressed import effective
-from oocarray._memory._escapes import describe_escapes
-from oocarray._memory._gc import collect_garbage_throttled
-from oocarray._memory._refusals import budget_message, note_disk_refusal, relieve_pressure
-from oocarray._memory._registry import manager_by_node_id, open_owner, register
+from oocarray._memory._dump import dump_lines
+from oocarray._memory._policies import (
+    LOCATIONS,
+    SPILL_POLICIES,
+    Location,
+    OnClose,
+    SpillPolicy,
+    check_policies,
+)
+from oocarray._memory._refusals import report_budget_refusal
+from oocarray._memory._registry import open_owner, register, tree_lock
 from oocarray._memory._shapes import parse_shape
-from oocarray._memory._stats import CUMULATIVE, SUMMED, MemoryStats
+from oocarray._memory._stats import CUMULATIVE, MemoryStats, prune_children, subtree_stats
 from oocarray._memory._units import format_bytes, parse_size
-from oocarray.errors import ClosedError, MemoryBudgetError, ScopeLeakError
+from oocarray.errors import ClosedError, MemoryBudgetError
 
 __all__ = [
     "Manager",
     "MemoryStats",
     "active_manager",
-    "manager_by_node_id",
     "require_array",
     "system",
 ]
-
-OnClose = Literal["keep", "spill", "raise"]
-SpillPolicy = Literal["mmap", "evict", "zarr", "fail"]
-Location = Literal["ram", "mmap", "zarr"]
-_ON_CLOSE: tuple[str, ...] = ("keep", "spill", "raise")
-_SPILL_POLICIES = {
-    "mmap": _native.SPILL_MMAP,
-    "evict": _native.SPILL_EVICT,
-    "zarr": _native.SPILL_ZARR,
-    "fail": _native.SPILL_FAIL,
-}
-_LOCATIONS = {
-    "ram": _native.LOCATION_RAM,
-    "mmap": _native.LOCATION_MMAP,
-    "zarr": _native.LOCATION_ZARR,
-}
-
-_tree_lock = threading.RLock()
 
 
 class Manager:
@@ -142,18 +128,7 @@ class Manager:
             raise TypeError(f"name must be a str or None, got {name!r}")
         if parent is not None and not isinstance(parent, Manager):
             raise TypeError(f"parent must be a Manager or None, got {parent!r}")
-        if not isinstance(on_close, str) or on_close not in _ON_CLOSE:
-            raise ValueError(f"on_close must be one of {_ON_CLOSE}, got {on_close!r}")
-        if location is not None and (not isinstance(location, str) or location not in _LOCATIONS):
-            raise ValueError(
-                f"location must be one of {tuple(_LOCATIONS)} or None (the parent's), "
-                f"got {location!r}"
-            )
-        if spill is not None and (not isinstance(spill, str) or spill not in _SPILL_POLICIES):
-            raise ValueError(
-                f"spill must be one of {tuple(_SPILL_POLICIES)} or None (the parent's), "
-                f"got {spill!r}"
-            )
+        check_policies(on_close, location, spill)
         budget = parse_size(max_bytes, "max_bytes", allow_none=True)
         if location is not None:
             location = effective(location, "location")  # type: ignore[assignment]
@@ -184,8 +159,8 @@ class Manager:
         self._node = _native.Node(
             parent._node if parent else None, -1 if budget is None else budget
         )
-        self._node.location = _LOCATIONS[location]
-        self._node.spill_policy = _SPILL_POLICIES[spill]
+        self._node.location = LOCATIONS[location]
+        self._node.spill_policy = SPILL_POLICIES[spill]
         self._location = location
         self._spill = spill
         self._name = name if name is not None else f"manager-{self._node.id}"
@@ -201,8 +176,8 @@ class Manager:
         self._close_hooks: list[Callable[[], tuple[int, int] | None]] = []
         register(self._node.id, self)
         if parent is not None:
-            with _tree_lock:
-                parent._prune_children()
+            with tree_lock:
+                prune_children(parent)
                 parent._children.append(self)
         if _events.listeners:
             _events.emit("manager_opened", self, max_bytes=budget)
@@ -283,23 +258,6 @@ class Manager:
         yield self
         for child in list(self._children):
             yield from child._subtree()
-
-    def _prune_children(self) -> None:
-        """Forget closed children that own nothing any more, keeping their totals."""
-        keep = []
-        for child in self._children:
-            if (
-                child.closed
-                and child._node.counters()["live_count"] == 0
-                and not child._children
-                and not _handler_in_use(child)
-            ):
-                counters = child._node.counters()
-                for key in CUMULATIVE:
-                    self._pruned[key] += counters[key] + child._pruned[key]  # type: ignore[literal-required]
-            else:
-                keep.append(child)
-        self._children = keep
 
     def _check_open(self) -> None:
         if self.closed:
@@ -397,18 +355,7 @@ class Manager:
             refused_id, limit, used = refused
             info = _native.block_info(arr)
             size = info[2] if info else arr.nbytes
-            if _events.listeners:
-                _events.emit(
-                    "budget_refusal",
-                    self,
-                    requested_bytes=size,
-                    refused=getattr(manager_by_node_id(refused_id), "name", None),
-                    limit_bytes=limit,
-                    used_bytes=used,
-                )
-            raise MemoryBudgetError(
-                budget_message(size, self, manager_by_node_id(refused_id), limit, used)
-            )
+            raise MemoryBudgetError(report_budget_refusal(size, self, refused_id, limit, used))
         info = _native.block_info(arr)
         if info is not None:
             _tracing.set_owner(info[1], self._node.id)
@@ -460,49 +407,8 @@ class Manager:
         return self._memory_stats()
 
     def _memory_stats(self) -> MemoryStats:
-        with _tree_lock:
-            counters = self._node.counters()
-            totals = dict.fromkeys(SUMMED, 0)
-            open_children = [c for c in self._children if not c.closed]
-            open_below: set[int] = {id(d) for c in open_children for d in c._subtree()}
-            own_count = 0
-            own_disk = 0
-            for m in self._subtree():
-                c = m._node.counters()
-                for key in SUMMED:
-                    totals[key] += c[key]  # type: ignore[literal-required]
-                for key in CUMULATIVE:
-                    totals[key] += m._pruned[key]
-                if id(m) not in open_below:
-                    own_count += c["live_count"]
-                    own_disk += c["spilled_bytes"] + c["mapped_bytes"]
-            escaped, escaped_bytes = self._escaped_now()
-            ram = counters["current_bytes"]
-            own_ram = ram - sum(c._node.counters()["current_bytes"] for c in open_children)
-            return MemoryStats(
-                name=self.name,
-                current_bytes=ram + totals["mapped_bytes"] + totals["spilled_bytes"],
-                current_count=totals["live_count"],
-                peak_bytes=counters["peak_bytes"],
-                total_bytes=totals["total_bytes"],
-                total_count=totals["total_count"],
-                own_bytes=own_ram + own_disk,
-                own_count=own_count,
-                max_bytes=self.max_bytes,
-                ram_bytes=ram,
-                mmap_bytes=totals["mapped_bytes"],
-                spilled_bytes=totals["spilled_bytes"],
-                escaped=escaped,
-                escaped_bytes=escaped_bytes,
-                kept=counters["kept_count"],
-                kept_bytes=counters["kept_bytes"],
-                spills=totals["spill_count"],
-                spill_moved_bytes=totals["spill_moved_bytes"],
-                unspills=totals["unspill_count"],
-                unspill_moved_bytes=totals["unspill_moved_bytes"],
-                compressed_bytes=totals["compressed_bytes"],
-                compressed_disk_bytes=totals["compressed_disk_bytes"],
-            )
+        with tree_lock:
+            return subtree_stats(self)
 
     def _add_close_hook(self, hook: Callable[[], tuple[int, int] | None]) -> None:
         """Run ``hook()`` when this manager closes.  It returns the count and bytes of what it
@@ -545,47 +451,12 @@ class Manager:
         """
         lines: list[str] = []
         tracing = _config.config().trace
-        with _tree_lock:
-            self._dump_into(lines, "", "", tracing)
+        with tree_lock:
+            dump_lines(self, lines, "", "", tracing)
         return "\n".join(lines)
 
     def _dump_extra(self) -> str:
         return ""
-
-    def _dump_into(self, lines: list[str], first: str, rest: str, tracing: bool) -> None:
-        s = self._memory_stats()
-        state = "closed" if self.closed else "open"
-        budget = ""
-        if s.max_bytes is not None:
-            budget = f", RAM {format_bytes(s.ram_bytes)} of budget {format_bytes(s.max_bytes)}"
-        extra = ""
-        if s.escaped:
-            extra += f", escaped into it {s.escaped} ({format_bytes(s.escaped_bytes)})"
-        if s.kept:
-            extra += f", kept {s.kept}"
-        if s.mmap_bytes or s.spilled_bytes or s.spills:
-            extra += (
-                f"; RAM {format_bytes(s.ram_bytes)}, mmap {format_bytes(s.mmap_bytes)}, "
-                f"spilled {format_bytes(s.spilled_bytes)}, spills {s.spills} "
-                f"({format_bytes(s.spill_moved_bytes)}), unspills {s.unspills} "
-                f"({format_bytes(s.unspill_moved_bytes)})"
-            )
-        lines.append(
-            f"{first}{self.name} [{state}] {format_bytes(s.current_bytes)} in "
-            f"{s.current_count} arrays{budget} (own {format_bytes(s.own_bytes)} in {s.own_count}), "
-            f"peak {format_bytes(s.peak_bytes)}, total {format_bytes(s.total_bytes)} in "
-            f"{s.total_count}{extra}{self._dump_extra()}"
-        )
-        if tracing:
-            for record in _tracing.records_owned_by({self._node.id})[:10]:
-                lines.append(f"{rest}  * {format_bytes(record.size)} allocated at:")
-                lines.append(record.format(rest + "      "))
-        children = list(self._children)
-        for i, child in enumerate(children):
-            last = i == len(children) - 1
-            child._dump_into(
-                lines, rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "), tracing
-            )
 
     # ---- closing ----
 
@@ -595,96 +466,7 @@ class Manager:
         self._close(raise_leaks=True)
 
     def _close(self, *, raise_leaks: bool) -> None:
-        if self._parent is None:
-            raise ValueError("the system manager cannot be closed")
-        with _tree_lock:
-            if self.closed:
-                return
-            child_errors: list[ScopeLeakError] = []
-            for child in self.children:
-                try:
-                    child._close(raise_leaks=raise_leaks)
-                except ScopeLeakError as error:
-                    child_errors.append(error)
-            self._become_ghost()
-            escaped, escaped_bytes = self._escapes()
-            if escaped and self._on_close == "raise":
-                collect_garbage_throttled()
-                escaped, escaped_bytes = self._escapes()
-            if escaped and self._on_close == "spill":
-                self._spill_subtree(skip_kept=True)
-            hooks, self._close_hooks = self._close_hooks, []
-            parent = self._parent
-            for hook in reversed(hooks):
-                handed = hook()
-                if handed is not None:
-                    escaped, escaped_bytes = escaped + handed[0], escaped_bytes + handed[1]
-                    parent._escaped += handed[0]
-                    parent._escaped_bytes += handed[1]
-            parent._prune_children()
-        if _events.listeners:
-            if escaped:
-                _events.emit(
-                    "escape", self, count=escaped, bytes=escaped_bytes, on_close=self._on_close
-                )
-            _events.emit("manager_closed", self, escaped=escaped, escaped_bytes=escaped_bytes)
-        if raise_leaks and escaped and self._on_close == "raise":
-            raise ScopeLeakError(self._leak_message(escaped, escaped_bytes))
-        if raise_leaks and child_errors:
-            raise child_errors[0]
-
-    def _become_ghost(self) -> None:
-        """Close: from now on what this subtree still owns belongs to the nearest open
-        ancestor, whose policies its nodes take and whose budget alone applies.
-
-        The native node is not marked closed: NumPy's handler may still point at it in
-        contexts this thread cannot reach (an asyncio task, a suspended generator), and an
-        allocation that arrives there must go on, under the ancestor's policies, rather than
-        fail.  ``m.empty()`` and activation check :attr:`closed` in Python."""
-        self._budget_when_closed = self.max_bytes
-        self._closed = True
-        heir = nearest_open(self)
-        for m in self._subtree():
-            m._node.max_bytes = -1
-            m._node.location = _LOCATIONS[heir.location]
-            m._node.spill_policy = _SPILL_POLICIES[heir.spill_policy]
-        if any(_native.get_handler() is m._node.handler for m in self._subtree()):
-            _native.set_handler(heir._node.handler)
-
-    def _escaped_now(self) -> tuple[int, int]:
-        """Arrays that closed children handed to this manager and that are still alive."""
-        count, nbytes = self._escaped, self._escaped_bytes
-        for child in self._children:
-            if child.closed:
-                c, b = child._escapes()
-                count, nbytes = count + c, nbytes + b
-        return count, nbytes
-
-    def _escapes(self) -> tuple[int, int]:
-        """Live arrays of this closed manager and its closed subtree, less those it keeps."""
-        count = 0
-        nbytes = 0
-        for m in self._subtree():
-            c = m._node.counters()
-            ram = c["current_bytes"] - sum(
-                ch._node.counters()["current_bytes"] for ch in m._children
-            )
-            count += c["live_count"]
-            nbytes += ram + c["spilled_bytes"] + c["mapped_bytes"]
-            if m is self:
-                count -= c["kept_count"]
-                nbytes -= c["kept_bytes"]
-        return count, nbytes
-
-    def _leak_message(self, escaped: int, escaped_bytes: int) -> str:
-        return describe_escapes(
-            f"manager {self.name!r} closed while {escaped} array(s) of "
-            f"{format_bytes(escaped_bytes)} it owns were still referenced. The arrays stay valid; "
-            "mark intended escapes with m.keep(arr) or oc.detach(arr), or delete them before the "
-            "scope ends.",
-            {m._node.id for m in self._subtree()},
-            lambda info: not (info[3] & _native.FLAG_KEPT and info[0] == self._node.id),
-        )
+        close_manager(self, raise_leaks=raise_leaks)
 
     # ---- presentation ----
 
@@ -701,14 +483,6 @@ class Manager:
 def require_array(arr: object, what: str) -> None:
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"{what}() takes a numpy.ndarray, got {type(arr).__name__}")
-
-
-def _handler_in_use(manager: Manager) -> bool:
-    """Whether anything besides the manager's node holds its handler: a context where it is
-    (or was) active, or an array it allocated.  NumPy may allocate through it while so."""
-    # The node's own reference and getrefcount's argument: CPython reference counting is the
-    # only way to see into contexts other than the current one.
-    return sys.getrefcount(manager._node.handler) > 2
 
 
 _system: Manager | None = None
@@ -731,8 +505,6 @@ def system() -> Manager:
                 root = Manager.__new__(Manager)
                 root._init("System", None, None, "keep", "ram", "mmap")
                 _system = root
-                _native.set_pressure_callback(relieve_pressure)
-                _native.set_disk_refusal_callback(note_disk_refusal)
                 _config.on_change(_apply_config)
     return _system
 

@@ -1,4 +1,5 @@
-"""The ``max_physical_bytes`` watcher: keeps the process's resident memory under a limit.
+"""The process's resident memory (:class:`ResidentMemory`, the one type every layer reads it
+as), and the ``max_physical_bytes`` watcher that keeps it under a limit.
 
 A daemon thread reads the kernel's resident-set counters (``/proc/self/status``: anonymous,
 file-backed and shared-memory pages, each on its own) ten times a second, and a hundred times a
@@ -38,15 +39,6 @@ MAX_BACKOFF_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
-class ResidentMemory:
-    """The process's resident memory in bytes, as the kernel counts it."""
-
-    anon_bytes: int
-    file_bytes: int
-    shmem_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
 class WatcherStats:
     """What the watcher did: how often it acted, and the bytes it spilled."""
 
@@ -69,10 +61,74 @@ def status_bytes(*keys: str) -> dict[str, int]:
     return values
 
 
-def resident_memory() -> ResidentMemory:
-    """Read the process's resident memory from ``/proc/self/status``."""
-    fields = status_bytes("RssAnon", "RssFile", "RssShmem")
-    return ResidentMemory(fields["RssAnon"], fields["RssFile"], fields["RssShmem"])
+@dataclass(frozen=True, slots=True)
+class ResidentMemory:
+    """The process's resident memory, as the kernel counts it (``/proc/self/status``).
+
+    Attributes
+    ----------
+    anon_bytes
+        Anonymous pages (``RssAnon``): the heap, NumPy arrays in RAM, arenas.
+    shmem_bytes
+        Shared memory (``RssShmem``): tmpfs files and shared anonymous mappings.
+    file_bytes
+        Pages of mapped files (``RssFile``): libraries, memory-mapped ``.npy`` files, arrays
+        on disk whose pages are being read.  The kernel can drop these at will.
+    peak_bytes
+        The highest resident memory of the process so far (``VmHWM``).
+    swap_bytes
+        Anonymous memory swapped out (``VmSwap``).
+    pss_bytes
+        Proportional set size (``/proc/self/smaps_rollup``: shared pages divided among the
+        processes sharing them), or ``None`` where it was not read.
+    """
+
+    anon_bytes: int
+    shmem_bytes: int
+    file_bytes: int
+    peak_bytes: int
+    swap_bytes: int
+    pss_bytes: int | None = None
+
+    @property
+    def owned_bytes(self) -> int:
+        """What the process owns and the kernel cannot drop: anonymous + shared."""
+        return self.anon_bytes + self.shmem_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """Everything resident: anonymous + shared + file-backed (``VmRSS``)."""
+        return self.anon_bytes + self.shmem_bytes + self.file_bytes
+
+
+_STATUS_FIELDS = {
+    "RssAnon": "anon_bytes",
+    "RssShmem": "shmem_bytes",
+    "RssFile": "file_bytes",
+    "VmHWM": "peak_bytes",
+    "VmSwap": "swap_bytes",
+}
+
+
+def resident_memory(*, rollup: bool = False) -> ResidentMemory:
+    """Read the resident memory of this process; ``rollup`` also reads the slower
+    ``smaps_rollup`` (its proportional set size).  Zeros where ``/proc`` is missing."""
+    try:
+        status = status_bytes(*_STATUS_FIELDS)
+    except OSError:
+        status = dict.fromkeys(_STATUS_FIELDS, 0)
+    values = {name: status[key] for key, name in _STATUS_FIELDS.items()}
+    pss: int | None = None
+    if rollup:
+        try:
+            with open("/proc/self/smaps_rollup", encoding="ascii") as smaps:
+                for line in smaps:
+                    if line.startswith("Pss:"):
+                        pss = int(line.split()[1]) * 1024
+                        break
+        except OSError:
+            pss = None
+    return ResidentMemory(pss_bytes=pss, **values)
 
 
 class _Watcher:
@@ -114,7 +170,7 @@ class _Watcher:
             return INTERVAL_S
         self.checks += 1
         rss = resident_memory()
-        unreclaimable = rss.anon_bytes + rss.shmem_bytes
+        unreclaimable = rss.owned_bytes
         released = 0
         if unreclaimable > limit:
             target = int(limit * LOW_WATERMARK)
@@ -128,7 +184,7 @@ class _Watcher:
                 if released and _events.listeners:
                     _events.emit("spill", None, bytes=released, reason="max_physical_bytes")
         _native.physical_sample(unreclaimable - released)
-        total = rss.anon_bytes + rss.shmem_bytes + rss.file_bytes
+        total = rss.total_bytes
         if total > limit:
             self.page_drops += 1
             _native.drop_disk_pages()

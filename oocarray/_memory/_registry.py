@@ -1,12 +1,14 @@
 """Managers by the id of their native node: the handler reports node ids, Python needs the
-manager objects (held weakly: a manager that is gone is not kept alive by being known)."""
+manager objects (held weakly: a manager that is gone is not kept alive by being known); and the
+lock that guards the tree's shape."""
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
-__all__ = ["manager_by_node_id", "open_owner", "register"]
+__all__ = ["manager_by_node_id", "open_owner", "register", "tree_lock"]
 
 _registry: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
@@ -26,3 +28,8 @@ def open_owner(node_id: int) -> Any:
     while m is not None and m.closed:
         m = m.parent
     return m
+
+
+# Guards the shape of the tree: each manager's list of children, closing, pruning.  Reentrant:
+# closing a manager closes its children, and stats are read while a close holds it.
+tree_lock = threading.RLock()

@@ -29,8 +29,8 @@ import numpy as np
 from oocarray import _native
 from oocarray._memory import _events, _spill_files
 from oocarray._memory._manager import require_array
-from oocarray._memory._refusals import budget_message
-from oocarray._memory._registry import manager_by_node_id, open_owner
+from oocarray._memory._refusals import report_budget_refusal
+from oocarray._memory._registry import open_owner
 from oocarray.errors import MemoryBudgetError
 
 __all__ = ["move_guard", "spill", "unspill"]
@@ -148,19 +148,8 @@ def unspill(arr: np.ndarray) -> int:
         raise _spill_files.spill_error(error, "bringing an array back", info[2]) from error
     if isinstance(result, tuple):
         refused_id, limit, used = result
-        if _events.listeners:
-            _events.emit(
-                "budget_refusal",
-                open_owner(info[0]),
-                requested_bytes=info[2],
-                refused=getattr(manager_by_node_id(refused_id), "name", None),
-                limit_bytes=limit,
-                used_bytes=used,
-            )
         raise MemoryBudgetError(
-            budget_message(
-                info[2], open_owner(info[0]), manager_by_node_id(refused_id), limit, used
-            )
+            report_budget_refusal(info[2], open_owner(info[0]), refused_id, limit, used)
         )
     if result and _events.listeners:
         _events.emit("unspill", open_owner(info[0]), bytes=int(result))

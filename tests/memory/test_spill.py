@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import oocarray as oc
 from oocarray import _native
-from oocarray._memory import _gc, _physical
+from oocarray._memory import _physical, _refusals
 from oocarray._memory._units import format_bytes
 from testkit.children import run_python, start_python
 
@@ -198,7 +198,7 @@ def test_garbage_is_collected_before_refusing(monkeypatch: pytest.MonkeyPatch) -
         cycle: list[object] = [np.ones(REGION * 2, np.uint8)]
         cycle.append(cycle)  # unreachable once dropped, but only the collector frees it
         del cycle
-        monkeypatch.setattr(_gc, "_next_allowed", 0.0)  # past the collection throttle
+        monkeypatch.setattr(_refusals, "_next_allowed", 0.0)  # past the collection throttle
         b = np.ones(REGION * 2, np.uint8)  # fits only after the cycle is collected
         assert m.stats().ram_bytes == b.nbytes
 
@@ -444,9 +444,9 @@ def test_collections_before_refusals_are_spaced_by_their_cost(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = iter([100.0, 100.4, 100.5, 104.5, 104.6, 104.65])
-    monkeypatch.setattr(_gc.time, "monotonic", lambda: next(clock))
-    monkeypatch.setattr(_gc, "_next_allowed", 0.0)
-    assert _gc.collect_garbage_throttled()  # took 0.4 s: the next waits 4 s
-    assert not _gc.collect_garbage_throttled()  # at 100.5
-    assert _gc.collect_garbage_throttled()  # at 104.5, took 0.1 s
-    assert not _gc.collect_garbage_throttled()  # at 104.65: ten times 0.1 s not yet past
+    monkeypatch.setattr(_refusals.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(_refusals, "_next_allowed", 0.0)
+    assert _refusals.collect_garbage_throttled()  # took 0.4 s: the next waits 4 s
+    assert not _refusals.collect_garbage_throttled()  # at 100.5
+    assert _refusals.collect_garbage_throttled()  # at 104.5, took 0.1 s
+    assert not _refusals.collect_garbage_throttled()  # at 104.65: ten times 0.1 s not yet past

@@ -10,7 +10,7 @@ step every manager's ``stats()``, every array's owner, flags, location and conte
 budgets are compared with it.  The model (``Node``, ``Block``) is ``testkit/model.py``, shared
 with the system machine of ``tests/reliability/test_system_machine.py``.
 
-How the model follows the code (``oocarray/_manager.py``, ``native/``):
+How the model follows the code (``oocarray/_memory/``, ``native/``):
 
 * A block counts exactly the bytes NumPy asked for; NumPy asks for 1 byte for an empty array.
 * ``max_bytes`` limits RAM only.  An allocation reserves its size on every ancestor; when one

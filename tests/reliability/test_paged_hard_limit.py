@@ -6,7 +6,7 @@ same code on the raw data, and no OOM kill; plain NumPy loading the raw ``.npy``
 cgroup is killed.
 
 The children, the data and the references are those of benchmark W11-hard
-(``benchmarks/w11_hard.py``, 8 GiB in 1 GiB there): references are computed outside the
+(``benchmarks/w11_hard/``, 8 GiB in 1 GiB there): references are computed outside the
 cgroup from ``np.load(npy, mmap_mode="r")``, in column and row blocks, and compared exactly
 (means, percentiles, the filter's output per column by SHA-256) or up to sign and a float32
 tolerance (the PCA's components).  One child runs the four computations in turn; each test
