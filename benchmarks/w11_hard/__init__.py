@@ -59,12 +59,12 @@ The tests in ``tests/reliability/test_paged_hard_limit.py`` run the same childre
 # the reference outside one), _checks (results against the reference), _report (the benchmark
 # and its table), __main__ (the command line, and the entry of children and the reference).
 
-from testkit.cgroup import CgroupUnavailable, memory_cgroup
 from benchmarks.w11_hard._checks import check, check_outcome
 from benchmarks.w11_hard._compute import NumpyIncrementalPCA, compute_reference
 from benchmarks.w11_hard._data import STEPS, WORKLOADS, Data, make_data
 from benchmarks.w11_hard._report import run, run_benchmark
 from benchmarks.w11_hard._runner import Outcome, run_limited, run_reference
+from testkit.cgroup import CgroupUnavailable, memory_cgroup
 
 __all__ = [
     "STEPS",

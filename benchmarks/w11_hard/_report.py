@@ -13,7 +13,6 @@ import time
 from collections.abc import Sequence
 
 from benchmarks._timing import Result, Table, TextRow, format_mib, format_seconds
-from testkit.cgroup import CgroupUnavailable, memory_cgroup
 from benchmarks.w11_hard._checks import check_outcome
 from benchmarks.w11_hard._compute import have_scipy
 from benchmarks.w11_hard._data import (
@@ -28,6 +27,7 @@ from benchmarks.w11_hard._data import (
     make_data,
 )
 from benchmarks.w11_hard._runner import Outcome, run_limited, run_reference
+from testkit.cgroup import CgroupUnavailable, memory_cgroup
 
 
 def _load() -> str:

@@ -14,9 +14,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from testkit.cgroup import memory_cgroup
 from benchmarks.w11_hard._child import proc_io
 from benchmarks.w11_hard._data import ROOT, Data, drop_page_cache
+from testkit.cgroup import memory_cgroup
 
 
 @dataclass(frozen=True, slots=True)
