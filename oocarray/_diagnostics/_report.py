@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from oocarray._diagnostics import _html
 from oocarray._diagnostics._usage import (
     ManagerUsage,
     ResidentMemory,
@@ -17,7 +16,7 @@ from oocarray._diagnostics._usage import (
     resident_memory,
     spill_usage,
 )
-from oocarray._memory import Config, config, format_bytes
+from oocarray._memory import Config, _html, config, format_bytes
 
 __all__ = ["MemoryReport", "memory_report", "report_html"]
 

@@ -29,6 +29,7 @@ from oocarray._memory._activation import Activation, active, exit_entered, neare
 from oocarray._memory._compressed import effective
 from oocarray._memory._escapes import describe_escapes
 from oocarray._memory._gc import collect_garbage_throttled
+from oocarray._memory._html import manager_html
 from oocarray._memory._refusals import budget_message, note_disk_refusal, relieve_pressure
 from oocarray._memory._registry import manager_by_node_id, open_owner, register
 from oocarray._memory._shapes import parse_shape
@@ -696,6 +697,11 @@ class Manager:
             f"<oocarray.Manager {self.name!r} {state}: {format_bytes(s.current_bytes)} in "
             f"{s.current_count} arrays{budget}>"
         )
+
+    def _repr_html_(self) -> str:
+        """The manager and its subtree as an HTML table, with RAM bars against budgets."""
+        with _tree_lock:
+            return manager_html(self)
 
 
 def require_array(arr: object, what: str) -> None:
