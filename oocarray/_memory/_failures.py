@@ -5,6 +5,15 @@ records why in a thread-local; here the creation of that exception consults the 
 when it matches the request, makes a :class:`MemoryBudgetError` (or :class:`ClosedError`)
 instead: still an instance of NumPy's class and of ``MemoryError``, with a message that says
 which budget refused and carries the debug dump.
+
+This is the package's one patch of a class it does not own, and it stays one: NumPy makes the
+error in C, by its class, after the handler has returned, so there is no hook to hand it a
+different class and no other place to put oocarray's message.  :func:`install` (run once by
+``import oocarray``) replaces ``_ArrayMemoryError.__new__``, nothing else; errors NumPy makes
+without a matching record of the handler (the system out of memory, or made by hand) are
+NumPy's own, unchanged.  Without the private class (a NumPy that renamed it) nothing is
+patched and refusals stay plain ``MemoryError``.  ``tests/memory/test_numpy_error_patch.py``
+pins all of this.
 """
 
 from __future__ import annotations
@@ -82,6 +91,7 @@ def install() -> None:
                 return error
         return base_new(cls, *args)
 
+    # The patch (see the module's docstring): only __new__, only of NumPy's class itself.
     _ArrayMemoryError.__new__ = __new__  # type: ignore[method-assign]
     _installed = True
 
