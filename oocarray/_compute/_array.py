@@ -71,9 +71,6 @@ class LazyArray(Reductions):
 
     __array_priority__ = 20
 
-    def _tree(self) -> Node | StoredArray:
-        raise NotImplementedError
-
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
         return _wrap(array_ufunc(ufunc, method, *_unwrap(inputs), **kwargs))
