@@ -13,7 +13,17 @@ Examples
 8388608
 """
 
-from oocarray._compute import Expr, LazyResult, compute
+from oocarray._compute import (
+    ChunkedArray,
+    Expr,
+    LazyResult,
+    compute,
+    create,
+    from_dask,
+    from_numpy,
+    open,
+    temp,
+)
 from oocarray._diagnostics import (
     MemoryEvent,
     MemoryMonitor,
@@ -46,7 +56,6 @@ from oocarray._memory import (
     system,
     unspill,
 )
-from oocarray._storage import ChunkedArray, create, from_dask, from_numpy, open, temp
 from oocarray.errors import (
     ClosedError,
     CompressedSpillFallbackWarning,

@@ -140,7 +140,7 @@ def column_stats(
 
 def _lazy(x: oc.ChunkedArray, name: str, axis: int | None) -> oc.LazyResult:
     """The reduction ``name`` of ``x`` (``"nanmean"`` too), not yet computed."""
-    from oocarray._compute._ops import _reduce
+    from oocarray._compute._ops import reduce_lazy
 
-    result: oc.LazyResult = _reduce(name, x, axis, compute=False)
+    result: oc.LazyResult = reduce_lazy(name, x, axis, compute=False)
     return result

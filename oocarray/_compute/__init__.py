@@ -1,8 +1,20 @@
-"""The compute layer: lazy expressions and streaming reductions over chunked arrays."""
+"""The compute layer: the public array types (ChunkedArray, Expr) with their operators and
+streaming reductions, lazy expression trees, and the chunk-loop engine."""
 
-from oocarray._compute._expr import Expr
-from oocarray._compute._ops import LazyResult, compute, histogram, install
+from oocarray._compute._array import ChunkedArray, Expr, LazyArray, compute
+from oocarray._compute._constructors import create, from_dask, from_numpy, open, temp
+from oocarray._compute._ops import LazyResult, histogram
 
-__all__ = ["Expr", "LazyResult", "compute", "histogram"]
-
-install()
+__all__ = [
+    "ChunkedArray",
+    "Expr",
+    "LazyArray",
+    "LazyResult",
+    "compute",
+    "create",
+    "from_dask",
+    "from_numpy",
+    "histogram",
+    "open",
+    "temp",
+]

@@ -8,14 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from oocarray._compute._expr import Apply, Concat, Constant, ExpandDims, Expr, as_expr
-from oocarray._storage import ChunkedArray
+from oocarray._compute._nodes import Apply, Concat, Constant, ExpandDims, Node, as_node
+from oocarray._storage import StoredArray
 
 __all__ = ["astype", "concatenate", "elementwise", "map_blocks", "stack", "where"]
 
 
 def _is_lazy(value: Any) -> bool:
-    return isinstance(value, Expr | ChunkedArray)
+    return isinstance(value, Node | StoredArray)
 
 
 def _shape_of(args: tuple[Any, ...], what: str) -> tuple[int, ...]:
@@ -64,15 +64,15 @@ def result_dtype(
 
 def elementwise(
     function: Callable[..., Any], *args: Any, name: str | None = None, **kwargs: Any
-) -> Expr:
+) -> Node:
     """``function(*args, **kwargs)`` elementwise, lazily, over chunked arrays and NumPy values."""
     what = str(name or getattr(function, "__name__", "an elementwise function"))
     shape = _shape_of(args, what)
     dtype = result_dtype(function, args, kwargs)
-    return Apply(function, [as_expr(a, shape) for a in args], shape, dtype, kwargs, name)
+    return Apply(function, [as_node(a, shape) for a in args], shape, dtype, kwargs, name)
 
 
-def astype(value: Any, dtype: Any) -> Expr:
+def astype(value: Any, dtype: Any) -> Node:
     target = np.dtype(dtype)
     return elementwise(_cast, value, name=f"astype({target})", dtype=target)
 
@@ -81,11 +81,11 @@ def _cast(block: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     return np.asarray(block).astype(dtype, copy=False)
 
 
-def where(condition: Any, x: Any, y: Any) -> Expr:
+def where(condition: Any, x: Any, y: Any) -> Node:
     return elementwise(np.where, condition, x, y, name="where")
 
 
-def map_blocks(function: Callable[..., Any], *args: Any, dtype: Any) -> Expr:
+def map_blocks(function: Callable[..., Any], *args: Any, dtype: Any) -> Node:
     """``function`` on aligned blocks of the arguments; it returns a block of the same shape."""
     if dtype is None:
         raise TypeError("map_blocks needs dtype= (the dtype function returns)")
@@ -104,12 +104,12 @@ def map_blocks(function: Callable[..., Any], *args: Any, dtype: Any) -> Expr:
 
     name = getattr(function, "__name__", "function")
     return Apply(
-        apply, [as_expr(a, shape) for a in args], shape, target, name=f"map_blocks({name})"
+        apply, [as_node(a, shape) for a in args], shape, target, name=f"map_blocks({name})"
     )
 
 
-def concatenate(values: Any, axis: int = 0) -> Expr:
-    parts = [as_expr(v) for v in values]
+def concatenate(values: Any, axis: int = 0) -> Node:
+    parts = [as_node(v) for v in values]
     if not parts:
         raise ValueError("need at least one array to concatenate")
     if any(isinstance(p, Constant) for p in parts):
@@ -133,8 +133,8 @@ def concatenate(values: Any, axis: int = 0) -> Expr:
     return Concat(parts, axis)
 
 
-def stack(values: Any, axis: int = 0) -> Expr:
-    parts = [as_expr(v) for v in values]
+def stack(values: Any, axis: int = 0) -> Node:
+    parts = [as_node(v) for v in values]
     if not parts:
         raise ValueError("need at least one array to stack")
     shapes = {p.shape for p in parts}

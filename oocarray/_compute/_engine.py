@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from oocarray._compute._expr import BlockReads, Expr
 from oocarray._compute._fuse import Kernel, kernel_for
 from oocarray._compute._interrupt import DeferredInterrupt
+from oocarray._compute._nodes import BlockReads, Node
 from oocarray._compute._progress import progress_bar
 from oocarray._compute._reduce import Reduction
 from oocarray._memory import (
@@ -54,7 +54,7 @@ MAX_WORKERS = 8
 class StoreTarget:
     """Write ``expr`` block by block through ``write(region, block)``."""
 
-    expr: Expr
+    expr: Node
     write: Callable[[Region, np.ndarray], None]
     grid: tuple[int, ...] | None = None  # blocks must be made of whole cells of this grid
 
@@ -68,14 +68,14 @@ class Pass:
     stores: list[StoreTarget]
     kernels: dict[int, Kernel | None] | None = None
 
-    def exprs(self) -> list[Expr]:
+    def exprs(self) -> list[Node]:
         return [r.expr for r in self.reductions] + [s.expr for s in self.stores]
 
     def fuse(self) -> None:
         """Compile each expression into a numexpr kernel where it can be (once per pass)."""
         self.kernels = {id(e): kernel_for(e) for e in self.exprs()}
 
-    def value(self, expr: Expr, region: Region, reads: BlockReads) -> np.ndarray:
+    def value(self, expr: Node, region: Region, reads: BlockReads) -> np.ndarray:
         kernel = self.kernels.get(id(expr)) if self.kernels else None
         return kernel.evaluate(region, reads) if kernel else expr.evaluate(region, reads)
 
@@ -135,7 +135,7 @@ def plan_blocks(work: Pass, budget_bytes: int | None) -> tuple[list[Region], int
     return blocks, workers
 
 
-def _source_dtypes(expr: Expr) -> list[np.dtype[Any]]:
+def _source_dtypes(expr: Node) -> list[np.dtype[Any]]:
     return [s.dtype for s in expr.sources()]
 
 

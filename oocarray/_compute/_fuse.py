@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from oocarray._compute._expr import Apply, BlockReads, Constant, Expr
+from oocarray._compute._nodes import Apply, BlockReads, Constant, Node
 
 __all__ = ["ENABLED", "Kernel", "kernel_for"]
 
@@ -85,14 +85,14 @@ class NotFusable(Exception):
 class Kernel:
     """One numexpr program for an expression, with the leaves it reads."""
 
-    def __init__(self, expr: Expr) -> None:
+    def __init__(self, expr: Node) -> None:
         self.expr = expr
-        self.leaves: list[Expr] = []
+        self.leaves: list[Node] = []
         self.constants: dict[str, Any] = {}
         self.text = self._text(expr)
         self._check_types()
 
-    def _leaf(self, node: Expr) -> str:
+    def _leaf(self, node: Node) -> str:
         if node.dtype not in _TYPES:
             raise NotFusable(f"numexpr does not compute in {node.dtype}")
         for i, leaf in enumerate(self.leaves):
@@ -101,7 +101,7 @@ class Kernel:
         self.leaves.append(node)
         return f"v{len(self.leaves) - 1}"
 
-    def _constant(self, value: Any, against: list[Expr]) -> str:
+    def _constant(self, value: Any, against: list[Node]) -> str:
         """A scalar, typed as NumPy types it against the other operands."""
         others = [a.dtype for a in against]
         typed = np.asarray(value, dtype=np.result_type(*others, value) if others else None)
@@ -111,7 +111,7 @@ class Kernel:
         self.constants[name] = typed
         return name
 
-    def _text(self, node: Expr) -> str:
+    def _text(self, node: Node) -> str:
         if isinstance(node, Constant):
             if node.is_scalar:
                 raise NotFusable("a lone constant")
@@ -152,7 +152,7 @@ class Kernel:
         return np.asarray(_numexpr().evaluate(self.text, local_dict={**values, **self.constants}))
 
 
-def _operations(expr: Expr) -> int:
+def _operations(expr: Node) -> int:
     count = 0
     stack = [expr]
     while stack:
@@ -163,7 +163,7 @@ def _operations(expr: Expr) -> int:
     return count
 
 
-def _worth_fusing(expr: Expr, min_operations: int) -> bool:
+def _worth_fusing(expr: Node, min_operations: int) -> bool:
     """Where numexpr beats NumPy ufuncs in a cyclic workspace (``python -m benchmarks --only
     FUSE``): chains of arithmetic on 64-bit values.  NumPy wins on 32-bit values (its SIMD
     loops take twice the items per instruction) and on every transcendental function (NumPy's
@@ -183,7 +183,7 @@ def _worth_fusing(expr: Expr, min_operations: int) -> bool:
 _CHEAP = {np.absolute, np.where}
 
 
-def kernel_for(expr: Expr, min_operations: int = 3) -> Kernel | None:
+def kernel_for(expr: Node, min_operations: int = 3) -> Kernel | None:
     """A numexpr kernel for ``expr``, or None when NumPy should evaluate it."""
     if not ENABLED or not _worth_fusing(expr, min_operations):
         return None

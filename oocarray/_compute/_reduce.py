@@ -16,14 +16,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from oocarray._compute._expr import Expr, Source
+from oocarray._compute._nodes import Node, Source
 
 __all__ = ["Reduction", "make_reduction", "normalize_axes"]
 
 Region = tuple[slice, ...]
 
 
-def _identity(expr: Expr) -> Any:
+def _identity(expr: Node) -> Any:
     """What makes two expressions the same input: one chunked array, or one expression object."""
     return ("array", id(expr.array)) if isinstance(expr, Source) else ("expr", id(expr))
 
@@ -83,7 +83,7 @@ class Reduction:
     """One reduction of an expression; subclasses say how a block becomes a partial, how partials
     merge, and how the accumulator becomes the result."""
 
-    def __init__(self, name: str, expr: Expr, axes: tuple[int, ...], keepdims: bool) -> None:
+    def __init__(self, name: str, expr: Node, axes: tuple[int, ...], keepdims: bool) -> None:
         self.name = name
         self.expr = expr
         self.axes = axes
@@ -142,7 +142,7 @@ class Accumulate(Reduction):
     }
 
     def __init__(
-        self, name: str, expr: Expr, axes: tuple[int, ...], keepdims: bool, dtype: Any
+        self, name: str, expr: Node, axes: tuple[int, ...], keepdims: bool, dtype: Any
     ) -> None:
         super().__init__(name, expr, axes, keepdims)
         self.function, self.combine, identity = self.FUNCTIONS[name]
@@ -187,7 +187,7 @@ class Extreme(Reduction):
         "nanmax": (np.nanmax, np.fmax),
     }
 
-    def __init__(self, name: str, expr: Expr, axes: tuple[int, ...], keepdims: bool) -> None:
+    def __init__(self, name: str, expr: Node, axes: tuple[int, ...], keepdims: bool) -> None:
         super().__init__(name, expr, axes, keepdims)
         if any(expr.shape[a] == 0 for a in axes):
             raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
@@ -216,7 +216,7 @@ class Moments(Reduction):
     """mean, var, std and their nan variants, from merged chunk moments."""
 
     def __init__(
-        self, name: str, expr: Expr, axes: tuple[int, ...], keepdims: bool, dtype: Any, ddof: int
+        self, name: str, expr: Node, axes: tuple[int, ...], keepdims: bool, dtype: Any, ddof: int
     ) -> None:
         super().__init__(name, expr, axes, keepdims)
         self.skip_nan = name.startswith("nan")
@@ -370,7 +370,7 @@ class ArgExtreme(Reduction):
     """argmin, argmax and the nan variants: the first index of the extreme value, along one
     axis or over the flattened array; NaN counts as the extreme unless skipped."""
 
-    def __init__(self, name: str, expr: Expr, axis: Any, keepdims: bool) -> None:
+    def __init__(self, name: str, expr: Node, axis: Any, keepdims: bool) -> None:
         if axis is not None and not isinstance(axis, int | np.integer):
             raise TypeError(f"{name}() takes one axis (an int) or None, got {axis!r}")
         axes = normalize_axes(axis, expr.ndim)
@@ -466,7 +466,7 @@ class ArgExtreme(Reduction):
 class Histogram(Reduction):
     """Counts per bin over the whole array, with the bins fixed before the pass."""
 
-    def __init__(self, expr: Expr, bins: Any, bin_range: Any, density: bool) -> None:
+    def __init__(self, expr: Node, bins: Any, bin_range: Any, density: bool) -> None:
         super().__init__("histogram", expr, tuple(range(expr.ndim)), False)
         self.bins = bins
         self.range = bin_range
@@ -493,7 +493,7 @@ class Histogram(Reduction):
 
 def make_reduction(
     name: str,
-    expr: Expr,
+    expr: Node,
     axis: Any = None,
     keepdims: bool = False,
     dtype: Any = None,

@@ -2,13 +2,13 @@
 memory events, HTML for notebooks and the leak hint.
 
 Sits above the feed layer: it may import ``_memory``, ``_storage``, ``_compute`` and
-``_feed``; nothing below imports it.  What the lower layers show through it (their
-``_repr_html_``, listeners, holder hints in leak reports) is put in place by :func:`install`,
-which ``oocarray`` runs at import.  matplotlib and prometheus_client are imported only when a
+``_feed``; nothing below imports it.  Managers, workspaces and chunked arrays render their own
+``_repr_html_`` in their layers; the one thing this layer adds to a lower one is the holder
+hint of leak reports, registered with the memory layer's events by :func:`install`, which
+runs at import.  matplotlib and prometheus_client are imported only when a
 plot or a metrics server is asked for.
 """
 
-from oocarray._diagnostics import _html
 from oocarray._diagnostics._events import MemoryEvent, on_event, remove_listener
 from oocarray._diagnostics._holders import Holder, holder_lines, who_holds
 from oocarray._diagnostics._metrics import MetricsServer, serve_metrics
@@ -40,9 +40,7 @@ __all__ = [
 
 
 def install() -> None:
-    """Give managers, workspaces and chunked arrays their ``_repr_html_``, and leak reports
-    their holder hints."""
-    _html.install()
+    """Give leak reports their holder hints (who still holds an escaped array)."""
     if holder_lines not in _memory_events.holder_hints:
         _memory_events.holder_hints.append(holder_lines)
 

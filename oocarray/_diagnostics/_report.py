@@ -8,9 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from oocarray._diagnostics import _html
 from oocarray._diagnostics._usage import ManagerUsage, SpillUsage, manager_usage, spill_usage
-from oocarray._memory import Config, config, format_bytes
+from oocarray._memory import Config, _html, config, format_bytes
 from oocarray._memory._physical import ResidentMemory, resident_memory
 
 __all__ = ["MemoryReport", "memory_report", "report_html"]

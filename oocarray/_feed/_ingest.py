@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from oocarray._compute import ChunkedArray, create
 from oocarray._memory import scratch_step
-from oocarray._storage import ChunkedArray, create
 from oocarray._storage._base import auto_chunks
 from oocarray._storage._paths import local_path
 from oocarray._storage._replace import prepare_target

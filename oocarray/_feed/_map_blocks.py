@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from oocarray._compute import ChunkedArray
 from oocarray._feed._map_job import Job, Spec
 from oocarray._feed._map_sidecar import mark_done
 from oocarray._memory import Manager, Workspace
-from oocarray._storage import ChunkedArray
 
 __all__ = ["infer_specs", "results_of", "run_block", "thread_workspace", "write_results"]
 

@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from oocarray._compute import ChunkedArray
 from oocarray._compute._progress import progress_bar
 from oocarray._feed import _map_sidecar as sidecar
 from oocarray._feed._map_args import (
@@ -37,7 +38,6 @@ from oocarray._feed._map_args import (
 from oocarray._feed._map_job import Job, Spec, StoredInput, block_rows_for, dataset_of
 from oocarray._feed._map_outputs import check_existing, open_outputs
 from oocarray._feed._map_threads import ThreadsEngine
-from oocarray._storage import ChunkedArray
 from oocarray._storage._replace import refuse_replacing_an_input
 
 __all__ = ["map_chunks"]

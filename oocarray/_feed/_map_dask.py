@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from oocarray._compute import ChunkedArray
+from oocarray._compute import open as open_array
 from oocarray._feed import _dask
 from oocarray._feed._map_blocks import infer_specs, run_block, thread_workspace
 from oocarray._feed._map_job import Job, Spec
 from oocarray._memory import active_manager, system
-from oocarray._storage import ChunkedArray
-from oocarray._storage import open as open_array
 
 __all__ = ["DaskEngine", "remote_block", "remote_infer"]
 

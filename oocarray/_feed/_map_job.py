@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from oocarray._storage import ChunkedArray
+from oocarray._compute import ChunkedArray
 from oocarray._storage._base import auto_chunks
 
 __all__ = ["Job", "Spec", "StoredInput", "Structure", "block_rows_for", "dataset_of"]

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from oocarray._compute import ChunkedArray, create
+from oocarray._compute import open as open_array
 from oocarray._feed import _map_sidecar as sidecar
 from oocarray._feed._map_job import Job, Spec
-from oocarray._storage import ChunkedArray, create
-from oocarray._storage import open as open_array
 
 __all__ = ["check_existing", "open_outputs"]
 

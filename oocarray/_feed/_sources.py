@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from oocarray._storage import ChunkedArray
-from oocarray._storage import open as open_array
+from oocarray._compute import ChunkedArray
+from oocarray._compute import open as open_array
 from oocarray._storage._indexing import ChunkPiece
 from oocarray._storage._zarr import ZarrStore
 

@@ -26,6 +26,7 @@ from oocarray._memory._activation import Activation, active, exit_entered, neare
 from oocarray._memory._closing import close_manager
 from oocarray._memory._compressed import effective
 from oocarray._memory._dump import dump_lines
+from oocarray._memory._html import manager_html
 from oocarray._memory._policies import (
     LOCATIONS,
     SPILL_POLICIES,
@@ -478,6 +479,11 @@ class Manager:
             f"<oocarray.Manager {self.name!r} {state}: {format_bytes(s.current_bytes)} in "
             f"{s.current_count} arrays{budget}>"
         )
+
+    def _repr_html_(self) -> str:
+        """The manager and its subtree as an HTML table, with RAM bars against budgets."""
+        with tree_lock:
+            return manager_html(self)
 
 
 def require_array(arr: object, what: str) -> None:

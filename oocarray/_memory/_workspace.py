@@ -25,8 +25,9 @@ from oocarray import _native
 from oocarray._memory import _config, _events, _spill_files
 from oocarray._memory._activation import Activation
 from oocarray._memory._escapes import describe_escapes
+from oocarray._memory._html import workspace_html
 from oocarray._memory._manager import Manager, MemoryStats, system
-from oocarray._memory._registry import manager_by_node_id
+from oocarray._memory._registry import manager_by_node_id, tree_lock
 from oocarray._memory._spill_files import disk_refusal
 from oocarray._memory._units import format_bytes, parse_size
 from oocarray.errors import ClosedError, SpillError, WorkspaceLeakError
@@ -465,6 +466,11 @@ class Workspace(Manager):
             f"<oocarray.Workspace {self.name!r} {state}: arena {format_bytes(s.size_bytes)}, "
             f"{s.cycles} cycles>"
         )
+
+    def _repr_html_(self) -> str:
+        """The arena and cycle figures, the policies and the subtree, as HTML."""
+        with tree_lock:
+            return workspace_html(self, self.stats(), self.config)
 
 
 def _file_refusal(nbytes: int) -> OSError | None:

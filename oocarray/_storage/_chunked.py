@@ -1,13 +1,14 @@
-"""``ChunkedArray``: zarr, HDF5 and ``.npy`` data on disk, indexed like a NumPy array.
+"""``StoredArray``: zarr, HDF5 and ``.npy`` data on disk, indexed like a NumPy array.
 
 Reads return ``np.ndarray`` objects allocated in the active manager (or workspace), so budgets,
-spill and workspaces apply to them.  ``.npy`` files and contiguous, uncompressed HDF5
+spill and workspaces apply to them.  This is data access only: the compute layer's
+:class:`~oocarray.ChunkedArray`, the type users get, subclasses it with operators and
+reductions.  ``.npy`` files and contiguous, uncompressed HDF5
 datasets are memory-mapped: basic indexing returns views of the map, with no copy.
 """
 
 from __future__ import annotations
 
-import html
 import math
 import os
 import threading
@@ -22,16 +23,17 @@ import numpy.typing as npt
 from oocarray._memory._scratch import scratch_step
 from oocarray._memory._units import format_bytes
 from oocarray._storage._formats import Store, open_store
+from oocarray._storage._html import stored_array_html
 from oocarray._storage._indexing import ChunkPiece, Selection, parse_key
 from oocarray._storage._paged import PagedArrays
 from oocarray.errors import ClosedError, StoreNotFoundError
 
-__all__ = ["ChunkedArray"]
+__all__ = ["StoredArray"]
 
 _WRITE_WAVE = 8  # blocks handed to the store at once by a write
 
 
-class ChunkedArray:
+class StoredArray:
     """An array stored in chunks on disk (zarr v3/v2, HDF5, ``.npy``).
 
     Create one with :func:`open`, :func:`create`, :func:`temp`, :func:`from_numpy` or
@@ -307,7 +309,7 @@ class ChunkedArray:
         with self._append_lock, scratch_step():
             old = self.shape[0]
             new = old + len(values)
-            grown = ChunkedArray(store.grown(new))
+            grown = StoredArray(store.grown(new))
             grown[old:new] = values
             self.chunk_reads += grown.chunk_reads
             self.chunk_writes += grown.chunk_writes
@@ -490,6 +492,7 @@ class ChunkedArray:
                 getattr(self._store, "dataset_name", None),  # HDF5; a zarr path names its array
                 self.dtype.hasobject,  # opened with allow_object=True, or it would not be open
                 self._temporary,
+                type(self),  # the compute layer's ChunkedArray comes back as one
             ),
         )
 
@@ -560,26 +563,28 @@ class ChunkedArray:
     def __repr__(self) -> str:
         s = self._summary()
         return (
-            f"<oocarray.ChunkedArray shape={s['shape']} dtype={s['dtype']} chunks={s['chunks']} "
+            f"<oocarray.{type(self).__name__} shape={s['shape']} dtype={s['dtype']} "
+            f"chunks={s['chunks']} "
             f"codec={s['codec']} {s['logical']} logical, {s['on disk']} on disk, "
             f"{s['format']}, {s['location']}>"
         )
 
     def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
-            for k, v in self._summary().items()
-        )
-        return f"<table><caption>oocarray.ChunkedArray</caption>{rows}</table>"
+        return stored_array_html(self)
 
 
 def _reopen(
-    path: str, mode: str, dataset: str | None, allow_object: bool, temporary: bool
-) -> ChunkedArray:
-    """Unpickle a ChunkedArray: open its store again by path (see ``__reduce__``)."""
+    path: str,
+    mode: str,
+    dataset: str | None,
+    allow_object: bool,
+    temporary: bool,
+    array_type: type[StoredArray],
+) -> StoredArray:
+    """Unpickle a stored array: open its store again by path, as an ``array_type`` (see
+    ``__reduce__``)."""
     try:
-        return ChunkedArray(open_store(path, mode, dataset, allow_object))
+        return array_type(open_store(path, mode, dataset, allow_object))
     except StoreNotFoundError as error:
         if not temporary:
             raise

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from oocarray._memory import parse_shape
 from oocarray._storage._base import auto_chunks
-from oocarray._storage._chunked import ChunkedArray
+from oocarray._storage._chunked import StoredArray
 from oocarray._storage._formats import open_store
 from oocarray._storage._paths import local_path
 from oocarray._storage._replace import (
@@ -35,7 +35,8 @@ def open(
     dataset: str | None = None,
     *,
     allow_object: bool = False,
-) -> ChunkedArray:
+    array_type: type[StoredArray] = StoredArray,
+) -> StoredArray:
     """Open an array on disk; its format (zarr v3/v2, HDF5, ``.npy``) comes from its content.
 
     Parameters
@@ -50,6 +51,9 @@ def open(
         needed when the file or group holds only one.
     allow_object
         Read arrays of Python objects (which can run code when loaded): only for data you trust.
+    array_type
+        The class of the result: ``oc.open`` passes the compute layer's
+        :class:`~oocarray.ChunkedArray`.
 
     Raises
     ------
@@ -64,7 +68,7 @@ def open(
         raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
     if mode not in _MODES_OPEN:
         raise ValueError(f"mode must be one of {_MODES_OPEN} for oc.open, got {mode!r}")
-    return ChunkedArray(open_store(local_path(path), mode, dataset, allow_object))
+    return array_type(open_store(local_path(path), mode, dataset, allow_object))
 
 
 def parse_chunks(
@@ -127,7 +131,8 @@ def create(
     dimension_names: object = None,
     attributes: object = None,
     dataset: str | None = None,
-) -> ChunkedArray:
+    array_type: type[StoredArray] = StoredArray,
+) -> StoredArray:
     """Create a zarr v3 array on disk, filled with zeros, open for reading and writing.
 
     Parameters
@@ -168,6 +173,9 @@ def create(
         ``path``, making the group and the groups on the way if needed; ``mode`` then applies
         to that array alone (the group's other arrays are never touched).  Read it back with
         ``oc.open(path, dataset=...)``.
+    array_type
+        The class of the result: ``oc.create`` passes the compute layer's
+        :class:`~oocarray.ChunkedArray`.
 
     Raises
     ------
@@ -247,7 +255,7 @@ def create(
     )
     if replacing:
         finish_replacement(target)
-    return ChunkedArray(ZarrStore.open(target, "r+", False))
+    return array_type(ZarrStore.open(target, "r+", False))
 
 
 def _parse_dimension_names(names: object, ndim: int) -> tuple[str | None, ...] | None:

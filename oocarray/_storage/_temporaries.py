@@ -18,15 +18,20 @@ import numpy.typing as npt
 
 from oocarray._memory import Manager, active_manager, system
 from oocarray._storage import _temp_dirs
-from oocarray._storage._chunked import ChunkedArray
+from oocarray._storage._chunked import StoredArray
 from oocarray._storage._create import create
 
 __all__ = ["from_dask", "from_numpy", "temp"]
 
 
 def temp(
-    shape: object, dtype: npt.DTypeLike, chunks: object = None, codec: str = "zstd"
-) -> ChunkedArray:
+    shape: object,
+    dtype: npt.DTypeLike,
+    chunks: object = None,
+    codec: str = "zstd",
+    *,
+    array_type: type[StoredArray] = StoredArray,
+) -> StoredArray:
     """A zarr array in the spill directory, owned by the active manager (else the system one).
 
     It lives like an ndarray the manager allocated: its data is deleted when the last
@@ -34,7 +39,8 @@ def temp(
     manager closes, it escapes to the parent manager (counted in the parent's
     ``stats().escaped``, and refused by ``on_close="raise"`` like any escape).  Its directory
     is private to this process; what a killed process left is removed by the next process
-    that makes a temporary array.
+    that makes a temporary array.  ``array_type`` is the class of the result (``oc.temp``
+    passes the compute layer's :class:`~oocarray.ChunkedArray`).
 
     Examples
     --------
@@ -48,7 +54,9 @@ def temp(
     """
     directory = _temp_dirs.new_temp_dir()
     try:
-        array = create(directory, shape, dtype, chunks=chunks, codec=codec, mode="w")
+        array = create(
+            directory, shape, dtype, chunks=chunks, codec=codec, mode="w", array_type=array_type
+        )
     except BaseException:
         _temp_dirs.remove_temp_dir(directory, os.getpid())
         raise
@@ -67,13 +75,13 @@ def _open_ancestor(manager: Manager) -> Manager:
 
 # The temporary arrays each open manager owns, held weakly (so an array goes as soon as the
 # user drops it), with one close hook per manager that hands the survivors to its parent.
-_temporaries: weakref.WeakKeyDictionary[Manager, weakref.WeakSet[ChunkedArray]] = (
+_temporaries: weakref.WeakKeyDictionary[Manager, weakref.WeakSet[StoredArray]] = (
     weakref.WeakKeyDictionary()
 )
 _temporaries_lock = threading.Lock()
 
 
-def _own_temporary(manager: Manager, array: ChunkedArray) -> None:
+def _own_temporary(manager: Manager, array: StoredArray) -> None:
     """Make ``manager`` the owner of a temporary array: when it closes while the array is
     still referenced, the array escapes to its parent, which owns it from then on."""
     if manager.parent is None:
@@ -101,10 +109,17 @@ def _hand_to_parent(manager_ref: weakref.ref[Manager]) -> tuple[int, int] | None
     return len(escaped), sum(array.nbytes for array in escaped)
 
 
-def from_numpy(a: npt.ArrayLike, chunks: object = None, codec: str = "zstd") -> ChunkedArray:
-    """A temporary chunked copy of ``a`` (see :func:`temp` for its lifetime)."""
+def from_numpy(
+    a: npt.ArrayLike,
+    chunks: object = None,
+    codec: str = "zstd",
+    *,
+    array_type: type[StoredArray] = StoredArray,
+) -> StoredArray:
+    """A temporary chunked copy of ``a`` (see :func:`temp` for its lifetime and
+    ``array_type``)."""
     data = np.asarray(a)
-    result = temp(data.shape, data.dtype, chunks=chunks, codec=codec)
+    result = temp(data.shape, data.dtype, chunks=chunks, codec=codec, array_type=array_type)
     try:
         result[...] = data
     except BaseException:
@@ -113,10 +128,18 @@ def from_numpy(a: npt.ArrayLike, chunks: object = None, codec: str = "zstd") -> 
     return result
 
 
-def from_dask(d: Any, chunks: object = None, codec: str = "zstd") -> ChunkedArray:
+def from_dask(
+    d: Any,
+    chunks: object = None,
+    codec: str = "zstd",
+    *,
+    array_type: type[StoredArray] = StoredArray,
+) -> StoredArray:
     """Compute a dask array into a temporary chunked array (see :func:`temp` for its
-    lifetime), chunk by chunk, on dask's scheduler."""
-    result = temp(d.shape, d.dtype, chunks=chunks or d.chunksize, codec=codec)
+    lifetime and ``array_type``), chunk by chunk, on dask's scheduler."""
+    result = temp(
+        d.shape, d.dtype, chunks=chunks or d.chunksize, codec=codec, array_type=array_type
+    )
     try:
         d.rechunk(result.chunks).store(result, lock=False)
     except BaseException:

@@ -13,14 +13,14 @@ import pytest
 import oocarray as oc
 from oocarray._compute import _engine, _fuse
 from oocarray._compute._engine import Pass, StoreTarget, plan_blocks
-from oocarray._compute._expr import Expr, as_expr
+from oocarray._compute._nodes import Node
 from testkit.children import run_python
 
 
 def test_blocks_cover_the_array_once_in_order(tmp_path: Path) -> None:
     x = oc.create(tmp_path / "x.zarr", (1000, 30), np.float32, chunks=(64, 16), codec="none")
     work = Pass(x.shape, [], [])
-    work.stores.append(_store_of(as_expr(x * 2)))
+    work.stores.append(_store_of((x * 2)._tree()))
     blocks, workers = plan_blocks(work, None)
     covered = np.zeros(x.shape, np.int8)
     for region in blocks:
@@ -33,7 +33,7 @@ def test_blocks_cover_the_array_once_in_order(tmp_path: Path) -> None:
 def test_a_budget_limits_the_workers_and_block_size(tmp_path: Path) -> None:
     x = oc.create(tmp_path / "x.zarr", (1 << 16, 64), np.float64, chunks=(1024, 64), codec="none")
     work = Pass(x.shape, [], [])
-    work.stores.append(_store_of(as_expr(x + 1)))
+    work.stores.append(_store_of((x + 1)._tree()))
     _, unlimited = plan_blocks(work, None)
     blocks, limited = plan_blocks(work, 2 * 1024 * 64 * 8 * 4)
     assert limited <= unlimited and limited == 1
@@ -67,7 +67,7 @@ def test_fused_and_numpy_evaluation_agree(monkeypatch: pytest.MonkeyPatch) -> No
     for make in expressions:
         _fuse.ENABLED = True
         fused = make(x)
-        assert _fuse.kernel_for(fused) is not None
+        assert _fuse.kernel_for(fused._tree()) is not None
         got = fused.compute(progress=False)
         _fuse.ENABLED = False
         plain = make(x).compute(progress=False)
@@ -82,11 +82,13 @@ def test_numexpr_runs_where_it_measured_faster() -> None:
     doubles = oc.from_numpy(np.linspace(-2, 2, 10_000), chunks=(1000,))
     singles = oc.from_numpy(np.linspace(-2, 2, 10_000, dtype=np.float32), chunks=(1000,))
     polynomial = ((doubles * 1.5 + 0.5) * doubles - 2) * doubles
-    assert _fuse.kernel_for(polynomial) is not None
-    assert _fuse.kernel_for(abs(doubles - 1) * 2 + 1) is not None
-    assert _fuse.kernel_for(((singles * 1.5 + 0.5) * singles - 2) * singles) is None  # 32-bit
-    assert _fuse.kernel_for(np.tanh(doubles) * 2 + 1) is None  # a transcendental function
-    assert _fuse.kernel_for(doubles * 2) is None  # one operation
+    assert _fuse.kernel_for(polynomial._tree()) is not None
+    assert _fuse.kernel_for((abs(doubles - 1) * 2 + 1)._tree()) is not None
+    assert (
+        _fuse.kernel_for((((singles * 1.5 + 0.5) * singles - 2) * singles)._tree()) is None
+    )  # 32-bit
+    assert _fuse.kernel_for((np.tanh(doubles) * 2 + 1)._tree()) is None  # a transcendental function
+    assert _fuse.kernel_for((doubles * 2)._tree()) is None  # one operation
     np.testing.assert_allclose(
         polynomial.compute(progress=False),
         ((np.linspace(-2, 2, 10_000) * 1.5 + 0.5) * np.linspace(-2, 2, 10_000) - 2)
@@ -97,7 +99,7 @@ def test_numexpr_runs_where_it_measured_faster() -> None:
 def test_types_numexpr_lacks_are_left_to_numpy() -> None:
     x = oc.from_numpy(np.arange(1000, dtype=np.uint8), chunks=(100,))
     expr = (x * 2 + 1) // 3
-    assert _fuse.kernel_for(expr) is None
+    assert _fuse.kernel_for(expr._tree()) is None
     np.testing.assert_array_equal(
         expr.compute(progress=False), (np.arange(1000, dtype=np.uint8) * 2 + 1) // 3
     )
@@ -200,7 +202,7 @@ def test_an_interrupted_pass_leaves_no_worker_behind(monkeypatch: pytest.MonkeyP
     assert not [t for t in threading.enumerate() if t.name.startswith("oocarray-compute")]
 
 
-def _store_of(expr: Expr) -> StoreTarget:
+def _store_of(expr: Node) -> StoreTarget:
     return StoreTarget(expr, lambda region, block: None)
 
 

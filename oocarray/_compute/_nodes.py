@@ -1,8 +1,9 @@
-"""Lazy elementwise expressions over chunked arrays.
+"""The trees behind lazy elementwise expressions over chunked arrays.
 
-An expression is a tree whose leaves are chunked arrays and NumPy values (scalars, or arrays
+The public :class:`~oocarray.Expr` (``_compute._array``) holds one of these trees.  A tree's
+leaves are stored arrays and NumPy values (scalars, or arrays
 that broadcast to the expression's shape, such as per-column means); its inner nodes apply a
-function elementwise.  Nothing is read until a block is evaluated: :meth:`Expr.evaluate` takes a
+function elementwise.  Nothing is read until a block is evaluated: :meth:`Node.evaluate` takes a
 region of the output and reads only that region of each chunked leaf, through a
 :class:`BlockReads` that reads each leaf region once however often the tree (or several trees
 evaluated together) uses it.
@@ -19,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from oocarray._storage import ChunkedArray
+from oocarray._storage import StoredArray
 
-__all__ = ["Apply", "BlockReads", "Concat", "Constant", "ExpandDims", "Expr", "Source", "as_expr"]
+__all__ = ["Apply", "BlockReads", "Concat", "Constant", "ExpandDims", "Node", "Source", "as_node"]
 
 Region = tuple[slice, ...]
 
@@ -32,7 +33,7 @@ class BlockReads:
     def __init__(self) -> None:
         self._cache: dict[tuple[int, tuple[tuple[int, int], ...]], np.ndarray] = {}
 
-    def read(self, array: ChunkedArray, region: Region) -> np.ndarray:
+    def read(self, array: StoredArray, region: Region) -> np.ndarray:
         key = (id(array), tuple((s.start, s.stop) for s in region))
         found = self._cache.get(key)
         if found is None:
@@ -44,7 +45,7 @@ class BlockReads:
         self._cache.clear()
 
 
-class Expr:
+class Node:
     """A lazy array: shape and dtype known, values computed block by block on demand."""
 
     shape: tuple[int, ...]
@@ -62,7 +63,7 @@ class Expr:
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
-    def children(self) -> Sequence[Expr]:
+    def children(self) -> Sequence[Node]:
         return ()
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
@@ -70,10 +71,10 @@ class Expr:
         to the region's shape."""
         raise NotImplementedError
 
-    def sources(self) -> Iterator[ChunkedArray]:
+    def sources(self) -> Iterator[StoredArray]:
         """The chunked arrays this expression reads, each once."""
         seen: set[int] = set()
-        stack: list[Expr] = [self]
+        stack: list[Node] = [self]
         while stack:
             node = stack.pop()
             if isinstance(node, Source) and id(node.array) not in seen:
@@ -82,10 +83,10 @@ class Expr:
             stack.extend(node.children())
 
 
-class Source(Expr):
+class Source(Node):
     """A chunked array as a leaf."""
 
-    def __init__(self, array: ChunkedArray) -> None:
+    def __init__(self, array: StoredArray) -> None:
         self.array = array
         self.shape = array.shape
         self.dtype = array.dtype
@@ -94,7 +95,7 @@ class Source(Expr):
         return reads.read(self.array, region)
 
 
-class Constant(Expr):
+class Constant(Node):
     """A NumPy value broadcast to the expression's shape (it is never copied to that shape)."""
 
     def __init__(self, value: Any, shape: tuple[int, ...]) -> None:
@@ -115,13 +116,13 @@ class Constant(Expr):
         return not isinstance(self.value, np.ndarray) or self.value.ndim == 0
 
 
-class Apply(Expr):
+class Apply(Node):
     """``function(*children)`` elementwise, with fixed keyword arguments."""
 
     def __init__(
         self,
         function: Callable[..., Any],
-        args: Sequence[Expr],
+        args: Sequence[Node],
         shape: tuple[int, ...],
         dtype: np.dtype[Any],
         kwargs: dict[str, Any] | None = None,
@@ -134,7 +135,7 @@ class Apply(Expr):
         self.dtype = dtype
         self.name = name or getattr(function, "__name__", "function")
 
-    def children(self) -> Sequence[Expr]:
+    def children(self) -> Sequence[Node]:
         return self.args
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
@@ -143,10 +144,10 @@ class Apply(Expr):
         return np.asarray(result)
 
 
-class Concat(Expr):
+class Concat(Node):
     """Expressions of equal shape but along ``axis`` joined end to end (``np.concatenate``)."""
 
-    def __init__(self, parts: Sequence[Expr], axis: int) -> None:
+    def __init__(self, parts: Sequence[Node], axis: int) -> None:
         self.parts = tuple(parts)
         self.axis = axis
         first = self.parts[0].shape
@@ -155,7 +156,7 @@ class Concat(Expr):
         self.dtype = np.result_type(*(p.dtype for p in self.parts))
         self.offsets = np.cumsum([0] + [p.shape[axis] for p in self.parts]).tolist()
 
-    def children(self) -> Sequence[Expr]:
+    def children(self) -> Sequence[Node]:
         return self.parts
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
@@ -172,16 +173,16 @@ class Concat(Expr):
         return np.concatenate(pieces, axis=self.axis)
 
 
-class ExpandDims(Expr):
+class ExpandDims(Node):
     """A new axis of length 1 at ``axis`` (``np.stack`` joins these)."""
 
-    def __init__(self, part: Expr, axis: int) -> None:
+    def __init__(self, part: Node, axis: int) -> None:
         self.part = part
         self.axis = axis
         self.shape = (*part.shape[:axis], 1, *part.shape[axis:])
         self.dtype = part.dtype
 
-    def children(self) -> Sequence[Expr]:
+    def children(self) -> Sequence[Node]:
         return (self.part,)
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
@@ -191,12 +192,12 @@ class ExpandDims(Expr):
         return np.expand_dims(np.broadcast_to(block, shape), self.axis)
 
 
-def as_expr(value: Any, shape: tuple[int, ...] | None = None) -> Expr:
+def as_node(value: Any, shape: tuple[int, ...] | None = None) -> Node:
     """An expression for a chunked array, an expression, or a NumPy value (a constant, broadcast
     to ``shape`` when given)."""
-    if isinstance(value, Expr):
+    if isinstance(value, Node):
         return value
-    if isinstance(value, ChunkedArray):
+    if isinstance(value, StoredArray):
         return Source(value)
     array = np.asarray(value)
     if array.dtype.hasobject:

@@ -1,0 +1,445 @@
+"""The compute layer's array types: :class:`ChunkedArray` (the stored array users get) and
+:class:`Expr` (a lazy expression), both :class:`LazyArray`: operators, NumPy's ufunc and
+function protocols, reductions and materialising, defined here in their class bodies.
+
+An :class:`Expr` holds an expression tree (``_compute._nodes``), as dask's ``Array`` holds a
+graph; a :class:`ChunkedArray` is a storage-layer :class:`StoredArray` (data access: shape,
+indexing, writing, ``as_ndarray``, pickling) that is also lazy.  What NumPy asks goes to
+``_compute._ops`` with the trees and stored arrays inside, and trees that come back are wrapped
+as :class:`Expr`.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from oocarray._compute import _build
+from oocarray._compute._engine import StoreTarget, budget_left, evaluate
+from oocarray._compute._nodes import BlockReads, Node, as_node
+from oocarray._compute._ops import (
+    LazyResult,
+    apply_ufunc,
+    array_function,
+    array_ufunc,
+    clip,
+)
+from oocarray._compute._reductions import Reductions
+from oocarray._memory import active_manager, system
+from oocarray._storage import StoredArray, create, temp
+from oocarray._storage._paths import local_path
+from oocarray._storage._replace import refuse_replacing_an_input
+
+__all__ = ["ChunkedArray", "Expr", "LazyArray", "compute"]
+
+
+def _unwrap(value: Any) -> Any:
+    """``value`` with each :class:`Expr` in it (in tuples and lists too) replaced by its tree,
+    for ``_compute._ops`` and ``_build``, which take trees, stored arrays and NumPy values."""
+    if isinstance(value, Expr):
+        return value._node
+    if isinstance(value, tuple | list):
+        return type(value)(_unwrap(v) for v in value)
+    return value
+
+
+def _wrap(value: Any) -> Any:
+    """What ``_compute._ops`` returns, with each tree (in tuples too) made an :class:`Expr`."""
+    if isinstance(value, Node):
+        return Expr(value)
+    if isinstance(value, tuple):
+        return tuple(_wrap(v) for v in value)
+    return value
+
+
+def _elementwise(ufunc: np.ufunc, *inputs: Any) -> Expr:
+    result: Expr = _wrap(apply_ufunc(ufunc, *_unwrap(inputs)))
+    return result
+
+
+class LazyArray(Reductions):
+    """What chunked arrays and expressions answer: operators and NumPy ufuncs (lazy, fused per
+    chunk), NumPy functions, streaming reductions, and materialising.
+
+    Anything NumPy asks that is not supported raises ``TypeError`` saying what to do instead:
+    nothing silently loads a whole array.
+    """
+
+    __array_priority__ = 20
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
+        return _wrap(array_ufunc(ufunc, method, *_unwrap(inputs), **kwargs))
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
+        return _wrap(array_function(func, _unwrap(args), kwargs))
+
+    # -- elementwise ----------------------------------------------------------------------
+    def __add__(self, other: Any) -> Expr:
+        return _elementwise(np.add, self, other)
+
+    def __radd__(self, other: Any) -> Expr:
+        return _elementwise(np.add, other, self)
+
+    def __sub__(self, other: Any) -> Expr:
+        return _elementwise(np.subtract, self, other)
+
+    def __rsub__(self, other: Any) -> Expr:
+        return _elementwise(np.subtract, other, self)
+
+    def __mul__(self, other: Any) -> Expr:
+        return _elementwise(np.multiply, self, other)
+
+    def __rmul__(self, other: Any) -> Expr:
+        return _elementwise(np.multiply, other, self)
+
+    def __truediv__(self, other: Any) -> Expr:
+        return _elementwise(np.true_divide, self, other)
+
+    def __rtruediv__(self, other: Any) -> Expr:
+        return _elementwise(np.true_divide, other, self)
+
+    def __floordiv__(self, other: Any) -> Expr:
+        return _elementwise(np.floor_divide, self, other)
+
+    def __rfloordiv__(self, other: Any) -> Expr:
+        return _elementwise(np.floor_divide, other, self)
+
+    def __mod__(self, other: Any) -> Expr:
+        return _elementwise(np.remainder, self, other)
+
+    def __rmod__(self, other: Any) -> Expr:
+        return _elementwise(np.remainder, other, self)
+
+    def __pow__(self, other: Any) -> Expr:
+        return _elementwise(np.power, self, other)
+
+    def __rpow__(self, other: Any) -> Expr:
+        return _elementwise(np.power, other, self)
+
+    def __and__(self, other: Any) -> Expr:
+        return _elementwise(np.bitwise_and, self, other)
+
+    def __rand__(self, other: Any) -> Expr:
+        return _elementwise(np.bitwise_and, other, self)
+
+    def __or__(self, other: Any) -> Expr:
+        return _elementwise(np.bitwise_or, self, other)
+
+    def __ror__(self, other: Any) -> Expr:
+        return _elementwise(np.bitwise_or, other, self)
+
+    def __xor__(self, other: Any) -> Expr:
+        return _elementwise(np.bitwise_xor, self, other)
+
+    def __rxor__(self, other: Any) -> Expr:
+        return _elementwise(np.bitwise_xor, other, self)
+
+    def __lshift__(self, other: Any) -> Expr:
+        return _elementwise(np.left_shift, self, other)
+
+    def __rlshift__(self, other: Any) -> Expr:
+        return _elementwise(np.left_shift, other, self)
+
+    def __rshift__(self, other: Any) -> Expr:
+        return _elementwise(np.right_shift, self, other)
+
+    def __rrshift__(self, other: Any) -> Expr:
+        return _elementwise(np.right_shift, other, self)
+
+    def __lt__(self, other: Any) -> Expr:
+        return _elementwise(np.less, self, other)
+
+    def __le__(self, other: Any) -> Expr:
+        return _elementwise(np.less_equal, self, other)
+
+    def __gt__(self, other: Any) -> Expr:
+        return _elementwise(np.greater, self, other)
+
+    def __ge__(self, other: Any) -> Expr:
+        return _elementwise(np.greater_equal, self, other)
+
+    def __eq__(self, other: Any) -> Expr:  # type: ignore[override]
+        return _elementwise(np.equal, self, other)
+
+    def __ne__(self, other: Any) -> Expr:  # type: ignore[override]
+        return _elementwise(np.not_equal, self, other)
+
+    __hash__ = object.__hash__  # arrays stay usable as keys of weak sets and dicts
+
+    def __neg__(self) -> Expr:
+        return _elementwise(np.negative, self)
+
+    def __pos__(self) -> Expr:
+        return _elementwise(np.positive, self)
+
+    def __abs__(self) -> Expr:
+        return _elementwise(np.absolute, self)
+
+    def __invert__(self) -> Expr:
+        return _elementwise(np.invert, self)
+
+    def astype(self, dtype: Any) -> Expr:
+        """A lazy copy of another dtype."""
+        return Expr(_build.astype(self._tree(), dtype))
+
+    def clip(self, min: Any = None, max: Any = None) -> Expr:
+        """Values limited to ``[min, max]``, lazily."""
+        return Expr(clip(self._tree(), _unwrap(min), _unwrap(max)))
+
+    def round(self, decimals: int = 0) -> Expr:
+        return Expr(_build.elementwise(np.round, self._tree(), name="round", decimals=decimals))
+
+    def map_blocks(self, function: Callable[..., Any], *others: Any, dtype: Any = None) -> Expr:
+        """``function`` applied to aligned blocks of this array (and ``others``), lazily; it
+        must return a block of the same shape, of ``dtype``."""
+        return Expr(_build.map_blocks(function, self._tree(), *_unwrap(others), dtype=dtype))
+
+    # -- materialising --------------------------------------------------------------------
+    def compute(self, progress: bool = True) -> Any:
+        """The values: an ``ndarray`` when it fits the active manager's budget, else a
+        temporary :class:`~oocarray.ChunkedArray`."""
+        return compute(self, progress=progress)[0]
+
+    def to_zarr(
+        self,
+        path: Any,
+        codec: str = "zstd",
+        chunks: Any = None,
+        shards: Any = None,
+        mode: str = "w-",
+        dimension_names: Any = None,
+        attributes: Any = None,
+        progress: bool = True,
+    ) -> ChunkedArray:
+        """Write the values to a new zarr array, chunk by chunk (each written whole).
+
+        ``path``, ``codec``, ``chunks``, ``shards``, ``mode``, ``dimension_names`` and
+        ``attributes`` are as for :func:`oocarray.create`: by default (``mode="w-"``) the
+        array must not exist yet (:class:`~oocarray.StoreExistsError`); ``mode="w"`` replaces
+        a zarr array, and nothing else.  ``progress=False`` hides the progress report."""
+        expr = as_node(self._tree())
+        if mode == "w" and isinstance(path, (str, os.PathLike)):
+            refuse_replacing_an_input(
+                local_path(path), (s.path for s in expr.sources()), "to_zarr(mode='w')"
+            )
+        out = create(
+            path,
+            expr.shape,
+            expr.dtype,
+            chunks=chunks,
+            codec=codec,
+            shards=shards,
+            mode=mode,
+            dimension_names=dimension_names,
+            attributes=attributes,
+            array_type=ChunkedArray,
+        )
+        evaluate(
+            [], [StoreTarget(expr, out.__setitem__, out.shards or out.chunks)], progress, "to_zarr"
+        )
+        assert isinstance(out, ChunkedArray)
+        return out
+
+
+class Expr(LazyArray):
+    """A lazy array: shape and dtype known, values computed block by block on demand.
+
+    Made by operators, NumPy ufuncs and functions on chunked arrays and expressions; nothing
+    is read until it is indexed, computed, written (:meth:`to_zarr`) or reduced.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.arange(6.0), chunks=2)
+    >>> z = (x - 1) * 2
+    >>> isinstance(z, oc.Expr), z.shape, z[1:4]
+    (True, (6,), array([0., 2., 4.]))
+    """
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def _tree(self) -> Node:
+        return self._node
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._node.shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._node.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._node.ndim
+
+    @property
+    def size(self) -> int:
+        return self._node.size
+
+    @property
+    def nbytes(self) -> int:
+        return self._node.nbytes
+
+    def sources(self) -> Iterator[StoredArray]:
+        """The chunked arrays this expression reads, each once."""
+        return self._node.sources()
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        """The values of a part, evaluating only the region it touches."""
+        key = key if isinstance(key, tuple) else (key,)
+        if sum(k is Ellipsis for k in key) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if Ellipsis in [k for k in key if k is Ellipsis]:
+            at = next(i for i, k in enumerate(key) if k is Ellipsis)
+            key = (*key[:at], *(slice(None),) * (self.ndim - len(key) + 1), *key[at + 1 :])
+        if len(key) > self.ndim:
+            raise IndexError(
+                f"too many indices: the expression has {self.ndim} dimensions, got {len(key)}"
+            )
+        key = (*key, *(slice(None),) * (self.ndim - len(key)))
+        bounds: list[slice] = []
+        picks: list[int | np.ndarray] = []  # per axis: an int (axis dropped) or positions
+        for k, n in zip(key, self.shape, strict=True):
+            if isinstance(k, int | np.integer) and not isinstance(k, bool):
+                i = operator.index(k)
+                if not -n <= i < n:
+                    raise IndexError(f"index {i} is out of bounds for an axis of size {n}")
+                bounds.append(slice(i % n, i % n + 1))
+                picks.append(0)
+            elif isinstance(k, slice):
+                positions = np.arange(*k.indices(n))
+                low = int(positions.min()) if len(positions) else 0
+                high = int(positions.max()) + 1 if len(positions) else 0
+                bounds.append(slice(low, high))
+                picks.append(positions - low)
+            else:
+                raise TypeError(
+                    "expressions take integers, slices and ... as indices; compute() the "
+                    f"expression or index its inputs for {type(k).__name__} indices"
+                )
+        region = tuple(bounds)
+        shape = tuple(s.stop - s.start for s in region)
+        if 0 in shape:
+            block = np.empty(shape, self.dtype)
+        else:
+            block = np.broadcast_to(self._node.evaluate(region, BlockReads()), shape)
+        for axis in reversed(range(len(picks))):
+            block = np.take(block, picks[axis], axis=axis)
+        return np.array(block, dtype=self.dtype)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError(
+                "an expression has no memory to view: np.asarray(expr, copy=False) is impossible"
+            )
+        out = np.empty(self.shape, self.dtype)
+
+        def write(region: tuple[slice, ...], block: np.ndarray) -> None:
+            out[region] = block
+
+        evaluate([], [StoreTarget(self._node, write)], progress=True)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __repr__(self) -> str:
+        sources = ", ".join(repr(s.path) for s in self.sources()) or "no chunked inputs"
+        return f"<oocarray expression shape={self.shape} dtype={self.dtype} over {sources}>"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d expression")
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        raise TypeError(
+            "iterating an expression would evaluate it row by row: compute() it or index parts"
+        )
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            "the truth value of a chunked array or expression is ambiguous: use .any() or .all()"
+        )
+
+
+class ChunkedArray(LazyArray, StoredArray):
+    """An array stored in chunks on disk (zarr v3/v2, HDF5, ``.npy``), indexed like a NumPy
+    array and computed on lazily.
+
+    Create one with :func:`~oocarray.open`, :func:`~oocarray.create`, :func:`~oocarray.temp`,
+    :func:`~oocarray.from_numpy` or :func:`~oocarray.from_dask`.  Data access (shape, dtype,
+    chunks, indexing, writing, :meth:`append`, :meth:`as_ndarray`, :meth:`flush`,
+    :meth:`close`, pickling by path) is the storage layer's :class:`StoredArray`; operators,
+    NumPy ufuncs and functions give lazy :class:`Expr` objects, and reductions stream over the
+    chunks once (:class:`LazyArray`).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "demo.zarr")
+    >>> x = oc.create(path, (1000, 8), "float32", chunks=(256, 8))
+    >>> x[:] = np.arange(8000, dtype=np.float32).reshape(1000, 8)
+    >>> x[-1, ::4]
+    array([7992., 7996.], dtype=float32)
+    >>> float(x.max()), (x * 2)[0, :3]
+    (7999.0, array([0., 2., 4.], dtype=float32))
+    """
+
+    def _tree(self) -> StoredArray:
+        return self
+
+
+def compute(*items: Any, progress: bool = True) -> tuple[Any, ...]:
+    """Evaluate lazy reductions and expressions together, reading each input chunk once.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.arange(12.0).reshape(4, 3), chunks=(2, 3))
+    >>> mean, top = oc.compute(x.mean(axis=0, compute=False), x.max(compute=False))
+    >>> mean.tolist(), float(top)
+    ([4.5, 5.5, 6.5], 11.0)
+    """
+    reductions: list[Any] = []
+    stores: list[StoreTarget] = []
+    results: list[Any] = []
+    for item in items:
+        if isinstance(item, LazyResult):
+            reductions.append(item.reduction())
+            results.append(None)
+        elif isinstance(item, LazyArray):
+            target, result = _materialize_target(as_node(item._tree()))
+            stores.append(target)
+            reductions.append(None)
+            results.append(result)
+        else:
+            raise TypeError(
+                "oc.compute takes lazy results (compute=False) and expressions, got "
+                f"{type(item).__name__}"
+            )
+    evaluate([r for r in reductions if r is not None], stores, progress)
+    return tuple(
+        result if reduction is None else reduction.finish()
+        for reduction, result in zip(reductions, results, strict=True)
+    )
+
+
+def _materialize_target(expr: Node) -> tuple[StoreTarget, Any]:
+    """Where ``expr.compute()`` goes: an ndarray when it fits the active budget, else a
+    temporary chunked array."""
+    left = budget_left(active_manager() or system())
+    if left is None or expr.nbytes <= left:
+        out = np.empty(expr.shape, expr.dtype)
+
+        def write(region: tuple[slice, ...], block: np.ndarray) -> None:
+            out[region] = block
+
+        return StoreTarget(expr, write), out
+    result = temp(expr.shape, expr.dtype, array_type=ChunkedArray)
+    return StoreTarget(expr, result.__setitem__, result.shards or result.chunks), result
