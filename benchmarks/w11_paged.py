@@ -44,7 +44,7 @@ from benchmarks._timing import (
     format_seconds,
     interleave,
 )
-from oocarray._storage._paged import paging_available
+from oocarray._storage._paged._arrays import paging_available
 
 MiB = 1 << 20
 GiB = 1 << 30

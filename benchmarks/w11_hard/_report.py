@@ -58,7 +58,7 @@ def run_benchmark(
     timeout: float,
     whole_timeout: float,
 ) -> Result:
-    from oocarray._storage._paged import paging_available
+    from oocarray._storage._paged._arrays import paging_available
 
     ok, why = paging_available()
     if not ok:

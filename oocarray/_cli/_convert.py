@@ -29,7 +29,7 @@ from oocarray._cli._output import format_bytes
 from oocarray._compute._progress import progress_bar
 from oocarray._storage._paths import local_path
 from oocarray._storage._replace import foreign_files, prepare_target
-from oocarray._storage._zarr_create import unstable_dtypes_known
+from oocarray._storage._zarr._create import unstable_dtypes_known
 
 __all__ = ["add_parser", "output_format"]
 

@@ -6,6 +6,6 @@ Sits above the compute layer: it may import ``_memory``, ``_storage`` and ``_com
 
 from oocarray._feed._batches import Batches, batches
 from oocarray._feed._ingest import from_batches, read_parquet
-from oocarray._feed._map_chunks import map_chunks
+from oocarray._feed._map._chunks import map_chunks
 
 __all__: list[str] = ["Batches", "batches", "from_batches", "map_chunks", "read_parquet"]

@@ -20,7 +20,7 @@ import numpy as np
 from oocarray._compute import ChunkedArray
 from oocarray._compute import open as open_array
 from oocarray._storage._indexing import ChunkPiece
-from oocarray._storage._zarr import ZarrStore
+from oocarray._storage._zarr._store import ZarrStore
 
 __all__ = ["ArraySource", "ChunkedSource", "Source", "as_source"]
 

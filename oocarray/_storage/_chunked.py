@@ -25,7 +25,7 @@ from oocarray._memory._units import format_bytes
 from oocarray._storage._formats import Store, open_store
 from oocarray._storage._html import stored_array_html
 from oocarray._storage._indexing import ChunkPiece, Selection, parse_key
-from oocarray._storage._paged import PagedArrays
+from oocarray._storage._paged._arrays import PagedArrays
 from oocarray.errors import ClosedError, StoreNotFoundError
 
 __all__ = ["StoredArray"]
@@ -280,7 +280,7 @@ class StoredArray:
         >>> y.shape, oc.open(path)[:, 0]
         ((7, 3), array([1., 1., 1., 1., 1., 0., 0.], dtype=float32))
         """
-        from oocarray._storage._zarr import ZarrStore
+        from oocarray._storage._zarr._store import ZarrStore
 
         self._check_open()
         store = self._store

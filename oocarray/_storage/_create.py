@@ -199,9 +199,9 @@ def create(
     >>> oc.open(path, dataset="temperature")[0, :3]
     array([280., 280., 280.], dtype=float32)
     """
-    from oocarray._storage._zarr import ZarrStore
-    from oocarray._storage._zarr_create import CODECS, create_zarr
-    from oocarray._storage._zarr_groups import is_group, require_group
+    from oocarray._storage._zarr._create import CODECS, create_zarr
+    from oocarray._storage._zarr._groups import is_group, require_group
+    from oocarray._storage._zarr._store import ZarrStore
 
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {path!r}")

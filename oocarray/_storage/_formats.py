@@ -52,7 +52,7 @@ def open_store(
             f"dataset= names an array in an HDF5 file or a zarr group, but {path!r} is a .npy file"
         )
     if kind == "zarr":
-        from oocarray._storage._zarr import ZarrStore
+        from oocarray._storage._zarr._store import ZarrStore
 
         return ZarrStore.open(path, mode, allow_object, dataset)
     if kind == "hdf5":

@@ -1,7 +1,7 @@
 """HDF5 datasets through h5py.  Contiguous, uncompressed datasets are memory-mapped at the
 dataset's file offset, so reads are views of the map with no copy.
 
-Chunk-backed ndarrays (``_paged_hdf5.py``) read chunks straight from the file, where HDF5 says
+Chunk-backed ndarrays (``_paged/_hdf5.py``) read chunks straight from the file, where HDF5 says
 they are; what they need to know of a dataset is asked here (:meth:`HDF5Store.paging_layout`,
 :meth:`HDF5Store.chunk_places`), so that h5py is imported here only.  A write can move a chunk
 in the file (a compressed chunk that grows is stored elsewhere, and its old bytes are freed for

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray._storage._zarr import ZarrStore
+from oocarray._storage._zarr._store import ZarrStore
 
 # ---- append ----
 

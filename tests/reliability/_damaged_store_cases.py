@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray._storage import _paged as oc_paged
+from oocarray._storage._paged import _arrays as oc_paged
 
 # Documented: oocarray's errors subclass ValueError, OSError, MemoryError or RuntimeError;
 # zarr-python's metadata errors are ValueError/TypeError/KeyError; h5py's are OSError/KeyError.

@@ -503,7 +503,7 @@ print("resumed", np.array_equal(y[...], data * 2))
 
 
 def test_ctrl_c_during_map_chunks(tmp_path: Path) -> None:
-    from oocarray._feed import _map_threads
+    from oocarray._feed._map import _threads as _map_threads
 
     code = CTRL_C_MAP_CHUNKS.replace("sys.argv[1]", repr(str(tmp_path / "y.zarr")))
     result = run_python(code, timeout=300)  # a hang guard only

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from benchmarks import w11_hard
-from oocarray._storage._paged import paging_available
+from oocarray._storage._paged._arrays import paging_available
 from testkit import cgroup
 from tests.reliability._helpers import LONG
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from oocarray._storage._paged import paging_available
+from oocarray._storage._paged._arrays import paging_available
 from testkit import cgroup
 from testkit.children import run_python
 

@@ -68,7 +68,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import oocarray as oc
 from oocarray import _native
 from oocarray._memory import _compressed, _manager
-from oocarray._storage._paged import paging_available
+from oocarray._storage._paged._arrays import paging_available
 from testkit.model import (
     PAGE,
     Block,
@@ -1308,7 +1308,9 @@ class SystemMachine(RuleBasedStateMachine):
             if node.closed or node.max_bytes is None or store.expected.nbytes == 0:
                 continue
             if store.fmt == "h5" and store.view_mode == "r+":
-                continue  # documented (_paged_hdf5.py): dirty HDF5 chunks wait for flush()
+                # documented (oocarray/_storage/_paged/_hdf5.py): dirty HDF5 chunks wait for
+                # flush()
+                continue
             paging = store.handle.paging_stats()
             if not paging:
                 continue  # a view of a memory map: the kernel's page cache

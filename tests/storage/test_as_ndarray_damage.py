@@ -17,7 +17,7 @@ import pytest
 
 import oocarray as oc
 from oocarray._memory import _compressed
-from oocarray._storage._paged import paging_available
+from oocarray._storage._paged._arrays import paging_available
 from testkit.children import run_ok, run_python
 
 needs_paging = pytest.mark.skipif(

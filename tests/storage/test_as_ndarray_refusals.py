@@ -14,7 +14,7 @@ import pytest
 import zarr
 
 import oocarray as oc
-from oocarray._storage._paged import paging_available
+from oocarray._storage._paged._arrays import paging_available
 
 # ---- zarr ----
 
@@ -59,7 +59,7 @@ def test_the_kill_switch_says_how_to_turn_it_back_on(
 
 
 def test_the_message_without_userfaultfd_says_how_to_enable_it() -> None:
-    from oocarray._storage import _paged
+    from oocarray._storage._paged import _arrays as _paged
 
     saved = dict(_paged._checked)
     _paged._checked[os.getpid()] = (1, False)  # as if EPERM

@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray._storage._paged import paging_available
-from oocarray._storage._zarr import _new_file_mode
+from oocarray._storage._paged._arrays import paging_available
+from oocarray._storage._zarr._store import _new_file_mode
 from testkit.children import start_python
 from tests.reliability._helpers import rounds
 

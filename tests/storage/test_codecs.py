@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import oocarray as oc
 from oocarray import _native
-from oocarray._storage._paged import paging_available
+from oocarray._storage._paged._arrays import paging_available
 from testkit.children import run_python
 
 needs_paging = pytest.mark.skipif(

@@ -24,7 +24,7 @@ import pytest
 import oocarray as oc
 from oocarray import _native
 from oocarray._storage._hdf5 import _hdf5_library
-from oocarray._storage._paged import paging_available
+from oocarray._storage._paged._arrays import paging_available
 from testkit.children import run_ok, run_python
 from testkit.stores import H5_CHAINS, flip_hdf5_chunk, read_hdf5, sample
 

@@ -11,7 +11,7 @@ import pytest
 import zarr
 
 import oocarray as oc
-from oocarray._storage._paged import paging_available
+from oocarray._storage._paged._arrays import paging_available
 
 needs_paging = pytest.mark.skipif(
     not paging_available()[0], reason=f"no chunk-backed ndarrays here: {paging_available()[1]}"

@@ -5,15 +5,15 @@ rows that follow their chunks; ``fn`` gets the block of every input and returns 
 every output, which is written as whole chunks.  A block's completion is recorded after its
 chunks are written, so a rerun of an interrupted job skips what is done.
 
-This module checks the call and drives the run; the parts live beside it:
+This module checks the call and drives the run; the parts live beside it, in this package:
 
-- ``_map_args``: checking inputs, outputs, ``dtype=`` and ``row_shape=``;
-- ``_map_job``: the job every block needs, and the rows per block;
-- ``_map_sidecar``: the resume record in each output (``.oocarray-map-chunks/``);
-- ``_map_outputs``: resuming or creating the outputs;
-- ``_map_blocks``: one block, read, computed, written and marked;
-- ``_map_threads``: the threads engine (worker threads of this process);
-- ``_map_dask``: the dask engine (tasks of a ``distributed`` cluster, by path).
+- ``_args``: checking inputs, outputs, ``dtype=`` and ``row_shape=``;
+- ``_job``: the job every block needs, and the rows per block;
+- ``_sidecar``: the resume record in each output (``.oocarray-map-chunks/``);
+- ``_outputs``: resuming or creating the outputs;
+- ``_blocks``: one block, read, computed, written and marked;
+- ``_threads``: the threads engine (worker threads of this process);
+- ``_dask``: the dask engine (tasks of a ``distributed`` cluster, by path).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import numpy as np
 
 from oocarray._compute import ChunkedArray
 from oocarray._compute._progress import progress_bar
-from oocarray._feed import _map_sidecar as sidecar
-from oocarray._feed._map_args import (
+from oocarray._feed._map import _sidecar as sidecar
+from oocarray._feed._map._args import (
     common_length,
     parse_dtypes,
     parse_input,
@@ -35,16 +35,16 @@ from oocarray._feed._map_args import (
     parse_row_shapes,
     parse_workers,
 )
-from oocarray._feed._map_job import Job, Spec, StoredInput, block_rows_for, dataset_of
-from oocarray._feed._map_outputs import check_existing, open_outputs
-from oocarray._feed._map_threads import ThreadsEngine
+from oocarray._feed._map._job import Job, Spec, StoredInput, block_rows_for, dataset_of
+from oocarray._feed._map._outputs import check_existing, open_outputs
+from oocarray._feed._map._threads import ThreadsEngine
 from oocarray._storage._replace import refuse_replacing_an_input
 
 __all__ = ["map_chunks"]
 
 
 class Engine(Protocol):
-    """Where blocks run: ``_map_threads.ThreadsEngine`` or ``_map_dask.DaskEngine``."""
+    """Where blocks run: ``_threads.ThreadsEngine`` or ``_dask.DaskEngine``."""
 
     def infer(self, job: Job) -> list[Spec]:
         """The outputs' dtypes and row shapes, from ``fn`` on the first block."""
@@ -197,7 +197,8 @@ def map_chunks(
     record = sidecar.job_record(job, sources)
     if engine == "dask":
         # Lazily: importing the dask engine imports distributed, an optional dependency.
-        from oocarray._feed import _dask, _map_dask
+        from oocarray._feed import _dask
+        from oocarray._feed._map import _dask as _map_dask
 
         with _dask.cluster_client(client, workers, worker_max_bytes) as dask_client:
             return _run(

@@ -1,4 +1,4 @@
-"""How a store is paged (``_paged.py``): what each format decides, checked before anything is
+"""How a store is paged (``_arrays.py``): what each format decides, checked before anything is
 read, and the chunk table it builds once the pager may run."""
 
 from __future__ import annotations

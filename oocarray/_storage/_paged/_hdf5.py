@@ -1,4 +1,4 @@
-"""Chunk-backed ndarrays over HDF5 datasets (``_paged.py``).
+"""Chunk-backed ndarrays over HDF5 datasets (``_arrays.py``).
 
 A chunked dataset whose chunks span every axis but the first is paged like a zarr array: the
 chunk table holds, per row chunk, the byte offset and stored size HDF5 reports (absent chunks
@@ -15,7 +15,7 @@ process (``_hdf5.watch_chunks``): while a chunk is being rewritten its fills cop
 and its table entry is updated once the file is flushed.  Writes by other processes, or through
 h5py directly, are not seen: chunks they move read as whatever is at the old place.
 
-An ``"r+"`` array's dirty chunks are written back through the store too (``_paged.py``: h5py
+An ``"r+"`` array's dirty chunks are written back through the store too (``_arrays.py``: h5py
 places them, and the moves above follow), from Python, by ``flush()``, ``close()``, the close of
 the manager it was made under and its last view: the pager has no native writer for HDF5, so
 under budget pressure dirty chunks are never written back or dropped.  That is a limit: an
@@ -37,7 +37,7 @@ import numpy as np
 
 from oocarray import _native
 from oocarray._storage._hdf5 import UNKNOWN, HDF5Store, watch_chunks, watch_lock
-from oocarray._storage._paged_plan import ChunkTable, Plan, check_row_chunks, rewrite
+from oocarray._storage._paged._plan import ChunkTable, Plan, check_row_chunks, rewrite
 
 __all__ = ["plan_hdf5"]
 

@@ -1,11 +1,11 @@
 """Zarr (v3 and v2) arrays.
 
 zarr-python parses metadata and creates arrays, so what is written stays plain zarr.  For the
-common layouts of a local directory (see :mod:`._zarr_layout`) chunks are read directly: their
-bytes are read and decoded straight into buffers of the active manager, on every core, without
-zarr-python's per-call async machinery (see :mod:`._chunk_jobs`); unsharded ones are written
-directly too, v2 filters included.  Anything else (other v3 codec chains, remote stores,
-writes into shards) goes through zarr-python.
+common layouts of a local directory (see :mod:`._layout`) chunks are read directly: their bytes
+are read and decoded straight into buffers of the active manager, on every core, without
+zarr-python's per-call async machinery (see :mod:`oocarray._storage._chunk_jobs`); unsharded
+ones are written directly too, v2 filters included.  Anything else (other v3 codec chains,
+remote stores, writes into shards) goes through zarr-python.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from oocarray._storage import _pool
 from oocarray._storage._base import Store, check_dtype
 from oocarray._storage._chunk_jobs import ChunkJobs, scratch_set
 from oocarray._storage._indexing import ChunkPiece, parse_key
-from oocarray._storage._zarr_groups import array_in_group, is_group
-from oocarray._storage._zarr_layout import Layout, OpenShard, crc32c_of, layout_of
+from oocarray._storage._zarr._groups import array_in_group, is_group
+from oocarray._storage._zarr._layout import Layout, OpenShard, crc32c_of, layout_of
 from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
 __all__ = ["ZarrStore"]
@@ -378,10 +378,10 @@ class ZarrStore(Store):
         return out[tuple(slice(0, r.stop - r.start) for r in region)]
 
     def read_into(self, pieces: Sequence[ChunkPiece], out: np.ndarray) -> None:
-        """Read the chunks of a selection as chunk jobs on every core (see :mod:`._chunk_jobs`).
-        A piece that is a run of whole rows of its chunk decodes straight into ``out``, only as
-        far into the chunk as it needs; any other piece decodes its chunk into a scratch buffer
-        and is copied from there."""
+        """Read the chunks of a selection as chunk jobs on every core (see
+        :mod:`oocarray._storage._chunk_jobs`). A piece that is a run of whole rows of its
+        chunk decodes straight into ``out``, only as far into the chunk as it needs; any
+        other piece decodes its chunk into a scratch buffer and is copied from there."""
         layout = self._layout
         if (
             layout is None

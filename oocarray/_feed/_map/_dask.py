@@ -1,6 +1,6 @@
 """map_chunks' dask engine: blocks as tasks of a ``distributed`` cluster.
 
-Only the small :class:`~oocarray._feed._map_job.Job` travels with a task: each task reopens
+Only the small :class:`~oocarray._feed._map._job.Job` travels with a task: each task reopens
 its chunked inputs and its outputs by path in the worker process and writes its chunks there,
 and ndarray inputs are scattered to workers block by block (see ``_dask.run_blocks``).
 Imported only for ``engine="dask"``, since importing ``_dask`` imports ``distributed``.
@@ -16,8 +16,8 @@ import numpy as np
 from oocarray._compute import ChunkedArray
 from oocarray._compute import open as open_array
 from oocarray._feed import _dask
-from oocarray._feed._map_blocks import infer_specs, run_block, thread_workspace
-from oocarray._feed._map_job import Job, Spec
+from oocarray._feed._map._blocks import infer_specs, run_block, thread_workspace
+from oocarray._feed._map._job import Job, Spec
 from oocarray._memory import active_manager, system
 
 __all__ = ["DaskEngine", "remote_block", "remote_infer"]

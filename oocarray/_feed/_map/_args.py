@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import ChunkedArray, Expr
-from oocarray._feed._map_job import Structure
-from oocarray._feed._map_sidecar import check_replaceable
+from oocarray._feed._map._job import Structure
+from oocarray._feed._map._sidecar import check_replaceable
 from oocarray._memory import parse_shape
 from oocarray._storage._paths import local_path
 from oocarray.errors import ReadOnlyError

@@ -17,7 +17,7 @@ chunks are stored.  How, per array (``Pages.native_writeback``):
   also by the pager's workers when a dirty chunk is the least recently filled under budget
   pressure, then dropped, so writing all over an array larger than the budget stays within it.
 - HDF5: through the store (h5py: HDF5 decides where a rewritten chunk goes, and the pager
-  follows it, ``_paged_hdf5.py``), from Python, one unit at a time per array.  Never under
+  follows it, ``_hdf5.py``), from Python, one unit at a time per array.  Never under
   budget pressure: dirty chunks stay in memory until written back, so an HDF5 ``"r+"`` view
   written all over grows past its budget until ``flush()`` (a limit of this design).
 
@@ -32,13 +32,13 @@ zstd, blosc (any of its compressors and shuffles), numcodecs' lz4, gzip or zlib,
 followed by zarr's crc32c codec (checked on every fill; read-only for blosc, lz4 and gzip,
 which the native writer does not encode); and chunked HDF5 datasets with such chunks, stored
 raw or with HDF5's gzip, shuffle and fletcher32 filters, read and written
-(``_paged_hdf5.py``, which also says how HDF5 chunks that move in their file are followed,
+(``_hdf5.py``, which also says how HDF5 chunks that move in their file are followed,
 and what other HDF5 layouts give).  Other chunkings would
 make every page depend on several chunks and cost a decode of a whole band of chunks per
 fault; other codecs and filters decode only in Python (or in plugins), which the fault path
 cannot call (the faulting thread may hold the GIL).  Both are refused with the rewrite that
 makes them pageable.  Each format's checks and chunk table are a :class:`Plan`
-(``_paged_plan.py``); the rest is common.
+(``_plan.py``); the rest is common.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from oocarray import _native
 from oocarray._memory import active_manager, system
 from oocarray._storage import _pool
 from oocarray._storage._base import Store
-from oocarray._storage._paged_plan import ChunkTable, NativeWriter, Plan, check_row_chunks, rewrite
+from oocarray._storage._paged._plan import ChunkTable, NativeWriter, Plan, check_row_chunks, rewrite
 from oocarray.errors import PagingUnavailableError
 
 __all__ = ["DISABLE_ENV", "PagedArrays", "paging_available"]
@@ -190,10 +190,10 @@ class PagedArrays:
 
 def _plan(store: Store, mode: str) -> Plan | np.ndarray:
     """What each format decides: refusals first, before anything is read."""
-    from oocarray._storage._zarr import ZarrStore, _new_file_mode
+    from oocarray._storage._zarr._store import ZarrStore, _new_file_mode
 
     if store.format == "hdf5":  # h5py is optional: imported only for HDF5 stores
-        from oocarray._storage._paged_hdf5 import plan_hdf5
+        from oocarray._storage._paged._hdf5 import plan_hdf5
 
         return plan_hdf5(store, mode)  # type: ignore[arg-type]
     if not isinstance(store, ZarrStore) or store._layout is None:
@@ -252,7 +252,7 @@ def _chunk_table(store: Any, nchunks: int) -> tuple[list[str], np.ndarray]:
     """For each row chunk: (path number or -1 when absent, offset, stored bytes or -1 for the
     whole file).  Shard indexes are read now; unsharded chunk files are opened at fill time
     (a missing file holds the fill value)."""
-    from oocarray._storage._zarr_layout import OpenShard
+    from oocarray._storage._zarr._layout import OpenShard
 
     layout = store._layout
     rest = store._rest

@@ -11,8 +11,8 @@ import numpy.typing as npt
 
 from oocarray._compute import ChunkedArray, create
 from oocarray._compute import open as open_array
-from oocarray._feed import _map_sidecar as sidecar
-from oocarray._feed._map_job import Job, Spec
+from oocarray._feed._map import _sidecar as sidecar
+from oocarray._feed._map._job import Job, Spec
 
 __all__ = ["check_existing", "open_outputs"]
 

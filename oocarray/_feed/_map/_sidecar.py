@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import ChunkedArray
-from oocarray._feed._map_job import Job, dataset_of
+from oocarray._feed._map._job import Job, dataset_of
 from oocarray._storage._replace import prepare_target
 from oocarray.errors import StoreExistsError
 

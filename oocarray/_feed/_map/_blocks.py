@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import ChunkedArray
-from oocarray._feed._map_job import Job, Spec
-from oocarray._feed._map_sidecar import mark_done
+from oocarray._feed._map._job import Job, Spec
+from oocarray._feed._map._sidecar import mark_done
 from oocarray._memory import Manager, Workspace
 
 __all__ = ["infer_specs", "results_of", "run_block", "thread_workspace", "write_results"]

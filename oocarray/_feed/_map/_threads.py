@@ -15,8 +15,8 @@ import numpy as np
 from oocarray._compute import ChunkedArray
 from oocarray._compute._engine import budget_left
 from oocarray._compute._interrupt import DeferredInterrupt
-from oocarray._feed._map_blocks import results_of, run_block, thread_workspace, write_results
-from oocarray._feed._map_job import Job, Spec
+from oocarray._feed._map._blocks import results_of, run_block, thread_workspace, write_results
+from oocarray._feed._map._job import Job, Spec
 from oocarray._memory import Workspace, active_manager, system
 
 __all__ = ["ThreadsEngine"]
