@@ -20,7 +20,6 @@ import numpy as np
 from oocarray._compute import ChunkedArray
 from oocarray._compute import open as open_array
 from oocarray._storage._indexing import ChunkPiece
-from oocarray._storage._zarr._store import ZarrStore
 
 __all__ = ["ArraySource", "ChunkedSource", "Source", "as_source"]
 
@@ -178,11 +177,9 @@ def as_source(obj: object) -> Source:
         if obj.ndim == 0:
             raise ValueError(f"batches need arrays with rows (axis 0); {obj!r} is 0-d")
         store = obj._store
-        dataset = getattr(store, "dataset_name", None)
+        dataset = store.dataset_name
         if obj.location == "mmap":  # .npy, contiguous HDF5: gather from the map directly
             return ArraySource(obj.as_ndarray(), (obj.path, dataset))
-        if not isinstance(store, ZarrStore) and store.format != "hdf5":
-            raise TypeError(f"cannot read batches from {obj!r}")
         return ChunkedSource(obj, dataset)
     if isinstance(obj, np.ndarray):
         if obj.ndim == 0:

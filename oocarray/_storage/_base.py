@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import math
 import os
@@ -64,13 +65,27 @@ def check_dtype(dtype: np.dtype[Any], allow_object: bool, where: str) -> None:
         )
 
 
-class Store:
-    """A chunked, array-shaped store.
+class Store(abc.ABC):
+    """A chunked, array-shaped store: the one interface the layers above read and write
+    through.
 
-    Subclasses set ``shape``, ``dtype``, ``chunks``, ``fill_value``, ``readonly``, ``path``,
-    ``format`` and ``codec``, and implement :meth:`read_region` and :meth:`write_region` on
-    chunk-aligned regions; memory-mapped ones also set ``memmap``.
+    A backend sets ``shape``, ``dtype``, ``chunks``, ``fill_value``, ``readonly``, ``path``,
+    ``format`` and ``codec``, and implements the abstract methods on chunk-aligned regions; the
+    other methods have defaults made of those, which a backend overrides where it can do
+    better.  What a backend can do beyond that is said by its capability flags, which callers
+    read instead of asking which backend a store is (as zarr-python's ``abc.store.Store``
+    does with ``supports_writes`` and its kin):
+
+    - ``supports_partial_reads``: :meth:`read_piece` reads less than the whole chunk;
+    - ``supports_appends``: the array grows along axis 0 (``grown``, ``commit_rows``);
+    - ``supports_paging``: ``as_ndarray()`` can page its chunks (the store gives a paging
+      plan of its format);
+    - ``memory_mapped`` (from ``memmap``): the data is one memory map, indexed in place.
     """
+
+    supports_partial_reads: bool = False
+    supports_appends: bool = False
+    supports_paging: bool = False
 
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
@@ -81,6 +96,12 @@ class Store:
     format: str
     codec: str
     memmap: np.ndarray | None = None
+    # The array inside its file, where the path alone does not name it (an HDF5 dataset).
+    dataset_name: str | None = None
+
+    @property
+    def memory_mapped(self) -> bool:
+        return self.memmap is not None
 
     def chunk_region(self, chunk: tuple[int, ...]) -> tuple[slice, ...]:
         return _region(chunk, self.chunks, self.shape)
@@ -124,12 +145,13 @@ class Store:
         for block, data in blocks:
             self.write_chunk(block, data)
 
+    @abc.abstractmethod
     def read_chunk(self, chunk: tuple[int, ...]) -> np.ndarray:
         """The valid part of one chunk, allocated in the active manager."""
-        raise NotImplementedError
 
     def read_piece(self, chunk: tuple[int, ...], local: tuple[Any, ...]) -> np.ndarray:
-        """``read_chunk(chunk)[local]``; backends that can read less than a chunk do."""
+        """``read_chunk(chunk)[local]``; backends that can read less than a chunk do (and say
+        so with ``supports_partial_reads``)."""
         return np.asarray(self.read_chunk(chunk)[local])
 
     def read_into(self, pieces: Sequence[ChunkPiece], out: np.ndarray) -> None:
@@ -143,13 +165,22 @@ class Store:
         backend can (rows whole in one chunk along the other axes); False when it cannot."""
         return False
 
+    @abc.abstractmethod
     def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
         """Replace the valid part of one chunk with ``data``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def stored_bytes(self) -> int:
         """Bytes the data takes on disk."""
-        raise NotImplementedError
+
+    def grown(self, rows: int) -> Store:
+        """With ``supports_appends``: a second store of this array, ``rows`` rows long in
+        memory only, that appends write their chunks through before :meth:`commit_rows`."""
+        raise NotImplementedError(f"{self.format} arrays do not grow")
+
+    def commit_rows(self, rows: int) -> None:
+        """With ``supports_appends``: make the array ``rows`` rows long on disk, whole."""
+        raise NotImplementedError(f"{self.format} arrays do not grow")
 
     def check_writable(self) -> None:
         if self.readonly:
@@ -157,5 +188,6 @@ class Store:
                 f"{self.path!r} was opened read-only; open it with mode='r+' to write"
             )
 
-    def close(self) -> None:
+    # Not abstract: a store that holds no file open between reads (zarr) has nothing to do.
+    def close(self) -> None:  # noqa: B027
         """Release files held open."""

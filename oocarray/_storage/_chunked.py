@@ -280,11 +280,9 @@ class StoredArray:
         >>> y.shape, oc.open(path)[:, 0]
         ((7, 3), array([1., 1., 1., 1., 1., 0., 0.], dtype=float32))
         """
-        from oocarray._storage._zarr._store import ZarrStore
-
         self._check_open()
         store = self._store
-        if not isinstance(store, ZarrStore):
+        if not store.supports_appends:
             raise TypeError(
                 f"append() grows zarr arrays; {self.path!r} is {self.format}, which does not "
                 "grow: copy it to zarr (oc.from_batches or x.to_zarr) and append to that"
@@ -489,7 +487,7 @@ class StoredArray:
             (
                 os.path.abspath(self.path),  # the receiver may run in another directory
                 "r" if self.readonly else "r+",
-                getattr(self._store, "dataset_name", None),  # HDF5; a zarr path names its array
+                self._store.dataset_name,  # HDF5; a zarr path names its array
                 self.dtype.hasobject,  # opened with allow_object=True, or it would not be open
                 self._temporary,
                 type(self),  # the compute layer's ChunkedArray comes back as one

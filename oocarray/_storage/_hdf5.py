@@ -185,6 +185,9 @@ class HDF5Store(Store):
         self.dtype = np.dtype(ds.dtype)
         self.fill_value = ds.fillvalue
         self.codec = _filter_chain(ds)
+        # Chunked datasets page (``_paged/_hdf5.py`` refuses the filters it cannot decode);
+        # contiguous ones are memory-mapped, compact ones copied.
+        self.supports_paging = ds.chunks is not None
         offset = ds.id.get_offset()
         if (
             ds.chunks is None

@@ -356,6 +356,30 @@ class TestStoreContract:
             with pytest.raises(NotImplementedError):
                 fmt.open(store, mode="r+").as_ndarray("r+")
 
+    # ---- capabilities ----
+
+    def test_the_capability_flags_say_what_the_store_does(self, fmt: Format, store: str) -> None:
+        """A store's flags (``Store.supports_*``, ``memory_mapped``) are what callers read
+        instead of asking for its class: each one agrees with what the format then does."""
+        x = fmt.open(store, mode="r+")
+        flags = x._store
+        assert flags.supports_paging == fmt.paged
+        assert flags.memory_mapped == (not fmt.paged)
+        assert x.location == ("chunks" if fmt.paged else "mmap")
+        rows = READ[:3]
+        if flags.supports_appends:
+            x.append(rows)
+            assert x.shape[0] == len(READ) + 3
+            assert np.array_equal(fmt.read(store)[-3:], rows)
+        else:
+            with pytest.raises(TypeError, match="does not grow"):
+                x.append(rows)
+            assert x.shape == READ.shape
+        # A partial read of a chunk gives what a whole one gives, where it is offered or not.
+        first = (0,) * READ.ndim
+        assert np.array_equal(flags.read_piece(first, (slice(3, 9),)), READ[3:9])
+        x.close()
+
     # ---- pickling ----
 
     def test_pickling_reopens_the_same_store_in_its_mode(self, fmt: Format, store: str) -> None:

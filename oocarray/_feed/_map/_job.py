@@ -57,7 +57,7 @@ class Job:
 
 def dataset_of(x: ChunkedArray) -> str | None:
     """The HDF5 dataset a reopened store needs (zarr and .npy paths name the array)."""
-    name = getattr(x._store, "dataset_name", None)
+    name = x._store.dataset_name
     return name if isinstance(name, str) else None
 
 

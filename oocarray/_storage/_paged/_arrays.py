@@ -196,12 +196,13 @@ def _plan(store: Store, mode: str) -> Plan | np.ndarray:
         from oocarray._storage._paged._hdf5 import plan_hdf5
 
         return plan_hdf5(store, mode)  # type: ignore[arg-type]
-    if not isinstance(store, ZarrStore) or store._layout is None:
+    if not store.supports_paging:
         raise NotImplementedError(
             f"as_ndarray() pages zarr arrays in a local directory and HDF5 datasets; the "
             f"{store.format} array at {store.path!r} is not one: copy it to zarr first, e.g. "
             f"{rewrite(store)}"
         )
+    assert isinstance(store, ZarrStore) and store._layout is not None
     layout = store._layout
     check_row_chunks(store, f"the array at {store.path!r}")
     if layout.native_codec is None:

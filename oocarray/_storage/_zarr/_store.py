@@ -160,6 +160,7 @@ def _open_or_none(path: str) -> int | None:
 
 class ZarrStore(Store):
     format = "zarr"
+    supports_appends = True
 
     def __init__(self, array: Any, path: str, readonly: bool, allow_object: bool) -> None:
         self.array = array
@@ -193,6 +194,8 @@ class ZarrStore(Store):
             and self.chunks[1:] == self.shape[1:]
         )
         self.codec = self._codec_name()
+        self.supports_partial_reads = self._plain_files
+        self.supports_paging = layout is not None  # a local directory read without zarr-python
 
     @classmethod
     def open(
