@@ -24,6 +24,9 @@ setup(
                 "native/spill.c",
                 "native/workspace.c",
                 "native/chunks.c",
+                "native/reader.c",
+                "native/pool.c",
+                "native/source.c",
                 "native/codecs.c",
                 "native/scratch.c",
                 "native/h5filters.c",
@@ -39,7 +42,7 @@ setup(
                 "native/writeback.c",
             ],
             libraries=["dl"],  # dlopen of libzstd, libz and codec libraries (part of libc from glibc 2.34)
-            depends=["native/oc_core.h", "native/pager_int.h"],
+            depends=["native/oc_core.h", "native/pager_int.h", "native/oc_pool.h", "native/oc_source.h"],
             include_dirs=[numpy.get_include(), "native"],
             # Hidden visibility lets calls between the files bind directly, without the PLT.
             extra_compile_args=[

@@ -12,6 +12,7 @@
  * zstd_available() is false and Python decodes with numcodecs instead.
  */
 #include "oc_core.h"
+#include "oc_source.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -277,33 +278,12 @@ static char *grow(char **buf, size_t *size, size_t n) { return oc_scratch_grow(b
 
 /* ---- one job ---- */
 
+/* Where one job's stored bytes are. */
 typedef struct {
-    int64_t fd, offset, nbytes; /* where the stored bytes are; nbytes -1: the rest of the file */
-    int64_t skip;               /* decoded bytes before the wanted range */
-    int64_t buffer, at, len;    /* the range goes to dests[buffer][at:at + len] */
+    const oc_source *src;
+    int64_t offset, nbytes; /* nbytes -1: the rest of the source */
+    int64_t skip;           /* decoded bytes before the wanted range */
 } job_spec;
-#define JOB_FIELDS 7
-
-/* Read exactly n bytes at offset; 0, or -1 with errno (EIO standing for "ended early"). */
-static int read_exactly(int fd, char *dst, size_t n, int64_t offset, size_t *got)
-{
-    *got = 0;
-    while (*got < n) {
-        ssize_t r = pread(fd, dst + *got, n - *got, (off_t)(offset + (int64_t)*got));
-        if (r < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return -1;
-        }
-        if (r == 0) {
-            errno = EIO;
-            return -1;
-        }
-        *got += (size_t)r;
-    }
-    return 0;
-}
 
 /* Decode a whole frame of exactly n bytes into dst. */
 static int zstd_whole(reader_state *s, const char *src, size_t src_n, char *dst, size_t n,
@@ -399,8 +379,8 @@ static int raw_checked(reader_state *s, const job_spec *job, size_t chunk_n, siz
         snprintf(err, err_n, "out of memory");
         return -1;
     }
-    if (read_exactly((int)job->fd, buf, chunk_n, job->offset, &got) != 0 ||
-        read_exactly((int)job->fd, (char *)sum, 4, job->offset + (int64_t)chunk_n, &got) != 0) {
+    if (oc_source_read(job->src, buf, chunk_n, job->offset, &got) != 0 ||
+        oc_source_read(job->src, (char *)sum, 4, job->offset + (int64_t)chunk_n, &got) != 0) {
         snprintf(err, err_n, "read the chunk: %s", strerror(errno));
         return -1;
     }
@@ -446,12 +426,11 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
     }
     int64_t stored = job->nbytes;
     if (stored < 0) {
-        struct stat st;
-        if (fstat((int)job->fd, &st) != 0) {
-            snprintf(err, err_n, "fstat: %s", strerror(errno));
+        stored = oc_source_rest(job->src, job->offset);
+        if (stored < 0) {
+            snprintf(err, err_n, "the size of the stored bytes: %s", strerror(errno));
             return -1;
         }
-        stored = st.st_size - job->offset;
     }
     int kind = OC_CODEC_KIND(codec);
     int crc = (codec & OC_CODEC_CRC32C) != 0;
@@ -468,7 +447,7 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
         if (crc && verify) {
             return raw_checked(s, job, chunk_n, skip, dst, n, err, err_n);
         }
-        if (read_exactly((int)job->fd, dst, n, job->offset + (int64_t)skip, &got) != 0) {
+        if (oc_source_read(job->src, dst, n, job->offset + (int64_t)skip, &got) != 0) {
             snprintf(err, err_n, "read %zu of %zu bytes: %s", got, n, strerror(errno));
             return -1;
         }
@@ -480,15 +459,20 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
         snprintf(err, err_n, "%lld bytes stored for a chunk of %zu", (long long)stored, chunk_n);
         return -1;
     }
-    char *src = grow(&s->src, &s->src_size, (size_t)stored + 1);
+    /* bytes in memory are decoded where they are; a file's are read into this thread's buffer */
+    const char *src = oc_source_at(job->src, job->offset, (size_t)stored);
     if (src == NULL) {
-        snprintf(err, err_n, "out of memory");
-        return -1;
-    }
-    if (read_exactly((int)job->fd, src, (size_t)stored, job->offset, &got) != 0) {
-        snprintf(err, err_n, "read %zu of %lld bytes: %s", got, (long long)stored,
-                 strerror(errno));
-        return -1;
+        char *buf = grow(&s->src, &s->src_size, (size_t)stored + 1);
+        if (buf == NULL) {
+            snprintf(err, err_n, "out of memory");
+            return -1;
+        }
+        if (oc_source_read(job->src, buf, (size_t)stored, job->offset, &got) != 0) {
+            snprintf(err, err_n, "read %zu of %lld bytes: %s", got, (long long)stored,
+                     strerror(errno));
+            return -1;
+        }
+        src = buf;
     }
     size_t src_n = (size_t)stored;
     if (crc) {
@@ -628,14 +612,14 @@ int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out,
 int oc_zstd_ready(void) { return zstd_ready(); }
 
 /* Decode bytes [skip, skip + n) of one chunk (chunk_n bytes decoded) whose stored bytes are
- * at fd/offset/nbytes (nbytes -1: the rest of the file) into dst, on this thread's state: for
- * callers that run without the GIL (pager.c).  HDF5 pipelines go to h5filters.c.  0, or -1
- * with a message in err. */
-int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t chunk_n, size_t skip,
-                    char *dst, size_t n, char *err, size_t err_n)
+ * at src/offset/nbytes (nbytes -1: the rest of the source) into dst, on this thread's state:
+ * the one decoder of the chunk reader (reader.c) and the pager (pager.c), for callers that
+ * run without the GIL.  HDF5 pipelines go to h5filters.c.  0, or -1 with a message in err. */
+int oc_decode(int codec, const oc_source *src, int64_t offset, int64_t nbytes, size_t chunk_n,
+              size_t skip, char *dst, size_t n, char *err, size_t err_n)
 {
     if (OC_CODEC_KIND(codec) == OC_CODEC_H5) {
-        return oc_h5_decode(codec, fd, offset, nbytes, chunk_n, skip, dst, n, err, err_n);
+        return oc_h5_decode(codec, src, offset, nbytes, chunk_n, skip, dst, n, err, err_n);
     }
     int zstd_codec = OC_CODEC_KIND(codec) == OC_CODEC_ZSTD ||
                      OC_CODEC_KIND(codec) == OC_CODEC_ZSTD_SHUFFLE8;
@@ -652,10 +636,17 @@ int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t ch
         snprintf(err, err_n, "out of memory");
         return -1;
     }
-    job_spec job = {.fd = fd, .offset = offset, .nbytes = nbytes, .skip = (int64_t)skip};
+    job_spec job = {.src = src, .offset = offset, .nbytes = nbytes, .skip = (int64_t)skip};
     int rc = run_job(s, codec, &job, chunk_n, dst, n, err, err_n);
     state_put(s);
     return rc;
+}
+
+int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t chunk_n, size_t skip,
+                    char *dst, size_t n, char *err, size_t err_n)
+{
+    oc_source file = oc_file_source(fd);
+    return oc_decode(codec, &file, offset, nbytes, chunk_n, skip, dst, n, err, err_n);
 }
 
 /* ---- Python ---- */
@@ -663,114 +654,6 @@ int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t ch
 PyObject *oc_py_zstd_available(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
     return PyBool_FromLong(zstd_ready());
-}
-
-/*
- * read_chunks(codec, jobs, dests, chunk_nbytes, counter) -> None or (job, message)
- *
- * jobs: C-contiguous int64 (n, 7) array of job_spec rows; dests: writable C-contiguous buffers
- * the jobs' ranges fall in (checked here); counter: an int64 array of one element shared by the
- * threads running the same jobs.  Runs jobs until none is left; the first failure stops every
- * thread and is returned as (index, message).
- */
-PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
-{
-    int codec;
-    PyObject *jobs_obj, *dests;
-    Py_ssize_t chunk_n;
-    PyObject *counter_obj;
-    if (!PyArg_ParseTuple(args, "iOO!nO", &codec, &jobs_obj, &PyList_Type, &dests, &chunk_n,
-                          &counter_obj)) {
-        return NULL;
-    }
-    if (OC_CODEC_KIND(codec) == OC_CODEC_H5 || !oc_codec_ready(codec)) {
-        PyErr_Format(PyExc_ValueError, "codec %d is unknown or its library is not loaded", codec);
-        return NULL;
-    }
-    int zstd_codec = OC_CODEC_KIND(codec) == OC_CODEC_ZSTD;
-    if (chunk_n < 0) {
-        PyErr_SetString(PyExc_ValueError, "chunk_nbytes must be >= 0");
-        return NULL;
-    }
-    Py_buffer jobs_view, counter_view;
-    if (PyObject_GetBuffer(jobs_obj, &jobs_view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
-        return NULL;
-    }
-    if (PyObject_GetBuffer(counter_obj, &counter_view,
-                           PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
-        PyBuffer_Release(&jobs_view);
-        return NULL;
-    }
-    Py_ssize_t nbuf = PyList_GET_SIZE(dests);
-    Py_ssize_t n = jobs_view.len / (JOB_FIELDS * 8);
-    Py_buffer *views = NULL;
-    Py_ssize_t held = 0;
-    PyObject *result = NULL;
-    if (jobs_view.itemsize != 8 || jobs_view.len % (JOB_FIELDS * 8) != 0 ||
-        counter_view.len != 8 || counter_view.itemsize != 8 ||
-        ((uintptr_t)counter_view.buf & 7) != 0 || ((uintptr_t)jobs_view.buf & 7) != 0) {
-        PyErr_SetString(PyExc_ValueError, "jobs must be int64 (n, 7), counter int64 (1,)");
-        goto done;
-    }
-    views = PyMem_Calloc((size_t)(nbuf ? nbuf : 1), sizeof *views);
-    if (views == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (; held < nbuf; held++) {
-        if (PyObject_GetBuffer(PyList_GET_ITEM(dests, held), &views[held],
-                               PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
-            goto done;
-        }
-    }
-    const job_spec *specs = jobs_view.buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const job_spec *j = &specs[i];
-        if (j->buffer < 0 || j->buffer >= nbuf || j->at < 0 || j->len < 0 || j->skip < 0 ||
-            j->at > views[j->buffer].len - j->len || j->offset < 0) {
-            PyErr_Format(PyExc_ValueError, "job %zd asks for bytes outside its buffer", i);
-            goto done;
-        }
-    }
-    _Atomic int64_t *next = counter_view.buf;
-    Py_ssize_t failed = -1;
-    char err[256] = "";
-    Py_BEGIN_ALLOW_THREADS
-    reader_state *s = state_get();
-    if (s != NULL && zstd_codec && s->dctx == NULL) {
-        s->dctx = zstd.create();
-    }
-    for (;;) {
-        int64_t i = atomic_fetch_add(next, 1);
-        if (i >= n) {
-            break;
-        }
-        const job_spec *j = &specs[i];
-        int rc;
-        if (s == NULL || (zstd_codec && s->dctx == NULL)) {
-            snprintf(err, sizeof err, "out of memory");
-            rc = -1;
-        } else {
-            rc = run_job(s, codec, j, (size_t)chunk_n, (char *)views[j->buffer].buf + j->at,
-                         (size_t)j->len, err, sizeof err);
-        }
-        if (rc != 0) {
-            failed = (Py_ssize_t)i;
-            atomic_store(next, n); /* the other threads stop after their current job */
-            break;
-        }
-    }
-    state_put(s);
-    Py_END_ALLOW_THREADS
-    result = failed < 0 ? Py_NewRef(Py_None) : Py_BuildValue("(ns)", failed, err);
-done:
-    for (Py_ssize_t i = 0; i < held; i++) {
-        PyBuffer_Release(&views[i]);
-    }
-    PyMem_Free(views);
-    PyBuffer_Release(&counter_view);
-    PyBuffer_Release(&jobs_view);
-    return result;
 }
 
 /*

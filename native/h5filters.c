@@ -16,6 +16,7 @@
  * refuses such datasets up front (oc_zlib_ready).
  */
 #include "oc_core.h"
+#include "oc_source.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -276,28 +277,24 @@ int oc_h5_masked(int codec, unsigned mask)
     return out;
 }
 
-static int read_all(int fd, char *dst, size_t n, int64_t offset, char *err, size_t err_n)
+static int read_all(const oc_source *src, char *dst, size_t n, int64_t offset, char *err,
+                    size_t err_n)
 {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, dst + got, n - got, (off_t)(offset + (int64_t)got));
-        if (r < 0 && errno == EINTR) {
-            continue;
-        }
-        if (r <= 0) {
-            snprintf(err, err_n, "read %zu of %zu bytes at %lld: %s", got, n, (long long)offset,
-                     r < 0 ? strerror(errno) : "the file ends");
-            return -1;
-        }
-        got += (size_t)r;
+    size_t got;
+    if (oc_source_read(src, dst, n, offset, &got) != 0) {
+        snprintf(err, err_n, "read %zu of %zu bytes at %lld: %s", got, n, (long long)offset,
+                 errno != EIO ? strerror(errno)
+                 : src->fd >= 0 ? "the file ends"
+                                : "the stored bytes end");
+        return -1;
     }
     return 0;
 }
 
-/* Decode bytes [skip, skip + n) of one chunk (chunk_n bytes decoded) stored at fd/offset with
+/* Decode bytes [skip, skip + n) of one chunk (chunk_n bytes decoded) stored at src/offset with
  * `stored` bytes, through the pipeline of `codec`; 0, or -1 with a message in err. */
-int oc_h5_decode(int codec, int fd, int64_t offset, int64_t stored, size_t chunk_n, size_t skip,
-                 char *dst, size_t n, char *err, size_t err_n)
+int oc_h5_decode(int codec, const oc_source *src, int64_t offset, int64_t stored, size_t chunk_n,
+                 size_t skip, char *dst, size_t n, char *err, size_t err_n)
 {
     int steps[OC_H5_MAX_STEPS];
     int k = steps_of(codec, steps);
@@ -328,19 +325,24 @@ int oc_h5_decode(int codec, int fd, int64_t offset, int64_t stored, size_t chunk
         return -1;
     }
     if (k == 0) {
-        return read_all(fd, dst, n, offset + (int64_t)skip, err, err_n);
+        return read_all(src, dst, n, offset + (int64_t)skip, err, err_n);
     }
     if (deflated && !oc_zlib_ready()) {
         snprintf(err, err_n, "libz.so.1 is not available");
         return -1;
     }
-    char *cur = h5_buffer(0, (size_t)stored);
+    /* bytes in memory are decoded where they are; a file's are read into a buffer first */
+    const char *cur = oc_source_at(src, offset, (size_t)stored);
     if (cur == NULL) {
-        snprintf(err, err_n, "out of memory");
-        return -1;
-    }
-    if (read_all(fd, cur, (size_t)stored, offset, err, err_n) != 0) {
-        return -1;
+        char *buf = h5_buffer(0, (size_t)stored);
+        if (buf == NULL) {
+            snprintf(err, err_n, "out of memory");
+            return -1;
+        }
+        if (read_all(src, buf, (size_t)stored, offset, err, err_n) != 0) {
+            return -1;
+        }
+        cur = buf;
     }
     size_t cur_n = (size_t)stored;
     int spare = 1; /* the buffer the next step writes to */
@@ -430,24 +432,16 @@ PyObject *oc_py_h5_decode(PyObject *Py_UNUSED(m), PyObject *args)
         PyErr_SetString(PyExc_ValueError, "the range is outside the chunk");
         return NULL;
     }
-    FILE *f = tmpfile();
     PyObject *out = PyBytes_FromStringAndSize(NULL, n);
     int rc = -1;
     char err[256] = "";
-    if (f != NULL && out != NULL &&
-        fwrite(stored.buf, 1, (size_t)stored.len, f) == (size_t)stored.len && fflush(f) == 0) {
-        int fd = fileno(f);
+    if (out != NULL) {
+        oc_source src = {.fd = -1, .mem = stored.buf, .mem_len = stored.len};
         int c = oc_h5_masked(codec, mask);
         Py_BEGIN_ALLOW_THREADS
-        rc = oc_h5_decode(c, fd, 0, (int64_t)stored.len, (size_t)chunk_n, (size_t)skip,
+        rc = oc_h5_decode(c, &src, 0, (int64_t)stored.len, (size_t)chunk_n, (size_t)skip,
                           PyBytes_AS_STRING(out), (size_t)n, err, sizeof err);
         Py_END_ALLOW_THREADS
-    }
-    else if (out != NULL) {
-        snprintf(err, sizeof err, "cannot write a temporary file");
-    }
-    if (f != NULL) {
-        fclose(f);
     }
     PyBuffer_Release(&stored);
     if (out == NULL) {

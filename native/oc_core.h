@@ -28,6 +28,8 @@
 #include <Python.h>
 #include <numpy/arrayobject.h>
 
+#include "oc_source.h"
+
 #define OC_HEADER_BYTES 64
 #define OC_MAGIC 0x0CA11C0Du
 
@@ -365,9 +367,13 @@ void oc_unshuffle8(const char *src, size_t total, size_t skip, char *dst, size_t
 int oc_zstd_pack_shuffled(const char *src, size_t n, int level, char **out, size_t *out_n);
 int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out, size_t *out_n);
 int oc_zstd_ready(void);
-PyObject *oc_py_read_chunks(PyObject *m, PyObject *args);
 PyObject *oc_py_zstd_available(PyObject *m, PyObject *a);
 PyObject *oc_py_zstd_write(PyObject *m, PyObject *args);
+/* reader.c: the chunk reader's entry */
+PyObject *oc_py_read_chunks(PyObject *m, PyObject *args);
+PyObject *oc_py_pool_workers(PyObject *m, PyObject *a);
+int oc_decode(int codec, const oc_source *src, int64_t offset, int64_t nbytes, size_t chunk_n,
+              size_t skip, char *dst, size_t n, char *err, size_t err_n);
 int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t chunk_n, size_t skip,
                     char *dst, size_t n, char *err, size_t err_n);
 
@@ -423,8 +429,8 @@ int oc_zlib_ready(void);
 int oc_h5_masked(int codec, unsigned mask);
 uint32_t oc_fletcher32(const unsigned char *data, size_t n);
 void oc_h5_unshuffle(const char *src, size_t total, size_t es, size_t skip, char *dst, size_t n);
-int oc_h5_decode(int codec, int fd, int64_t offset, int64_t stored, size_t chunk_n, size_t skip,
-                 char *dst, size_t n, char *err, size_t err_n);
+int oc_h5_decode(int codec, const oc_source *src, int64_t offset, int64_t stored, size_t chunk_n,
+                 size_t skip, char *dst, size_t n, char *err, size_t err_n);
 PyObject *oc_py_h5_decode(PyObject *m, PyObject *args);
 PyObject *oc_py_zlib_available(PyObject *m, PyObject *a);
 

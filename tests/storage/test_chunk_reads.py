@@ -1,5 +1,6 @@
-"""Chunk reads: the native reader (raw bytes, zstd ranges), chunk jobs on every core, and the
-Python path that judges what the native reader rejects."""
+"""Chunk reads: the native reader (raw bytes, zstd ranges, files and bytes in memory, the
+native pool), one read's job table on every core, and the Python path that judges what the
+native reader rejects."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from hypothesis import strategies as st
 import oocarray as oc
 from oocarray import _native
 from oocarray._storage import _pool
-from oocarray._storage._chunk_jobs import ChunkJobs
 
 needs_zstd = pytest.mark.skipif(not _native.zstd_available(), reason="no libzstd.so.1 here")
 
@@ -68,12 +68,25 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, Store
 
 
 def _read(
-    codec: int, fd: int, stored: int, chunk_nbytes: int, skip: int, length: int, at: int = 0
+    codec: int,
+    source: int | bytes,
+    stored: int,
+    chunk_nbytes: int,
+    skip: int,
+    length: int,
+    at: int = 0,
 ) -> tuple[np.ndarray, tuple[int, str] | None]:
+    """One job of one read: the chunk's bytes from a file (a descriptor) or from memory."""
     dest = np.full(at + length + 16, 0xAB, dtype=np.uint8)
-    jobs = np.array([[fd, PREFIX, stored, skip, 0, at, length]], dtype=np.int64)
-    failure = _native.read_chunks(codec, jobs, [dest], chunk_nbytes, np.zeros(1, np.int64))
-    return dest, failure
+    row = [0, PREFIX, stored, skip, 0, at, length, codec, chunk_nbytes]
+    failed = _native.read_chunks(np.array([row], dtype=np.int64), [source], [dest], 1)
+    assert len(failed) <= 1
+    return dest, (failed[0] if failed else None)
+
+
+def _in_memory(fd: int) -> bytes:
+    """What the file of ``fd`` holds, as bytes fetched from elsewhere would be."""
+    return os.pread(fd, os.fstat(fd).st_size, 0)
 
 
 @needs_zstd
@@ -81,18 +94,20 @@ def _read(
 @given(
     codec=st.sampled_from(["raw", "zstd"]),
     size=st.sampled_from([SMALL, LARGE]),
+    memory=st.booleans(),
     data=st.data(),
 )
 def test_native_ranges_match_the_chunks_bytes(
-    stored: dict[int, StoredChunk], codec: str, size: int, data: st.DataObject
+    stored: dict[int, StoredChunk], codec: str, size: int, memory: bool, data: st.DataObject
 ) -> None:
     chunk = stored[size]
     code = _native.CODEC_RAW if codec == "raw" else _native.CODEC_ZSTD
     fd, nbytes = chunk.files[code]
+    source = _in_memory(fd) if memory else fd
     skip = data.draw(st.integers(0, size), label="skip")
     length = data.draw(st.integers(0, size - skip), label="length")
     at = data.draw(st.integers(0, 64), label="at")
-    dest, failure = _read(code, fd, nbytes, size, skip, length, at)
+    dest, failure = _read(code, source, nbytes, size, skip, length, at)
     assert failure is None
     assert np.array_equal(dest[at : at + length], chunk.data[skip : skip + length])
     # Bytes around the range are untouched.
@@ -119,6 +134,9 @@ def test_native_reader_reports_damage(stored: dict[int, StoredChunk], tmp_path: 
         _, failure = _read(codec, f, n, chunk_nbytes, skip, length)
         assert failure is not None, name
         assert failure[0] == 0 and failure[1], name
+        if name != "a closed file":  # the same bytes in memory fail the same way
+            _, failure = _read(codec, _in_memory(f), n, chunk_nbytes, skip, length)
+            assert failure is not None and failure[0] == 0 and failure[1], name
 
     # A damaged byte inside the frame: the checksum (or the decoder) catches it.
     path = tmp_path / "damaged"
@@ -136,27 +154,84 @@ def test_native_reader_reports_damage(stored: dict[int, StoredChunk], tmp_path: 
 def test_native_reader_refuses_bad_arguments(stored: dict[int, StoredChunk]) -> None:
     fd, nbytes = stored[SMALL].files[_native.CODEC_RAW]
     dest = np.zeros(16, np.uint8)
-    counter = np.zeros(1, np.int64)
 
     def jobs(*row: int) -> np.ndarray:
         return np.array([row], dtype=np.int64)
 
-    with pytest.raises(ValueError, match="outside its buffer"):
-        _native.read_chunks(0, jobs(fd, PREFIX, nbytes, 0, 0, 8, 9), [dest], SMALL, counter)
-    with pytest.raises(ValueError, match="outside its buffer"):
-        _native.read_chunks(0, jobs(fd, PREFIX, nbytes, 0, 1, 0, 4), [dest], SMALL, counter)
-    with pytest.raises(ValueError, match="outside its buffer"):
-        _native.read_chunks(0, jobs(fd, -1, nbytes, 0, 0, 0, 4), [dest], SMALL, counter)
-    with pytest.raises(ValueError, match="unknown or its library is not loaded"):
-        _native.read_chunks(9, jobs(fd, PREFIX, nbytes, 0, 0, 0, 4), [dest], SMALL, counter)
-    with pytest.raises(ValueError, match="int64"):
-        _native.read_chunks(0, np.zeros((1, 6), np.int64), [dest], SMALL, counter)
+    raw = _native.CODEC_RAW
+    outside = "names a source or buffer that is not given, or bytes outside them"
+    for bad in (
+        jobs(0, PREFIX, nbytes, 0, 0, 8, 9, raw, SMALL),  # past the buffer's end
+        jobs(0, PREFIX, nbytes, 0, 1, 0, 4, raw, SMALL),  # no buffer 1
+        jobs(1, PREFIX, nbytes, 0, 0, 0, 4, raw, SMALL),  # no source 1
+        jobs(0, -1, nbytes, 0, 0, 0, 4, raw, SMALL),  # a negative offset
+        jobs(0, PREFIX, nbytes, 0, 0, 0, 4, -3, SMALL),  # no codec
+    ):
+        with pytest.raises(ValueError, match=outside):
+            _native.read_chunks(bad, [fd], [dest], 2)
+    with pytest.raises(ValueError, match="int64 table of 9 columns"):
+        _native.read_chunks(np.zeros((1, 7), np.int64), [fd], [dest], 2)
+    with pytest.raises(ValueError, match="int64 table of 9 columns"):
+        _native.read_chunks(np.zeros((1, 9), np.float64), [fd], [dest], 2)
+    with pytest.raises(ValueError, match="no file descriptor"):
+        _native.read_chunks(jobs(0, 0, 4, 0, 0, 0, 4, raw, 4), [-5], [dest], 2)
     with pytest.raises(BufferError):
-        _native.read_chunks(0, jobs(fd, PREFIX, nbytes, 0, 0, 0, 4), [b"read-only"], SMALL, counter)
+        _native.read_chunks(jobs(0, PREFIX, nbytes, 0, 0, 0, 4, raw, SMALL), [fd], [b"ro"], 2)
+    # A codec with no native decoder is a failed job, for Python to decode: not an error.
+    failed = _native.read_chunks(jobs(0, PREFIX, nbytes, 0, 0, 0, 4, 99, SMALL), [fd], [dest], 2)
+    assert len(failed) == 1 and "codec 99" in failed[0][1]
 
 
-def _jobs(store: oc.ChunkedArray) -> ChunkJobs:
-    return store._store._jobs()  # type: ignore[attr-defined, no-any-return]
+def test_every_failed_job_comes_back_and_the_others_are_decoded(
+    stored: dict[int, StoredChunk],
+) -> None:
+    """One table with good and damaged jobs, files and memory mixed, on several threads: the
+    good ones are all decoded, and every damaged one is named, in order, with its reason."""
+    chunk = stored[SMALL]
+    fd, nbytes = chunk.files[_native.CODEC_ZSTD]
+    frame = _in_memory(fd)[PREFIX : PREFIX + nbytes]
+    sources = [fd, frame, frame[:-40]]  # a file, the frame in memory, the frame cut short
+    zstd = _native.CODEC_ZSTD
+    rows, expect_failed = [], []
+    for i in range(40):
+        which = i % 3
+        offset = PREFIX if which == 0 else 0
+        stored_bytes = nbytes if which < 2 else nbytes - 40
+        rows.append([which, offset, stored_bytes, 0, i, 0, SMALL, zstd, SMALL])
+        if which == 2:
+            expect_failed.append(i)
+    dests = [np.zeros(SMALL, np.uint8) for _ in rows]
+    failed = _native.read_chunks(np.array(rows, np.int64), sources, dests, 4)
+    assert [i for i, _ in failed] == expect_failed
+    assert all(reason for _, reason in failed)
+    for i, dest in enumerate(dests):
+        if i not in expect_failed:
+            assert np.array_equal(dest, chunk.data), i
+
+
+def _pool_child(queue: multiprocessing.Queue[tuple[int, int, bool]]) -> None:
+    before = _native.pool_workers()
+    data = np.arange(8 * 4096, dtype=np.uint8)
+    rows = [[0, i * 4096, 4096, 0, 0, i * 4096, 4096, _native.CODEC_RAW, 4096] for i in range(8)]
+    dest = np.zeros_like(data)
+    failed = _native.read_chunks(np.array(rows, np.int64), [data.tobytes()], [dest], 2)
+    queue.put((before, _native.pool_workers(), failed == [] and np.array_equal(dest, data)))
+
+
+def test_the_native_pool_starts_again_in_a_forked_child() -> None:
+    data = np.arange(8 * 4096, dtype=np.uint8)
+    rows = [[0, i * 4096, 4096, 0, 0, i * 4096, 4096, _native.CODEC_RAW, 4096] for i in range(8)]
+    dest = np.zeros_like(data)
+    assert _native.read_chunks(np.array(rows, np.int64), [data.tobytes()], [dest], 2) == []
+    assert np.array_equal(dest, data) and _native.pool_workers() >= 1
+    context = multiprocessing.get_context("fork")
+    queue: multiprocessing.Queue[tuple[int, int, bool]] = context.Queue()
+    child = context.Process(target=_pool_child, args=(queue,))
+    child.start()
+    before, after, read = queue.get(timeout=60)
+    child.join(60)
+    assert child.exitcode == 0
+    assert (before, read) == (0, True) and after >= 1  # none inherited; started on first use
 
 
 @pytest.fixture(scope="module")

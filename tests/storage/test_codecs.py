@@ -324,13 +324,13 @@ def test_the_native_reader_checks_what_the_pager_fills(tmp_path: Path) -> None:
     try:
         for flags, fails in ((0, False), (_native.CODEC_VERIFY, True)):
             dest = np.zeros(64 * 16, np.float32)
-            jobs = np.array([[fd.fileno(), 0, -1, 64 * 64, 0, 0, dest.nbytes]], np.int64)
-            counter = np.zeros(1, np.int64)
-            failure = _native.read_chunks(codec | flags, jobs, [dest], values.nbytes, counter)
+            row = [0, 0, -1, 64 * 64, 0, 0, dest.nbytes, codec | flags, values.nbytes]
+            jobs = np.array([row], np.int64)
+            failed = _native.read_chunks(jobs, [fd.fileno()], [dest], 1)
             if fails:
-                assert failure is not None and "CRC-32C" in failure[1]
+                assert len(failed) == 1 and "CRC-32C" in failed[0][1]
             else:  # rows 64-127: untouched by the damage, read without the rest
-                assert failure is None and np.array_equal(dest, values[64:128].ravel())
+                assert failed == [] and np.array_equal(dest, values[64:128].ravel())
     finally:
         fd.close()
 

@@ -68,7 +68,7 @@ class Layout:
         self.crc32c = crc32c  # zarr v3's crc32c codec ends the chain: 4 bytes after the data
         self.blosc = blosc if blosc is not None else BloscExpected(None, None)
         self.decode = _checked(_decoder(codec, self.blosc), crc32c)
-        # What the native chunk reader can run itself (see _chunk_jobs), else None.
+        # What the native chunk reader can run itself (see _reader.py), else None.
         self.native_codec = _native_codec(codec, crc32c, self.blosc)
 
 

@@ -3,7 +3,7 @@
 zarr-python parses metadata and creates arrays, so what is written stays plain zarr.  For the
 common layouts of a local directory (see :mod:`._layout`) chunks are read directly: their bytes
 are read and decoded straight into buffers of the active manager, on every core, without
-zarr-python's per-call async machinery (see :mod:`oocarray._storage._chunk_jobs`); unsharded
+zarr-python's per-call async machinery (see :mod:`oocarray._storage._reader`); unsharded
 ones are written directly too, v2 filters included.  Anything else (other v3 codec chains,
 remote stores, writes into shards) goes through zarr-python.
 """
@@ -24,8 +24,8 @@ import zarr.codecs
 from oocarray import _native
 from oocarray._storage import _pool
 from oocarray._storage._base import Store, check_dtype
-from oocarray._storage._chunk_jobs import ChunkJobs, scratch_set
 from oocarray._storage._indexing import ChunkPiece, parse_key
+from oocarray._storage._reader import ChunkRead, scratch_set
 from oocarray._storage._zarr._groups import array_in_group, is_group
 from oocarray._storage._zarr._layout import Layout, OpenShard, crc32c_of, layout_of
 from oocarray.errors import CorruptChunkError, StoreNotFoundError
@@ -382,7 +382,7 @@ class ZarrStore(Store):
 
     def read_into(self, pieces: Sequence[ChunkPiece], out: np.ndarray) -> None:
         """Read the chunks of a selection as chunk jobs on every core (see
-        :mod:`oocarray._storage._chunk_jobs`). A piece that is a run of whole rows of its
+        :mod:`oocarray._storage._reader`). A piece that is a run of whole rows of its
         chunk decodes straight into ``out``, only as far into the chunk as it needs; any
         other piece decodes its chunk into a scratch buffer and is copied from there."""
         layout = self._layout
@@ -426,7 +426,7 @@ class ZarrStore(Store):
 
     @staticmethod
     def _finish(
-        jobs: ChunkJobs, copies: list[tuple[np.ndarray, ChunkPiece]], out: np.ndarray
+        jobs: ChunkRead, copies: list[tuple[np.ndarray, ChunkPiece]], out: np.ndarray
     ) -> None:
         jobs.run()
         for buffer, piece in copies:
@@ -453,10 +453,10 @@ class ZarrStore(Store):
             return None
         return target, first.start * (self._chunk_nbytes // self.chunks[0])
 
-    def _jobs(self) -> ChunkJobs:
+    def _jobs(self) -> ChunkRead:
         layout = self._layout
         assert layout is not None
-        return ChunkJobs(
+        return ChunkRead(
             native_codec=layout.native_codec,
             decode=layout.decode,
             codec_name=self.codec,

@@ -1,0 +1,194 @@
+"""The chunk reader: every read of stored chunks goes down to decode through one
+:class:`ChunkRead`.
+
+Indexing (``x[...]`` of any store), the compute layer's chunk loops and the feed's batches all
+read through :meth:`Store.read_into <oocarray._storage._base.Store.read_into>` and its kin,
+which build one ``ChunkRead`` per read: a table of jobs, one row a chunk, saying where its
+stored bytes are (a *source*: a local file, or bytes in memory fetched from elsewhere), at
+which offset and how many, its codec, which decoded bytes are wanted and where they go.  The
+table crosses into C once (``_native.read_chunks``), which releases the GIL once and decodes it
+on the native pool with the decoders the pager uses (``native/reader.c``).  A job the native
+decoders cannot finish comes back with its reason and is decoded again in Python (numcodecs,
+for layouts the native decoders leave alone, such as several zstd frames in one chunk), which
+either succeeds or raises the :class:`CorruptChunkError` naming the chunk and its source.
+Stores whose codec has no native decoder run every job in Python, on every core.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from oocarray import _native
+from oocarray._memory import active_manager
+from oocarray._storage import _pool
+from oocarray.errors import CorruptChunkError
+
+__all__ = ["ChunkRead", "Source", "scratch_set"]
+
+Decoder = Callable[[bytes, np.ndarray], None]
+# Where a chunk's stored bytes are: (a file descriptor or a buffer of bytes, offset, length or
+# -1 for the rest of it).
+Source = tuple[Any, int, int]
+
+_FIELDS = 9  # the job table's columns: see native/reader.c
+_thread_buffers = threading.local()
+
+
+def scratch_set(
+    count: int, shape: tuple[int, ...], dtype: np.dtype[Any], role: str
+) -> list[np.ndarray]:
+    """``count`` decode buffers, made in this thread, for it or the runners of its read; buffers
+    of different ``role`` never alias.  Inside a manager they come from it (and a workspace's
+    arena or the region cache makes that cheap); outside, this thread's buffers are reused,
+    sparing a fresh mapping, and its page faults, for every chunk."""
+    if active_manager() is not None:
+        return [np.empty(shape, dtype=dtype) for _ in range(count)]
+    key = (shape, dtype.str)
+    cache: dict[str, tuple[tuple[Any, ...], list[np.ndarray]]] | None = getattr(
+        _thread_buffers, "by_role", None
+    )
+    if cache is None:
+        cache = _thread_buffers.by_role = {}
+    cached = cache.get(role)
+    if cached is None or cached[0] != key:
+        cached = cache[role] = (key, [])
+    buffers = cached[1]
+    while len(buffers) < count:
+        buffers.append(np.empty(shape, dtype=dtype))
+    return buffers[:count]
+
+
+class ChunkRead:
+    """The jobs of one read of one array.
+
+    ``native_codec`` is the native decoders' number for the array's codec (one of ``_native``'s ``CODEC_`` numbers
+    with its flags), or None where only Python decodes it; ``decode(raw, out)`` fills all of a
+    chunk-sized, C-contiguous ``out`` from stored bytes (the Python path, and the judge of what
+    the native decoders reject).  ``describe(chunk)`` names the chunk's source for errors.
+    """
+
+    def __init__(
+        self,
+        *,
+        native_codec: int | None,
+        decode: Decoder,
+        codec_name: str,
+        chunk_shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        array_path: str,
+        describe: Callable[[tuple[int, ...]], str],
+    ) -> None:
+        self._native_codec = native_codec
+        self._decode = decode
+        self._codec_name = codec_name
+        self._chunk_shape = chunk_shape
+        self._dtype = dtype
+        self._chunk_nbytes = math.prod(chunk_shape) * dtype.itemsize
+        self._array_path = array_path
+        self._describe = describe
+        self._buffers: list[np.ndarray] = []
+        self._sources: list[Any] = []
+        self._source_numbers: dict[Any, int] = {}
+        self._rows: list[tuple[int, int, int, int, int, int, int]] = []
+        self._chunks: list[tuple[int, ...]] = []
+
+    def buffer(self, array: np.ndarray) -> int:
+        """Register a C-contiguous destination; jobs name it by the number returned."""
+        if not array.flags.c_contiguous or not array.flags.writeable:
+            raise ValueError("chunk job destinations must be writable and C-contiguous")
+        # Kept as bytes: the native reader takes buffers, which datetime64 arrays cannot give.
+        self._buffers.append(array.reshape(-1).view(np.uint8))
+        return len(self._buffers) - 1
+
+    def _source_number(self, where: Any) -> int:
+        # A file descriptor by its number, stored bytes by their object: each source once.
+        key = where if isinstance(where, int) else ("bytes", id(where))
+        number = self._source_numbers.get(key)
+        if number is None:
+            number = self._source_numbers[key] = len(self._sources)
+            self._sources.append(where)
+        return number
+
+    def add(
+        self,
+        source: Source,
+        skip: int,
+        buffer: int,
+        at: int,
+        length: int,
+        chunk: tuple[int, ...],
+    ) -> None:
+        """Decode bytes ``[skip, skip + length)`` of the chunk whose stored bytes ``source``
+        gives into bytes ``[at, at + length)`` of buffer number ``buffer``."""
+        where, offset, nbytes = source
+        self._rows.append((self._source_number(where), offset, nbytes, skip, buffer, at, length))
+        self._chunks.append(chunk)
+
+    def run(self) -> None:
+        """Run every job added since the last run, on up to :func:`_pool.workers` threads."""
+        rows = self._rows
+        try:
+            if not rows:
+                return
+            runners = min(_pool.workers(), len(rows))
+            if self._native_codec is None:
+                scratch = scratch_set(runners, self._chunk_shape, self._dtype, "runner")
+                _pool.run_spread(
+                    len(rows), lambda i, slot: self._run_python(i, scratch[slot]), runners
+                )
+                return
+            table = np.empty((len(rows), _FIELDS), dtype=np.int64)
+            table[:, :7] = rows
+            table[:, 7] = self._native_codec
+            table[:, 8] = self._chunk_nbytes
+            failed = _native.read_chunks(table, self._sources, self._buffers, runners)
+            if failed:
+                # Only the jobs the native decoders could not finish: Python decodes what they
+                # leave alone, or raises the error that names the chunk.
+                buffer = scratch_set(1, self._chunk_shape, self._dtype, "runner")[0]
+                for i, reason in failed:
+                    self._run_python(i, buffer, reason)
+        finally:
+            self._buffers.clear()
+            self._sources = []
+            self._source_numbers = {}
+            self._rows = []
+            self._chunks = []
+
+    def _stored(self, i: int) -> bytes:
+        number, offset, nbytes = self._rows[i][:3]
+        where = self._sources[number]
+        if not isinstance(where, int):
+            data = memoryview(where).cast("B")
+            return bytes(data[offset:] if nbytes < 0 else data[offset : offset + nbytes])
+        if nbytes < 0:
+            nbytes = os.fstat(where).st_size - offset
+        raw = os.pread(where, nbytes, offset)
+        if len(raw) != nbytes:
+            raise ValueError(f"read {len(raw)} of {nbytes} stored bytes")
+        return raw
+
+    def _run_python(self, i: int, scratch: np.ndarray, native_reason: str | None = None) -> None:
+        skip, buffer, at, length = self._rows[i][3:]
+        chunk = self._chunks[i]
+        dest = self._buffers[buffer][at : at + length]
+        scratch = scratch.reshape(-1).view(np.uint8)
+        try:
+            raw = self._stored(i)
+            if skip == 0 and length == self._chunk_nbytes:
+                self._decode(raw, dest)
+            else:
+                self._decode(raw, scratch)
+                dest[:] = scratch[skip : skip + length]
+        except Exception as error:
+            native = f"; the native decoder: {native_reason}" if native_reason else ""
+            raise CorruptChunkError(
+                f"chunk {chunk} of {self._array_path!r} cannot be decoded ({self._codec_name}) "
+                f"from {self._describe(chunk)}: it is corrupt or truncated ({error}{native})"
+            ) from error
