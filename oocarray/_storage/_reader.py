@@ -67,8 +67,9 @@ def scratch_set(
 class ChunkRead:
     """The jobs of one read of one array.
 
-    ``native_codec`` is the native decoders' number for the array's codec (one of ``_native``'s ``CODEC_`` numbers
-    with its flags), or None where only Python decodes it; ``decode(raw, out)`` fills all of a
+    ``native_codec`` is the native decoders' number for the array's codec (a ``CODEC_``
+    number of ``_native``, with its flags), or None where only Python decodes it;
+    ``decode(raw, out)`` fills all of a
     chunk-sized, C-contiguous ``out`` from stored bytes (the Python path, and the judge of what
     the native decoders reject).  ``describe(chunk)`` names the chunk's source for errors.
     """
