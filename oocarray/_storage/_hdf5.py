@@ -15,12 +15,20 @@ import ctypes
 import os
 import threading
 import weakref
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 import h5py
 import numpy as np
 
 from oocarray._storage._base import Store, auto_chunks, check_dtype
+from oocarray._storage._hdf5_chunks import (
+    NativeChunks,
+    NoNativePipeline,
+    PagingLayout,
+    native_pipeline,
+)
+from oocarray._storage._indexing import ChunkPiece
 from oocarray.errors import CorruptChunkError, StoreNotFoundError
 
 __all__ = ["UNKNOWN", "HDF5Store", "PagingLayout", "watch_chunks", "watch_lock"]
@@ -52,15 +60,6 @@ def _filter_chain(ds: h5py.Dataset) -> str:
         number = plist.get_filter(i)[0]
         names.append(_FILTER_NAMES.get(number, f"filter-{number}"))
     return "+".join(names) or "none"
-
-
-class PagingLayout(NamedTuple):
-    """What a chunk-backed ndarray needs to know of a dataset."""
-
-    kind: str  # "chunked", "contiguous", "compact", "virtual" or "external"
-    filters: list[tuple[int, str, tuple[int, ...]]]  # (id, name, parameters), in write order
-    exact_type: bool  # the stored type is the bytes of ``dtype`` (numbers, no padding bits)
-    partial_unfiltered: bool | None  # partial edge chunks stored unfiltered; None: unknown
 
 
 UNKNOWN = "unknown"  # a chunk's place after a write that failed: it may have moved
@@ -153,6 +152,8 @@ class HDF5Store(Store):
     format = "hdf5"
 
     def __init__(self, path: str, mode: str, dataset: str | None, allow_object: bool) -> None:
+        self._native: NativeChunks | None = None
+        self._native_decided = False
         try:
             self._open(path, mode, dataset, allow_object)
         except (RuntimeError, AttributeError, KeyError, IndexError, ArithmeticError) as error:
@@ -236,11 +237,65 @@ class HDF5Store(Store):
             f"{self.path!r} has {len(names)} datasets {names}; choose one with dataset=..."
         )
 
+    def _native_chunks(self) -> NativeChunks | None:
+        """The native reader of this dataset's chunks, where it can read them (made once);
+        None: h5py reads them (see :mod:`._hdf5_chunks`)."""
+        if not self._native_decided:
+            self._native_decided = True
+            try:
+                self._native = self._make_native_chunks()
+            except (NoNativePipeline, OSError, RuntimeError, ValueError):
+                self._native = None  # h5py reads it, and reports damage in its own words
+        return self._native
+
+    def _make_native_chunks(self) -> NativeChunks | None:
+        if not self.readonly or self.ds.chunks is None or not hasattr(self.ds.id, "chunk_iter"):
+            return None
+        layout = self.paging_layout()
+        if layout.kind != "chunked" or not layout.exact_type:
+            return None
+        codec = native_pipeline(layout, self.dtype)
+        partial = any(s % n for s, n in zip(self.shape, self.chunks, strict=True))
+        if partial and codec[1] and layout.partial_unfiltered is None:
+            return None  # how its edge chunks are stored cannot be told
+        places: dict[tuple[int, ...], tuple[int, int, int]] = {}
+        chunks = self.chunks
+
+        def place(info: Any) -> None:
+            key = tuple(o // n for o, n in zip(info.chunk_offset, chunks, strict=True))
+            places[key] = (int(info.filter_mask), int(info.byte_offset), int(info.size))
+
+        self.ds.id.chunk_iter(place)
+        return NativeChunks(
+            path=self.path,
+            shape=self.shape,
+            chunks=chunks,
+            dtype=self.dtype,
+            fill_value=self.fill_value,
+            codec=codec,
+            codec_name=self.codec,
+            partial_unfiltered=bool(layout.partial_unfiltered),
+            places=places,
+            name=f"HDF5 dataset {self.dataset_name!r} in {self.path!r}",
+        )
+
+    def read_into(self, pieces: Sequence[ChunkPiece], out: np.ndarray) -> None:
+        native = self._native_chunks() if self.memmap is None else None
+        if native is None:
+            super().read_into(pieces, out)
+        else:
+            native.read_into(pieces, out)
+
     def read_chunk(self, chunk: tuple[int, ...]) -> np.ndarray:
         region = self.chunk_region(chunk)
         if self.memmap is not None:
             return self.memmap[region]
         out = np.empty(tuple(r.stop - r.start for r in region), dtype=self.dtype)
+        native = self._native_chunks()
+        if native is not None:
+            local = tuple(slice(0, r.stop - r.start) for r in region)
+            native.read_into([ChunkPiece(chunk, local, local, True)], out)
+            return out
         try:
             self.ds.read_direct(out, source_sel=region)
         except OSError as error:
@@ -364,6 +419,9 @@ class HDF5Store(Store):
             return os.path.getsize(self.path)
 
     def close(self) -> None:
+        if self._native is not None:
+            self._native.close()
+        self._native = None
         if isinstance(self.memmap, np.memmap) and not self.readonly:
             self.memmap.flush()
         self.memmap = None

@@ -69,20 +69,22 @@ class ChunkRead:
 
     ``native_codec`` is the native decoders' number for the array's codec (a ``CODEC_``
     number of ``_native``, with its flags), or None where only Python decodes it;
-    ``decode(raw, out)`` fills all of a
-    chunk-sized, C-contiguous ``out`` from stored bytes (the Python path, and the judge of what
-    the native decoders reject).  ``describe(chunk)`` names the chunk's source for errors.
+    ``decode(raw, out)`` fills all of a chunk-sized, C-contiguous ``out`` from stored bytes
+    (the Python path, and the judge of what the native decoders reject), or is None where
+    there is no Python path (a chunk the native decoders reject is damaged).  ``array_name``
+    (``'x.zarr'``, ``HDF5 dataset 'x' in 'f.h5'``) and ``describe(chunk)``, where the chunk's
+    bytes are, name it in errors.
     """
 
     def __init__(
         self,
         *,
         native_codec: int | None,
-        decode: Decoder,
+        decode: Decoder | None,
         codec_name: str,
         chunk_shape: tuple[int, ...],
         dtype: np.dtype[Any],
-        array_path: str,
+        array_name: str,
         describe: Callable[[tuple[int, ...]], str],
     ) -> None:
         self._native_codec = native_codec
@@ -91,12 +93,12 @@ class ChunkRead:
         self._chunk_shape = chunk_shape
         self._dtype = dtype
         self._chunk_nbytes = math.prod(chunk_shape) * dtype.itemsize
-        self._array_path = array_path
+        self._array_name = array_name
         self._describe = describe
         self._buffers: list[np.ndarray] = []
         self._sources: list[Any] = []
         self._source_numbers: dict[Any, int] = {}
-        self._rows: list[tuple[int, int, int, int, int, int, int]] = []
+        self._rows: list[tuple[int, int, int, int, int, int, int, int]] = []
         self._chunks: list[tuple[int, ...]] = []
 
     def buffer(self, array: np.ndarray) -> int:
@@ -124,11 +126,15 @@ class ChunkRead:
         at: int,
         length: int,
         chunk: tuple[int, ...],
+        codec: int | None = None,
     ) -> None:
         """Decode bytes ``[skip, skip + length)`` of the chunk whose stored bytes ``source``
-        gives into bytes ``[at, at + length)`` of buffer number ``buffer``."""
+        gives into bytes ``[at, at + length)`` of buffer number ``buffer``; ``codec``, where
+        given, is this chunk's own native codec (an HDF5 chunk whose filters were skipped)."""
         where, offset, nbytes = source
-        self._rows.append((self._source_number(where), offset, nbytes, skip, buffer, at, length))
+        number = self._source_number(where)
+        code = self._native_codec if codec is None else codec
+        self._rows.append((number, offset, nbytes, skip, buffer, at, length, code or 0))
         self._chunks.append(chunk)
 
     def run(self) -> None:
@@ -139,14 +145,14 @@ class ChunkRead:
                 return
             runners = min(_pool.workers(), len(rows))
             if self._native_codec is None:
+                assert self._decode is not None, "a read with no decoder at all"
                 scratch = scratch_set(runners, self._chunk_shape, self._dtype, "runner")
                 _pool.run_spread(
                     len(rows), lambda i, slot: self._run_python(i, scratch[slot]), runners
                 )
                 return
             table = np.empty((len(rows), _FIELDS), dtype=np.int64)
-            table[:, :7] = rows
-            table[:, 7] = self._native_codec
+            table[:, :8] = rows
             table[:, 8] = self._chunk_nbytes
             failed = _native.read_chunks(table, self._sources, self._buffers, runners)
             if failed:
@@ -176,10 +182,16 @@ class ChunkRead:
         return raw
 
     def _run_python(self, i: int, scratch: np.ndarray, native_reason: str | None = None) -> None:
-        skip, buffer, at, length = self._rows[i][3:]
+        skip, buffer, at, length = self._rows[i][3:7]
         chunk = self._chunks[i]
         dest = self._buffers[buffer][at : at + length]
         scratch = scratch.reshape(-1).view(np.uint8)
+        what = (
+            f"chunk {chunk} of {self._array_name} cannot be decoded ({self._codec_name}) from "
+            f"{self._describe(chunk)}: it is corrupt or truncated"
+        )
+        if self._decode is None:
+            raise CorruptChunkError(f"{what} ({native_reason})")
         try:
             raw = self._stored(i)
             if skip == 0 and length == self._chunk_nbytes:
@@ -189,7 +201,4 @@ class ChunkRead:
                 dest[:] = scratch[skip : skip + length]
         except Exception as error:
             native = f"; the native decoder: {native_reason}" if native_reason else ""
-            raise CorruptChunkError(
-                f"chunk {chunk} of {self._array_path!r} cannot be decoded ({self._codec_name}) "
-                f"from {self._describe(chunk)}: it is corrupt or truncated ({error}{native})"
-            ) from error
+            raise CorruptChunkError(f"{what} ({error}{native})") from error

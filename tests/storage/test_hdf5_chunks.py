@@ -127,6 +127,63 @@ def test_filter_masks_and_unfiltered_edge_chunks(tmp_path: Path) -> None:
     assert np.array_equal(edge.as_ndarray(), read_hdf5(path, "edge"))
 
 
+# Eager reads (x[...]) of chunked datasets opened read-only go through the chunk reader and the
+# native decoders too; opened "r+", h5py reads them (HDF5's chunk cache may hold writes).
+
+
+@pytest.mark.parametrize("chain", list(CHAINS))
+def test_eager_reads_decode_natively_as_h5py_reads(tmp_path: Path, chain: str) -> None:
+    """Every filter chain, with chunk grids along every axis and partial edge chunks: indexing
+    gives what h5py gives, decoded by the native decoders (no h5py read)."""
+    path = tmp_path / "f.h5"
+    cases = [((1000,), (64,)), ((37, 23), (8, 5)), ((45, 6, 5), (4, 4, 2))]
+    for dtype in DTYPES:
+        for n, (shape, chunks) in enumerate(cases):
+            with h5py.File(path, "a") as f:
+                f.create_dataset(f"{dtype}-{n}", data=sample(shape, dtype, n), chunks=chunks,
+                                 **CHAINS[chain])  # type: ignore[arg-type]  # fmt: skip
+    for dtype in DTYPES:
+        for n, (shape, _) in enumerate(cases):
+            x = oc.open(path, dataset=f"{dtype}-{n}")
+            assert x._store._native_chunks() is not None, (chain, dtype)  # type: ignore[attr-defined]
+            expected = read_hdf5(path, f"{dtype}-{n}")
+            assert np.array_equal(x[...], expected), (chain, dtype, shape)
+            assert np.array_equal(x[::-3], expected[::-3]), (chain, dtype, shape)
+            key = (slice(5, None, 2), *([slice(1, -1)] * (len(shape) - 1)))
+            assert np.array_equal(x[key], expected[key]), (chain, dtype, shape)
+            x.close()
+
+
+def test_eager_reads_follow_filter_masks_and_unfiltered_edge_chunks(tmp_path: Path) -> None:
+    path = tmp_path / "f.h5"
+    _skip_filter(path)
+    masked = oc.open(path, dataset="masked")
+    assert masked._store._native_chunks() is not None  # type: ignore[attr-defined]
+    assert np.array_equal(masked[...], read_hdf5(path, "masked"))
+    if _hdf5_library() is None:
+        pytest.skip("h5py's libhdf5 cannot be found: no H5Pset_chunk_opts")
+    edge = oc.open(path, dataset="edge")
+    assert edge._store._native_chunks() is not None  # type: ignore[attr-defined]
+    assert np.array_equal(edge[...], read_hdf5(path, "edge"))
+    assert np.array_equal(edge[120:], read_hdf5(path, "edge")[120:])  # the unfiltered chunk
+
+
+def test_datasets_open_for_writing_or_with_other_filters_are_read_by_h5py(tmp_path: Path) -> None:
+    path = tmp_path / "f.h5"
+    data = sample((300, 8), "<f4", 3)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("gzip", data=data, chunks=(64, 8), compression="gzip")
+        f.create_dataset("lzf", data=data, chunks=(64, 8), compression="lzf")
+    writable = oc.open(path, mode="r+", dataset="gzip")
+    assert writable._store._native_chunks() is None  # type: ignore[attr-defined]
+    writable[:10] = 7.0  # in HDF5's chunk cache: only h5py sees it before a flush
+    assert np.array_equal(writable[:12], np.concatenate([np.full((10, 8), 7.0), data[10:12]]))
+    writable.close()
+    lzf = oc.open(path, dataset="lzf")
+    assert lzf._store._native_chunks() is None  # type: ignore[attr-defined]
+    assert np.array_equal(lzf[...], data)
+
+
 @needs_paging
 def test_hdf5_native_complex_type(tmp_path: Path) -> None:
     if not hasattr(h5py.h5t, "COMPLEX_IEEE_F64LE"):

@@ -35,13 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from oocarray import _native
 from oocarray._storage._hdf5 import UNKNOWN, HDF5Store, watch_chunks, watch_lock
+from oocarray._storage._hdf5_chunks import NoNativePipeline, native_pipeline
 from oocarray._storage._paged._plan import ChunkTable, Plan, check_row_chunks, rewrite
 
 __all__ = ["plan_hdf5"]
-
-_STEPS = {1: _native.H5_DEFLATE, 2: _native.H5_SHUFFLE, 3: _native.H5_FLETCHER32}
 
 
 def plan_hdf5(store: HDF5Store, mode: str) -> Plan | np.ndarray:
@@ -74,45 +72,34 @@ def plan_hdf5(store: HDF5Store, mode: str) -> Plan | np.ndarray:
             f"stored as an HDF5 type NumPy reads as {store.dtype} only by converting it.  Read "
             f"it with x[...], or copy it: {rewrite(store)}"
         )
-    steps = []
-    elsize = store.dtype.itemsize
-    for number, name, values in layout.filters:
-        if number not in _STEPS:
+    try:
+        codec, nsteps = native_pipeline(layout, store.dtype)
+    except NoNativePipeline as refusal:
+        if refusal.kind == "filter":
             raise NotImplementedError(
                 f"as_ndarray() decodes chunks in native threads, which undo HDF5's gzip, "
-                f"shuffle and fletcher32 filters; {where} is stored with {name} ({store.codec}). "
-                f" Rewrite it with zstd: {rewrite(store)}"
-            )
-        if number == 2:
-            elsize = values[0] if values else elsize
-        steps.append(_STEPS[number])
-    if (
-        len(steps) > _native.H5_MAX_STEPS
-        or steps.count(_native.H5_DEFLATE) > 1
-        or not 0 < elsize < 128
-    ):
+                f"shuffle and fletcher32 filters; {where} is stored with {refusal.name} "
+                f"({store.codec}).  Rewrite it with zstd: {rewrite(store)}"
+            ) from None
+        if refusal.kind == "zlib":
+            raise NotImplementedError(
+                f"as_ndarray() inflates gzip chunks with the system's zlib (libz.so.1), which "
+                f"cannot be loaded here; {where} is stored with {store.codec}.  Rewrite it with "
+                f"zstd: {rewrite(store)}"
+            ) from None
         raise NotImplementedError(
             f"as_ndarray() does not undo the filters of {where} ({store.codec}, shuffle of "
-            f"{elsize} bytes).  Rewrite it with zstd: {rewrite(store)}"
-        )
-    if _native.H5_DEFLATE in steps and not _native.zlib_available():
-        raise NotImplementedError(
-            f"as_ndarray() inflates gzip chunks with the system's zlib (libz.so.1), which "
-            f"cannot be loaded here; {where} is stored with {store.codec}.  Rewrite it with "
-            f"zstd: {rewrite(store)}"
-        )
+            f"{refusal.elsize} bytes).  Rewrite it with zstd: {rewrite(store)}"
+        ) from None
     rows = store.chunks[0] if store.shape else 1
     partial = bool(store.shape) and store.shape[0] % rows != 0
-    if partial and steps and layout.partial_unfiltered is None:
+    if partial and nsteps and layout.partial_unfiltered is None:
         raise NotImplementedError(
             f"as_ndarray() cannot tell how the partial last chunk of {where} is stored: HDF5 "
             f"may keep it unfiltered without saying so, and its libhdf5 cannot be asked "
             f"(H5Pget_chunk_opts).  Rewrite it with zstd: {rewrite(store)}"
         )
-    codec = _native.CODEC_H5 | elsize << 24
-    for i, step in enumerate(steps):
-        codec |= step << (8 + 4 * i)
-    watcher = _Watcher(store, len(steps), bool(partial and layout.partial_unfiltered))
+    watcher = _Watcher(store, nsteps, bool(partial and layout.partial_unfiltered))
     return Plan(
         dtype=store.dtype,
         codec=codec,

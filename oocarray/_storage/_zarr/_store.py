@@ -462,7 +462,7 @@ class ZarrStore(Store):
             codec_name=self.codec,
             chunk_shape=self.chunks,
             dtype=layout.stored_dtype,
-            array_path=self.path,
+            array_name=repr(self.path),
             describe=self._describe,
         )
 
