@@ -1,6 +1,6 @@
-/* Where a chunk's stored bytes come from (source.c): a local file, or bytes in memory that were
- * fetched from elsewhere (an object store, a zarr store object).  The decoders read through it,
- * so that every source decodes the same way. */
+/* Where a chunk's stored bytes come from (source.c): a local file (open, or opened by the job
+ * that reads it), or bytes in memory that were fetched from elsewhere (an object store, a zarr
+ * store object).  The decoders read through it, so that every source decodes the same way. */
 #ifndef OC_SOURCE_H
 #define OC_SOURCE_H
 
@@ -8,12 +8,16 @@
 #include <stdint.h>
 
 typedef struct {
-    int fd;          /* a file, or -1 */
-    const char *mem; /* else these bytes */
+    int fd;           /* an open file, or -1 */
+    const char *path; /* else a file the job opens (reader.c), or NULL */
+    const char *mem;  /* else these bytes */
     int64_t mem_len;
 } oc_source;
 
-static inline oc_source oc_file_source(int fd) { return (oc_source){.fd = fd, .mem = NULL, .mem_len = 0}; }
+static inline oc_source oc_file_source(int fd)
+{
+    return (oc_source){.fd = fd, .path = NULL, .mem = NULL, .mem_len = 0};
+}
 
 /* Read exactly n bytes at offset; 0, or -1 with errno (EIO standing for "ended early"). */
 int oc_source_read(const oc_source *src, char *dst, size_t n, int64_t offset, size_t *got);

@@ -4,7 +4,9 @@
  * releases the GIL once and runs the table on the native pool (pool.c), each job decoded by
  * the decoder the pager uses too (oc_decode).  A job that fails does not stop the others: every
  * failure comes back with its reason, for Python to decode in its own way (a layout the native
- * decoders leave alone) or to report.
+ * decoders leave alone) or to report.  A source given as a path is opened by the job that
+ * reads it, on the pool's thread; a file that does not exist is a chunk never written, which
+ * comes back apart (for the fill value).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -13,11 +15,14 @@
 #include "oc_pool.h"
 #include "oc_source.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The columns of the job table (int64). */
 enum {
@@ -50,6 +55,7 @@ typedef struct {
     failure *failed;
     Py_ssize_t nfailed, cap;
     int lost; /* failures that could not be recorded (out of memory) */
+    char *absent; /* per job: its file does not exist */
 } read_run;
 
 static void record(read_run *r, int64_t job, const char *message)
@@ -82,11 +88,31 @@ static void run_jobs(void *p)
             return;
         }
         const int64_t *j = r->jobs + i * JOB_FIELDS;
+        const oc_source *src = &r->sources[j[J_SOURCE]];
+        oc_source opened;
+        if (src->path != NULL) {
+            int fd = open(src->path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0) {
+                if (errno == ENOENT) {
+                    r->absent[i] = 1;
+                }
+                else {
+                    snprintf(err, sizeof err, "open: %s", strerror(errno));
+                    record(r, i, err);
+                }
+                continue;
+            }
+            opened = oc_file_source(fd);
+            src = &opened;
+        }
         err[0] = 0;
-        if (oc_decode((int)j[J_CODEC], &r->sources[j[J_SOURCE]], j[J_OFFSET], j[J_NBYTES],
-                      (size_t)j[J_CHUNK], (size_t)j[J_SKIP], r->dests[j[J_BUFFER]] + j[J_AT],
-                      (size_t)j[J_LEN], err, sizeof err) != 0) {
+        if (oc_decode((int)j[J_CODEC], src, j[J_OFFSET], j[J_NBYTES], (size_t)j[J_CHUNK],
+                      (size_t)j[J_SKIP], r->dests[j[J_BUFFER]] + j[J_AT], (size_t)j[J_LEN], err,
+                      sizeof err) != 0) {
             record(r, i, err);
+        }
+        if (src == &opened) {
+            close(opened.fd);
         }
     }
 }
@@ -98,12 +124,13 @@ static int by_job(const void *a, const void *b)
 }
 
 /*
- * read_chunks(jobs, sources, dests, threads) -> [(job, message), ...]
+ * read_chunks(jobs, sources, dests, threads) -> ([(job, message), ...], [job, ...])
  *
  * jobs: a C-contiguous int64 (n, 9) table, one row a job (the columns above); sources: open
- * file descriptors (int) or buffers of stored bytes; dests: writable C-contiguous buffers.
- * Every job is checked against them before anything runs (ValueError).  Runs on up to
- * `threads` threads, the caller included; returns the failed jobs in order, with reasons.
+ * file descriptors (int), paths of files (str) or buffers of stored bytes; dests: writable
+ * C-contiguous buffers.  Every job is checked against them before anything runs (ValueError).
+ * Runs on up to `threads` threads, the caller included; returns the failed jobs in order, with
+ * reasons, and the jobs whose file does not exist.
  */
 PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
 {
@@ -125,7 +152,7 @@ PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
     char *held = PyMem_Calloc((size_t)(nsrc ? nsrc : 1), 1); /* which src_views are held */
     Py_ssize_t dst_held = 0;
     PyObject *result = NULL;
-    read_run run = {.failed = NULL};
+    read_run run = {.failed = NULL, .absent = NULL};
     pthread_mutex_init(&run.lock, NULL);
     if (src_views == NULL || dst_views == NULL || sources == NULL || dests == NULL || held == NULL) {
         PyErr_NoMemory();
@@ -139,6 +166,14 @@ PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
     }
     for (Py_ssize_t i = 0; i < nsrc; i++) {
         PyObject *s = PyList_GET_ITEM(sources_list, i);
+        if (PyUnicode_Check(s)) {
+            const char *path = PyUnicode_AsUTF8(s); /* kept by the list for the call */
+            if (path == NULL) {
+                goto done;
+            }
+            sources[i] = (oc_source){.fd = -1, .path = path, .mem = NULL, .mem_len = 0};
+            continue;
+        }
         if (PyLong_Check(s)) {
             long fd = PyLong_AsLong(s);
             if (fd < 0 || fd > INT32_MAX) {
@@ -154,7 +189,8 @@ PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
             goto done;
         }
         held[i] = 1;
-        sources[i] = (oc_source){.fd = -1, .mem = src_views[i].buf, .mem_len = src_views[i].len};
+        sources[i] = (oc_source){
+            .fd = -1, .path = NULL, .mem = src_views[i].buf, .mem_len = src_views[i].len};
     }
     for (; dst_held < ndst; dst_held++) {
         if (PyObject_GetBuffer(PyList_GET_ITEM(dests_list, dst_held), &dst_views[dst_held],
@@ -177,6 +213,11 @@ PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
             goto done;
         }
     }
+    run.absent = PyMem_Calloc((size_t)(n ? n : 1), 1);
+    if (run.absent == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
     run.jobs = jobs;
     run.n = n;
     run.sources = sources;
@@ -192,15 +233,32 @@ PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
         goto done;
     }
     qsort(run.failed, (size_t)run.nfailed, sizeof *run.failed, by_job);
-    result = PyList_New(run.nfailed);
-    for (Py_ssize_t i = 0; result != NULL && i < run.nfailed; i++) {
+    PyObject *failed = PyList_New(run.nfailed);
+    PyObject *absent = PyList_New(0);
+    for (Py_ssize_t i = 0; failed != NULL && i < run.nfailed; i++) {
         PyObject *item = Py_BuildValue("(ns)", run.failed[i].job, run.failed[i].message);
         if (item == NULL) {
-            Py_CLEAR(result);
+            Py_CLEAR(failed);
             break;
         }
-        PyList_SET_ITEM(result, i, item);
+        PyList_SET_ITEM(failed, i, item);
     }
+    for (int64_t i = 0; absent != NULL && i < n; i++) {
+        if (run.absent[i]) {
+            PyObject *job = PyLong_FromLongLong(i);
+            if (job == NULL || PyList_Append(absent, job) != 0) {
+                Py_XDECREF(job);
+                Py_CLEAR(absent);
+                break;
+            }
+            Py_DECREF(job);
+        }
+    }
+    if (failed != NULL && absent != NULL) {
+        result = PyTuple_Pack(2, failed, absent);
+    }
+    Py_XDECREF(failed);
+    Py_XDECREF(absent);
 done:
     for (Py_ssize_t i = 0; i < dst_held; i++) {
         PyBuffer_Release(&dst_views[i]);
@@ -211,6 +269,7 @@ done:
         }
     }
     free(run.failed);
+    PyMem_Free(run.absent);
     pthread_mutex_destroy(&run.lock);
     PyMem_Free(held);
     PyMem_Free(dests);

@@ -22,13 +22,27 @@ _executor: ThreadPoolExecutor | None = None
 _executor_pid = 0
 
 
+_workers = 0  # workers(), found once per process: every read asks
+
+
+def _forget_workers() -> None:
+    global _workers
+    _workers = 0
+
+
+os.register_at_fork(after_in_child=_forget_workers)  # a child may run on other CPUs
+
+
 def workers() -> int:
     """Threads a read may use: the CPUs this process may run on, at most ``MAX_WORKERS``."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_WORKERS))
+    global _workers
+    if _workers == 0:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
+            cpus = os.cpu_count() or 1
+        _workers = max(1, min(cpus, MAX_WORKERS))
+    return _workers
 
 
 def _pool() -> ThreadPoolExecutor:

@@ -16,6 +16,7 @@ Stores whose codec has no native decoder run every job in Python, on every core.
 
 from __future__ import annotations
 
+import array
 import math
 import os
 import threading
@@ -32,11 +33,13 @@ from oocarray.errors import CorruptChunkError
 __all__ = ["ChunkRead", "Source", "scratch_set"]
 
 Decoder = Callable[[bytes, np.ndarray], None]
-# Where a chunk's stored bytes are: (a file descriptor or a buffer of bytes, offset, length or
-# -1 for the rest of it).
+# Where a chunk's stored bytes are: (a file's path, which the native job opens, an open file's
+# descriptor, or a buffer of bytes; offset; length or -1 for the rest of it).  A path of no
+# file is a chunk never written: it reads as the fill value.
 Source = tuple[Any, int, int]
 
 _FIELDS = 9  # the job table's columns: see native/reader.c
+_PARALLEL_COPY_BYTES = 8 << 20  # raw reads smaller than this run on the calling thread alone
 _thread_buffers = threading.local()
 
 
@@ -86,6 +89,7 @@ class ChunkRead:
         dtype: np.dtype[Any],
         array_name: str,
         describe: Callable[[tuple[int, ...]], str],
+        fill_value: Any = 0,
     ) -> None:
         self._native_codec = native_codec
         self._decode = decode
@@ -95,23 +99,27 @@ class ChunkRead:
         self._chunk_nbytes = math.prod(chunk_shape) * dtype.itemsize
         self._array_name = array_name
         self._describe = describe
+        self._fill_value = fill_value
         self._buffers: list[np.ndarray] = []
         self._sources: list[Any] = []
         self._source_numbers: dict[Any, int] = {}
-        self._rows: list[tuple[int, int, int, int, int, int, int, int]] = []
+        # The table, _FIELDS int64 a job (native/reader.c): an array, not an ndarray, which
+        # would cost more than the one job of a row read.
+        self._table = array.array("q")
         self._chunks: list[tuple[int, ...]] = []
+        self._wanted = 0  # decoded bytes the jobs want
 
     def buffer(self, array: np.ndarray) -> int:
         """Register a C-contiguous destination; jobs name it by the number returned."""
         if not array.flags.c_contiguous or not array.flags.writeable:
             raise ValueError("chunk job destinations must be writable and C-contiguous")
-        # Kept as bytes: the native reader takes buffers, which datetime64 arrays cannot give.
+        # As bytes: the native reader takes buffers, which datetime64 arrays cannot give.
         self._buffers.append(array.reshape(-1).view(np.uint8))
         return len(self._buffers) - 1
 
     def _source_number(self, where: Any) -> int:
-        # A file descriptor by its number, stored bytes by their object: each source once.
-        key = where if isinstance(where, int) else ("bytes", id(where))
+        # A path or a file descriptor by its value, stored bytes by their object: each once.
+        key = where if isinstance(where, (int, str)) else ("bytes", id(where))
         number = self._source_numbers.get(key)
         if number is None:
             number = self._source_numbers[key] = len(self._sources)
@@ -134,27 +142,34 @@ class ChunkRead:
         where, offset, nbytes = source
         number = self._source_number(where)
         code = self._native_codec if codec is None else codec
-        self._rows.append((number, offset, nbytes, skip, buffer, at, length, code or 0))
+        self._table.extend(
+            (number, offset, nbytes, skip, buffer, at, length, code or 0, self._chunk_nbytes)
+        )
         self._chunks.append(chunk)
+        self._wanted += length
+
+    def _job(self, i: int) -> array.array[int]:
+        return self._table[i * _FIELDS : (i + 1) * _FIELDS]
 
     def run(self) -> None:
         """Run every job added since the last run, on up to :func:`_pool.workers` threads."""
-        rows = self._rows
+        count = len(self._chunks)
         try:
-            if not rows:
+            if not count:
                 return
-            runners = min(_pool.workers(), len(rows))
-            if self._native_codec is None:
+            runners = min(_pool.workers(), count)
+            codec = self._native_codec
+            raw = codec is not None and codec & 0xFF == _native.CODEC_RAW
+            if raw and self._wanted < _PARALLEL_COPY_BYTES:
+                runners = 1  # copies of raw bytes: waking the pool costs more than it saves
+            if codec is None:
                 assert self._decode is not None, "a read with no decoder at all"
                 scratch = scratch_set(runners, self._chunk_shape, self._dtype, "runner")
-                _pool.run_spread(
-                    len(rows), lambda i, slot: self._run_python(i, scratch[slot]), runners
-                )
+                _pool.run_spread(count, lambda i, slot: self._run_python(i, scratch[slot]), runners)
                 return
-            table = np.empty((len(rows), _FIELDS), dtype=np.int64)
-            table[:, :8] = rows
-            table[:, 8] = self._chunk_nbytes
-            failed = _native.read_chunks(table, self._sources, self._buffers, runners)
+            failed, absent = _native.read_chunks(self._table, self._sources, self._buffers, runners)
+            for i in absent:
+                self._fill(i)
             if failed:
                 # Only the jobs the native decoders could not finish: Python decodes what they
                 # leave alone, or raises the error that names the chunk.
@@ -165,24 +180,35 @@ class ChunkRead:
             self._buffers.clear()
             self._sources = []
             self._source_numbers = {}
-            self._rows = []
+            self._table = array.array("q")
             self._chunks = []
+            self._wanted = 0
 
-    def _stored(self, i: int) -> bytes:
-        number, offset, nbytes = self._rows[i][:3]
+    def _fill(self, i: int) -> None:
+        """Job ``i``'s chunk was never written: its bytes are the fill value's."""
+        buffer, at, length = self._job(i)[4:7]
+        self._buffers[buffer][at : at + length].view(self._dtype)[...] = self._fill_value
+
+    def _stored(self, i: int) -> bytes | None:
+        """Job ``i``'s stored bytes; None for a chunk never written."""
+        number, offset, nbytes = self._job(i)[:3]
         where = self._sources[number]
-        if not isinstance(where, int):
-            data = memoryview(where).cast("B")
-            return bytes(data[offset:] if nbytes < 0 else data[offset : offset + nbytes])
-        if nbytes < 0:
-            nbytes = os.fstat(where).st_size - offset
-        raw = os.pread(where, nbytes, offset)
-        if len(raw) != nbytes:
-            raise ValueError(f"read {len(raw)} of {nbytes} stored bytes")
-        return raw
+        if isinstance(where, str):
+            try:
+                fd = os.open(where, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return None
+            try:
+                return _pread(fd, offset, nbytes)
+            finally:
+                os.close(fd)
+        if isinstance(where, int):
+            return _pread(where, offset, nbytes)
+        data = memoryview(where).cast("B")
+        return bytes(data[offset:] if nbytes < 0 else data[offset : offset + nbytes])
 
     def _run_python(self, i: int, scratch: np.ndarray, native_reason: str | None = None) -> None:
-        skip, buffer, at, length = self._rows[i][3:7]
+        skip, buffer, at, length = self._job(i)[3:7]
         chunk = self._chunks[i]
         dest = self._buffers[buffer][at : at + length]
         scratch = scratch.reshape(-1).view(np.uint8)
@@ -194,6 +220,9 @@ class ChunkRead:
             raise CorruptChunkError(f"{what} ({native_reason})")
         try:
             raw = self._stored(i)
+            if raw is None:
+                self._fill(i)
+                return
             if skip == 0 and length == self._chunk_nbytes:
                 self._decode(raw, dest)
             else:
@@ -202,3 +231,12 @@ class ChunkRead:
         except Exception as error:
             native = f"; the native decoder: {native_reason}" if native_reason else ""
             raise CorruptChunkError(f"{what} ({error}{native})") from error
+
+
+def _pread(fd: int, offset: int, nbytes: int) -> bytes:
+    if nbytes < 0:
+        nbytes = os.fstat(fd).st_size - offset
+    raw = os.pread(fd, nbytes, offset)
+    if len(raw) != nbytes:
+        raise ValueError(f"read {len(raw)} of {nbytes} stored bytes")
+    return raw

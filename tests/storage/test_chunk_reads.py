@@ -79,8 +79,8 @@ def _read(
     """One job of one read: the chunk's bytes from a file (a descriptor) or from memory."""
     dest = np.full(at + length + 16, 0xAB, dtype=np.uint8)
     row = [0, PREFIX, stored, skip, 0, at, length, codec, chunk_nbytes]
-    failed = _native.read_chunks(np.array([row], dtype=np.int64), [source], [dest], 1)
-    assert len(failed) <= 1
+    failed, absent = _native.read_chunks(np.array([row], dtype=np.int64), [source], [dest], 1)
+    assert len(failed) <= 1 and absent == []
     return dest, (failed[0] if failed else None)
 
 
@@ -178,7 +178,7 @@ def test_native_reader_refuses_bad_arguments(stored: dict[int, StoredChunk]) -> 
     with pytest.raises(BufferError):
         _native.read_chunks(jobs(0, PREFIX, nbytes, 0, 0, 0, 4, raw, SMALL), [fd], [b"ro"], 2)
     # A codec with no native decoder is a failed job, for Python to decode: not an error.
-    failed = _native.read_chunks(jobs(0, PREFIX, nbytes, 0, 0, 0, 4, 99, SMALL), [fd], [dest], 2)
+    failed, _ = _native.read_chunks(jobs(0, PREFIX, nbytes, 0, 0, 0, 4, 99, SMALL), [fd], [dest], 2)
     assert len(failed) == 1 and "codec 99" in failed[0][1]
 
 
@@ -201,12 +201,34 @@ def test_every_failed_job_comes_back_and_the_others_are_decoded(
         if which == 2:
             expect_failed.append(i)
     dests = [np.zeros(SMALL, np.uint8) for _ in rows]
-    failed = _native.read_chunks(np.array(rows, np.int64), sources, dests, 4)
-    assert [i for i, _ in failed] == expect_failed
+    failed, absent = _native.read_chunks(np.array(rows, np.int64), sources, dests, 4)
+    assert [i for i, _ in failed] == expect_failed and absent == []
     assert all(reason for _, reason in failed)
     for i, dest in enumerate(dests):
         if i not in expect_failed:
             assert np.array_equal(dest, chunk.data), i
+
+
+def test_paths_are_opened_by_their_jobs_and_missing_files_come_back_apart(
+    stored: dict[int, StoredChunk], tmp_path: Path
+) -> None:
+    """A source given as a path is opened by the native job; a path of no file is a chunk
+    never written (returned apart, its destination untouched); a path that cannot be read
+    otherwise (a directory) is a failed job with the reason."""
+    chunk = stored[SMALL]
+    fd, nbytes = chunk.files[_native.CODEC_ZSTD]
+    path = tmp_path / "c0"
+    path.write_bytes(_in_memory(fd)[PREFIX : PREFIX + nbytes])
+    (tmp_path / "a-directory").mkdir()
+    sources = [str(path), str(tmp_path / "never-written"), str(tmp_path / "a-directory")]
+    zstd = _native.CODEC_ZSTD
+    rows = [[i % 3, 0, -1, 0, i, 0, SMALL, zstd, SMALL] for i in range(6)]
+    dests = [np.full(SMALL, 7, np.uint8) for _ in rows]
+    failed, absent = _native.read_chunks(np.array(rows, np.int64), sources, dests, 3)
+    assert absent == [1, 4]
+    assert [i for i, _ in failed] == [2, 5] and all("directory" in why for _, why in failed)
+    assert np.array_equal(dests[0], chunk.data) and np.array_equal(dests[3], chunk.data)
+    assert (dests[1] == 7).all() and (dests[4] == 7).all()
 
 
 def _pool_child(queue: multiprocessing.Queue[tuple[int, int, bool]]) -> None:
@@ -214,15 +236,15 @@ def _pool_child(queue: multiprocessing.Queue[tuple[int, int, bool]]) -> None:
     data = np.arange(8 * 4096, dtype=np.uint8)
     rows = [[0, i * 4096, 4096, 0, 0, i * 4096, 4096, _native.CODEC_RAW, 4096] for i in range(8)]
     dest = np.zeros_like(data)
-    failed = _native.read_chunks(np.array(rows, np.int64), [data.tobytes()], [dest], 2)
-    queue.put((before, _native.pool_workers(), failed == [] and np.array_equal(dest, data)))
+    result = _native.read_chunks(np.array(rows, np.int64), [data.tobytes()], [dest], 2)
+    queue.put((before, _native.pool_workers(), result == ([], []) and np.array_equal(dest, data)))
 
 
 def test_the_native_pool_starts_again_in_a_forked_child() -> None:
     data = np.arange(8 * 4096, dtype=np.uint8)
     rows = [[0, i * 4096, 4096, 0, 0, i * 4096, 4096, _native.CODEC_RAW, 4096] for i in range(8)]
     dest = np.zeros_like(data)
-    assert _native.read_chunks(np.array(rows, np.int64), [data.tobytes()], [dest], 2) == []
+    assert _native.read_chunks(np.array(rows, np.int64), [data.tobytes()], [dest], 2) == ([], [])
     assert np.array_equal(dest, data) and _native.pool_workers() >= 1
     context = multiprocessing.get_context("fork")
     queue: multiprocessing.Queue[tuple[int, int, bool]] = context.Queue()

@@ -326,7 +326,7 @@ def test_the_native_reader_checks_what_the_pager_fills(tmp_path: Path) -> None:
             dest = np.zeros(64 * 16, np.float32)
             row = [0, 0, -1, 64 * 64, 0, 0, dest.nbytes, codec | flags, values.nbytes]
             jobs = np.array([row], np.int64)
-            failed = _native.read_chunks(jobs, [fd.fileno()], [dest], 1)
+            failed, _ = _native.read_chunks(jobs, [fd.fileno()], [dest], 1)
             if fails:
                 assert len(failed) == 1 and "CRC-32C" in failed[0][1]
             else:  # rows 64-127: untouched by the damage, read without the rest

@@ -25,15 +25,14 @@ from oocarray import _native
 from oocarray._storage import _pool
 from oocarray._storage._base import Store, check_dtype
 from oocarray._storage._indexing import ChunkPiece, parse_key
-from oocarray._storage._reader import ChunkRead, scratch_set
+from oocarray._storage._reader import ChunkRead, Source, scratch_set
 from oocarray._storage._zarr._groups import array_in_group, is_group
 from oocarray._storage._zarr._layout import Layout, OpenShard, crc32c_of, layout_of
-from oocarray.errors import CorruptChunkError, StoreNotFoundError
+from oocarray.errors import StoreNotFoundError
 
 __all__ = ["ZarrStore"]
 
 
-_PARALLEL_COPY_BYTES = 8 << 20
 # What zarr-python raises from metadata of the wrong structure, besides its ValueErrors.
 _METADATA_DAMAGE = (
     AttributeError,
@@ -78,15 +77,16 @@ def _basic(index: tuple[Any, ...]) -> bool:
 
 
 class _ChunkFiles:
-    """The files one read opens, each once: where a chunk's stored bytes are, as
-    (fd, offset, stored bytes or -1 for the whole file), or None for a chunk never written."""
+    """Where a chunk's stored bytes are, for one read: a chunk file's path (the native job
+    opens it; a path of no file is a chunk never written), or the place of an inner chunk in
+    its shard (each shard opened once, to read its index), as a :data:`oocarray._storage._reader.Source`; None
+    for an inner chunk never written."""
 
     def __init__(self, store: ZarrStore) -> None:
         self._store = store
-        self._fds: dict[tuple[int, ...], int | None] = {}
         self._shards: dict[tuple[int, ...], OpenShard | None] = {}
 
-    def source(self, chunk: tuple[int, ...]) -> tuple[int, int, int] | None:
+    def source(self, chunk: tuple[int, ...]) -> Source | None:
         layout = self._store._layout
         assert layout is not None
         if layout.shard is None:
@@ -94,7 +94,7 @@ class _ChunkFiles:
         key, number = layout.shard.locate(chunk)
         return self._shard_source(key, number, chunk)
 
-    def row_source(self, i: int) -> tuple[int, int, int] | None:
+    def row_source(self, i: int) -> Source | None:
         """:meth:`source` of chunk ``(i, 0, ...)``, the chunks of row-wise reads, with the
         shard arithmetic done for that case."""
         layout = self._store._layout
@@ -106,15 +106,12 @@ class _ChunkFiles:
         key = (i // per_shard, *self._store._rest)
         return self._shard_source(key, (i % per_shard) * layout.shard.inner_per_row, chunk)
 
-    def _file_source(self, chunk: tuple[int, ...]) -> tuple[int, int, int] | None:
-        if chunk not in self._fds:
-            self._fds[chunk] = _open_or_none(self._store._chunk_path(chunk))
-        fd = self._fds[chunk]
-        return None if fd is None else (fd, 0, -1)
+    def _file_source(self, chunk: tuple[int, ...]) -> Source:
+        return (self._store._chunk_path(chunk), 0, -1)
 
     def _shard_source(
         self, key: tuple[int, ...], number: int, chunk: tuple[int, ...]
-    ) -> tuple[int, int, int] | None:
+    ) -> Source | None:
         store = self._store
         if key not in self._shards:
             path = store._chunk_path(key)
@@ -135,20 +132,10 @@ class _ChunkFiles:
         return None if entry is None else (shard.fd, *entry)
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            if fd is not None:
-                os.close(fd)
         for shard in self._shards.values():
             if shard is not None:
                 shard.close()
-        self._fds.clear()
         self._shards.clear()
-
-
-def _bytes_of(array: np.ndarray) -> memoryview:
-    """The bytes of a C-contiguous array, whatever its dtype (datetime64 and timedelta64 have
-    no buffer format of their own)."""
-    return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
 
 
 def _open_or_none(path: str) -> int | None:
@@ -267,8 +254,7 @@ class ZarrStore(Store):
             lo, hi = (int(first.min()), int(first.max()) + 1) if first.size else (0, 0)
         row_bytes = math.prod(self.chunks[1:]) * layout.stored_dtype.itemsize
         block = np.empty((hi - lo, *self.chunks[1:]), dtype=layout.stored_dtype)
-        if not self._pread_plain_chunk(chunk, _bytes_of(block), lo * row_bytes):
-            block[...] = self.fill_value
+        self._read_rows_of_chunk(chunk, lo * row_bytes, block)
         shifted = (
             slice(first.start - lo, first.stop - lo, first.step)
             if isinstance(first, slice)
@@ -283,9 +269,6 @@ class ZarrStore(Store):
         if out.size == 0:
             return True
         per_chunk = self.chunks[0]
-        if self._plain_files and out.nbytes < _PARALLEL_COPY_BYTES:
-            self._read_plain_rows(start, out)  # a preadv per chunk, without the job machinery
-            return True
         # Every chunk's share is a run of whole rows: it is read (or decoded) straight into
         # ``out``, the chunks on every core.
         row_bytes = self._chunk_nbytes // per_chunk
@@ -309,51 +292,21 @@ class ZarrStore(Store):
             files.close()
         return True
 
-    def _read_plain_rows(self, start: int, out: np.ndarray) -> None:
-        """Rows of uncompressed chunk files, read in place: one ``preadv`` per chunk."""
-        per_chunk = self.chunks[0]
-        row_bytes = out.nbytes // len(out)
-        flat = _bytes_of(out)
-        done = 0
-        while done < len(out):
-            c, r = divmod(start + done, per_chunk)
-            take = min(per_chunk - r, len(out) - done)
-            target = flat[done * row_bytes : (done + take) * row_bytes]
-            if not self._pread_plain_chunk((c, *self._rest), target, r * row_bytes):
-                out[done : done + take] = self.fill_value
-            done += take
-
-    def _pread_plain_chunk(self, chunk: tuple[int, ...], target: memoryview, offset: int) -> bool:
-        """Fill ``target`` from bytes ``offset:`` of an uncompressed chunk file; False when the
-        chunk was never written.  A file of any size but a whole chunk's is damaged (cut
-        short, or written for another shape or dtype), even where the bytes asked for exist."""
-        path = self._chunk_path(chunk)
-        assert self._layout is not None
-        crc32c = self._layout.crc32c  # a CRC-32C of the chunk follows it
-        expected = self._chunk_nbytes + (4 if crc32c else 0)
+    def _read_rows_of_chunk(self, chunk: tuple[int, ...], skip: int, block: np.ndarray) -> None:
+        """Fill ``block`` with the decoded bytes of ``chunk`` from ``skip`` on: raw chunks
+        are read from there only (their checksum, which covers the whole chunk, is checked when
+        all of it is read)."""
+        files = _ChunkFiles(self)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
-        try:
-            size = os.fstat(fd).st_size
-            got = os.preadv(fd, [target], offset) if size == expected else -1
-            # The checksum covers the whole chunk: it is checked when all of it was read.
-            whole = crc32c and got == self._chunk_nbytes and offset == 0
-            stored = int.from_bytes(os.pread(fd, 4, self._chunk_nbytes), "little") if whole else 0
+            source = files.source(chunk)
+            if source is None:
+                block[...] = self.fill_value
+                return
+            jobs = self._jobs()
+            jobs.add(source, skip, jobs.buffer(block), 0, block.nbytes, chunk)
+            jobs.run()
         finally:
-            os.close(fd)
-        if got != len(target):
-            raise CorruptChunkError(
-                f"chunk {chunk} of {self.path!r} cannot be read ({self.codec}) from {path}: it "
-                f"holds {size} bytes, expected {expected} (it is truncated or corrupt)"
-            )
-        if whole and crc32c_of(target) != stored:
-            raise CorruptChunkError(
-                f"chunk {chunk} of {self.path!r} cannot be read ({self.codec}) from {path}: "
-                "its CRC-32C checksum does not match (it is corrupt)"
-            )
-        return True
+            files.close()
 
     def read_chunk(self, chunk: tuple[int, ...], scratch: bool = False) -> np.ndarray:
         region = self.chunk_region(chunk)
@@ -463,6 +416,7 @@ class ZarrStore(Store):
             chunk_shape=self.chunks,
             dtype=layout.stored_dtype,
             array_name=repr(self.path),
+            fill_value=self.fill_value,
             describe=self._describe,
         )
 
