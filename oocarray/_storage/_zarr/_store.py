@@ -77,10 +77,10 @@ def _basic(index: tuple[Any, ...]) -> bool:
 
 
 class _ChunkFiles:
-    """Where a chunk's stored bytes are, for one read: a chunk file's path (the native job
-    opens it; a path of no file is a chunk never written), or the place of an inner chunk in
-    its shard (each shard opened once, to read its index), as a :data:`oocarray._storage._reader.Source`; None
-    for an inner chunk never written."""
+    """Where a chunk's stored bytes are, for one read, as a
+    :data:`oocarray._storage._reader.Source`: a chunk file's path (the native job opens it; a
+    path of no file is a chunk never written), or the place of an inner chunk in its shard
+    (each shard opened once, to read its index); None for an inner chunk never written."""
 
     def __init__(self, store: ZarrStore) -> None:
         self._store = store
