@@ -113,9 +113,17 @@ class ChunkRead:
         """Register a C-contiguous destination; jobs name it by the number returned."""
         if not array.flags.c_contiguous or not array.flags.writeable:
             raise ValueError("chunk job destinations must be writable and C-contiguous")
-        # As bytes: the native reader takes buffers, which datetime64 arrays cannot give.
-        self._buffers.append(array.reshape(-1).view(np.uint8))
+        # datetime64 and timedelta64 arrays give no buffer: their bytes are given instead.
+        self._buffers.append(array.view(np.uint8) if array.dtype.kind in "mM" else array)
         return len(self._buffers) - 1
+
+    @property
+    def empty(self) -> bool:
+        """No job added since the last run, and no buffer held."""
+        return not self._chunks and not self._buffers
+
+    def _bytes(self, buffer: int) -> np.ndarray:
+        return self._buffers[buffer].reshape(-1).view(np.uint8)
 
     def _source_number(self, where: Any) -> int:
         # A path or a file descriptor by its value, stored bytes by their object: each once.
@@ -187,7 +195,7 @@ class ChunkRead:
     def _fill(self, i: int) -> None:
         """Job ``i``'s chunk was never written: its bytes are the fill value's."""
         buffer, at, length = self._job(i)[4:7]
-        self._buffers[buffer][at : at + length].view(self._dtype)[...] = self._fill_value
+        self._bytes(buffer)[at : at + length].view(self._dtype)[...] = self._fill_value
 
     def _stored(self, i: int) -> bytes | None:
         """Job ``i``'s stored bytes; None for a chunk never written."""
@@ -210,7 +218,7 @@ class ChunkRead:
     def _run_python(self, i: int, scratch: np.ndarray, native_reason: str | None = None) -> None:
         skip, buffer, at, length = self._job(i)[3:7]
         chunk = self._chunks[i]
-        dest = self._buffers[buffer][at : at + length]
+        dest = self._bytes(buffer)[at : at + length]
         scratch = scratch.reshape(-1).view(np.uint8)
         what = (
             f"chunk {chunk} of {self._array_name} cannot be decoded ({self._codec_name}) from "

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import tempfile
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -181,6 +182,7 @@ class ZarrStore(Store):
             and self.chunks[1:] == self.shape[1:]
         )
         self.codec = self._codec_name()
+        self._thread_reads = threading.local()
         self.supports_partial_reads = self._plain_files
         self.supports_paging = layout is not None  # a local directory read without zarr-python
 
@@ -407,6 +409,14 @@ class ZarrStore(Store):
         return target, first.start * (self._chunk_nbytes // self.chunks[0])
 
     def _jobs(self) -> ChunkRead:
+        """This thread's chunk read of this array: made once and kept, as row reads are
+        frequent and small; a read left unfinished by an error is never reused."""
+        jobs: ChunkRead | None = getattr(self._thread_reads, "jobs", None)
+        if jobs is None or not jobs.empty:
+            jobs = self._thread_reads.jobs = self._new_jobs()
+        return jobs
+
+    def _new_jobs(self) -> ChunkRead:
         layout = self._layout
         assert layout is not None
         return ChunkRead(
