@@ -43,7 +43,7 @@ ASAN_TESTS = [
     "tests/storage/test_as_ndarray_damage.py",
     "tests/compute/test_engine.py",
 ]
-# ThreadSanitizer: the handler under threads and the chunk reader's thread pool.
+# ThreadSanitizer: the handler under threads and the chunk reader's native pool.
 TSAN_TESTS = [
     "tests/memory/test_handler.py",
     "tests/memory/test_manager.py",
@@ -60,7 +60,7 @@ TSAN_TESTS = [
     # The pager (reader and decode workers) behind x.as_ndarray() and compressed spill, less
     # the tests that fork a threaded process (as above) and the kill -9 loop, whose child did
     # not start under ThreadSanitizer inside pytest (it does when run alone).
-    "tests/storage/test_as_ndarray.py",
+    "tests/storage/test_store_contract.py",
     "tests/storage/test_as_ndarray_writeback.py",
     "tests/memory/test_compressed_spill.py",
     "-k",
