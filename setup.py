@@ -19,8 +19,10 @@ setup(
             sources=[
                 "native/module.c",
                 "native/node.c",
+                "native/block.c",
                 "native/alloc.c",
                 "native/regions.c",
+                "native/files.c",
                 "native/spill.c",
                 "native/workspace.c",
                 "native/chunks.c",

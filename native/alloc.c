@@ -20,41 +20,6 @@ PyObject *oc_trace_free_cb = NULL;
 PyObject *oc_pressure_cb = NULL;
 PyObject *oc_disk_refusal_cb = NULL;
 
-static atomic_uint_fast64_t next_alloc_id = 1;
-static OC_TLS oc_failure last_failure;
-
-/* Ids are handed to each thread in batches, so that the hot path needs no shared atomic. */
-#define ALLOC_ID_BATCH 4096
-static OC_TLS uint64_t thread_next_id, thread_id_end;
-
-uint64_t oc_next_alloc_id(void)
-{
-    if (thread_next_id == thread_id_end) {
-        thread_next_id = atomic_fetch_add_explicit(&next_alloc_id, ALLOC_ID_BATCH, memory_order_relaxed);
-        thread_id_end = thread_next_id + ALLOC_ID_BATCH;
-    }
-    return thread_next_id++;
-}
-
-void oc_record_failure(int kind, int err, oc_node *asked, oc_node *refused, int64_t requested)
-{
-    last_failure.kind = kind;
-    last_failure.err = err;
-    last_failure.node_id = asked ? asked->id : 0;
-    last_failure.refused_id = refused ? refused->id : 0;
-    last_failure.requested = requested;
-    last_failure.limit = refused ? atomic_load(&refused->max_bytes) : -1;
-    last_failure.used = refused ? atomic_load(&refused->current_bytes) : 0;
-}
-
-oc_failure oc_take_failure(void)
-{
-    oc_failure f = last_failure;
-    memset(&last_failure, 0, sizeof(last_failure));
-    return f;
-}
-
-oc_header *oc_header_of(void *data) { return (oc_header *)((char *)data - OC_HEADER_BYTES); }
 
 /* ---- small blocks: malloc behind a per-thread cache of recently freed blocks ----
  * NumPy's default allocator caches small blocks too; without a cache of our own, each tiny
@@ -438,14 +403,20 @@ static void *alloc_plain(oc_node *owner, size_t size, int zero, int refuse_close
     return data;
 }
 
-void *oc_alloc_external(oc_node *owner, size_t size, int zero) { return alloc_plain(owner, size, zero, 1); }
-
 static void *alloc_owned(oc_node *owner, size_t size, int zero, int refuse_closed)
 {
     if (owner->workspace != NULL && !(refuse_closed && atomic_load(&owner->closed))) {
         int handled;
         void *data = oc_workspace_alloc(owner, size, zero, &handled);
-        if (handled) {
+        if (handled == OC_WS_DONE) {
+            return data;
+        }
+        if (handled == OC_WS_OUTSIDE) {
+            /* made here, not by workspace.c, which is below this file */
+            data = alloc_plain(owner, size, zero, 1);
+            if (data != NULL) {
+                oc_workspace_outside(owner, oc_header_of(data));
+            }
             return data;
         }
     }
@@ -654,7 +625,7 @@ static void *oc_realloc(void *ctx, void *ptr, size_t new_size)
     return data;
 }
 
-void oc_handler_init(PyDataMem_Handler *h, oc_node *ctx)
+static void handler_init(PyDataMem_Handler *h, oc_node *ctx)
 {
     memset(h, 0, sizeof(*h));
     strncpy(h->name, "oocarray", sizeof(h->name) - 1);
@@ -664,6 +635,16 @@ void oc_handler_init(PyDataMem_Handler *h, oc_node *ctx)
     h->allocator.calloc = oc_calloc;
     h->allocator.realloc = oc_realloc;
     h->allocator.free = oc_free;
+}
+
+/* A node with its handler: node.c, below this file, knows nothing of NumPy's allocator. */
+oc_node *oc_handler_node_new(oc_node *parent, int64_t max_bytes)
+{
+    oc_node *n = oc_node_new(parent, max_bytes);
+    if (n != NULL) {
+        handler_init(&n->handler, n);
+    }
+    return n;
 }
 
 int oc_is_our_handler(PyObject *capsule)

@@ -15,6 +15,7 @@ static void prepare(void)
     oc_regions_atfork(OC_FORK_PREPARE);
     /* after the registry: a compressed spill takes the pager's locks while it holds that */
     oc_pager_atfork(OC_FORK_PREPARE);
+    oc_files_atfork(OC_FORK_PREPARE);
     oc_spill_atfork(OC_FORK_PREPARE);
     oc_heap_atfork(OC_FORK_PREPARE);
     oc_chunks_atfork(OC_FORK_PREPARE);
@@ -32,6 +33,7 @@ static void release(int phase)
     oc_chunks_atfork(phase);
     oc_heap_atfork(phase);
     oc_spill_atfork(phase);
+    oc_files_atfork(phase);
     oc_pager_atfork(phase);
     oc_regions_atfork(phase);
 }

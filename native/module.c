@@ -1,6 +1,7 @@
 /* Python bindings of oocarray._native: manager nodes, handler activation, block queries. */
 #define OC_MODULE_MAIN
 #include "oc_core.h"
+#include "oc_codecs.h"
 
 #include <fcntl.h>
 
@@ -37,7 +38,7 @@ static PyObject *Node_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (self == NULL) {
         return NULL;
     }
-    self->node = oc_node_new(parent == Py_None ? NULL : ((NodeObject *)parent)->node, max_bytes);
+    self->node = oc_handler_node_new(parent == Py_None ? NULL : ((NodeObject *)parent)->node, max_bytes);
     if (self->node == NULL) {
         Py_DECREF(self);
         return PyErr_NoMemory();

@@ -185,9 +185,9 @@ void oc_scratch_unmap(void *p, size_t n);
 char *oc_scratch_grow(char **buf, size_t *size, size_t n); /* at least n bytes, page aligned */
 void oc_scratch_drop(char **buf, size_t *size);
 long long oc_scratch_bytes(void);      /* every scratch byte mapped, zstd contexts included */
-void oc_scratch_release(void);         /* idle threads' scratch and cached free regions */
 extern atomic_llong oc_scratch_total;
 /* chunks.c: each thread's reader state (zstd contexts and buffers) */
+void oc_scratch_release(void); /* idle threads' scratch and cached free regions */
 void oc_chunk_states_release(void); /* idle ones now, busy ones when their call ends */
 void oc_chunk_state_release_mine(void);
 void oc_h5_state_release_mine(void); /* h5filters.c: this thread's HDF5 decode buffers */
@@ -219,16 +219,25 @@ static inline int *oc_region_fd(oc_header *h) { return (int *)((char *)h - sizeo
 /* Where the region's data starts in that file (0 for a file of its own). */
 static inline uint64_t *oc_region_offset(oc_header *h) { return (uint64_t *)((char *)h - 16); }
 static inline char *oc_block_data(oc_header *h) { return (char *)h + OC_HEADER_BYTES; }
+static inline oc_header *oc_header_of(void *data) { return (oc_header *)((char *)data - OC_HEADER_BYTES); }
 /* A compressed-spilled region's pager array, in the header page too. */
 static inline pg_array **oc_region_pager(oc_header *h) { return (pg_array **)((char *)h - 24); }
 
-/* spill.c: temporary files, same-address remapping, eviction */
+/* files.c: temporary files and the disk space counted against max_spill_bytes */
 int oc_set_spill_dir(const char *path);
 extern atomic_int_fast64_t oc_spill_limit; /* < 0: unlimited */
 extern atomic_int_fast64_t oc_spill_used;
 int oc_open_reserved_file(size_t bytes); /* fd counted against max_spill_bytes, or -errno */
 int oc_disk_reserve(size_t bytes);       /* against max_spill_bytes: 0 or ENOSPC */
 void oc_disk_unreserve(size_t bytes);
+int oc_open_unnamed_file(void);                              /* fd or -errno, no space reserved */
+int oc_open_file(size_t bytes);                              /* fd or -errno, space reserved */
+int oc_reserve_zeros(int fd, uint64_t offset, size_t bytes); /* 0 or errno (ENOSPC) */
+int oc_pwrite_all(int fd, const char *data, size_t bytes, uint64_t offset); /* 0 or errno */
+int oc_make_private(char *data, size_t bytes, int fd, uint64_t offset); /* copy-on-write file map */
+void oc_files_atfork(int phase);
+
+/* spill.c: same-address remapping, eviction */
 int oc_map_region_to_file(oc_header *h);   /* registry lock held; errno value or 0 */
 void *oc_map_small_on_disk(size_t data_bytes, size_t *map_bytes, int *err); /* data, or NULL */
 int oc_spill_block(oc_header *h);          /* registry lock held; errno value or 0 */
@@ -248,9 +257,6 @@ int oc_node_in_subtree(oc_node *n, oc_node *root);
 int64_t oc_evict(oc_node *scope, int64_t need_bytes, int *err);
 int oc_drop_disk_pages(void);
 void oc_spill_atfork(int phase);
-int oc_make_private(char *data, size_t bytes, int fd, uint64_t offset); /* copy-on-write file map */
-int oc_open_unnamed_file(void);                                  /* fd or -errno, no space reserved */
-int oc_reserve_zeros(int fd, uint64_t offset, size_t bytes);     /* 0 or errno (ENOSPC) */
 
 /* zspill.c: compressed spill */
 extern atomic_int oc_zspill_enabled; /* set from Python when the pager may be used */
@@ -263,7 +269,6 @@ void *oc_zspill_new_region(oc_node *owner, size_t size, int *err); /* location="
 pg_array *oc_zspill_arena_new(char *base, size_t capacity, oc_node *node, int *err);
 void oc_zspill_arena_reset(pg_array *a); /* between cycles: every unit dropped unencoded */
 void oc_zspill_arena_free(pg_array *a, size_t capacity, oc_node *node);
-int oc_zs_encode_append(int fd, atomic_llong *file_end, const char *src, size_t n, int64_t entry[3]);
 
 /* heap.c: one shared file for small on-disk regions */
 size_t oc_heap_slot_max_bytes(void);
@@ -330,7 +335,11 @@ struct oc_workspace {
     int64_t spilled_allocations;
 };
 
+#define OC_WS_ORDINARY 0 /* oc_workspace_alloc's *handled: not the workspace's */
+#define OC_WS_DONE 1     /* made in the arena, or refused (NULL) */
+#define OC_WS_OUTSIDE 2  /* the cycle's, made the ordinary way then given to oc_workspace_outside */
 void *oc_workspace_alloc(oc_node *node, size_t size, int zero, int *handled);
+void oc_workspace_outside(oc_node *node, oc_header *h);
 void oc_arena_block_free(oc_header *h);
 void oc_workspace_block_freed(oc_header *h, oc_node *owner);
 void oc_workspace_destroy(oc_node *node);
@@ -340,93 +349,32 @@ void oc_workspace_end(oc_node *node, int64_t *arena_escapes, int64_t *external_e
 size_t oc_workspace_arena_bytes(oc_node *node);
 void oc_workspace_atfork(int phase);
 
+/* block.c */
+oc_failure oc_take_failure(void);
+void oc_record_failure(int kind, int err, oc_node *asked, oc_node *refused, int64_t requested);
+uint64_t oc_next_alloc_id(void);
+
 /* alloc.c */
-void *oc_alloc_external(oc_node *owner, size_t size, int zero);
+oc_node *oc_handler_node_new(oc_node *parent, int64_t max_bytes); /* oc_node_new, with its handler */
 extern atomic_size_t oc_large_threshold;
 extern atomic_int oc_trace_enabled;
 extern PyObject *oc_trace_alloc_cb;
 extern PyObject *oc_trace_free_cb;
 extern PyObject *oc_pressure_cb;
 extern PyObject *oc_disk_refusal_cb; /* cb(node_id, refused_id, size, errno): at the failure */
-void oc_handler_init(PyDataMem_Handler *h, oc_node *ctx);
 int oc_is_our_handler(PyObject *capsule);
-oc_header *oc_header_of(void *data);
-oc_failure oc_take_failure(void);
-void oc_record_failure(int kind, int err, oc_node *asked, oc_node *refused, int64_t requested);
-uint64_t oc_next_alloc_id(void);
 void oc_nodes_atfork(int phase);
 
 /* chunks.c: reading and decoding chunks without the GIL */
-#define OC_CODEC_RAW 0
-#define OC_CODEC_ZSTD 1
-#define OC_CODEC_ZSTD_SHUFFLE8 2 /* compressed spill: byte shuffle by 8, then one zstd frame */
 void oc_shuffle8(const char *src, size_t n, char *dst);
 void oc_unshuffle8(const char *src, size_t total, size_t skip, char *dst, size_t n);
 int oc_zstd_pack_shuffled(const char *src, size_t n, int level, char **out, size_t *out_n);
 int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out, size_t *out_n);
-int oc_zstd_ready(void);
 PyObject *oc_py_read_chunks(PyObject *m, PyObject *args);
 PyObject *oc_py_zstd_available(PyObject *m, PyObject *a);
 PyObject *oc_py_zstd_write(PyObject *m, PyObject *args);
 int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t chunk_n, size_t skip,
                     char *dst, size_t n, char *err, size_t err_n);
-
-/* codecs.c: zarr's other chunk codecs (blosc, numcodecs' lz4, gzip/zlib through h5filters.c)
- * and the crc32c codec.  A codec number that is not OC_CODEC_H5 is its kind in the low byte
- * and these flags: OC_CODEC_CRC32C, a CRC-32C of the stored bytes follows them (zarr v3's
- * crc32c codec, last in the chain); OC_CODEC_VERIFY, check the chunk's checksum (CRC-32C, or
- * a zstd frame's) even when only part of the chunk is wanted, by decoding it whole (the pager
- * asks for it; an eager read of part of a chunk reads only that part); for blosc, the shuffle
- * (0 none, 1 byte, 2 bit, 3 not known) and type size (0: not known) the array's metadata says
- * were written, which the chunk's header must repeat. */
-#define OC_CODEC_BLOSC 4
-#define OC_CODEC_GZIP 5 /* one gzip or zlib stream (numcodecs GZip, Zlib; zarr v3 gzip) */
-#define OC_CODEC_LZ4 6  /* numcodecs LZ4: the decoded size, 4 bytes little-endian, one LZ4 block */
-#define OC_CODEC_CRC32C (1 << 8)
-#define OC_CODEC_VERIFY (1 << 9)
-#define OC_BLOSC_SHUFFLE(codec) (((codec) >> 12) & 3)
-#define OC_BLOSC_ANY_SHUFFLE 3
-#define OC_BLOSC_TYPESIZE(codec) (((codec) >> 16) & 0xff)
-#define OC_LIB_ZSTD 0
-#define OC_LIB_ZLIB 1
-#define OC_LIB_BLOSC 2
-#define OC_LIB_LZ4 3
-#define OC_LIB_CRC32C 4
-int oc_codec_load(int which, const char *path);
-int oc_codec_lib_ready(int which);
-int oc_codec_ready(int codec);
-uint32_t oc_crc32c(const void *data, size_t n);
-int oc_crc32c_check(const char *src, size_t n, char *err, size_t err_n);
-int oc_blosc_decode(int codec, const char *src, size_t n, char *dst, size_t chunk_n, char *err,
-                    size_t err_n);
-int oc_lz4_decode(const char *src, size_t n, char *dst, size_t chunk_n, char *err, size_t err_n);
-int oc_inflate(const char *src, size_t n, char *dst, size_t chunk_n, char *err, size_t err_n);
-int oc_wb_codec_ok(int codec);
-PyObject *oc_py_codec_library(PyObject *m, PyObject *args);
-PyObject *oc_py_codec_ready(PyObject *m, PyObject *args);
-PyObject *oc_py_crc32c(PyObject *m, PyObject *arg);
-
-/* h5filters.c: HDF5 filter pipelines.  An OC_CODEC_H5 codec is the low byte 3, up to
- * OC_H5_MAX_STEPS steps of 4 bits from bit 8 in the order HDF5 applies them on write
- * (OC_H5_SHUFFLE, OC_H5_DEFLATE, OC_H5_FLETCHER32), and the shuffle's element size in bits
- * 24-30.  A chunk's HDF5 filter mask (bit i: step i skipped) rides in bits 32-47 of its table
- * entry's path number (OC_CHUNK_PATH, OC_CHUNK_MASK). */
-#define OC_CODEC_H5 3
-#define OC_CODEC_KIND(codec) ((codec) & 0xff)
-#define OC_H5_MAX_STEPS 4
-#define OC_H5_SHUFFLE 1
-#define OC_H5_DEFLATE 2
-#define OC_H5_FLETCHER32 3
-#define OC_CHUNK_PATH(v) ((int64_t)((uint64_t)(v) & 0xffffffffu))
-#define OC_CHUNK_MASK(v) ((unsigned)(((uint64_t)(v) >> 32) & 0xffffu))
-int oc_zlib_ready(void);
-int oc_h5_masked(int codec, unsigned mask);
-uint32_t oc_fletcher32(const unsigned char *data, size_t n);
-void oc_h5_unshuffle(const char *src, size_t total, size_t es, size_t skip, char *dst, size_t n);
-int oc_h5_decode(int codec, int fd, int64_t offset, int64_t stored, size_t chunk_n, size_t skip,
-                 char *dst, size_t n, char *err, size_t err_n);
-PyObject *oc_py_h5_decode(PyObject *m, PyObject *args);
-PyObject *oc_py_zlib_available(PyObject *m, PyObject *a);
 
 /* pager.c: chunk-backed ndarrays (pages filled on touch through userfaultfd) */
 int oc_pager_check(int *write_protect, int *spill_ok); /* 0, or the errno of opening a kernel-mode uffd */
@@ -438,6 +386,8 @@ int oc_pager_fill_all(pg_array *a);
 long long oc_pager_spill_again(pg_array *a, int *err);
 long long oc_pager_stored_bytes(pg_array *a);
 size_t oc_pager_discard(pg_array *a, int fresh_file); /* dead contents dropped (pager_spill.c) */
+/* pager_spill.c: one unit encoded and appended to fd, entry = (0, offset, stored bytes) */
+int oc_zs_encode_append(int fd, atomic_llong *file_end, const char *src, size_t n, int64_t entry[3]);
 int oc_pager_is_own(pg_array *a);
 void oc_pager_set_node(pg_array *a, oc_node *node);
 int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, size_t nchunks,

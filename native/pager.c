@@ -58,6 +58,7 @@
  * starts its own threads; units not yet filled are filled in the child from the store.
  */
 #include "pager_int.h"
+#include "oc_codecs.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,12 +1,44 @@
 /*
  * Compressed spill's arrays (zspill.c) whose contents die: a workspace arena with
- * location="zarr" between cycles, a spilled region being freed.  Adopting, disowning, filling
- * and encoding such an array again stay in pager.c, next to the reader and eviction they use.
+ * location="zarr" between cycles, a spilled region being freed; and the encoding of one unit
+ * into its spill file, for zspill.c's first spill and the pager's later write-backs.  Adopting,
+ * disowning, filling and encoding such an array again stay in pager.c, next to the reader and
+ * eviction they use.
  */
 #include "pager_int.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
+
+/* zstd's level for compressed spill's units (zspill.c). */
+#define PG_SPILL_LEVEL 1
+
+/* Encodes n bytes of src as one chunk appended to fd: entry = (0, offset, stored bytes).  The
+ * bytes are counted against max_spill_bytes (the whole file, released when it is closed). */
+int oc_zs_encode_append(int fd, atomic_llong *file_end, const char *src, size_t n, int64_t entry[3])
+{
+    char *packed;
+    size_t m;
+    int err = oc_zstd_pack_shuffled(src, n, PG_SPILL_LEVEL, &packed, &m);
+    if (err) {
+        return err;
+    }
+    if ((err = oc_disk_reserve(m)) != 0) {
+        oc_zstd_pack_done();
+        return err;
+    }
+    long long at = atomic_fetch_add(file_end, (long long)m);
+    /* a write to a full disk fails here with ENOSPC (no file mapping: never SIGBUS) */
+    err = oc_pwrite_all(fd, packed, m, (uint64_t)at);
+    oc_zstd_pack_done();
+    if (err != 0) {
+        return err;
+    }
+    entry[0] = 0;
+    entry[1] = at;
+    entry[2] = (int64_t)m;
+    return 0;
+}
 
 long long oc_pager_stored_bytes(pg_array *a) { return atomic_load(&a->stored_bytes); }
 

@@ -12,6 +12,7 @@
  * directory (zarr v3's c/0/...) is made when it is missing.
  */
 #include "oc_core.h"
+#include "oc_codecs.h"
 
 #include <errno.h>
 #include <fcntl.h>
