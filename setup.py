@@ -18,6 +18,10 @@ setup(
             "oocarray._native",
             sources=[
                 "native/module.c",
+                "native/py_node.c",
+                "native/py_pages.c",
+                "native/py_handler.c",
+                "native/py_spill.c",
                 "native/node.c",
                 "native/block.c",
                 "native/alloc.c",
