@@ -18,6 +18,7 @@ setup(
             "oocarray._native",
             sources=[
                 "native/module.c",
+                "native/py_numpy.c",
                 "native/py_node.c",
                 "native/py_pages.c",
                 "native/py_handler.c",
@@ -38,6 +39,10 @@ setup(
                 "native/physical.c",
                 "native/heap.c",
                 "native/pager.c",
+                "native/pager_reader.c",
+                "native/pager_fill.c",
+                "native/pager_evict.c",
+                "native/pager_arrays.c",
                 "native/pager_wb.c",
                 "native/pager_spill.c",
                 "native/pager_errors.c",

@@ -4,7 +4,6 @@
  * handler, blocks and memory settings), py_spill.c (spill and moves); the chunk reader's and
  * the codecs' functions are in chunks.c, codecs.c and h5filters.c.
  */
-#define OC_MODULE_MAIN
 #include "py_module.h"
 #include "oc_codecs.h"
 
@@ -31,7 +30,9 @@ static struct PyModuleDef native_module = {
 
 PyMODINIT_FUNC PyInit__native(void)
 {
-    import_array();
+    if (oc_py_numpy_import() < 0) {
+        return NULL;
+    }
     if (PyType_Ready(&oc_py_NodeType) < 0 || PyType_Ready(&oc_py_PagesType) < 0) {
         return NULL;
     }

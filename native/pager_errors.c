@@ -141,7 +141,7 @@ static int fault_touch(uintptr_t addr, char *msg, size_t n, const char *page, in
         size_t pb = oc_page_bytes();
         struct uffdio_copy c = {.dst = addr & ~(uintptr_t)(pb - 1), .src = (uintptr_t)page, .len = pb};
         int rc;
-        while ((rc = ioctl(pg_uffd_fd(), UFFDIO_COPY, &c)) != 0 && errno == EAGAIN) {
+        while ((rc = ioctl(pg_uffd, UFFDIO_COPY, &c)) != 0 && errno == EAGAIN) {
             c.copy = 0;
             pg_eagain_pause();
         }
@@ -164,7 +164,7 @@ static void repoison(uintptr_t page_addr)
         pg_can_poison()) {
         madvise((char *)page_addr, pb, MADV_DONTNEED);
         struct pg_uffdio_poison p = {.range = {.start = page_addr, .len = pb}};
-        while (ioctl(pg_uffd_fd(), PG_UFFDIO_POISON, &p) != 0 && errno == EAGAIN) {
+        while (ioctl(pg_uffd, PG_UFFDIO_POISON, &p) != 0 && errno == EAGAIN) {
             pg_eagain_pause();
         }
     }
@@ -186,7 +186,7 @@ void oc_pager_drop_failed(void)
         size_t u;
     } *dropping = NULL;
     pthread_mutex_lock(&pg_lock);
-    for (pg_array *a = pg_first_array(); a != NULL; a = a->next) {
+    for (pg_array *a = pg_arrays; a != NULL; a = a->next) {
         for (size_t u = 0; u < a->nunits && !a->dead; u++) {
             if (a->state[u] != U_FAILED) {
                 continue;

@@ -15,6 +15,7 @@ typedef struct {
     PyObject *handler; /* the "mem_handler" capsule NumPy stores in every array it allocates */
 } NodeObject;
 
+int oc_py_numpy_import(void);        /* py_numpy.c */
 extern PyTypeObject oc_py_NodeType;  /* py_node.c */
 extern PyTypeObject oc_py_PagesType; /* py_pages.c */
 extern PyMethodDef oc_py_handler_methods[];
