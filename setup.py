@@ -50,7 +50,19 @@ setup(
                 "native/writeback.c",
             ],
             libraries=["dl"],  # dlopen of libzstd, libz and codec libraries (part of libc from glibc 2.34)
-            depends=["native/oc_core.h", "native/pager_int.h"],
+            depends=[
+                "native/oc_core.h",
+                "native/oc_regions.h",
+                "native/oc_alloc.h",
+                "native/oc_files.h",
+                "native/oc_spill.h",
+                "native/oc_workspace.h",
+                "native/oc_chunks.h",
+                "native/oc_codecs.h",
+                "native/oc_pager.h",
+                "native/pager_int.h",
+                "native/py_module.h",
+            ],
             include_dirs=[numpy.get_include(), "native"],
             # Hidden visibility lets calls between the files bind directly, without the PLT.
             extra_compile_args=[

@@ -5,6 +5,10 @@
  * back into Python.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_spill.h"
+#include "oc_workspace.h"
+#include "oc_alloc.h"
 
 #include <errno.h>
 #include <stdlib.h>

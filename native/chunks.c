@@ -11,6 +11,9 @@
  * library zstd_available() is false and Python decodes with numcodecs instead.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_files.h"
+#include "oc_chunks.h"
 #include "oc_codecs.h"
 
 #include <errno.h>
@@ -209,27 +212,6 @@ typedef struct {
 } job_spec;
 #define JOB_FIELDS 7
 
-/* Read exactly n bytes at offset; 0, or -1 with errno (EIO standing for "ended early"). */
-static int read_exactly(int fd, char *dst, size_t n, int64_t offset, size_t *got)
-{
-    *got = 0;
-    while (*got < n) {
-        ssize_t r = pread(fd, dst + *got, n - *got, (off_t)(offset + (int64_t)*got));
-        if (r < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return -1;
-        }
-        if (r == 0) {
-            errno = EIO;
-            return -1;
-        }
-        *got += (size_t)r;
-    }
-    return 0;
-}
-
 /* Decode a whole frame of exactly n bytes into dst. */
 static int zstd_whole(reader_state *s, const char *src, size_t src_n, char *dst, size_t n,
                       char *err, size_t err_n)
@@ -306,11 +288,6 @@ static int zstd_range(reader_state *s, const char *src, size_t src_n, size_t chu
     return 0;
 }
 
-static uint32_t le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* An uncompressed chunk followed by its CRC-32C (chunk_n + 4 bytes stored): the whole chunk is
  * read, into dst when the job wants all of it, and checked. */
 static int raw_checked(reader_state *s, const job_spec *job, size_t chunk_n, size_t skip,
@@ -324,15 +301,15 @@ static int raw_checked(reader_state *s, const job_spec *job, size_t chunk_n, siz
         snprintf(err, err_n, "out of memory");
         return -1;
     }
-    if (read_exactly((int)job->fd, buf, chunk_n, job->offset, &got) != 0 ||
-        read_exactly((int)job->fd, (char *)sum, 4, job->offset + (int64_t)chunk_n, &got) != 0) {
+    if (oc_pread_all((int)job->fd, buf, chunk_n, job->offset, &got) != 0 ||
+        oc_pread_all((int)job->fd, (char *)sum, 4, job->offset + (int64_t)chunk_n, &got) != 0) {
         snprintf(err, err_n, "read the chunk: %s", strerror(errno));
         return -1;
     }
     uint32_t computed = oc_crc32c(buf, chunk_n);
-    if (computed != le32(sum)) {
+    if (computed != oc_le32(sum)) {
         snprintf(err, err_n, "the CRC-32C checksum does not match (stored %08x, computed %08x)",
-                 le32(sum), computed);
+                 oc_le32(sum), computed);
         return -1;
     }
     if (!whole) {
@@ -393,7 +370,7 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
         if (crc && verify) {
             return raw_checked(s, job, chunk_n, skip, dst, n, err, err_n);
         }
-        if (read_exactly((int)job->fd, dst, n, job->offset + (int64_t)skip, &got) != 0) {
+        if (oc_pread_all((int)job->fd, dst, n, job->offset + (int64_t)skip, &got) != 0) {
             snprintf(err, err_n, "read %zu of %zu bytes: %s", got, n, strerror(errno));
             return -1;
         }
@@ -410,7 +387,7 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
         snprintf(err, err_n, "out of memory");
         return -1;
     }
-    if (read_exactly((int)job->fd, src, (size_t)stored, job->offset, &got) != 0) {
+    if (oc_pread_all((int)job->fd, src, (size_t)stored, job->offset, &got) != 0) {
         snprintf(err, err_n, "read %zu of %lld bytes: %s", got, (long long)stored,
                  strerror(errno));
         return -1;
@@ -754,17 +731,8 @@ PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
                 }
                 r += 4;
             }
-            for (size_t done = 0; done < r;) {
-                ssize_t w = write(fd, s->packed + done, r - done);
-                if (w < 0 && errno == EINTR) {
-                    continue;
-                }
-                if (w <= 0) {
-                    failure = 3;
-                    err = w < 0 ? errno : EIO;
-                    break;
-                }
-                done += (size_t)w;
+            if ((err = oc_write_all(fd, s->packed, r)) != 0) {
+                failure = 3;
             }
         }
     }

@@ -312,11 +312,6 @@ int oc_crc32c_check(const char *src, size_t n, char *err, size_t err_n)
 #define BLOSC_DOBITSHUFFLE 0x04
 #define BLOSC_MAX_TYPESIZE 255
 
-static uint32_t le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Check a blosc header against what was read (n bytes), the chunk's size and what the codec
  * says was written; 0, or -1 with a message.  The same checks as _zarr_layout.py's
  * _check_blosc_frame. */
@@ -328,7 +323,7 @@ static int blosc_header_ok(int codec, const unsigned char *h, size_t n, size_t c
         return -1;
     }
     unsigned version = h[0], flags = h[2], typesize = h[3];
-    size_t nbytes = le32(h + 4), blocksize = le32(h + 8), cbytes = le32(h + 12);
+    size_t nbytes = oc_le32(h + 4), blocksize = oc_le32(h + 8), cbytes = oc_le32(h + 12);
     if (version == 0 || version > 2) {
         snprintf(err, err_n, "the blosc header says format version %u (1 or 2 expected)", version);
         return -1;
@@ -403,7 +398,7 @@ int oc_lz4_decode(const char *src, size_t n, char *dst, size_t chunk_n, char *er
         snprintf(err, err_n, "%zu bytes stored, fewer than an lz4 header (4)", n);
         return -1;
     }
-    size_t declared = le32((const unsigned char *)src);
+    size_t declared = oc_le32((const unsigned char *)src);
     if (declared != chunk_n) {
         snprintf(err, err_n, "the lz4 header says %zu bytes decoded, expected %zu", declared, chunk_n);
         return -1;

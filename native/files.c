@@ -7,6 +7,7 @@
  * max_spill_bytes.
  */
 #include "oc_core.h"
+#include "oc_files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -169,6 +170,45 @@ int oc_pwrite_all(int fd, const char *data, size_t bytes, uint64_t offset)
             return ENOSPC;
         }
         done += (size_t)n;
+    }
+    return 0;
+}
+
+/* Reads exactly n bytes at offset, *got the bytes read: 0; -1 with errno; 1 when the file ends
+ * first (errno EIO). */
+int oc_pread_all(int fd, char *dst, size_t n, int64_t offset, size_t *got)
+{
+    *got = 0;
+    while (*got < n) {
+        ssize_t r = pread(fd, dst + *got, n - *got, (off_t)(offset + (int64_t)*got));
+        if (r < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -1;
+        }
+        if (r == 0) {
+            errno = EIO;
+            return 1;
+        }
+        *got += (size_t)r;
+    }
+    return 0;
+}
+
+/* Writes n bytes at the file's position; 0 or an errno value (a write of nothing: EIO). */
+int oc_write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            return w < 0 ? errno : EIO;
+        }
+        p += w;
+        n -= (size_t)w;
     }
     return 0;
 }

@@ -6,6 +6,13 @@
  * and no move is half done when the address space is copied.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_files.h"
+#include "oc_spill.h"
+#include "oc_workspace.h"
+#include "oc_alloc.h"
+#include "oc_chunks.h"
+#include "oc_pager.h"
 
 atomic_int_fast64_t oc_forks_prepared;
 

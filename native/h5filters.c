@@ -15,6 +15,8 @@
  * chunks fail to decode and Python refuses such datasets up front (oc_zlib_ready).
  */
 #include "oc_core.h"
+#include "oc_files.h"
+#include "oc_chunks.h"
 #include "oc_codecs.h"
 
 #include <errno.h>
@@ -179,18 +181,12 @@ int oc_h5_masked(int codec, unsigned mask)
 
 static int read_all(int fd, char *dst, size_t n, int64_t offset, char *err, size_t err_n)
 {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, dst + got, n - got, (off_t)(offset + (int64_t)got));
-        if (r < 0 && errno == EINTR) {
-            continue;
-        }
-        if (r <= 0) {
-            snprintf(err, err_n, "read %zu of %zu bytes at %lld: %s", got, n, (long long)offset,
-                     r < 0 ? strerror(errno) : "the file ends");
-            return -1;
-        }
-        got += (size_t)r;
+    size_t got;
+    int rc = oc_pread_all(fd, dst, n, offset, &got);
+    if (rc != 0) {
+        snprintf(err, err_n, "read %zu of %zu bytes at %lld: %s", got, n, (long long)offset,
+                 rc < 0 ? strerror(errno) : "the file ends");
+        return -1;
     }
     return 0;
 }

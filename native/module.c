@@ -5,6 +5,8 @@
  * the codecs' functions are in chunks.c, codecs.c and h5filters.c.
  */
 #include "py_module.h"
+#include "oc_alloc.h"
+#include "oc_chunks.h"
 #include "oc_codecs.h"
 
 /* The chunk reader's and the codecs' functions (chunks.c, codecs.c, h5filters.c). */

@@ -46,6 +46,12 @@ typedef struct {
     size_t (*sizeof_d)(const ZSTD_DCtx *); /* optional: counting the contexts' memory */
     size_t (*sizeof_c)(const ZSTD_CCtx *);
 } oc_zstd_api;
+/* A 4-byte little-endian number in a chunk's header or trailer. */
+static inline uint32_t oc_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 #define OC_CODEC_RAW 0
 #define OC_CODEC_ZSTD 1
 #define OC_CODEC_ZSTD_SHUFFLE8 2 /* compressed spill: byte shuffle by 8, then one zstd frame */
@@ -85,7 +91,6 @@ int oc_lz4_decode(const char *src, size_t n, char *dst, size_t chunk_n, char *er
 int oc_zlib_ready(void);
 int oc_zlib_uncompress(char *dst, size_t *got, const char *src, size_t n, char *err, size_t err_n);
 int oc_inflate(const char *src, size_t n, char *dst, size_t chunk_n, char *err, size_t err_n);
-int oc_wb_codec_ok(int codec);
 PyObject *oc_py_codec_library(PyObject *m, PyObject *args);
 PyObject *oc_py_codec_ready(PyObject *m, PyObject *args);
 PyObject *oc_py_crc32c(PyObject *m, PyObject *arg);
@@ -103,6 +108,7 @@ PyObject *oc_py_crc32c(PyObject *m, PyObject *arg);
 #define OC_H5_FLETCHER32 3
 #define OC_CHUNK_PATH(v) ((int64_t)((uint64_t)(v) & 0xffffffffu))
 #define OC_CHUNK_MASK(v) ((unsigned)(((uint64_t)(v) >> 32) & 0xffffu))
+void oc_h5_state_release_mine(void); /* this thread's HDF5 decode buffers */
 int oc_h5_masked(int codec, unsigned mask);
 uint32_t oc_fletcher32(const unsigned char *data, size_t n);
 void oc_h5_unshuffle(const char *src, size_t total, size_t es, size_t skip, char *dst, size_t n);

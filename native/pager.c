@@ -63,7 +63,6 @@
  * pager_spill.c, which share pager_int.h.
  */
 #include "pager_int.h"
-#include "oc_codecs.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,7 +3,7 @@
  * counters, dirty units, trimming, prefetch).
  */
 #include "pager_int.h"
-#include "oc_codecs.h"
+#include "oc_regions.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -37,6 +37,7 @@
  * this handler and raises as above.
  */
 #include "pager_int.h"
+#include "oc_regions.h"
 
 /* CPython 3.11's internal pycore_ceval.h declares it; libpython exports it (what
  * PyThreadState_SetAsyncExc calls after setting async_exc) */

@@ -3,7 +3,6 @@
  * least recently filled dropped (or written back first, then dropped).
  */
 #include "pager_int.h"
-#include "oc_codecs.h"
 
 #include <errno.h>
 #include <fcntl.h>

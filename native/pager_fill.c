@@ -3,6 +3,7 @@
  * ioctl, which wakes the threads waiting on it; a unit that cannot be decoded is poisoned.
  */
 #include "pager_int.h"
+#include "oc_regions.h"
 #include "oc_codecs.h"
 
 #include <errno.h>

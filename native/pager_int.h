@@ -10,6 +10,8 @@
 #define OC_PAGER_INT_H
 
 #include "oc_core.h"
+#include "oc_chunks.h"
+#include "oc_pager.h"
 
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>

@@ -4,7 +4,7 @@
  * and answers write-protect faults itself.
  */
 #include "pager_int.h"
-#include "oc_codecs.h"
+#include "oc_regions.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,6 +6,7 @@
  * into its spill file, for zspill.c's first spill and the pager's later write-backs.
  */
 #include "pager_int.h"
+#include "oc_files.h"
 #include "oc_codecs.h"
 
 #include <errno.h>

@@ -19,7 +19,6 @@
  * the old ones), and the flag is cleared, with a broadcast on pg_idle_cond, only by its holder.
  */
 #include "pager_int.h"
-#include "oc_codecs.h"
 
 #include <errno.h>
 #include <stdio.h>

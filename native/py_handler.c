@@ -2,6 +2,10 @@
  * nodes), failures, tracing and the callbacks it makes, and the process's memory settings
  * (region threshold, huge pages, caches, scratch, max_physical_bytes, forks). */
 #include "py_module.h"
+#include "oc_regions.h"
+#include "oc_spill.h"
+#include "oc_alloc.h"
+#include "oc_chunks.h"
 
 static PyObject *set_handler(PyObject *Py_UNUSED(m), PyObject *capsule)
 {

@@ -1,6 +1,8 @@
 /* The Python type Node: one manager of the tree (node.c), with its handler capsule and, for a
  * workspace, its cycles (workspace.c). */
 #include "py_module.h"
+#include "oc_workspace.h"
+#include "oc_alloc.h"
 
 
 static void capsule_destructor(PyObject *capsule)

@@ -1,7 +1,10 @@
 /* The Python type Pages: the object that owns a chunk-backed range (pager.c) and is the base
  * of its ndarrays, with the pager's module functions. */
 #include "py_module.h"
+#include "oc_regions.h"
+#include "oc_chunks.h"
 #include "oc_codecs.h"
+#include "oc_pager.h"
 
 #include <fcntl.h>
 

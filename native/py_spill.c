@@ -2,7 +2,11 @@
  * directory and limit, the guard that holds writers during moves (moves.c), and compressed
  * spill's switch (zspill.c). */
 #include "py_module.h"
+#include "oc_regions.h"
+#include "oc_files.h"
+#include "oc_spill.h"
 #include "oc_codecs.h"
+#include "oc_pager.h"
 
 /* Moves the block under `obj` to disk.  Returns the bytes moved: 0 for blocks that are
  * already on disk or too small to live in a region. */

@@ -9,6 +9,8 @@
  * threads hold.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_chunks.h"
 
 #include <sys/mman.h>
 

@@ -13,6 +13,9 @@
  * writes (a shared mapping would hand them over); bringing data back into RAM reads the file.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_files.h"
+#include "oc_spill.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -18,6 +18,10 @@
  * atomic counters.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_files.h"
+#include "oc_spill.h"
+#include "oc_workspace.h"
 
 #include <errno.h>
 #include <stdlib.h>

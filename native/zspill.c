@@ -20,7 +20,10 @@
  * brought back, or with the process.
  */
 #include "oc_core.h"
-#include "oc_codecs.h"
+#include "oc_regions.h"
+#include "oc_files.h"
+#include "oc_spill.h"
+#include "oc_pager.h"
 
 #include <errno.h>
 #include <fcntl.h>
