@@ -6,7 +6,7 @@
  * The filters undone here are HDF5's own: deflate (zlib streams, id 1), shuffle (id 2, bytes
  * regrouped by their position in an element of `elsize` bytes) and fletcher32 (id 3, a 4-byte
  * checksum after the data, checked here: a mismatch is a damaged chunk).  Python refuses every
- * other filter before a chunk is ever read.  A pipeline is an OC_CODEC_H5 codec (oc_core.h):
+ * other filter before a chunk is ever read.  A pipeline is an OC_CODEC_H5 codec (oc_codecs.h):
  * up to four steps in the order HDF5 applies them on write, and the shuffle's element size.  A
  * chunk whose filter mask skips some steps (HDF5 records one per chunk) is decoded with a
  * codec that lacks them (oc_h5_masked).

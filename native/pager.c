@@ -186,7 +186,7 @@ void pg_uffd_wake(char *p, size_t n)
 
 /* While a non-cooperative event (the mremap of compressed spill) waits to be read, the
  * kernel refuses UFFDIO_COPY, ZEROPAGE and WRITEPROTECT with EAGAIN; only the reader reading
- * the event ends that.  So the reader never waits for such an ioctl (see reader_main), and
+ * the event ends that.  So the reader never waits for such an ioctl (see pg_reader_main), and
  * the other threads pause before they try again. */
 void pg_eagain_pause(void)
 {
@@ -247,7 +247,7 @@ pg_array *pg_find(uintptr_t addr)
 
 int pg_can_poison(void) { return (pg_features & PG_FEATURE_POISON) != 0; }
 
-/* ---- starting and stopping (life_lock held) ---- */
+/* ---- starting and stopping (pg_life_lock held) ---- */
 
 static int spawn(pthread_t *t, void *(*fn)(void *))
 {

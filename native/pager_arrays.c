@@ -138,7 +138,7 @@ int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, si
     return 0;
 }
 
-/* Takes `a` out of the pager (life_lock held): no new fault reaches it, the fills queued for it
+/* Takes `a` out of the pager (pg_life_lock held): no new fault reaches it, the fills queued for it
  * are waited for, and its range is unregistered.  Whether it was the last array. */
 int pg_withdraw(pg_array *a)
 {

@@ -4,7 +4,7 @@
  *
  * The fill thread cannot raise in the faulting thread (it may hold the GIL, and an exception
  * belongs to one thread), and the faulting instruction must complete before that thread can
- * run Python again.  So the failed unit is poisoned (UFFDIO_POISON, pager.c) and each access
+ * run Python again.  So the failed unit is poisoned (UFFDIO_POISON, pager_fill.c) and each access
  * gets SIGBUS in the thread that made it; this file's handler then
  *  - installs a placeholder page (every byte 0xFF: NaN for every float type, -1 for signed
  *    integers) at the faulting page only, so that the instruction completes; a thread keeps
@@ -345,7 +345,7 @@ static void on_bus(int sig, siginfo_t *info, void *context)
     errno = saved_errno;
 }
 
-/* When the pager's threads start (life_lock held): the handler, once per process, where the
+/* When the pager's threads start (pg_life_lock held): the handler, once per process, where the
  * kernel can poison (without it, a failed unit is PROT_NONE and its accesses get SIGSEGV). */
 void pg_errors_arm(int can_poison)
 {

@@ -172,7 +172,7 @@ void pg_ring_push(pg_array *a, size_t u)
     a->ring_len++;
 }
 
-/* Budget pressure with nothing clean to drop (pager workers, from charge()): the least
+/* Budget pressure with nothing clean to drop (pager workers, from pg_charge()): the least
  * recently filled dirty units of spill arrays and r+ store arrays counted on `node` are
  * written back, so that they can be dropped.  The bytes made clean; 0 when there are none, or
  * the disk refused (the unit stays dirty and in RAM, counted over the budget; a store array
