@@ -6,18 +6,9 @@
 #include "oc_regions.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <linux/userfaultfd.h>
-#include <poll.h>
-#include <signal.h>
-#include <time.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 
