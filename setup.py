@@ -23,6 +23,7 @@ setup(
                 "native/py_pages.c",
                 "native/py_handler.c",
                 "native/py_spill.c",
+                "native/py_chunks.c",
                 "native/node.c",
                 "native/block.c",
                 "native/alloc.c",

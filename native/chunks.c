@@ -205,13 +205,6 @@ static char *grow(char **buf, size_t *size, size_t n) { return oc_scratch_grow(b
 
 /* ---- one job ---- */
 
-typedef struct {
-    int64_t fd, offset, nbytes; /* where the stored bytes are; nbytes -1: the rest of the file */
-    int64_t skip;               /* decoded bytes before the wanted range */
-    int64_t buffer, at, len;    /* the range goes to dests[buffer][at:at + len] */
-} job_spec;
-#define JOB_FIELDS 7
-
 /* Decode a whole frame of exactly n bytes into dst. */
 static int zstd_whole(reader_state *s, const char *src, size_t src_n, char *dst, size_t n,
                       char *err, size_t err_n)
@@ -290,7 +283,7 @@ static int zstd_range(reader_state *s, const char *src, size_t src_n, size_t chu
 
 /* An uncompressed chunk followed by its CRC-32C (chunk_n + 4 bytes stored): the whole chunk is
  * read, into dst when the job wants all of it, and checked. */
-static int raw_checked(reader_state *s, const job_spec *job, size_t chunk_n, size_t skip,
+static int raw_checked(reader_state *s, const oc_job_spec *job, size_t chunk_n, size_t skip,
                        char *dst, size_t n, char *err, size_t err_n)
 {
     int whole = skip == 0 && n == chunk_n;
@@ -338,7 +331,7 @@ static int decode_other(int codec, const char *src, size_t src_n, char *dst, siz
 /* Run one job; 0, or -1 with a message in err.  A job that wants only part of a chunk with a
  * checksum reads or decodes only that part unless the codec asks to verify (OC_CODEC_VERIFY):
  * the checksum covers the whole chunk. */
-static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk_n, char *dst,
+static int run_job(reader_state *s, int codec, const oc_job_spec *job, size_t chunk_n, char *dst,
                    size_t n, char *err, size_t err_n)
 {
     size_t skip = (size_t)job->skip;
@@ -553,90 +546,23 @@ int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t ch
         snprintf(err, err_n, "out of memory");
         return -1;
     }
-    job_spec job = {.fd = fd, .offset = offset, .nbytes = nbytes, .skip = (int64_t)skip};
+    oc_job_spec job = {.fd = fd, .offset = offset, .nbytes = nbytes, .skip = (int64_t)skip};
     int rc = run_job(s, codec, &job, chunk_n, dst, n, err, err_n);
     state_put(s);
     return rc;
 }
 
-/* ---- Python ---- */
+/* ---- job lists and zstd frames, for the Python functions (py_chunks.c), without the GIL ---- */
 
-PyObject *oc_py_zstd_available(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+/* Runs jobs of specs (n in all) until none is left, taking each from *next (shared by the
+ * threads running the same list): job j decodes into dests[j->buffer] + j->at.  -1, or the
+ * index of the first job that failed (the other threads stop after their current job), with
+ * the reason in err. */
+int64_t oc_run_jobs(int codec, const oc_job_spec *specs, int64_t n, char *const *dests,
+                    size_t chunk_n, _Atomic int64_t *next, char *err, size_t err_n)
 {
-    return PyBool_FromLong(oc_zstd_ready());
-}
-
-/*
- * read_chunks(codec, jobs, dests, chunk_nbytes, counter) -> None or (job, message)
- *
- * jobs: C-contiguous int64 (n, 7) array of job_spec rows; dests: writable C-contiguous buffers
- * the jobs' ranges fall in (checked here); counter: an int64 array of one element shared by the
- * threads running the same jobs.  Runs jobs until none is left; the first failure stops every
- * thread and is returned as (index, message).
- */
-PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
-{
-    int codec;
-    PyObject *jobs_obj, *dests;
-    Py_ssize_t chunk_n;
-    PyObject *counter_obj;
-    if (!PyArg_ParseTuple(args, "iOO!nO", &codec, &jobs_obj, &PyList_Type, &dests, &chunk_n,
-                          &counter_obj)) {
-        return NULL;
-    }
-    if (OC_CODEC_KIND(codec) == OC_CODEC_H5 || !oc_codec_ready(codec)) {
-        PyErr_Format(PyExc_ValueError, "codec %d is unknown or its library is not loaded", codec);
-        return NULL;
-    }
     int zstd_codec = OC_CODEC_KIND(codec) == OC_CODEC_ZSTD;
-    if (chunk_n < 0) {
-        PyErr_SetString(PyExc_ValueError, "chunk_nbytes must be >= 0");
-        return NULL;
-    }
-    Py_buffer jobs_view, counter_view;
-    if (PyObject_GetBuffer(jobs_obj, &jobs_view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
-        return NULL;
-    }
-    if (PyObject_GetBuffer(counter_obj, &counter_view,
-                           PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
-        PyBuffer_Release(&jobs_view);
-        return NULL;
-    }
-    Py_ssize_t nbuf = PyList_GET_SIZE(dests);
-    Py_ssize_t n = jobs_view.len / (JOB_FIELDS * 8);
-    Py_buffer *views = NULL;
-    Py_ssize_t held = 0;
-    PyObject *result = NULL;
-    if (jobs_view.itemsize != 8 || jobs_view.len % (JOB_FIELDS * 8) != 0 ||
-        counter_view.len != 8 || counter_view.itemsize != 8 ||
-        ((uintptr_t)counter_view.buf & 7) != 0 || ((uintptr_t)jobs_view.buf & 7) != 0) {
-        PyErr_SetString(PyExc_ValueError, "jobs must be int64 (n, 7), counter int64 (1,)");
-        goto done;
-    }
-    views = PyMem_Calloc((size_t)(nbuf ? nbuf : 1), sizeof *views);
-    if (views == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (; held < nbuf; held++) {
-        if (PyObject_GetBuffer(PyList_GET_ITEM(dests, held), &views[held],
-                               PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
-            goto done;
-        }
-    }
-    const job_spec *specs = jobs_view.buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const job_spec *j = &specs[i];
-        if (j->buffer < 0 || j->buffer >= nbuf || j->at < 0 || j->len < 0 || j->skip < 0 ||
-            j->at > views[j->buffer].len - j->len || j->offset < 0) {
-            PyErr_Format(PyExc_ValueError, "job %zd asks for bytes outside its buffer", i);
-            goto done;
-        }
-    }
-    _Atomic int64_t *next = counter_view.buf;
-    Py_ssize_t failed = -1;
-    char err[256] = "";
-    Py_BEGIN_ALLOW_THREADS
+    int64_t failed = -1;
     reader_state *s = state_get();
     if (s != NULL && zstd_codec && s->dctx == NULL) {
         s->dctx = oc_zstd.create();
@@ -646,72 +572,40 @@ PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
         if (i >= n) {
             break;
         }
-        const job_spec *j = &specs[i];
+        const oc_job_spec *j = &specs[i];
         int rc;
         if (s == NULL || (zstd_codec && s->dctx == NULL)) {
-            snprintf(err, sizeof err, "out of memory");
+            snprintf(err, err_n, "out of memory");
             rc = -1;
         } else {
-            rc = run_job(s, codec, j, (size_t)chunk_n, (char *)views[j->buffer].buf + j->at,
-                         (size_t)j->len, err, sizeof err);
+            rc = run_job(s, codec, j, chunk_n, dests[j->buffer] + j->at, (size_t)j->len, err, err_n);
         }
         if (rc != 0) {
-            failed = (Py_ssize_t)i;
+            failed = i;
             atomic_store(next, n); /* the other threads stop after their current job */
             break;
         }
     }
     state_put(s);
-    Py_END_ALLOW_THREADS
-    result = failed < 0 ? Py_NewRef(Py_None) : Py_BuildValue("(ns)", failed, err);
-done:
-    for (Py_ssize_t i = 0; i < held; i++) {
-        PyBuffer_Release(&views[i]);
-    }
-    PyMem_Free(views);
-    PyBuffer_Release(&counter_view);
-    PyBuffer_Release(&jobs_view);
-    return result;
+    return failed;
 }
 
-/*
- * zstd_write(fd, data, level, checksum, crc32c=False) -> int: write one zstd frame of data's
- * bytes to fd (from its current position), with the content size in the header, as numcodecs
- * writes it, and a checksum when asked; then, with crc32c, the CRC-32C of the frame (zarr's
- * crc32c codec after zstd).  Compressed without the GIL into this thread's buffer.  Returns the
- * bytes written; a failed write raises OSError with its errno (ENOSPC on a full disk).
- */
-PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
+/* Writes one zstd frame of src (level, checksum; with crc, the frame's CRC-32C after it) to fd
+ * from its position, compressed into this thread's buffer.  0 with *written the bytes written;
+ * OC_ZW_NOMEM; OC_ZW_ZSTD with *written zstd's error code; or the errno of the write. */
+int oc_zstd_write(int fd, const char *src, size_t n, int level, int checksum, int crc,
+                  size_t *written)
 {
-    int fd, level, checksum, crc = 0;
-    PyObject *data;
-    if (!PyArg_ParseTuple(args, "iOip|p", &fd, &data, &level, &checksum, &crc)) {
-        return NULL;
-    }
-    if (!oc_zstd_ready()) {
-        PyErr_SetString(PyExc_RuntimeError, "libzstd.so.1 is not available");
-        return NULL;
-    }
-    if (crc && !oc_codec_lib_ready(OC_LIB_CRC32C)) {
-        PyErr_SetString(PyExc_RuntimeError, "the CRC-32C library is not loaded");
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) != 0) {
-        return NULL;
-    }
     size_t r = 0;
-    int failure = 0; /* 1 out of memory, 2 zstd error (r), 3 write error (err) */
-    int err = 0;
-    Py_BEGIN_ALLOW_THREADS
+    int result = 0;
     reader_state *s = state_get();
-    size_t bound = oc_zstd.bound((size_t)view.len);
+    size_t bound = oc_zstd.bound(n);
     if (s != NULL && s->cctx == NULL) {
         s->cctx = oc_zstd.create_c();
     }
     if (s == NULL || s->cctx == NULL || oc_zstd.is_error(bound) ||
         grow(&s->packed, &s->packed_size, bound + 4) == NULL) {
-        failure = 1;
+        result = OC_ZW_NOMEM;
     } else {
         oc_zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
         r = oc_zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
@@ -719,10 +613,10 @@ PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
             r = oc_zstd.set_parameter(s->cctx, ZSTD_C_CHECKSUM_FLAG, checksum);
         }
         if (!oc_zstd.is_error(r)) {
-            r = oc_zstd.compress(s->cctx, s->packed, bound, view.buf, (size_t)view.len);
+            r = oc_zstd.compress(s->cctx, s->packed, bound, src, n);
         }
         if (oc_zstd.is_error(r)) {
-            failure = 2;
+            result = OC_ZW_ZSTD;
         } else {
             if (crc) {
                 uint32_t sum = oc_crc32c(s->packed, r);
@@ -731,24 +625,10 @@ PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
                 }
                 r += 4;
             }
-            if ((err = oc_write_all(fd, s->packed, r)) != 0) {
-                failure = 3;
-            }
+            result = oc_write_all(fd, s->packed, r);
         }
     }
     state_put(s);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    if (failure == 1) {
-        return PyErr_NoMemory();
-    }
-    if (failure == 2) {
-        PyErr_Format(PyExc_ValueError, "zstd: %s", oc_zstd.error_name(r));
-        return NULL;
-    }
-    if (failure == 3) {
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    return PyLong_FromSize_t(r);
+    *written = r;
+    return result;
 }

@@ -1,27 +1,12 @@
 /*
- * The module oocarray._native: its table and its constants.  The types and the functions live
- * with what they expose: py_node.c (Node), py_pages.c (Pages, the pager), py_handler.c (the
- * handler, blocks and memory settings), py_spill.c (spill and moves); the chunk reader's and
- * the codecs' functions are in chunks.c, codecs.c and h5filters.c.
+ * The module oocarray._native: its definition, init and constants.  The types and the
+ * functions live with what they expose: py_node.c (Node), py_pages.c (Pages, the pager),
+ * py_handler.c (the handler, blocks and memory settings), py_spill.c (spill and moves),
+ * py_chunks.c (the chunk reader and the codecs).
  */
 #include "py_module.h"
 #include "oc_alloc.h"
-#include "oc_chunks.h"
 #include "oc_codecs.h"
-
-/* The chunk reader's and the codecs' functions (chunks.c, codecs.c, h5filters.c). */
-static PyMethodDef chunk_methods[] = {
-    {"read_chunks", oc_py_read_chunks, METH_VARARGS, "Run chunk jobs (read, decode) until none is left; None or (job, message)."},
-    {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},
-    {"codec_library", oc_py_codec_library, METH_VARARGS, "codec_library(which, path) -> bool: load a codec's library (LIB_BLOSC, LIB_LZ4, LIB_CRC32C)."},
-    {"codec_ready", oc_py_codec_ready, METH_VARARGS, "codec_ready(codec) -> bool: whether the native reader decodes this codec number."},
-    {"crc32c", oc_py_crc32c, METH_O, "crc32c(data) -> int: the CRC-32C of a buffer's bytes."},
-    {"zstd_write", oc_py_zstd_write, METH_VARARGS, "Write one zstd frame of a buffer's bytes to a file, compressed without the GIL."},
-    {"zlib_available", oc_py_zlib_available, METH_NOARGS, "Whether libz.so.1 could be loaded (HDF5 deflate chunks)."},
-    {"h5_decode", oc_py_h5_decode, METH_VARARGS, "h5_decode(codec, mask, stored, chunk_nbytes, skip, n) -> bytes: undo an HDF5 filter pipeline, as the pager does."},
-    {NULL, NULL, 0, NULL},
-};
-
 
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT,
@@ -46,7 +31,7 @@ PyMODINIT_FUNC PyInit__native(void)
     if (PyModule_AddFunctions(m, oc_py_handler_methods) < 0 ||
         PyModule_AddFunctions(m, oc_py_spill_methods) < 0 ||
         PyModule_AddFunctions(m, oc_py_pages_methods) < 0 ||
-        PyModule_AddFunctions(m, chunk_methods) < 0 ||
+        PyModule_AddFunctions(m, oc_py_chunks_methods) < 0 ||
         PyModule_AddObjectRef(m, "Node", (PyObject *)&oc_py_NodeType) < 0 ||
         PyModule_AddObjectRef(m, "Pages", (PyObject *)&oc_py_PagesType) < 0 ||
         PyModule_AddIntConstant(m, "HEADER_BYTES", OC_HEADER_BYTES) < 0 ||

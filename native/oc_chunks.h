@@ -24,13 +24,24 @@ void oc_zstd_pack_done(void); /* after oc_zstd_pack*: its output may be released
 void oc_chunks_atfork(int phase);
 
 /* chunks.c: reading and decoding chunks without the GIL */
+/* One job of a read_chunks list: a row of its int64 (n, OC_JOB_FIELDS) array. */
+typedef struct {
+    int64_t fd, offset, nbytes; /* where the stored bytes are; nbytes -1: the rest of the file */
+    int64_t skip;               /* decoded bytes before the wanted range */
+    int64_t buffer, at, len;    /* the range goes to dests[buffer][at:at + len] */
+} oc_job_spec;
+#define OC_JOB_FIELDS 7
+
+int64_t oc_run_jobs(int codec, const oc_job_spec *specs, int64_t n, char *const *dests,
+                    size_t chunk_n, _Atomic int64_t *next, char *err, size_t err_n);
+#define OC_ZW_NOMEM (-1) /* oc_zstd_write: out of memory */
+#define OC_ZW_ZSTD (-2)  /* oc_zstd_write: zstd refused (*written: its error code) */
+int oc_zstd_write(int fd, const char *src, size_t n, int level, int checksum, int crc,
+                  size_t *written);
 void oc_shuffle8(const char *src, size_t n, char *dst);
 void oc_unshuffle8(const char *src, size_t total, size_t skip, char *dst, size_t n);
 int oc_zstd_pack_shuffled(const char *src, size_t n, int level, char **out, size_t *out_n);
 int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out, size_t *out_n);
-PyObject *oc_py_read_chunks(PyObject *m, PyObject *args);
-PyObject *oc_py_zstd_available(PyObject *m, PyObject *a);
-PyObject *oc_py_zstd_write(PyObject *m, PyObject *args);
 int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t chunk_n, size_t skip,
                     char *dst, size_t n, char *err, size_t err_n);
 

@@ -91,9 +91,6 @@ int oc_lz4_decode(const char *src, size_t n, char *dst, size_t chunk_n, char *er
 int oc_zlib_ready(void);
 int oc_zlib_uncompress(char *dst, size_t *got, const char *src, size_t n, char *err, size_t err_n);
 int oc_inflate(const char *src, size_t n, char *dst, size_t chunk_n, char *err, size_t err_n);
-PyObject *oc_py_codec_library(PyObject *m, PyObject *args);
-PyObject *oc_py_codec_ready(PyObject *m, PyObject *args);
-PyObject *oc_py_crc32c(PyObject *m, PyObject *arg);
 
 /* h5filters.c: HDF5 filter pipelines.  An OC_CODEC_H5 codec is the low byte 3, up to
  * OC_H5_MAX_STEPS steps of 4 bits from bit 8 in the order HDF5 applies them on write
@@ -114,7 +111,5 @@ uint32_t oc_fletcher32(const unsigned char *data, size_t n);
 void oc_h5_unshuffle(const char *src, size_t total, size_t es, size_t skip, char *dst, size_t n);
 int oc_h5_decode(int codec, int fd, int64_t offset, int64_t stored, size_t chunk_n, size_t skip,
                  char *dst, size_t n, char *err, size_t err_n);
-PyObject *oc_py_h5_decode(PyObject *m, PyObject *args);
-PyObject *oc_py_zlib_available(PyObject *m, PyObject *a);
 
 #endif
