@@ -26,6 +26,7 @@ setup(
                 "native/py_chunks.c",
                 "native/node.c",
                 "native/block.c",
+                "native/alloc_calls.c",
                 "native/alloc.c",
                 "native/regions.c",
                 "native/files.c",
