@@ -2,9 +2,13 @@
  * The NEP 49 data-memory handler.  Every function here may run on any thread, with or without
  * the GIL: counting is atomic, and the region registry has its own mutex.  Only tracing (off by
  * default) and the memory-pressure callback (before a budget refusal) take the GIL, to call
- * back into Python.
+ * back into Python (alloc_calls.c).
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_spill.h"
+#include "oc_workspace.h"
+#include "oc_alloc.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -14,47 +18,7 @@
 
 /* Measured in BENCHMARKS.md (threshold sweep): see there for why this value. */
 atomic_size_t oc_large_threshold = 256 * 1024;
-atomic_int oc_trace_enabled = 0;
-PyObject *oc_trace_alloc_cb = NULL;
-PyObject *oc_trace_free_cb = NULL;
-PyObject *oc_pressure_cb = NULL;
-PyObject *oc_disk_refusal_cb = NULL;
 
-static atomic_uint_fast64_t next_alloc_id = 1;
-static OC_TLS oc_failure last_failure;
-
-/* Ids are handed to each thread in batches, so that the hot path needs no shared atomic. */
-#define ALLOC_ID_BATCH 4096
-static OC_TLS uint64_t thread_next_id, thread_id_end;
-
-uint64_t oc_next_alloc_id(void)
-{
-    if (thread_next_id == thread_id_end) {
-        thread_next_id = atomic_fetch_add_explicit(&next_alloc_id, ALLOC_ID_BATCH, memory_order_relaxed);
-        thread_id_end = thread_next_id + ALLOC_ID_BATCH;
-    }
-    return thread_next_id++;
-}
-
-void oc_record_failure(int kind, int err, oc_node *asked, oc_node *refused, int64_t requested)
-{
-    last_failure.kind = kind;
-    last_failure.err = err;
-    last_failure.node_id = asked ? asked->id : 0;
-    last_failure.refused_id = refused ? refused->id : 0;
-    last_failure.requested = requested;
-    last_failure.limit = refused ? atomic_load(&refused->max_bytes) : -1;
-    last_failure.used = refused ? atomic_load(&refused->current_bytes) : 0;
-}
-
-oc_failure oc_take_failure(void)
-{
-    oc_failure f = last_failure;
-    memset(&last_failure, 0, sizeof(last_failure));
-    return f;
-}
-
-oc_header *oc_header_of(void *data) { return (oc_header *)((char *)data - OC_HEADER_BYTES); }
 
 /* ---- small blocks: malloc behind a per-thread cache of recently freed blocks ----
  * NumPy's default allocator caches small blocks too; without a cache of our own, each tiny
@@ -143,91 +107,6 @@ static void small_put(oc_header *h)
     free(h);
 }
 
-/* ---- tracing (optional, takes the GIL) ---- */
-
-static void trace_call(PyObject *cb, PyObject *args)
-{
-    if (args == NULL) {
-        PyErr_Clear();
-        return;
-    }
-    PyObject *r = PyObject_CallObject(cb, args);
-    if (r == NULL) {
-        PyErr_WriteUnraisable(cb);
-    }
-    Py_XDECREF(r);
-    Py_DECREF(args);
-}
-
-static int trace_alloc(oc_header *h, oc_node *owner)
-{
-    if (!Py_IsInitialized()) {
-        return 0;
-    }
-    PyGILState_STATE g = PyGILState_Ensure();
-    int traced = 0;
-    PyObject *cb = oc_trace_alloc_cb;
-    if (cb != NULL && atomic_load(&oc_trace_enabled)) {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        Py_INCREF(cb);
-        trace_call(cb, Py_BuildValue("(KnK)", (unsigned long long)h->id, (Py_ssize_t)h->size,
-                                     (unsigned long long)owner->id));
-        Py_DECREF(cb);
-        PyErr_Restore(et, ev, tb);
-        traced = 1;
-    }
-    PyGILState_Release(g);
-    return traced;
-}
-
-static void trace_free(oc_header *h)
-{
-    if (!Py_IsInitialized()) {
-        return;
-    }
-    PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *cb = oc_trace_free_cb;
-    if (cb != NULL) {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        Py_INCREF(cb);
-        trace_call(cb, Py_BuildValue("(K)", (unsigned long long)h->id));
-        Py_DECREF(cb);
-        PyErr_Restore(et, ev, tb);
-    }
-    PyGILState_Release(g);
-}
-
-/* Asks Python to free memory (a throttled garbage collection) before a budget refusal.
- * Returns whether it is worth trying the reservation again. */
-static int relieve_pressure(oc_node *asked, int64_t size)
-{
-    if (oc_pressure_cb == NULL || !Py_IsInitialized()) {
-        return 0;
-    }
-    PyGILState_STATE g = PyGILState_Ensure();
-    int retry = 0;
-    PyObject *cb = oc_pressure_cb;
-    if (cb != NULL) {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        Py_INCREF(cb);
-        PyObject *r = PyObject_CallFunction(cb, "KL", (unsigned long long)asked->id, (long long)size);
-        if (r == NULL) {
-            PyErr_WriteUnraisable(cb);
-        }
-        else {
-            retry = PyObject_IsTrue(r) == 1;
-            Py_DECREF(r);
-        }
-        Py_DECREF(cb);
-        PyErr_Restore(et, ev, tb);
-    }
-    PyGILState_Release(g);
-    return retry;
-}
-
 /* ---- allocation ---- */
 
 static void header_init(oc_header *h, oc_node *owner, size_t size, unsigned flags, size_t map_bytes)
@@ -240,7 +119,7 @@ static void header_init(oc_header *h, oc_node *owner, size_t size, unsigned flag
     atomic_init(&h->flags, flags);
     atomic_init(&h->owner, owner);
     oc_count_allocation(owner, (int64_t)size, 1);
-    if (atomic_load_explicit(&oc_trace_enabled, memory_order_relaxed) && trace_alloc(h, owner)) {
+    if (atomic_load_explicit(&oc_trace_enabled, memory_order_relaxed) && oc_trace_alloc(h, owner)) {
         atomic_fetch_or(&h->flags, OC_FLAG_TRACED);
     }
 }
@@ -314,38 +193,12 @@ static void *block_new_on_disk(oc_node *owner, size_t size, int *err)
     return data;
 }
 
-/* Tells Python that the disk refused `size` bytes, while the arrays alive at the failure are
- * still alive: NumPy raises its error only after freeing the failed expression's temporaries,
- * so the free space and the arrays on disk must be seen now for the message to be true. */
-static void disk_refused(oc_node *asked, oc_node *refused, int64_t size, int err)
-{
-    if (oc_disk_refusal_cb == NULL || !Py_IsInitialized()) {
-        return;
-    }
-    PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *cb = oc_disk_refusal_cb;
-    if (cb != NULL) {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        Py_INCREF(cb);
-        PyObject *r = PyObject_CallFunction(cb, "KKLi", (unsigned long long)asked->id,
-                                            (unsigned long long)(refused ? refused->id : 0), (long long)size, err);
-        if (r == NULL) {
-            PyErr_WriteUnraisable(cb);
-        }
-        Py_XDECREF(r);
-        Py_DECREF(cb);
-        PyErr_Restore(et, ev, tb);
-    }
-    PyGILState_Release(g);
-}
-
 static void *place_on_disk(oc_node *owner, size_t size, oc_node *refused)
 {
     int err = 0;
     void *data = block_new_on_disk(owner, size, &err);
     if (data == NULL) {
-        disk_refused(owner, refused, (int64_t)size, err);
+        oc_disk_refused(owner, refused, (int64_t)size, err);
         oc_record_failure(OC_FAIL_SPILL, err, owner, refused, (int64_t)size);
     }
     return data;
@@ -360,7 +213,7 @@ static void *place_compressed(oc_node *owner, size_t size)
     int err = 0;
     void *data = oc_zspill_new_region(owner, size, &err);
     if (data == NULL) {
-        disk_refused(owner, NULL, (int64_t)size, err);
+        oc_disk_refused(owner, NULL, (int64_t)size, err);
         oc_record_failure(OC_FAIL_SPILL, err, owner, NULL, (int64_t)size);
         return NULL;
     }
@@ -401,7 +254,7 @@ static void *alloc_plain(oc_node *owner, size_t size, int zero, int refuse_close
     }
     oc_node *refused = oc_reserve(owner, (int64_t)size);
     if (refused != NULL) {
-        if (relieve_pressure(owner, (int64_t)size)) {
+        if (oc_relieve_pressure(owner, (int64_t)size)) {
             refused = oc_reserve(owner, (int64_t)size);
         }
         int policy = atomic_load(&owner->spill_policy);
@@ -438,14 +291,20 @@ static void *alloc_plain(oc_node *owner, size_t size, int zero, int refuse_close
     return data;
 }
 
-void *oc_alloc_external(oc_node *owner, size_t size, int zero) { return alloc_plain(owner, size, zero, 1); }
-
 static void *alloc_owned(oc_node *owner, size_t size, int zero, int refuse_closed)
 {
     if (owner->workspace != NULL && !(refuse_closed && atomic_load(&owner->closed))) {
         int handled;
         void *data = oc_workspace_alloc(owner, size, zero, &handled);
-        if (handled) {
+        if (handled == OC_WS_DONE) {
+            return data;
+        }
+        if (handled == OC_WS_OUTSIDE) {
+            /* made here, not by workspace.c, which is below this file */
+            data = alloc_plain(owner, size, zero, 1);
+            if (data != NULL) {
+                oc_workspace_outside(owner, oc_header_of(data));
+            }
             return data;
         }
     }
@@ -477,7 +336,7 @@ static void block_free(oc_header *h)
     unsigned flags = atomic_load(&h->flags);
     int64_t size = (int64_t)h->size;
     if (flags & OC_FLAG_TRACED) {
-        trace_free(h);
+        oc_trace_free(h);
     }
     if (flags & OC_FLAG_KEPT) {
         atomic_fetch_sub_explicit(&owner->kept_count, 1, memory_order_relaxed);
@@ -654,7 +513,7 @@ static void *oc_realloc(void *ctx, void *ptr, size_t new_size)
     return data;
 }
 
-void oc_handler_init(PyDataMem_Handler *h, oc_node *ctx)
+static void handler_init(PyDataMem_Handler *h, oc_node *ctx)
 {
     memset(h, 0, sizeof(*h));
     strncpy(h->name, "oocarray", sizeof(h->name) - 1);
@@ -664,6 +523,16 @@ void oc_handler_init(PyDataMem_Handler *h, oc_node *ctx)
     h->allocator.calloc = oc_calloc;
     h->allocator.realloc = oc_realloc;
     h->allocator.free = oc_free;
+}
+
+/* A node with its handler: node.c, below this file, knows nothing of NumPy's allocator. */
+oc_node *oc_handler_node_new(oc_node *parent, int64_t max_bytes)
+{
+    oc_node *n = oc_node_new(parent, max_bytes);
+    if (n != NULL) {
+        handler_init(&n->handler, n);
+    }
+    return n;
 }
 
 int oc_is_our_handler(PyObject *capsule)

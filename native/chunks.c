@@ -7,102 +7,22 @@
  * chunks are then read from that offset only; zstd frames are decoded as a stream that stops
  * once dest is full, so reading the first rows of a chunk never decodes the rest.
  *
- * zstd comes from the system's libzstd.so.1, loaded on first use through its stable API (the
- * prototypes below are copied from zstd.h, which need not be installed).  Without the library
- * zstd_available() is false and Python decodes with numcodecs instead.
+ * zstd comes from the system's libzstd.so.1, loaded on first use (codecs.c).  Without the
+ * library zstd_available() is false and Python decodes with numcodecs instead.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_files.h"
+#include "oc_chunks.h"
+#include "oc_codecs.h"
 #include "oc_source.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* ---- libzstd, loaded at run time ---- */
-
-typedef struct ZSTD_DCtx_s ZSTD_DCtx;
-typedef struct ZSTD_CCtx_s ZSTD_CCtx;
-typedef struct {
-    const void *src;
-    size_t size;
-    size_t pos;
-} ZSTD_inBuffer;
-typedef struct {
-    void *dst;
-    size_t size;
-    size_t pos;
-} ZSTD_outBuffer;
-#define ZSTD_RESET_SESSION_ONLY 1
-#define ZSTD_CONTENTSIZE_UNKNOWN (0ULL - 1)
-#define ZSTD_CONTENTSIZE_ERROR (0ULL - 2)
-#define ZSTD_BLOCKSIZE_MAX (1 << 17)
-#define ZSTD_C_COMPRESSION_LEVEL 100
-#define ZSTD_C_CHECKSUM_FLAG 201
-#define ZSTD_RESET_SESSION_AND_PARAMETERS 3
-
-static struct {
-    ZSTD_DCtx *(*create)(void);
-    size_t (*free)(ZSTD_DCtx *);
-    size_t (*decompress)(ZSTD_DCtx *, void *, size_t, const void *, size_t);
-    size_t (*stream)(ZSTD_DCtx *, ZSTD_outBuffer *, ZSTD_inBuffer *);
-    size_t (*reset)(ZSTD_DCtx *, int);
-    unsigned (*is_error)(size_t);
-    const char *(*error_name)(size_t);
-    unsigned long long (*content_size)(const void *, size_t);
-    ZSTD_CCtx *(*create_c)(void);
-    size_t (*free_c)(ZSTD_CCtx *);
-    size_t (*set_parameter)(ZSTD_CCtx *, int, int);
-    size_t (*reset_c)(ZSTD_CCtx *, int);
-    size_t (*compress)(ZSTD_CCtx *, void *, size_t, const void *, size_t);
-    size_t (*bound)(size_t);
-    size_t (*sizeof_d)(const ZSTD_DCtx *); /* optional: counting the contexts' memory */
-    size_t (*sizeof_c)(const ZSTD_CCtx *);
-} zstd;
-static int zstd_loaded; /* 1 loaded, -1 unavailable; set once under zstd_once */
-static pthread_once_t zstd_once = PTHREAD_ONCE_INIT;
-
-static void zstd_load(void)
-{
-    void *lib = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL) {
-        zstd_loaded = -1;
-        return;
-    }
-    *(void **)&zstd.create = dlsym(lib, "ZSTD_createDCtx");
-    *(void **)&zstd.free = dlsym(lib, "ZSTD_freeDCtx");
-    *(void **)&zstd.decompress = dlsym(lib, "ZSTD_decompressDCtx");
-    *(void **)&zstd.stream = dlsym(lib, "ZSTD_decompressStream");
-    *(void **)&zstd.reset = dlsym(lib, "ZSTD_DCtx_reset");
-    *(void **)&zstd.is_error = dlsym(lib, "ZSTD_isError");
-    *(void **)&zstd.error_name = dlsym(lib, "ZSTD_getErrorName");
-    *(void **)&zstd.content_size = dlsym(lib, "ZSTD_getFrameContentSize");
-    *(void **)&zstd.create_c = dlsym(lib, "ZSTD_createCCtx");
-    *(void **)&zstd.free_c = dlsym(lib, "ZSTD_freeCCtx");
-    *(void **)&zstd.set_parameter = dlsym(lib, "ZSTD_CCtx_setParameter");
-    *(void **)&zstd.reset_c = dlsym(lib, "ZSTD_CCtx_reset");
-    *(void **)&zstd.compress = dlsym(lib, "ZSTD_compress2");
-    *(void **)&zstd.bound = dlsym(lib, "ZSTD_compressBound");
-    *(void **)&zstd.sizeof_d = dlsym(lib, "ZSTD_sizeof_DCtx");
-    *(void **)&zstd.sizeof_c = dlsym(lib, "ZSTD_sizeof_CCtx");
-    int complete = zstd.create && zstd.free && zstd.decompress && zstd.stream && zstd.reset &&
-                   zstd.is_error && zstd.error_name && zstd.content_size && zstd.create_c &&
-                   zstd.free_c && zstd.set_parameter && zstd.reset_c && zstd.compress &&
-                   zstd.bound;
-    if (!complete) {
-        dlclose(lib); /* too old a library: none of it is used */
-    }
-    zstd_loaded = complete ? 1 : -1;
-}
-
-static int zstd_ready(void)
-{
-    pthread_once(&zstd_once, zstd_load);
-    return zstd_loaded == 1;
-}
 
 /* ---- per-thread state: a decoder context and buffers ----
  * Kept between calls (a context and buffers per chunk would cost more than the decoding of a
@@ -139,11 +59,11 @@ static OC_TLS reader_state *my_state;
 static void count_contexts(reader_state *s)
 {
     size_t now = 0;
-    if (s->dctx != NULL && zstd.sizeof_d != NULL) {
-        now += zstd.sizeof_d(s->dctx);
+    if (s->dctx != NULL && oc_zstd.sizeof_d != NULL) {
+        now += oc_zstd.sizeof_d(s->dctx);
     }
-    if (s->cctx != NULL && zstd.sizeof_c != NULL) {
-        now += zstd.sizeof_c(s->cctx);
+    if (s->cctx != NULL && oc_zstd.sizeof_c != NULL) {
+        now += oc_zstd.sizeof_c(s->cctx);
     }
     atomic_fetch_add(&oc_scratch_total, (long long)now - (long long)s->ctx_bytes);
     s->ctx_bytes = now;
@@ -154,11 +74,11 @@ static void count_contexts(reader_state *s)
 static void state_drop(reader_state *s)
 {
     if (s->dctx != NULL) {
-        zstd.free(s->dctx);
+        oc_zstd.free(s->dctx);
         s->dctx = NULL;
     }
     if (s->cctx != NULL) {
-        zstd.free_c(s->cctx);
+        oc_zstd.free_c(s->cctx);
         s->cctx = NULL;
     }
     count_contexts(s);
@@ -241,6 +161,14 @@ void oc_chunk_states_release(void)
     pthread_mutex_unlock(&states_lock);
 }
 
+/* Idle threads' scratch and cached free regions, here rather than in scratch.c: the readers'
+ * states are above the scratch mappings they hold. */
+void oc_scratch_release(void)
+{
+    oc_chunk_states_release();
+    oc_region_cache_trim(0);
+}
+
 void oc_chunk_state_release_mine(void)
 {
     reader_state *s = my_state;
@@ -289,9 +217,9 @@ typedef struct {
 static int zstd_whole(reader_state *s, const char *src, size_t src_n, char *dst, size_t n,
                       char *err, size_t err_n)
 {
-    size_t r = zstd.decompress(s->dctx, dst, n, src, src_n);
-    if (zstd.is_error(r)) {
-        snprintf(err, err_n, "zstd: %s", zstd.error_name(r));
+    size_t r = oc_zstd.decompress(s->dctx, dst, n, src, src_n);
+    if (oc_zstd.is_error(r)) {
+        snprintf(err, err_n, "zstd: %s", oc_zstd.error_name(r));
         return -1;
     }
     if (r != n) {
@@ -305,7 +233,7 @@ static int zstd_whole(reader_state *s, const char *src, size_t src_n, char *dst,
 static int zstd_range(reader_state *s, const char *src, size_t src_n, size_t chunk_n,
                       size_t skip, char *dst, size_t n, char *err, size_t err_n)
 {
-    unsigned long long declared = zstd.content_size(src, src_n);
+    unsigned long long declared = oc_zstd.content_size(src, src_n);
     if (declared == ZSTD_CONTENTSIZE_ERROR) {
         snprintf(err, err_n, "not a zstd frame");
         return -1;
@@ -334,7 +262,7 @@ static int zstd_range(reader_state *s, const char *src, size_t src_n, size_t chu
         snprintf(err, err_n, "out of memory");
         return -1;
     }
-    zstd.reset(s->dctx, ZSTD_RESET_SESSION_ONLY);
+    oc_zstd.reset(s->dctx, ZSTD_RESET_SESSION_ONLY);
     ZSTD_inBuffer in = {src, src_n, 0};
     size_t done = 0; /* decoded bytes so far, skipped ones included */
     while (done < skip + n) {
@@ -346,9 +274,9 @@ static int zstd_range(reader_state *s, const char *src, size_t src_n, size_t chu
             out = (ZSTD_outBuffer){dst + (done - skip), skip + n - done, 0};
         }
         size_t before = in.pos;
-        size_t r = zstd.stream(s->dctx, &out, &in);
-        if (zstd.is_error(r)) {
-            snprintf(err, err_n, "zstd: %s", zstd.error_name(r));
+        size_t r = oc_zstd.stream(s->dctx, &out, &in);
+        if (oc_zstd.is_error(r)) {
+            snprintf(err, err_n, "zstd: %s", oc_zstd.error_name(r));
             return -1;
         }
         done += out.pos;
@@ -359,11 +287,6 @@ static int zstd_range(reader_state *s, const char *src, size_t src_n, size_t chu
         }
     }
     return 0;
-}
-
-static uint32_t le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 /* An uncompressed chunk followed by its CRC-32C (chunk_n + 4 bytes stored): the whole chunk is
@@ -385,9 +308,9 @@ static int raw_checked(reader_state *s, const job_spec *job, size_t chunk_n, siz
         return -1;
     }
     uint32_t computed = oc_crc32c(buf, chunk_n);
-    if (computed != le32(sum)) {
+    if (computed != oc_le32(sum)) {
         snprintf(err, err_n, "the CRC-32C checksum does not match (stored %08x, computed %08x)",
-                 le32(sum), computed);
+                 oc_le32(sum), computed);
         return -1;
     }
     if (!whole) {
@@ -556,19 +479,19 @@ void oc_unshuffle8(const char *src, size_t total, size_t skip, char *dst, size_t
 static int pack(const char *src, size_t n, int shuffle8, int level, int checksum, char **out,
                 size_t *out_n)
 {
-    if (!zstd_ready()) {
+    if (!oc_zstd_ready()) {
         return ENOSYS;
     }
     reader_state *s = state_get();
     if (s == NULL) {
         return ENOMEM;
     }
-    if (s->cctx == NULL && (s->cctx = zstd.create_c()) == NULL) {
+    if (s->cctx == NULL && (s->cctx = oc_zstd.create_c()) == NULL) {
         state_put(s);
         return ENOMEM;
     }
-    size_t bound = zstd.bound(n);
-    if (zstd.is_error(bound) || grow(&s->packed, &s->packed_size, bound) == NULL ||
+    size_t bound = oc_zstd.bound(n);
+    if (oc_zstd.is_error(bound) || grow(&s->packed, &s->packed_size, bound) == NULL ||
         (shuffle8 && grow(&s->whole, &s->whole_size, n) == NULL)) {
         state_put(s);
         return ENOMEM;
@@ -577,15 +500,15 @@ static int pack(const char *src, size_t n, int shuffle8, int level, int checksum
         oc_shuffle8(src, n, s->whole);
         src = s->whole;
     }
-    zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
-    size_t r = zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
-    if (!zstd.is_error(r)) {
-        r = zstd.set_parameter(s->cctx, ZSTD_C_CHECKSUM_FLAG, checksum);
+    oc_zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
+    size_t r = oc_zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
+    if (!oc_zstd.is_error(r)) {
+        r = oc_zstd.set_parameter(s->cctx, ZSTD_C_CHECKSUM_FLAG, checksum);
     }
-    if (!zstd.is_error(r)) {
-        r = zstd.compress(s->cctx, s->packed, bound, src, n);
+    if (!oc_zstd.is_error(r)) {
+        r = oc_zstd.compress(s->cctx, s->packed, bound, src, n);
     }
-    if (zstd.is_error(r)) {
+    if (oc_zstd.is_error(r)) {
         state_put(s);
         return EIO;
     }
@@ -609,7 +532,6 @@ int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out,
     return pack(src, n, 0, level, checksum, out, out_n);
 }
 
-int oc_zstd_ready(void) { return zstd_ready(); }
 
 /* Decode bytes [skip, skip + n) of one chunk (chunk_n bytes decoded) whose stored bytes are
  * at src/offset/nbytes (nbytes -1: the rest of the source) into dst, on this thread's state:
@@ -629,7 +551,7 @@ int oc_decode(int codec, const oc_source *src, int64_t offset, int64_t nbytes, s
     }
     reader_state *s = state_get();
     if (s != NULL && zstd_codec && s->dctx == NULL) {
-        s->dctx = zstd.create();
+        s->dctx = oc_zstd.create();
     }
     if (s == NULL || (zstd_codec && s->dctx == NULL)) {
         state_put(s);
@@ -649,62 +571,35 @@ int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t ch
     return oc_decode(codec, &file, offset, nbytes, chunk_n, skip, dst, n, err, err_n);
 }
 
-/* ---- Python ---- */
+/* ---- zstd frames, for the Python functions (py_chunks.c), without the GIL ---- */
 
-PyObject *oc_py_zstd_available(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+/* Writes one zstd frame of src (level, checksum; with crc, the frame's CRC-32C after it) to fd
+ * from its position, compressed into this thread's buffer.  0 with *written the bytes written;
+ * OC_ZW_NOMEM; OC_ZW_ZSTD with *written zstd's error code; or the errno of the write. */
+int oc_zstd_write(int fd, const char *src, size_t n, int level, int checksum, int crc,
+                  size_t *written)
 {
-    return PyBool_FromLong(zstd_ready());
-}
-
-/*
- * zstd_write(fd, data, level, checksum, crc32c=False) -> int: write one zstd frame of data's
- * bytes to fd (from its current position), with the content size in the header, as numcodecs
- * writes it, and a checksum when asked; then, with crc32c, the CRC-32C of the frame (zarr's
- * crc32c codec after zstd).  Compressed without the GIL into this thread's buffer.  Returns the
- * bytes written; a failed write raises OSError with its errno (ENOSPC on a full disk).
- */
-PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
-{
-    int fd, level, checksum, crc = 0;
-    PyObject *data;
-    if (!PyArg_ParseTuple(args, "iOip|p", &fd, &data, &level, &checksum, &crc)) {
-        return NULL;
-    }
-    if (!zstd_ready()) {
-        PyErr_SetString(PyExc_RuntimeError, "libzstd.so.1 is not available");
-        return NULL;
-    }
-    if (crc && !oc_codec_lib_ready(OC_LIB_CRC32C)) {
-        PyErr_SetString(PyExc_RuntimeError, "the CRC-32C library is not loaded");
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) != 0) {
-        return NULL;
-    }
     size_t r = 0;
-    int failure = 0; /* 1 out of memory, 2 zstd error (r), 3 write error (err) */
-    int err = 0;
-    Py_BEGIN_ALLOW_THREADS
+    int result = 0;
     reader_state *s = state_get();
-    size_t bound = zstd.bound((size_t)view.len);
+    size_t bound = oc_zstd.bound(n);
     if (s != NULL && s->cctx == NULL) {
-        s->cctx = zstd.create_c();
+        s->cctx = oc_zstd.create_c();
     }
-    if (s == NULL || s->cctx == NULL || zstd.is_error(bound) ||
+    if (s == NULL || s->cctx == NULL || oc_zstd.is_error(bound) ||
         grow(&s->packed, &s->packed_size, bound + 4) == NULL) {
-        failure = 1;
+        result = OC_ZW_NOMEM;
     } else {
-        zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
-        r = zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
-        if (!zstd.is_error(r)) {
-            r = zstd.set_parameter(s->cctx, ZSTD_C_CHECKSUM_FLAG, checksum);
+        oc_zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
+        r = oc_zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
+        if (!oc_zstd.is_error(r)) {
+            r = oc_zstd.set_parameter(s->cctx, ZSTD_C_CHECKSUM_FLAG, checksum);
         }
-        if (!zstd.is_error(r)) {
-            r = zstd.compress(s->cctx, s->packed, bound, view.buf, (size_t)view.len);
+        if (!oc_zstd.is_error(r)) {
+            r = oc_zstd.compress(s->cctx, s->packed, bound, src, n);
         }
-        if (zstd.is_error(r)) {
-            failure = 2;
+        if (oc_zstd.is_error(r)) {
+            result = OC_ZW_ZSTD;
         } else {
             if (crc) {
                 uint32_t sum = oc_crc32c(s->packed, r);
@@ -713,33 +608,10 @@ PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
                 }
                 r += 4;
             }
-            for (size_t done = 0; done < r;) {
-                ssize_t w = write(fd, s->packed + done, r - done);
-                if (w < 0 && errno == EINTR) {
-                    continue;
-                }
-                if (w <= 0) {
-                    failure = 3;
-                    err = w < 0 ? errno : EIO;
-                    break;
-                }
-                done += (size_t)w;
-            }
+            result = oc_write_all(fd, s->packed, r);
         }
     }
     state_put(s);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    if (failure == 1) {
-        return PyErr_NoMemory();
-    }
-    if (failure == 2) {
-        PyErr_Format(PyExc_ValueError, "zstd: %s", zstd.error_name(r));
-        return NULL;
-    }
-    if (failure == 3) {
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    return PyLong_FromSize_t(r);
+    *written = r;
+    return result;
 }

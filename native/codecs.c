@@ -12,7 +12,7 @@
  *
  * The libraries are found by Python (their paths depend on the installation) and loaded here
  * with oc_codec_load; a codec whose library is not loaded is decoded by Python instead, and
- * such arrays are not paged.  gzip and zlib streams are h5filters.c's (oc_inflate).
+ * such arrays are not paged.  libzstd and libz, the system's, are loaded here on first use.
  *
  * c-blosc trusts its header: the sizes (which chunks.c checks against what was read), and the
  * flags and type size, which choose how the decoded bytes are unshuffled: one bit flipped there
@@ -20,6 +20,7 @@
  * array's metadata says was written (the shuffle and type size travel in the codec number).
  */
 #include "oc_core.h"
+#include "oc_codecs.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -32,6 +33,170 @@ static struct {
     uint32_t (*crc32c_extend)(uint32_t, const uint8_t *, size_t);
 } lib;
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- libzstd, loaded at run time through its stable API (the prototypes in oc_codecs.h are
+ * copied from zstd.h, which need not be installed) ---- */
+
+oc_zstd_api oc_zstd;
+static int zstd_loaded; /* 1 loaded, -1 unavailable; set once under zstd_once */
+static pthread_once_t zstd_once = PTHREAD_ONCE_INIT;
+
+static void zstd_load(void)
+{
+    void *lib = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        zstd_loaded = -1;
+        return;
+    }
+    *(void **)&oc_zstd.create = dlsym(lib, "ZSTD_createDCtx");
+    *(void **)&oc_zstd.free = dlsym(lib, "ZSTD_freeDCtx");
+    *(void **)&oc_zstd.decompress = dlsym(lib, "ZSTD_decompressDCtx");
+    *(void **)&oc_zstd.stream = dlsym(lib, "ZSTD_decompressStream");
+    *(void **)&oc_zstd.reset = dlsym(lib, "ZSTD_DCtx_reset");
+    *(void **)&oc_zstd.is_error = dlsym(lib, "ZSTD_isError");
+    *(void **)&oc_zstd.error_name = dlsym(lib, "ZSTD_getErrorName");
+    *(void **)&oc_zstd.content_size = dlsym(lib, "ZSTD_getFrameContentSize");
+    *(void **)&oc_zstd.create_c = dlsym(lib, "ZSTD_createCCtx");
+    *(void **)&oc_zstd.free_c = dlsym(lib, "ZSTD_freeCCtx");
+    *(void **)&oc_zstd.set_parameter = dlsym(lib, "ZSTD_CCtx_setParameter");
+    *(void **)&oc_zstd.reset_c = dlsym(lib, "ZSTD_CCtx_reset");
+    *(void **)&oc_zstd.compress = dlsym(lib, "ZSTD_compress2");
+    *(void **)&oc_zstd.bound = dlsym(lib, "ZSTD_compressBound");
+    *(void **)&oc_zstd.sizeof_d = dlsym(lib, "ZSTD_sizeof_DCtx");
+    *(void **)&oc_zstd.sizeof_c = dlsym(lib, "ZSTD_sizeof_CCtx");
+    int complete = oc_zstd.create && oc_zstd.free && oc_zstd.decompress && oc_zstd.stream &&
+                   oc_zstd.reset && oc_zstd.is_error && oc_zstd.error_name &&
+                   oc_zstd.content_size && oc_zstd.create_c && oc_zstd.free_c &&
+                   oc_zstd.set_parameter && oc_zstd.reset_c && oc_zstd.compress && oc_zstd.bound;
+    if (!complete) {
+        dlclose(lib); /* too old a library: none of it is used */
+    }
+    zstd_loaded = complete ? 1 : -1;
+}
+
+int oc_zstd_ready(void)
+{
+    pthread_once(&zstd_once, zstd_load);
+    return zstd_loaded == 1;
+}
+
+/* ---- libz, loaded at run time (only its inflate functions: no zlib.h is needed to build) ---- */
+
+#define Z_OK 0
+#define Z_MEM_ERROR (-4)
+#define Z_BUF_ERROR (-5)
+#define Z_DATA_ERROR (-3)
+
+#define Z_STREAM_END 1
+#define Z_FINISH 4
+#define Z_AUTO_WINDOW (15 + 32) /* inflateInit2: a zlib or a gzip header, found by its magic */
+
+/* zlib's z_stream, as zlib.h (1.x, the ABI of libz.so.1) lays it out. */
+typedef struct {
+    const unsigned char *next_in;
+    unsigned avail_in;
+    unsigned long total_in;
+    unsigned char *next_out;
+    unsigned avail_out;
+    unsigned long total_out;
+    const char *msg;
+    void *state;
+    void *zalloc, *zfree, *opaque;
+    int data_type;
+    unsigned long adler, reserved;
+} z_stream;
+
+static int (*z_uncompress)(unsigned char *, unsigned long *, const unsigned char *, unsigned long);
+static int (*z_inflate_init2)(z_stream *, int, const char *, int);
+static int (*z_inflate)(z_stream *, int);
+static int (*z_inflate_end)(z_stream *);
+static const char *(*z_version)(void);
+static int zlib_loaded; /* 1 loaded, -1 unavailable; set once under zlib_once */
+static pthread_once_t zlib_once = PTHREAD_ONCE_INIT;
+
+static void zlib_load(void)
+{
+    void *lib = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib != NULL) {
+        *(void **)&z_uncompress = dlsym(lib, "uncompress");
+        *(void **)&z_inflate_init2 = dlsym(lib, "inflateInit2_");
+        *(void **)&z_inflate = dlsym(lib, "inflate");
+        *(void **)&z_inflate_end = dlsym(lib, "inflateEnd");
+        *(void **)&z_version = dlsym(lib, "zlibVersion");
+        if (!z_uncompress || !z_inflate_init2 || !z_inflate || !z_inflate_end || !z_version) {
+            z_uncompress = NULL;
+            dlclose(lib);
+        }
+    }
+    zlib_loaded = z_uncompress != NULL ? 1 : -1;
+}
+
+/* Inflate one gzip or zlib stream of n bytes (zarr's gzip, numcodecs' GZip and Zlib) into
+ * exactly chunk_n bytes of dst; 0, or -1 with a message.  zlib checks the stream's own
+ * checksum (gzip's CRC-32 and size, zlib's Adler-32); bytes after the stream are damage. */
+int oc_inflate(const char *src, size_t n, char *dst, size_t chunk_n, char *err, size_t err_n)
+{
+    if (!oc_zlib_ready()) {
+        snprintf(err, err_n, "libz.so.1 is not available");
+        return -1;
+    }
+    if (n > 0xffffffffu || chunk_n >= 0xffffffffu) {
+        snprintf(err, err_n, "a deflate chunk of 4 GiB or more");
+        return -1;
+    }
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (z_inflate_init2(&z, Z_AUTO_WINDOW, z_version(), (int)sizeof z) != Z_OK) {
+        snprintf(err, err_n, "inflate: out of memory");
+        return -1;
+    }
+    z.next_in = (const unsigned char *)src;
+    z.avail_in = (unsigned)n;
+    z.next_out = (unsigned char *)dst;
+    z.avail_out = (unsigned)chunk_n; /* a longer stream stops short of its end: an error */
+    int rc = z_inflate(&z, Z_FINISH);
+    size_t got = (size_t)z.total_out, left = z.avail_in;
+    const char *msg = z.msg;
+    z_inflate_end(&z);
+    if (rc != Z_STREAM_END) {
+        snprintf(err, err_n, "inflate: %s", msg != NULL ? msg
+                                            : rc == Z_BUF_ERROR ? "the stream ends early or holds more than a chunk"
+                                                                : "the stream is corrupt");
+        return -1;
+    }
+    if (got != chunk_n || left != 0) {
+        snprintf(err, err_n, "inflate: %zu bytes decoded, expected %zu (%zu stored bytes after the stream)",
+                 got, chunk_n, left);
+        return -1;
+    }
+    return 0;
+}
+
+/* One zlib stream of n bytes into at most *got bytes of dst (HDF5's deflate filter), *got set
+ * to what it holds; 0, or -1 with a message. */
+int oc_zlib_uncompress(char *dst, size_t *got, const char *src, size_t n, char *err, size_t err_n)
+{
+    unsigned long len = *got;
+    int rc = z_uncompress((unsigned char *)dst, &len, (const unsigned char *)src, n);
+    if (rc != Z_OK) {
+        snprintf(err, err_n, "inflate: %s",
+                 rc == Z_DATA_ERROR  ? "the stream is corrupt or ends early"
+                 : rc == Z_BUF_ERROR ? "the stream holds more than a chunk, or ends early"
+                 : rc == Z_MEM_ERROR ? "out of memory"
+                                     : "error");
+        return -1;
+    }
+    *got = len;
+    return 0;
+}
+
+int oc_zlib_ready(void)
+{
+    pthread_once(&zlib_once, zlib_load);
+    return zlib_loaded == 1;
+}
+
+/* ---- the codec libraries Python finds ---- */
 
 /* Load the library of codec kind `which` (OC_LIB_*) from path; 1 when it is ready (now or
  * before), 0 when it cannot be loaded or lacks the functions. */
@@ -147,11 +312,6 @@ int oc_crc32c_check(const char *src, size_t n, char *err, size_t err_n)
 #define BLOSC_DOBITSHUFFLE 0x04
 #define BLOSC_MAX_TYPESIZE 255
 
-static uint32_t le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Check a blosc header against what was read (n bytes), the chunk's size and what the codec
  * says was written; 0, or -1 with a message.  The same checks as _zarr_layout.py's
  * _check_blosc_frame. */
@@ -163,7 +323,7 @@ static int blosc_header_ok(int codec, const unsigned char *h, size_t n, size_t c
         return -1;
     }
     unsigned version = h[0], flags = h[2], typesize = h[3];
-    size_t nbytes = le32(h + 4), blocksize = le32(h + 8), cbytes = le32(h + 12);
+    size_t nbytes = oc_le32(h + 4), blocksize = oc_le32(h + 8), cbytes = oc_le32(h + 12);
     if (version == 0 || version > 2) {
         snprintf(err, err_n, "the blosc header says format version %u (1 or 2 expected)", version);
         return -1;
@@ -238,7 +398,7 @@ int oc_lz4_decode(const char *src, size_t n, char *dst, size_t chunk_n, char *er
         snprintf(err, err_n, "%zu bytes stored, fewer than an lz4 header (4)", n);
         return -1;
     }
-    size_t declared = le32((const unsigned char *)src);
+    size_t declared = oc_le32((const unsigned char *)src);
     if (declared != chunk_n) {
         snprintf(err, err_n, "the lz4 header says %zu bytes decoded, expected %zu", declared, chunk_n);
         return -1;
@@ -253,50 +413,4 @@ int oc_lz4_decode(const char *src, size_t n, char *dst, size_t chunk_n, char *er
         return -1;
     }
     return 0;
-}
-
-/* ---- Python ---- */
-
-/* codec_library(which, path) -> bool: load a codec's library (see oc_codec_load). */
-PyObject *oc_py_codec_library(PyObject *Py_UNUSED(m), PyObject *args)
-{
-    int which;
-    const char *path;
-    if (!PyArg_ParseTuple(args, "is", &which, &path)) {
-        return NULL;
-    }
-    int ok;
-    Py_BEGIN_ALLOW_THREADS
-    ok = oc_codec_load(which, path);
-    Py_END_ALLOW_THREADS
-    return PyBool_FromLong(ok);
-}
-
-/* codec_ready(codec) -> bool: whether the native reader decodes this codec number. */
-PyObject *oc_py_codec_ready(PyObject *Py_UNUSED(m), PyObject *args)
-{
-    int codec;
-    if (!PyArg_ParseTuple(args, "i", &codec)) {
-        return NULL;
-    }
-    return PyBool_FromLong(OC_CODEC_KIND(codec) != OC_CODEC_H5 && oc_codec_ready(codec));
-}
-
-/* crc32c(data) -> int: the CRC-32C of a buffer's bytes, without the GIL. */
-PyObject *oc_py_crc32c(PyObject *Py_UNUSED(m), PyObject *arg)
-{
-    if (!oc_codec_lib_ready(OC_LIB_CRC32C)) {
-        PyErr_SetString(PyExc_RuntimeError, "the CRC-32C library is not loaded");
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_C_CONTIGUOUS) != 0) {
-        return NULL;
-    }
-    uint32_t sum;
-    Py_BEGIN_ALLOW_THREADS
-    sum = oc_crc32c(view.buf, (size_t)view.len);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    return PyLong_FromUnsignedLong(sum);
 }

@@ -6,6 +6,13 @@
  * and no move is half done when the address space is copied.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_files.h"
+#include "oc_spill.h"
+#include "oc_workspace.h"
+#include "oc_alloc.h"
+#include "oc_chunks.h"
+#include "oc_pager.h"
 
 atomic_int_fast64_t oc_forks_prepared;
 
@@ -15,6 +22,7 @@ static void prepare(void)
     oc_regions_atfork(OC_FORK_PREPARE);
     /* after the registry: a compressed spill takes the pager's locks while it holds that */
     oc_pager_atfork(OC_FORK_PREPARE);
+    oc_files_atfork(OC_FORK_PREPARE);
     oc_spill_atfork(OC_FORK_PREPARE);
     oc_heap_atfork(OC_FORK_PREPARE);
     oc_chunks_atfork(OC_FORK_PREPARE);
@@ -32,6 +40,7 @@ static void release(int phase)
     oc_chunks_atfork(phase);
     oc_heap_atfork(phase);
     oc_spill_atfork(phase);
+    oc_files_atfork(phase);
     oc_pager_atfork(phase);
     oc_regions_atfork(phase);
 }

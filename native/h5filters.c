@@ -6,122 +6,25 @@
  * The filters undone here are HDF5's own: deflate (zlib streams, id 1), shuffle (id 2, bytes
  * regrouped by their position in an element of `elsize` bytes) and fletcher32 (id 3, a 4-byte
  * checksum after the data, checked here: a mismatch is a damaged chunk).  Python refuses every
- * other filter before a chunk is ever read.  A pipeline is an OC_CODEC_H5 codec (oc_core.h):
+ * other filter before a chunk is ever read.  A pipeline is an OC_CODEC_H5 codec (oc_codecs.h):
  * up to four steps in the order HDF5 applies them on write, and the shuffle's element size.  A
  * chunk whose filter mask skips some steps (HDF5 records one per chunk) is decoded with a
  * codec that lacks them (oc_h5_masked).
  *
- * zlib comes from the system's libz.so.1, loaded on first use (only uncompress() is needed,
- * so no zlib.h is needed to build); without it deflate chunks fail to decode and Python
- * refuses such datasets up front (oc_zlib_ready).
+ * zlib comes from the system's libz.so.1, loaded on first use (codecs.c); without it deflate
+ * chunks fail to decode and Python refuses such datasets up front (oc_zlib_ready).
  */
 #include "oc_core.h"
+#include "oc_files.h"
+#include "oc_chunks.h"
+#include "oc_codecs.h"
 #include "oc_source.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* ---- libz, loaded at run time ---- */
-
-#define Z_OK 0
-#define Z_MEM_ERROR (-4)
-#define Z_BUF_ERROR (-5)
-#define Z_DATA_ERROR (-3)
-
-#define Z_STREAM_END 1
-#define Z_FINISH 4
-#define Z_AUTO_WINDOW (15 + 32) /* inflateInit2: a zlib or a gzip header, found by its magic */
-
-/* zlib's z_stream, as zlib.h (1.x, the ABI of libz.so.1) lays it out. */
-typedef struct {
-    const unsigned char *next_in;
-    unsigned avail_in;
-    unsigned long total_in;
-    unsigned char *next_out;
-    unsigned avail_out;
-    unsigned long total_out;
-    const char *msg;
-    void *state;
-    void *zalloc, *zfree, *opaque;
-    int data_type;
-    unsigned long adler, reserved;
-} z_stream;
-
-static int (*z_uncompress)(unsigned char *, unsigned long *, const unsigned char *, unsigned long);
-static int (*z_inflate_init2)(z_stream *, int, const char *, int);
-static int (*z_inflate)(z_stream *, int);
-static int (*z_inflate_end)(z_stream *);
-static const char *(*z_version)(void);
-static int zlib_loaded; /* 1 loaded, -1 unavailable; set once under zlib_once */
-static pthread_once_t zlib_once = PTHREAD_ONCE_INIT;
-
-static void zlib_load(void)
-{
-    void *lib = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib != NULL) {
-        *(void **)&z_uncompress = dlsym(lib, "uncompress");
-        *(void **)&z_inflate_init2 = dlsym(lib, "inflateInit2_");
-        *(void **)&z_inflate = dlsym(lib, "inflate");
-        *(void **)&z_inflate_end = dlsym(lib, "inflateEnd");
-        *(void **)&z_version = dlsym(lib, "zlibVersion");
-        if (!z_uncompress || !z_inflate_init2 || !z_inflate || !z_inflate_end || !z_version) {
-            z_uncompress = NULL;
-            dlclose(lib);
-        }
-    }
-    zlib_loaded = z_uncompress != NULL ? 1 : -1;
-}
-
-/* Inflate one gzip or zlib stream of n bytes (zarr's gzip, numcodecs' GZip and Zlib) into
- * exactly chunk_n bytes of dst; 0, or -1 with a message.  zlib checks the stream's own
- * checksum (gzip's CRC-32 and size, zlib's Adler-32); bytes after the stream are damage. */
-int oc_inflate(const char *src, size_t n, char *dst, size_t chunk_n, char *err, size_t err_n)
-{
-    if (!oc_zlib_ready()) {
-        snprintf(err, err_n, "libz.so.1 is not available");
-        return -1;
-    }
-    if (n > 0xffffffffu || chunk_n >= 0xffffffffu) {
-        snprintf(err, err_n, "a deflate chunk of 4 GiB or more");
-        return -1;
-    }
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    if (z_inflate_init2(&z, Z_AUTO_WINDOW, z_version(), (int)sizeof z) != Z_OK) {
-        snprintf(err, err_n, "inflate: out of memory");
-        return -1;
-    }
-    z.next_in = (const unsigned char *)src;
-    z.avail_in = (unsigned)n;
-    z.next_out = (unsigned char *)dst;
-    z.avail_out = (unsigned)chunk_n; /* a longer stream stops short of its end: an error */
-    int rc = z_inflate(&z, Z_FINISH);
-    size_t got = (size_t)z.total_out, left = z.avail_in;
-    const char *msg = z.msg;
-    z_inflate_end(&z);
-    if (rc != Z_STREAM_END) {
-        snprintf(err, err_n, "inflate: %s", msg != NULL ? msg
-                                            : rc == Z_BUF_ERROR ? "the stream ends early or holds more than a chunk"
-                                                                : "the stream is corrupt");
-        return -1;
-    }
-    if (got != chunk_n || left != 0) {
-        snprintf(err, err_n, "inflate: %zu bytes decoded, expected %zu (%zu stored bytes after the stream)",
-                 got, chunk_n, left);
-        return -1;
-    }
-    return 0;
-}
-
-int oc_zlib_ready(void)
-{
-    pthread_once(&zlib_once, zlib_load);
-    return zlib_loaded == 1;
-}
 
 /* ---- per-thread buffers: scratch mappings (scratch.c), kept from one chunk to the next;
  * a pager worker with nothing queued gives its own back (oc_h5_state_release_mine) ---- */
@@ -367,14 +270,8 @@ int oc_h5_decode(int codec, const oc_source *src, int64_t offset, int64_t stored
                 snprintf(err, err_n, "out of memory");
                 return -1;
             }
-            unsigned long got = want[i];
-            int rc = z_uncompress((unsigned char *)out, &got, (const unsigned char *)cur, cur_n);
-            if (rc != Z_OK) {
-                snprintf(err, err_n, "inflate: %s",
-                         rc == Z_DATA_ERROR  ? "the stream is corrupt or ends early"
-                         : rc == Z_BUF_ERROR ? "the stream holds more than a chunk, or ends early"
-                         : rc == Z_MEM_ERROR ? "out of memory"
-                                             : "error");
+            size_t got = want[i];
+            if (oc_zlib_uncompress(out, &got, cur, cur_n, err, err_n) != 0) {
                 return -1;
             }
             cur = out;
@@ -412,50 +309,4 @@ int oc_h5_decode(int codec, const oc_source *src, int64_t offset, int64_t stored
         memcpy(dst, cur + skip, n);
     }
     return 0;
-}
-
-/* ---- Python, for tests: the same code paths on bytes ---- */
-
-/* h5_decode(codec, mask, stored, chunk_nbytes, skip, n) -> bytes: decode stored bytes (given
- * as a buffer) through the pipeline, as the pager does from a file. */
-PyObject *oc_py_h5_decode(PyObject *Py_UNUSED(m), PyObject *args)
-{
-    int codec;
-    unsigned mask;
-    Py_buffer stored;
-    Py_ssize_t chunk_n, skip, n;
-    if (!PyArg_ParseTuple(args, "iIy*nnn", &codec, &mask, &stored, &chunk_n, &skip, &n)) {
-        return NULL;
-    }
-    if (chunk_n < 0 || skip < 0 || n < 0 || skip + n > chunk_n) {
-        PyBuffer_Release(&stored);
-        PyErr_SetString(PyExc_ValueError, "the range is outside the chunk");
-        return NULL;
-    }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
-    int rc = -1;
-    char err[256] = "";
-    if (out != NULL) {
-        oc_source src = {.fd = -1, .mem = stored.buf, .mem_len = stored.len};
-        int c = oc_h5_masked(codec, mask);
-        Py_BEGIN_ALLOW_THREADS
-        rc = oc_h5_decode(c, &src, 0, (int64_t)stored.len, (size_t)chunk_n, (size_t)skip,
-                          PyBytes_AS_STRING(out), (size_t)n, err, sizeof err);
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&stored);
-    if (out == NULL) {
-        return NULL;
-    }
-    if (rc != 0) {
-        Py_DECREF(out);
-        PyErr_SetString(PyExc_ValueError, err);
-        return NULL;
-    }
-    return out;
-}
-
-PyObject *oc_py_zlib_available(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
-{
-    return PyBool_FromLong(oc_zlib_ready());
 }

@@ -10,6 +10,9 @@
  * space comes back when the process ends.  A child starts a heap file of its own.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_files.h"
+#include "oc_spill.h"
 
 #include <errno.h>
 #include <fcntl.h>

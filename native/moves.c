@@ -17,6 +17,8 @@
  * Without userfaultfd at all: mprotect, and a SIGSEGV handler that makes user-mode writers wait.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_spill.h"
 
 #include <errno.h>
 #include <fcntl.h>

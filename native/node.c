@@ -129,7 +129,6 @@ oc_node *oc_node_new(oc_node *parent, int64_t max_bytes)
     n->id = atomic_fetch_add(&next_node_id, 1);
     atomic_init(&n->refcnt, 1);
     atomic_init(&n->max_bytes, max_bytes);
-    oc_handler_init(&n->handler, n);
     return n;
 }
 

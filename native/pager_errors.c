@@ -4,7 +4,7 @@
  *
  * The fill thread cannot raise in the faulting thread (it may hold the GIL, and an exception
  * belongs to one thread), and the faulting instruction must complete before that thread can
- * run Python again.  So the failed unit is poisoned (UFFDIO_POISON, pager.c) and each access
+ * run Python again.  So the failed unit is poisoned (UFFDIO_POISON, pager_fill.c) and each access
  * gets SIGBUS in the thread that made it; this file's handler then
  *  - installs a placeholder page (every byte 0xFF: NaN for every float type, -1 for signed
  *    integers) at the faulting page only, so that the instruction completes; a thread keeps
@@ -37,6 +37,7 @@
  * this handler and raises as above.
  */
 #include "pager_int.h"
+#include "oc_regions.h"
 
 /* CPython 3.11's internal pycore_ceval.h declares it; libpython exports it (what
  * PyThreadState_SetAsyncExc calls after setting async_exc) */
@@ -141,7 +142,7 @@ static int fault_touch(uintptr_t addr, char *msg, size_t n, const char *page, in
         size_t pb = oc_page_bytes();
         struct uffdio_copy c = {.dst = addr & ~(uintptr_t)(pb - 1), .src = (uintptr_t)page, .len = pb};
         int rc;
-        while ((rc = ioctl(pg_uffd_fd(), UFFDIO_COPY, &c)) != 0 && errno == EAGAIN) {
+        while ((rc = ioctl(pg_uffd, UFFDIO_COPY, &c)) != 0 && errno == EAGAIN) {
             c.copy = 0;
             pg_eagain_pause();
         }
@@ -164,7 +165,7 @@ static void repoison(uintptr_t page_addr)
         pg_can_poison()) {
         madvise((char *)page_addr, pb, MADV_DONTNEED);
         struct pg_uffdio_poison p = {.range = {.start = page_addr, .len = pb}};
-        while (ioctl(pg_uffd_fd(), PG_UFFDIO_POISON, &p) != 0 && errno == EAGAIN) {
+        while (ioctl(pg_uffd, PG_UFFDIO_POISON, &p) != 0 && errno == EAGAIN) {
             pg_eagain_pause();
         }
     }
@@ -186,7 +187,7 @@ void oc_pager_drop_failed(void)
         size_t u;
     } *dropping = NULL;
     pthread_mutex_lock(&pg_lock);
-    for (pg_array *a = pg_first_array(); a != NULL; a = a->next) {
+    for (pg_array *a = pg_arrays; a != NULL; a = a->next) {
         for (size_t u = 0; u < a->nunits && !a->dead; u++) {
             if (a->state[u] != U_FAILED) {
                 continue;
@@ -344,7 +345,7 @@ static void on_bus(int sig, siginfo_t *info, void *context)
     errno = saved_errno;
 }
 
-/* When the pager's threads start (life_lock held): the handler, once per process, where the
+/* When the pager's threads start (pg_life_lock held): the handler, once per process, where the
  * kernel can poison (without it, a failed unit is PROT_NONE and its accesses get SIGSEGV). */
 void pg_errors_arm(int can_poison)
 {

@@ -1,13 +1,17 @@
 /*
- * The pager's insides, shared by pager.c (faults, fills, budget, arrays, compressed spill),
- * pager_wb.c (write-back: the native writer's glue, the store's begin/end/abort protocol, and
- * chunk moves) and pager_spill.c (compressed spill whose contents die: oc_pager_discard).  Not
- * for any other file: they go through oc_core.h's oc_pager_* functions.
+ * The pager's insides, shared by the files of the pager: pager.c (the descriptor, the queue,
+ * the threads, fork), pager_reader.c (the fault reader), pager_fill.c (the fill workers),
+ * pager_evict.c (budget and eviction), pager_arrays.c (arrays made and withdrawn),
+ * pager_errors.c (units that cannot be filled), pager_wb.c (write-back: the native writer's
+ * glue, the store's begin/end/abort protocol, and chunk moves) and pager_spill.c (compressed
+ * spill's arrays).  Not for any other file: they go through the oc_pager_* functions.
  */
 #ifndef OC_PAGER_INT_H
 #define OC_PAGER_INT_H
 
 #include "oc_core.h"
+#include "oc_chunks.h"
+#include "oc_pager.h"
 
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
@@ -86,13 +90,37 @@ struct pg_array { /* typedef'd in oc_core.h */
     char wb_error[400]; /* the last failed write-back under pressure, under `pg_lock` */
 };
 
-/* pager.c */
-extern pthread_mutex_t pg_lock;     /* arrays, unit states and flags, tables, moves, the queue */
-extern pthread_cond_t pg_idle_cond; /* broadcast when a job, an eviction or a write-back ends */
+/* pager.c: the descriptor, the arrays, the queue and the threads */
+typedef struct {
+    pg_array *a;
+    size_t unit;
+    int ahead;
+} pg_job;
+extern pthread_mutex_t pg_lock;      /* arrays, unit states and flags, tables, moves, the queue */
+extern pthread_mutex_t pg_life_lock; /* starting and stopping the threads */
+extern pthread_cond_t pg_work_cond;  /* a job was queued, or the threads are stopping */
+extern pthread_cond_t pg_idle_cond;  /* broadcast when a job, an eviction or a write-back ends */
+extern int pg_uffd;                  /* the userfaultfd, -1 while no array is registered */
+extern int pg_wake_fd;               /* an eventfd that wakes the reader to stop */
+extern uint64_t pg_features;         /* the features the descriptor was granted */
+extern pg_array *pg_arrays;          /* every array, newest first; pg_lock */
+extern int pg_narrays;
+extern pg_job *pg_queue; /* a ring of fills waiting for a worker; pg_lock */
+extern size_t pg_q_head, pg_q_len, pg_q_cap;
+extern int pg_stopping;
+extern uint64_t pg_fill_seq; /* stamps of fills, for the least recently filled */
 int pg_uffd_protect(char *p, size_t n, int on); /* write-protect (on) or not; 0 or errno; not
                                                   * for the reader thread */
+int pg_protect_once(char *p, size_t n, int on); /* one try: EAGAIN is the caller's (the reader) */
 void pg_eagain_pause(void); /* before an ioctl refused with EAGAIN is tried again */
-void pg_uffd_wake(char *p, size_t n); /* faults waiting in the range come again */
+void pg_wake_range(char *p, size_t n);      /* faults waiting in the range come again */
+void pg_uffd_wake(char *p, size_t n); /* the same, and nothing while no descriptor is open */
+int pg_enqueue(pg_array *a, size_t unit, int ahead); /* pg_lock held; 0 or -1 */
+pg_array *pg_find(uintptr_t addr); /* the array holding addr, or NULL; pg_lock held */
+int pg_can_poison(void);
+int pg_start_threads(void); /* pg_life_lock held; 0 or errno */
+void pg_stop_threads(void); /* pg_life_lock held */
+int pg_register_range(pg_array *a);
 
 /* The bytes of unit u (the last unit may be short). */
 static inline size_t unit_len(pg_array *a, size_t u)
@@ -101,11 +129,19 @@ static inline size_t unit_len(pg_array *a, size_t u)
     return a->map_bytes - start < a->unit_bytes ? a->map_bytes - start : a->unit_bytes;
 }
 
-/* pager.c, for pager_errors.c: units that cannot be filled */
-int pg_uffd_fd(void);
-pg_array *pg_find(uintptr_t addr);
-pg_array *pg_first_array(void);
-int pg_can_poison(void);
+/* pager_reader.c */
+void *pg_reader_main(void *arg);
+/* pager_fill.c */
+void *pg_worker_main(void *arg);
+/* pager_evict.c: the budget */
+void pg_force_count(oc_node *n, int64_t bytes); /* counted even over the budget */
+void pg_charge(pg_array *a, size_t bytes);     /* counted, room made by dropping units */
+size_t pg_evict_lru(oc_node *node, size_t want, pg_array *only);
+size_t pg_write_back_lru(oc_node *node, size_t want);
+void pg_ring_push(pg_array *a, size_t u);
+/* pager_arrays.c */
+void pg_array_free(pg_array *a);
+int pg_withdraw(pg_array *a);
 /* pager_errors.c */
 extern atomic_int pg_failures_seen;
 void pg_errors_arm(int can_poison);

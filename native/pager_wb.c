@@ -1,17 +1,18 @@
 /*
- * How a chunk-backed array's written units get back to their store (pager.c's write-back):
+ * How a chunk-backed array's written units get back to their store (the pager's write-back):
  *
  *  - r+ arrays over zarr chunk files, and compressed spill, are written back natively, with no
  *    Python: pg_write_back_unit encodes the unit's chunks (writeback.c: each chunk whole, a new
- *    file renamed over the old; zspill.c's file for spill).  pager.c calls it from its workers
- *    under budget pressure (evict_lru, write_back_lru) and from oc_pager_spill_again; flush()
+ *    file renamed over the old; zspill.c's file for spill).  The pager's workers call it under
+ *    budget pressure (pager_evict.c: pg_evict_lru, pg_write_back_lru), and
+ *    oc_pager_spill_again (pager_spill.c) calls it too; flush()
  *    calls oc_pager_write_back on Python's threads without the GIL.
  *  - r+ arrays over HDF5 have no native writer: HDF5 decides where a rewritten chunk goes, so
  *    h5py must write it, from Python (oc_pager_begin_writeback, the store's write, then
  *    oc_pager_end_writeback or oc_pager_abort_writeback).  Under budget pressure their dirty
- *    units stay resident (pager.c never picks them), over the budget until flush().  While the
- *    store rewrites a chunk, fills of it copy the new bytes (oc_pager_move_begin) until the
- *    chunk's new place is known (oc_pager_move_end).
+ *    units stay resident (pager_evict.c never picks them), over the budget until flush().
+ *    While the store rewrites a chunk, fills of it copy the new bytes (oc_pager_move_begin)
+ *    until the chunk's new place is known (oc_pager_move_end).
  *
  * Either way the writer holds the unit's F_WB flag, one writer at a time: the unit is made
  * clean and write-protected before it is copied out (a write meanwhile makes it dirty again),
@@ -280,7 +281,7 @@ void pg_note_write_back(pg_array *a, int err, const char *msg)
 
 /* Python's part, once, before any write: how the store encodes its chunks.  Only an r+ array
  * over chunk files of its own (zarr: no shared fd) gets the native writer; from then on its
- * dirty units are also written back under budget pressure (evict_lru).  1 when it has it. */
+ * dirty units are also written back under budget pressure (pg_evict_lru).  1 when it has it. */
 int oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode)
 {
     pthread_mutex_lock(&pg_lock);

@@ -6,6 +6,8 @@
  * that is not enough places the new block on disk.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_spill.h"
 
 #include <fcntl.h>
 #include <stdlib.h>

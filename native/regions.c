@@ -11,6 +11,7 @@
  * loop, the feed and ingestion empties it (oc_scratch_release).
  */
 #include "oc_core.h"
+#include "oc_regions.h"
 
 #include <errno.h>
 #include <string.h>

@@ -5,9 +5,12 @@
  * buffers this size in a thread's arena (glibc raises its mmap threshold to the size of the
  * last large block freed, and each thread has an arena), and a process that decoded chunks
  * on 16 threads kept well over 100 MiB that no manager counted.  Every byte is counted here
- * (`scratch_bytes()` in Python), and oc_scratch_release() hands back what idle threads hold.
+ * (`scratch_bytes()` in Python), and oc_scratch_release() (chunks.c) hands back what idle
+ * threads hold.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_chunks.h"
 
 #include <sys/mman.h>
 
@@ -66,9 +69,3 @@ void oc_scratch_drop(char **buf, size_t *size)
 }
 
 long long oc_scratch_bytes(void) { return atomic_load(&oc_scratch_total); }
-
-void oc_scratch_release(void)
-{
-    oc_chunk_states_release();
-    oc_region_cache_trim(0);
-}

@@ -1,11 +1,11 @@
-/* Reading a chunk's stored bytes from its source: pread from a file, or a copy out of memory
- * (see oc_source.h). */
+/* Reading a chunk's stored bytes from its source: from a file (files.c's read loop), or a copy
+ * out of memory (see oc_source.h). */
 #include "oc_source.h"
+#include "oc_files.h"
 
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 int oc_source_read(const oc_source *src, char *dst, size_t n, int64_t offset, size_t *got)
 {
@@ -24,21 +24,7 @@ int oc_source_read(const oc_source *src, char *dst, size_t n, int64_t offset, si
         }
         return 0;
     }
-    while (*got < n) {
-        ssize_t r = pread(src->fd, dst + *got, n - *got, (off_t)(offset + (int64_t)*got));
-        if (r < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return -1;
-        }
-        if (r == 0) {
-            errno = EIO;
-            return -1;
-        }
-        *got += (size_t)r;
-    }
-    return 0;
+    return oc_pread_all(src->fd, dst, n, offset, got) == 0 ? 0 : -1;
 }
 
 int64_t oc_source_rest(const oc_source *src, int64_t offset)

@@ -2,10 +2,8 @@
  * Same-address spill: a region's data pages are written to a private temporary file and the
  * file is mapped over the same address range (MAP_FIXED), so every ndarray keeps its pointer
  * and RAM is released; unspill copies the data into fresh anonymous pages and moves them into
- * place with mremap.  Space is reserved with posix_fallocate before any page of a file mapping
- * is written, so a full disk is an error code here, never SIGBUS later.  Files are created
- * with O_TMPFILE (never named) or, where the file system lacks it, created 0600 and unlinked
- * at once, so nothing is left behind after a crash.
+ * place with mremap.  The files and their space come from files.c: reserved before any page
+ * of a file mapping is written, so a full disk is an error code here, never SIGBUS later.
  *
  * Concurrent writes: while pages move, writers wait (moves.c), so no write is lost.
  *
@@ -15,169 +13,16 @@
  * writes (a shared mapping would hand them over); bringing data back into RAM reads the file.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_files.h"
+#include "oc_spill.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <unistd.h>
-
-atomic_int_fast64_t oc_spill_limit = -1;
-atomic_int_fast64_t oc_spill_used = 0;
-
-static pthread_mutex_t dir_mutex = PTHREAD_MUTEX_INITIALIZER;
-static char spill_dir[PATH_MAX] = "/tmp";
-
-int oc_set_spill_dir(const char *path)
-{
-    if (strlen(path) >= sizeof(spill_dir)) {
-        return ENAMETOOLONG;
-    }
-    pthread_mutex_lock(&dir_mutex);
-    strcpy(spill_dir, path);
-    pthread_mutex_unlock(&dir_mutex);
-    return 0;
-}
-
-/* ---- disk space accounting against max_spill_bytes ---- */
-
-int oc_disk_reserve(size_t bytes)
-{
-    int64_t limit = atomic_load(&oc_spill_limit);
-    int64_t now = atomic_fetch_add(&oc_spill_used, (int64_t)bytes) + (int64_t)bytes;
-    if (limit >= 0 && now > limit) {
-        atomic_fetch_sub(&oc_spill_used, (int64_t)bytes);
-        return ENOSPC;
-    }
-    return 0;
-}
-
-void oc_disk_unreserve(size_t bytes) { atomic_fetch_sub(&oc_spill_used, (int64_t)bytes); }
-
-static int open_file(size_t bytes);
-static int write_all(int fd, const char *data, size_t bytes, uint64_t offset);
-
-/* Small files get their space by writing zeros: the file system reserves the blocks at
- * write() (a full disk is ENOSPC there, as with posix_fallocate), at a sixth of the cost of
- * posix_fallocate on ext4 (35 us against 230 us for 8 KiB, BENCHMARKS.md), which matters
- * when every array of a page or more is placed on disk (location="mmap"). */
-#define ZEROED_FILE_MAX_BYTES ((size_t)256 << 10)
-static const char zeros[ZEROED_FILE_MAX_BYTES];
-
-int oc_reserve_zeros(int fd, uint64_t offset, size_t bytes)
-{
-    for (size_t done = 0; done < bytes;) {
-        size_t step = bytes - done < sizeof(zeros) ? bytes - done : sizeof(zeros);
-        int err = write_all(fd, zeros, step, offset + done);
-        if (err) {
-            return err;
-        }
-        done += step;
-    }
-    return 0;
-}
-
-/* An unnamed temporary file with `bytes` of space reserved, counted against max_spill_bytes;
- * -errno on failure (nothing counted then).  A caller that fails later unreserves. */
-int oc_open_reserved_file(size_t bytes)
-{
-    int reserved = oc_disk_reserve(bytes);
-    if (reserved) {
-        return -reserved;
-    }
-    int fd = open_file(bytes);
-    if (fd < 0) {
-        oc_disk_unreserve(bytes);
-    }
-    return fd;
-}
-
-/* Every large on-disk region and arena holds a descriptor (fork and unspill need its file):
- * past the soft limit, go up to the hard one, and where the process may, raise the hard one to
- * the kernel's ceiling (fs.nr_open). */
-static int raise_file_limit(void)
-{
-    struct rlimit r;
-    if (getrlimit(RLIMIT_NOFILE, &r) != 0) {
-        return 0;
-    }
-    rlim_t ceiling = r.rlim_max;
-    FILE *f = fopen("/proc/sys/fs/nr_open", "r");
-    if (f != NULL) {
-        unsigned long long n;
-        if (fscanf(f, "%llu", &n) == 1 && n > ceiling) {
-            ceiling = (rlim_t)n;
-        }
-        fclose(f);
-    }
-    if (r.rlim_cur >= ceiling) {
-        return 0;
-    }
-    struct rlimit wanted = {.rlim_cur = ceiling, .rlim_max = ceiling};
-    if (setrlimit(RLIMIT_NOFILE, &wanted) == 0) {
-        return 1;
-    }
-    if (r.rlim_cur >= r.rlim_max) {
-        return 0;
-    }
-    r.rlim_cur = r.rlim_max;
-    return setrlimit(RLIMIT_NOFILE, &r) == 0;
-}
-
-int oc_open_unnamed_file(void)
-{
-    char path[PATH_MAX + 32];
-    pthread_mutex_lock(&dir_mutex);
-    snprintf(path, sizeof(path), "%s", spill_dir);
-    pthread_mutex_unlock(&dir_mutex);
-    int fd = open(path, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EMFILE && raise_file_limit()) {
-        fd = open(path, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    }
-    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-        size_t n = strlen(path);
-        snprintf(path + n, sizeof(path) - n, "/spill-XXXXXX");
-        fd = mkostemp(path, O_CLOEXEC); /* mode 0600 */
-        if (fd >= 0) {
-            unlink(path);
-        }
-    }
-    return fd < 0 ? -errno : fd;
-}
-
-static int open_file(size_t bytes)
-{
-    int fd = oc_open_unnamed_file();
-    if (fd < 0) {
-        return fd;
-    }
-    int err = bytes <= ZEROED_FILE_MAX_BYTES ? oc_reserve_zeros(fd, 0, bytes) : posix_fallocate(fd, 0, (off_t)bytes);
-    if (err != 0) {
-        close(fd);
-        return -err;
-    }
-    return fd;
-}
-
-static int write_all(int fd, const char *data, size_t bytes, uint64_t offset)
-{
-    size_t done = 0;
-    while (done < bytes) {
-        ssize_t n = pwrite(fd, data + done, bytes - done, (off_t)(offset + done));
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return errno;
-        }
-        done += (size_t)n;
-    }
-    return 0;
-}
 
 /* ---- where a region's data goes on disk: a slot of the heap file, or a file of its own ---- */
 
@@ -195,7 +40,7 @@ static int take_space(size_t bytes, int *fd, uint64_t *offset, int *heap)
     }
     else {
         *offset = 0;
-        *fd = open_file(bytes);
+        *fd = oc_open_file(bytes);
         err = *fd < 0 ? -*fd : 0;
     }
     if (err) {
@@ -318,7 +163,7 @@ int oc_spill_block(oc_header *h)
     }
     oc_guard guard;
     oc_guard_out_begin(&guard, data, bytes);
-    err = write_all(fd, data, bytes, offset);
+    err = oc_pwrite_all(fd, data, bytes, offset);
     /* A file of its own is synced: the data is on disk when spill returns.  Heap slots are
      * small and share a file whose sync would wait for every other slot too. */
     if (!err && !heap && fdatasync(fd) != 0) {
@@ -451,23 +296,14 @@ int oc_drop_disk_pages(void)
 
 /* ---- fork ---- */
 
-int oc_make_private(char *data, size_t bytes, int fd, uint64_t offset)
-{
-    void *p = mmap(data, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE, fd,
-                   (off_t)offset);
-    return p == MAP_FAILED ? errno : 0;
-}
-
 /* Before fork (registry locked by regions.c): on-disk regions become copy-on-write mappings of
  * their files in this process, and so in the child.  Writes before this point are in the file,
  * later ones in private pages of whichever process made them. */
 void oc_spill_atfork(int phase)
 {
     if (phase != OC_FORK_PREPARE) {
-        pthread_mutex_unlock(&dir_mutex);
         return;
     }
-    pthread_mutex_lock(&dir_mutex);
     for (oc_header *h = oc_registry_first(); h != NULL; h = oc_registry_next(h)) {
         unsigned flags = atomic_load(&h->flags);
         if ((flags & OC_FLAG_ON_DISK) && !(flags & OC_FLAG_COW) &&

@@ -18,6 +18,10 @@
  * atomic counters.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_files.h"
+#include "oc_spill.h"
+#include "oc_workspace.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -194,16 +198,18 @@ void oc_workspace_block_freed(oc_header *h, oc_node *owner)
     }
 }
 
-/* The handler's entry for workspace nodes.  Sets *handled to 0 when the allocation should take
- * the ordinary path (no cycle running, or bypass mode). */
+/* The handler's entry for workspace nodes.  Sets *handled to OC_WS_ORDINARY when the
+ * allocation should take the ordinary path (no cycle running, or bypass mode), to OC_WS_OUTSIDE
+ * when it is the cycle's but does not go in the arena: the handler makes it the ordinary way
+ * and hands it to oc_workspace_outside. */
 void *oc_workspace_alloc(oc_node *node, size_t size, int zero, int *handled)
 {
     oc_workspace *w = node->workspace;
     if (!atomic_load_explicit(&w->in_cycle, memory_order_relaxed) || w->mode == OC_WS_MODE_BYPASS) {
-        *handled = 0;
+        *handled = OC_WS_ORDINARY;
         return NULL;
     }
-    *handled = 1;
+    *handled = OC_WS_DONE;
     size_t need = align_up(OC_HEADER_BYTES + size, ARENA_ALIGN);
     w->cycle_requested += need;
     oc_chunk *c = w->chunk;
@@ -240,15 +246,18 @@ void *oc_workspace_alloc(oc_node *node, size_t size, int zero, int *handled)
             w->spilled_allocations++; /* an arena exists but is full */
         }
     }
-    void *data = oc_alloc_external(node, size, zero);
-    if (data != NULL) {
-        oc_header *h = oc_header_of(data);
-        h->cycle = atomic_load(&w->cycle);
-        atomic_fetch_or(&h->flags, OC_FLAG_CYCLE_EXTERNAL);
-        atomic_fetch_add(&w->external_live, 1);
-        w->external_allocations++;
-    }
-    return data;
+    *handled = OC_WS_OUTSIDE;
+    return NULL;
+}
+
+/* A block of the cycle made outside the arena (OC_WS_OUTSIDE). */
+void oc_workspace_outside(oc_node *node, oc_header *h)
+{
+    oc_workspace *w = node->workspace;
+    h->cycle = atomic_load(&w->cycle);
+    atomic_fetch_or(&h->flags, OC_FLAG_CYCLE_EXTERNAL);
+    atomic_fetch_add(&w->external_live, 1);
+    w->external_allocations++;
 }
 
 /* ---- cycles, driven from Python ---- */

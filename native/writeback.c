@@ -12,6 +12,9 @@
  * directory (zarr v3's c/0/...) is made when it is missing.
  */
 #include "oc_core.h"
+#include "oc_files.h"
+#include "oc_chunks.h"
+#include "oc_codecs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,22 +44,6 @@ static int make_dirs(char *dir)
         return err;
     }
     return mkdir(dir, 0777) == 0 || errno == EEXIST ? 0 : errno;
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) {
-            continue;
-        }
-        if (w <= 0) {
-            return w < 0 ? errno : EIO;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
 }
 
 /* Replace the file at path by n bytes of data, whole or not at all; 0 or errno, with what
@@ -100,7 +87,7 @@ static int replace_file(const char *path, const char *data, size_t n, int mode, 
         err = errno;
         *what = "setting the new file's mode";
     }
-    else if ((err = write_all(fd, data, n)) != 0) {
+    else if ((err = oc_write_all(fd, data, n)) != 0) {
         *what = "writing the new chunk";
     }
     if (close(fd) != 0 && err == 0) {

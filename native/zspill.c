@@ -20,6 +20,10 @@
  * brought back, or with the process.
  */
 #include "oc_core.h"
+#include "oc_regions.h"
+#include "oc_files.h"
+#include "oc_spill.h"
+#include "oc_pager.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,55 +34,9 @@
 #include <unistd.h>
 
 #define ZS_UNIT_BYTES ((size_t)1 << 20)
-#define ZS_LEVEL 1
 #define ZS_MAX_THREADS 8
 
 atomic_int oc_zspill_enabled;
-
-static int write_all(int fd, const char *data, size_t bytes, uint64_t offset)
-{
-    for (size_t done = 0; done < bytes;) {
-        ssize_t n = pwrite(fd, data + done, bytes - done, (off_t)(offset + done));
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return errno;
-        }
-        if (n == 0) {
-            return ENOSPC;
-        }
-        done += (size_t)n;
-    }
-    return 0;
-}
-
-/* Encodes n bytes of src as one chunk appended to fd: entry = (0, offset, stored bytes).  The
- * bytes are counted against max_spill_bytes (the whole file, released when it is closed). */
-int oc_zs_encode_append(int fd, atomic_llong *file_end, const char *src, size_t n, int64_t entry[3])
-{
-    char *packed;
-    size_t m;
-    int err = oc_zstd_pack_shuffled(src, n, ZS_LEVEL, &packed, &m);
-    if (err) {
-        return err;
-    }
-    if ((err = oc_disk_reserve(m)) != 0) {
-        oc_zstd_pack_done();
-        return err;
-    }
-    long long at = atomic_fetch_add(file_end, (long long)m);
-    /* a write to a full disk fails here with ENOSPC (no file mapping: never SIGBUS) */
-    err = write_all(fd, packed, m, (uint64_t)at);
-    oc_zstd_pack_done();
-    if (err != 0) {
-        return err;
-    }
-    entry[0] = 0;
-    entry[1] = at;
-    entry[2] = (int64_t)m;
-    return 0;
-}
 
 typedef struct {
     const char *data;

@@ -97,7 +97,7 @@ _libraries_loaded = False
 
 
 def _native_codec(codec: Any, crc32c: bool, blosc: BloscExpected) -> int | None:
-    """The native reader's number for a chunk codec (oc_core.h), or None where only Python
+    """The native reader's number for a chunk codec (oc_codecs.h), or None where only Python
     decodes it."""
     _load_libraries()
     if codec is None:

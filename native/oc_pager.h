@@ -1,0 +1,56 @@
+/*
+ * The pager's public API (pager*.c): chunk-backed ndarrays, whose pages are filled on touch
+ * through userfaultfd, and compressed spill's borrowed ranges.  Its insides are pager_int.h.
+ */
+#ifndef OC_PAGER_H
+#define OC_PAGER_H
+
+#include "oc_core.h"
+
+/* pager.c: chunk-backed ndarrays (pages filled on touch through userfaultfd) */
+int oc_pager_check(int *write_protect, int *spill_ok); /* 0, or the errno of opening a kernel-mode uffd */
+/* compressed spill (zspill.c) borrows the pager for a manager's region */
+int oc_pager_adopt(pg_array **out, char *data, size_t bytes, int fd, int64_t *table, long long file_end,
+                   long long stored, size_t unit_bytes, oc_node *node);
+void oc_pager_disown(pg_array *a, int keep_pages);
+int oc_pager_fill_all(pg_array *a);
+long long oc_pager_spill_again(pg_array *a, int *err);
+long long oc_pager_stored_bytes(pg_array *a);
+size_t oc_pager_discard(pg_array *a, int fresh_file); /* dead contents dropped (pager_spill.c) */
+/* pager_spill.c: one unit encoded and appended to fd, entry = (0, offset, stored bytes) */
+int oc_zs_encode_append(int fd, atomic_llong *file_end, const char *src, size_t n, int64_t entry[3]);
+int oc_pager_is_own(pg_array *a);
+void oc_pager_set_node(pg_array *a, oc_node *node);
+int oc_pager_create(pg_array **out, char **paths, int npaths, int64_t *table, size_t nchunks,
+                    int codec, size_t chunk_bytes, size_t data_bytes, size_t unit_bytes,
+                    char *fill, size_t fill_n, int writable, oc_node *node, int readahead, int fd);
+void oc_pager_destroy(pg_array *a);
+char *oc_pager_base(pg_array *a);
+size_t oc_pager_data_bytes(pg_array *a);
+int oc_pager_writable(pg_array *a);
+void oc_pager_stats(pg_array *a, long long out[12]);
+const char *oc_pager_error(pg_array *a);
+size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n);
+int oc_pager_begin_writeback(pg_array *a, size_t u);
+void oc_pager_end_writeback(pg_array *a, size_t u);
+void oc_pager_abort_writeback(pg_array *a, size_t u);
+/* A chunk being rewritten by its store (which may move it in its file): fills of it copy
+ * these bytes until the move ends with its new table entry. */
+uint64_t oc_pager_move_begin(pg_array *a, size_t chunk, const char *data, size_t n);
+int oc_pager_move_end(pg_array *a, uint64_t id, const int64_t entry[3]);
+size_t oc_pager_trim(pg_array *a);
+void oc_pager_prefetch(pg_array *a, size_t first, size_t last);
+void oc_pager_atfork(int phase);
+/* pager_errors.c: a unit that cannot be filled raises in the Python thread that touched it */
+int oc_pager_errors_init(void); /* GIL held, before the pager is used: 0, or -1 with an exception */
+void oc_pager_take_fault(char *out, size_t n);
+extern atomic_int oc_pager_threads;
+/* r+ arrays over zarr chunk files: dirty units are written back natively (writeback.c), under
+ * budget pressure and by flush(), each chunk whole (pager_wb.c).  r+ arrays over HDF5 are
+ * written by their store, from Python: begin, the store's write, end or abort. */
+int oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode);
+int oc_pager_native_writeback(pg_array *a);
+int oc_pager_write_back(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n);
+void oc_pager_writeback_error(pg_array *a, char *out, size_t n);
+
+#endif
