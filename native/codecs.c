@@ -313,8 +313,8 @@ int oc_crc32c_check(const char *src, size_t n, char *err, size_t err_n)
 #define BLOSC_MAX_TYPESIZE 255
 
 /* Check a blosc header against what was read (n bytes), the chunk's size and what the codec
- * says was written; 0, or -1 with a message.  The same checks as _zarr_layout.py's
- * _check_blosc_frame. */
+ * says was written; 0, or -1 with a message.  The same checks as _check_blosc_frame in
+ * oocarray/_storage/_zarr/_layout.py. */
 static int blosc_header_ok(int codec, const unsigned char *h, size_t n, size_t chunk_n, char *err,
                            size_t err_n)
 {

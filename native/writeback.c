@@ -2,10 +2,11 @@
  * Writing chunks of a chunk-backed zarr array back to their files, without the GIL (pager.c
  * calls this from its worker threads under budget pressure, and from flush()).
  *
- * Each chunk is written whole or not at all, as the Python writer does (_zarr.py): its stored
- * bytes (raw, or one zstd frame at the store's level, with a checksum when the store's codec
- * says so; then a CRC-32C when the chain ends with zarr's crc32c codec) go to a new file beside the chunk's (created with O_EXCL, then given the mode the
- * store's own files get), which is renamed over the chunk's file.  A reader, or a process
+ * Each chunk is written whole or not at all, as the Python writer does
+ * (oocarray/_storage/_zarr/_store.py): its stored bytes (raw, or one zstd frame at the store's
+ * level, with a checksum when the store's codec says so; then a CRC-32C when the chain ends with
+ * zarr's crc32c codec) go to a new file beside the chunk's (created with O_EXCL, then given the
+ * mode the store's own files get), which is renamed over the chunk's file.  A reader, or a process
  * killed meanwhile, sees the old chunk or the new one, never a mix; a failed write (ENOSPC)
  * leaves the old chunk and removes the new file.  Like the Python writer, no fsync.  The last
  * chunk is stored whole, the rows past the array's end holding the fill value; a chunk's
