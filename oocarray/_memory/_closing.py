@@ -16,7 +16,7 @@ from oocarray._memory import _events
 from oocarray._memory._activation import nearest_open
 from oocarray._memory._escapes import describe_escapes
 from oocarray._memory._policies import LOCATIONS, SPILL_POLICIES
-from oocarray._memory._refusals import collect_garbage_throttled
+from oocarray._memory._refusals import collect_garbage
 from oocarray._memory._registry import tree_lock
 from oocarray._memory._stats import escapes_of_closed, prune_children
 from oocarray._memory._units import format_bytes
@@ -42,7 +42,9 @@ def close_manager(manager: Any, *, raise_leaks: bool) -> None:
         _become_ghost(manager)
         escaped, escaped_bytes = escapes_of_closed(manager)
         if escaped and manager._on_close == "raise":
-            collect_garbage_throttled()
+            # About to raise: arrays only garbage in reference cycles holds are no escapes,
+            # whenever the last collection ran (a throttled one made the error depend on time).
+            collect_garbage()
             escaped, escaped_bytes = escapes_of_closed(manager)
         if escaped and manager._on_close == "spill":
             manager._spill_subtree(skip_kept=True)

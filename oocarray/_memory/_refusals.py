@@ -4,7 +4,8 @@ The path, in the order it runs (read this module top to bottom to follow it):
 
 1. **Before refusing**, the native handler (``native/alloc.c``) calls
    :func:`relieve_pressure`: one garbage collection, throttled by
-   :func:`collect_garbage_throttled` (closing a manager uses it too, before reporting escapes).
+   :func:`collect_garbage_throttled` (closing a manager with ``on_close="raise"`` collects in full,
+   unthrottled, before it reports escapes).
    Under a ``spill="fail"`` policy it also snapshots the tree as it is now, for the message.
 2. **When placing the array on disk fails** instead, the handler calls
    :func:`note_disk_refusal`, which records the free space and the tree at that moment.
@@ -57,6 +58,7 @@ from oocarray.errors import (
 __all__ = [
     "DiskRefusal",
     "budget_message",
+    "collect_garbage",
     "collect_garbage_throttled",
     "disk_refusal_at_failure",
     "install",
@@ -80,6 +82,16 @@ GC_TIME_FACTOR = 10.0
 _next_allowed = 0.0
 
 
+def collect_garbage() -> None:
+    """A full collection.  Finalizers it runs allocate outside the active manager (the one
+    under pressure, or closing)."""
+    previous = _native.set_handler(None)
+    try:
+        gc.collect()
+    finally:
+        _native.set_handler(previous)
+
+
 def collect_garbage_throttled() -> bool:
     """Collect garbage unless a collection ran too recently; whether it ran."""
     global _next_allowed
@@ -87,12 +99,7 @@ def collect_garbage_throttled() -> bool:
     if start < _next_allowed:
         return False
     _next_allowed = start + GC_MIN_INTERVAL_S  # no other thread starts one meanwhile
-    # Finalizers run by the collection allocate outside the manager that is under pressure.
-    previous = _native.set_handler(None)
-    try:
-        gc.collect()
-    finally:
-        _native.set_handler(previous)
+    collect_garbage()
     end = time.monotonic()
     _next_allowed = end + max(GC_MIN_INTERVAL_S, GC_TIME_FACTOR * (end - start))
     return True
