@@ -109,7 +109,9 @@ int oc_read_jobs(const int64_t *jobs, int64_t n, const oc_source *sources, char 
         oc_pool_run(run_jobs, &run, n < threads ? (int)n : threads);
     }
     pthread_mutex_destroy(&run.lock);
-    qsort(run.failed, (size_t)run.nfailed, sizeof *run.failed, by_job);
+    if (run.nfailed > 1) { /* qsort takes no null array, even of nothing */
+        qsort(run.failed, (size_t)run.nfailed, sizeof *run.failed, by_job);
+    }
     *failed = run.failed;
     *nfailed = run.nfailed;
     return run.lost > 0 ? -1 : 0;

@@ -181,6 +181,9 @@ def environment(kind: str, site: Path) -> dict[str, str]:
                 # take it first and report it.
                 "handle_sigbus=0",
                 "print_summary=1",
+                # Reports go to files too: pytest captures a test's stderr, and a report that
+                # halts the run would be lost with it (the run only exits 1).
+                f"log_path={ROOT / 'build' / 'sanitize-asan' / 'report'}",
             ]
         )
         env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
@@ -230,7 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         # (vm.mmap_rnd_bits=32 on recent kernels) can overlap it, so run without ASLR.
         command = ["setarch", os.uname().machine, "-R", *command]
     print("sanitize:", " ".join(command), flush=True)
-    return subprocess.run(command, cwd=ROOT, env=environment(kind, site), check=False).returncode
+    reports = ROOT / "build" / f"sanitize-{kind}"
+    for old in reports.glob("report.*"):
+        old.unlink()
+    code = subprocess.run(command, cwd=ROOT, env=environment(kind, site), check=False).returncode
+    for report in sorted(reports.glob("report.*")):
+        print(f"sanitize: a report in {report}", flush=True)
+    return code
 
 
 if __name__ == "__main__":

@@ -184,12 +184,12 @@ class ChunkRead:
                 buffer = scratch_set(1, self._chunk_shape, self._dtype, "runner")[0]
                 for i, reason in failed:
                     self._run_python(i, buffer, reason)
-        finally:
+        finally:  # emptied in place: a thread's read of an array is kept for its next read
             self._buffers.clear()
-            self._sources = []
-            self._source_numbers = {}
-            self._table = array.array("q")
-            self._chunks = []
+            self._sources.clear()
+            self._source_numbers.clear()
+            del self._table[:]
+            self._chunks.clear()
             self._wanted = 0
 
     def _fill(self, i: int) -> None:
