@@ -240,10 +240,17 @@ class TestStoreContract:
         x = fmt.open(fmt.write(tmp_path, BIG, BIG_ROWS))
         with oc.Manager(max_bytes="1M") as m:
             view = x.as_ndarray()
+            # A fill is counted before it evicts, and goes in over the budget when every other
+            # resident unit is being filled (read-ahead): one unit over per fill running at
+            # once (one per pager worker; the pager's threads are its reader and its workers),
+            # for a moment, at most.
+            unit = x.paging_stats()[0]["unit_bytes"]
+            view.sum()  # the pager's threads are started
+            unit *= max(1, _native.pager_threads() - 1)
             for _ in range(2):  # the second pass refills what the first dropped
                 for i in range(0, len(BIG), 512):
                     assert np.array_equal(view[i : i + 512], BIG[i : i + 512])
-                    assert x.paging_stats()[0]["resident_bytes"] <= 1 << 20
+                    assert x.paging_stats()[0]["resident_bytes"] <= (1 << 20) + unit
             stats = x.paging_stats()[0]
             assert stats["evictions"] > 0 and stats["fills"] > 2 * 32 - 8
             assert m.stats().peak_bytes <= (1 << 20) + 512 * BIG.shape[1] * BIG.itemsize
