@@ -47,13 +47,14 @@ static PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
     oc_source *sources = PyMem_Calloc((size_t)(nsrc ? nsrc : 1), sizeof *sources);
     char **dests = PyMem_Calloc((size_t)(ndst ? ndst : 1), sizeof *dests);
     char *held = PyMem_Calloc((size_t)(nsrc ? nsrc : 1), 1); /* which src_views are held */
+    PyObject **encoded = PyMem_Calloc((size_t)(nsrc ? nsrc : 1), sizeof *encoded); /* paths */
     char *absent = PyMem_Calloc((size_t)(n > 0 ? n : 1), 1);
     Py_ssize_t dst_held = 0;
     oc_read_failure *failed = NULL;
     int64_t nfailed = 0;
     PyObject *result = NULL;
     if (src_views == NULL || dst_views == NULL || sources == NULL || dests == NULL ||
-        held == NULL || absent == NULL) {
+        held == NULL || encoded == NULL || absent == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -66,10 +67,12 @@ static PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
     for (Py_ssize_t i = 0; i < nsrc; i++) {
         PyObject *s = PyList_GET_ITEM(sources_list, i);
         if (PyUnicode_Check(s)) {
-            const char *path = PyUnicode_AsUTF8(s); /* kept by the list for the call */
-            if (path == NULL) {
+            /* in the file system's encoding, as os.open takes it (a name that is no UTF-8 too) */
+            encoded[i] = PyUnicode_EncodeFSDefault(s);
+            if (encoded[i] == NULL) {
                 goto done;
             }
+            const char *path = PyBytes_AS_STRING(encoded[i]);
             sources[i] = (oc_source){.fd = -1, .path = path, .mem = NULL, .mem_len = 0};
             continue;
         }
@@ -155,6 +158,10 @@ done:
             PyBuffer_Release(&src_views[i]);
         }
     }
+    for (Py_ssize_t i = 0; encoded != NULL && i < nsrc; i++) {
+        Py_XDECREF(encoded[i]);
+    }
+    PyMem_Free(encoded);
     free(failed);
     PyMem_Free(absent);
     PyMem_Free(held);
@@ -304,6 +311,17 @@ static PyObject *oc_py_h5_decode(PyObject *Py_UNUSED(m), PyObject *args)
     return out;
 }
 
+/* h5_masked(codec, mask) -> int: the codec without the steps a chunk's filter mask skips */
+static PyObject *oc_py_h5_masked(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    int codec;
+    unsigned mask;
+    if (!PyArg_ParseTuple(args, "iI", &codec, &mask)) {
+        return NULL;
+    }
+    return PyLong_FromLong(oc_h5_masked(codec, mask));
+}
+
 static PyObject *oc_py_zlib_available(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
     return PyBool_FromLong(oc_zlib_ready());
@@ -318,6 +336,7 @@ PyMethodDef oc_py_chunks_methods[] = {
     {"crc32c", oc_py_crc32c, METH_O, "crc32c(data) -> int: the CRC-32C of a buffer's bytes."},
     {"zstd_write", oc_py_zstd_write, METH_VARARGS, "Write one zstd frame of a buffer's bytes to a file, compressed without the GIL."},
     {"zlib_available", oc_py_zlib_available, METH_NOARGS, "Whether libz.so.1 could be loaded (HDF5 deflate chunks)."},
+    {"h5_masked", oc_py_h5_masked, METH_VARARGS, "h5_masked(codec, mask) -> int: an HDF5 codec without the filter steps a chunk's mask skips, as the pager applies it."},
     {"h5_decode", oc_py_h5_decode, METH_VARARGS, "h5_decode(codec, mask, stored, chunk_nbytes, skip, n) -> bytes: undo an HDF5 filter pipeline, as the pager does."},
     {NULL, NULL, 0, NULL},
 };

@@ -23,6 +23,7 @@ import numpy as np
 
 from oocarray._storage._base import Store, auto_chunks, check_dtype
 from oocarray._storage._hdf5_chunks import (
+    UNKNOWN,
     NativeChunks,
     NoNativePipeline,
     PagingLayout,
@@ -62,7 +63,6 @@ def _filter_chain(ds: h5py.Dataset) -> str:
     return "+".join(names) or "none"
 
 
-UNKNOWN = "unknown"  # a chunk's place after a write that failed: it may have moved
 # Watchers of chunk moves, per dataset (its identity): {key (weak): watcher}.  A watcher has
 # moving(key, blocks) -> token before a write and moved(key, token, places) after it.
 _watchers: dict[str, weakref.WeakKeyDictionary[Any, Any]] = {}
@@ -240,6 +240,9 @@ class HDF5Store(Store):
     def _native_chunks(self) -> NativeChunks | None:
         """The native reader of this dataset's chunks, where it can read them (made once);
         None: h5py reads them (see :mod:`._hdf5_chunks`)."""
+        if self._native is not None and self._native.stale:
+            self._native.close()  # a write moved chunks where it could not tell: look again
+            self._native, self._native_decided = None, False
         if not self._native_decided:
             self._native_decided = True
             try:
@@ -265,19 +268,26 @@ class HDF5Store(Store):
             key = tuple(o // n for o, n in zip(info.chunk_offset, chunks, strict=True))
             places[key] = (int(info.filter_mask), int(info.byte_offset), int(info.size))
 
-        self.ds.id.chunk_iter(place)
-        return NativeChunks(
-            path=self.path,
-            shape=self.shape,
-            chunks=chunks,
-            dtype=self.dtype,
-            fill_value=self.fill_value,
-            codec=codec,
-            codec_name=self.codec,
-            partial_unfiltered=bool(layout.partial_unfiltered),
-            places=places,
-            name=f"HDF5 dataset {self.dataset_name!r} in {self.path!r}",
-        )
+        with watch_lock():  # no write between the table and its watcher
+            # Another handle of this process may hold writes in HDF5's cache (HDF5 shares the
+            # file between them): written out, and placed, first.
+            self.file.flush()
+            self.ds.id.chunk_iter(place)
+            native = NativeChunks(
+                path=self.path,
+                shape=self.shape,
+                chunks=chunks,
+                dtype=self.dtype,
+                fill_value=self.fill_value,
+                codec=codec,
+                codec_name=self.codec,
+                partial_unfiltered=bool(layout.partial_unfiltered),
+                places=places,
+                guard=watch_lock,
+                name=f"HDF5 dataset {self.dataset_name!r} in {self.path!r}",
+            )
+            watch_chunks(self.identity, native, native.watcher)
+        return native
 
     def read_into(self, pieces: Sequence[ChunkPiece], out: np.ndarray) -> None:
         native = self._native_chunks() if self.memmap is None else None

@@ -8,12 +8,20 @@ fletcher32 in any order (``native/h5filters.c``).  A dataset with other filters,
 that is not exactly its dtype's bytes, or partial edge chunks stored in a way that cannot be
 told is read by h5py instead.  Only datasets opened read-only are read this way: HDF5 keeps
 writes of this process in its chunk cache, where the file's bytes do not show them yet.
+
+A write can move a chunk in the file, also while a dataset is open read-only in the same process
+(HDF5 shares one file between the handles of a process): each reader watches its dataset's
+writes through ``_hdf5.watch_chunks`` as the pager does, reads under the lock every such write
+holds, and learns each written chunk's new place once the writer has flushed the file.  Writes
+by other processes, or through h5py directly, are not seen.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -23,7 +31,9 @@ from oocarray._storage import _pool
 from oocarray._storage._indexing import ChunkPiece
 from oocarray._storage._reader import ChunkRead, scratch_set
 
-__all__ = ["NativeChunks", "NoNativePipeline", "PagingLayout", "native_pipeline"]
+__all__ = ["UNKNOWN", "NativeChunks", "NoNativePipeline", "PagingLayout", "native_pipeline"]
+
+UNKNOWN = "unknown"  # a chunk's place after a write that failed: it may have moved
 
 # HDF5's registered filter ids the native decoders undo, and their step numbers there.
 _STEPS = {1: _native.H5_DEFLATE, 2: _native.H5_SHUFFLE, 3: _native.H5_FLETCHER32}
@@ -75,25 +85,35 @@ def native_pipeline(layout: PagingLayout, dtype: np.dtype[Any]) -> tuple[int, in
     return codec, len(steps)
 
 
-def masked(codec: int, mask: int) -> int:
-    """``codec`` without the steps HDF5 skipped for one chunk (bit i of ``mask``: step i), as
-    the pager's decoder takes them (``oc_h5_masked`` in native/h5filters.c)."""
-    out = codec & ~(0xFFFF << 8)
-    kept = 0
-    for i in range(_native.H5_MAX_STEPS):
-        step = (codec >> (8 + 4 * i)) & 0xF
-        if step and not mask & (1 << i):
-            out |= step << (8 + 4 * kept)
-            kept += 1
-    return out
+class _Places:
+    """A dataset's chunk places, kept current by the writes of this process (the watcher
+    ``_hdf5.HDF5Store.write_blocks`` tells, under the watch lock and after flushing the file).
+    It holds no reference to its reader, which is its key among the watchers."""
+
+    def __init__(self, places: dict[tuple[int, ...], tuple[int, int, int]]) -> None:
+        self.places = places
+        self.lost = False  # a write whose chunks' places could not be learned
+
+    def moving(self, key: Any, blocks: Any) -> None:
+        return None
+
+    def moved(self, key: Any, token: Any, places: dict[tuple[int, ...], Any]) -> None:
+        for chunk, place in places.items():
+            if place == UNKNOWN:
+                self.lost = True
+            elif place is None:
+                self.places.pop(chunk, None)
+            else:
+                self.places[chunk] = place
 
 
 class NativeChunks:
     """Eager reads of one chunked dataset, opened read-only, by the native decoders.
 
     ``places`` gives, per chunk (its coordinates in the chunk grid), HDF5's (filter mask, byte
-    offset, stored size); a chunk it does not list was never written.  ``name`` names the
-    dataset in errors."""
+    offset, stored size); a chunk it does not list was never written.  ``guard()`` is the lock
+    every write of the dataset holds; the caller registers ``watcher`` for those writes.
+    ``name`` names the dataset in errors."""
 
     def __init__(
         self,
@@ -107,6 +127,7 @@ class NativeChunks:
         codec_name: str,
         partial_unfiltered: bool,
         places: dict[tuple[int, ...], tuple[int, int, int]],
+        guard: Callable[[], AbstractContextManager[Any]],
         name: str,
     ) -> None:
         self._path = path
@@ -118,9 +139,13 @@ class NativeChunks:
         self._all_steps = (1 << nsteps) - 1
         self._codec_name = codec_name
         self._partial_unfiltered = partial_unfiltered
-        self._places = places
+        self.watcher = _Places(places)
+        self._guard = guard
         self._name = name
-        self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._fd = fd
+        # Closed with this reader, or when it goes, where its store was never closed.
+        self._closer = weakref.finalize(self, os.close, fd)
 
     def _codec_of(self, chunk: tuple[int, ...], mask: int) -> int:
         mask &= self._all_steps
@@ -128,18 +153,31 @@ class NativeChunks:
             (c + 1) * n > s for c, n, s in zip(chunk, self._chunks, self._shape, strict=True)
         ):
             mask = self._all_steps  # a partial edge chunk HDF5 stored without its filters
-        return masked(self._codec, mask)
+        return _native.h5_masked(self._codec, mask)
+
+    @property
+    def stale(self) -> bool:
+        """A write moved chunks to places this reader could not learn: make a new one."""
+        return self.watcher.lost
 
     def read_into(self, pieces: Sequence[ChunkPiece], out: np.ndarray) -> None:
         """``out[p.out] = chunk[p.local]`` for every piece: chunks decoded on every core into
-        chunk-sized scratch buffers, a batch at a time, and copied from there."""
+        chunk-sized scratch buffers, a batch at a time, and copied from there; under the lock of
+        writes, so that none moves a chunk while its old bytes are read."""
         batch = max(1, min(len(pieces), 2 * _pool.workers()))
         scratch = scratch_set(batch, self._chunks, self._dtype, "hdf5")
+        with self._guard():
+            self._read_batches(pieces, out, batch, scratch)
+
+    def _read_batches(
+        self, pieces: Sequence[ChunkPiece], out: np.ndarray, batch: int, scratch: list[np.ndarray]
+    ) -> None:
+        places = self.watcher.places
         for start in range(0, len(pieces), batch):
             read = self._read()
             copies: list[tuple[np.ndarray, ChunkPiece]] = []
             for piece in pieces[start : start + batch]:
-                place = self._places.get(piece.chunk)
+                place = places.get(piece.chunk)
                 if place is None:
                     out[piece.out] = self._fill_value
                     continue
@@ -171,10 +209,8 @@ class NativeChunks:
         )
 
     def _where(self, chunk: tuple[int, ...]) -> str:
-        _, offset, size = self._places[chunk]
+        _, offset, size = self.watcher.places[chunk]
         return f"its {size} bytes at offset {offset} of the file"
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._closer()

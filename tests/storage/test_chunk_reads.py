@@ -4,14 +4,17 @@ native reader rejects."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
 import google_crc32c
+import h5py
 import numcodecs
 import numpy as np
 import pytest
@@ -229,6 +232,54 @@ def test_paths_are_opened_by_their_jobs_and_missing_files_come_back_apart(
     assert [i for i, _ in failed] == [2, 5] and all("directory" in why for _, why in failed)
     assert np.array_equal(dests[0], chunk.data) and np.array_equal(dests[3], chunk.data)
     assert (dests[1] == 7).all() and (dests[4] == 7).all()
+
+
+def test_an_array_read_from_threads_is_freed_with_its_last_reference(tmp_path: Path) -> None:
+    """Each thread keeps its chunk read of an array for the next read: that must not keep the
+    store alive (no reference cycle, so no wait for the garbage collector)."""
+    x = oc.create(tmp_path / "a.zarr", (100, 4), np.float32, chunks=(10, 4))
+    x[...] = 1.0
+    y = oc.open(tmp_path / "a.zarr")
+    threads = [threading.Thread(target=y.__getitem__, args=(slice(3, 40),)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert y[5].sum() == 4.0
+    store = weakref.ref(y._store)
+    gc.disable()
+    try:
+        del y
+        assert store() is None
+    finally:
+        gc.enable()
+
+
+def test_hdf5_arrays_never_closed_leave_no_file_open(tmp_path: Path) -> None:
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset(
+            "x", data=np.arange(512.0).reshape(64, 8), chunks=(8, 8), compression="gzip"
+        )
+    opened = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        x = oc.open(path)
+        assert x._store._native_chunks() is not None  # type: ignore[attr-defined]
+        assert x[9, 0] == 72.0
+        del x
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= opened
+
+
+def test_a_store_under_a_name_that_is_no_utf8(tmp_path: Path) -> None:
+    """Chunk files are opened by the native reader in the file system's encoding, as os.open
+    opens them."""
+    name = os.fsdecode(b"caf\xe9-\xff.zarr")  # undecodable bytes, kept as surrogates
+    x = oc.create(tmp_path / name, (64, 4), np.int32, chunks=(8, 4))
+    x[...] = np.arange(256, dtype=np.int32).reshape(64, 4)
+    y = oc.open(tmp_path / name)
+    assert np.array_equal(y[...], np.arange(256, dtype=np.int32).reshape(64, 4))
+    assert np.array_equal(y[9], [36, 37, 38, 39])
 
 
 def _pool_child(queue: multiprocessing.Queue[tuple[int, int, bool]]) -> None:

@@ -168,6 +168,32 @@ def test_eager_reads_follow_filter_masks_and_unfiltered_edge_chunks(tmp_path: Pa
     assert np.array_equal(edge[120:], read_hdf5(path, "edge")[120:])  # the unfiltered chunk
 
 
+def test_eager_reads_see_writes_of_this_process_through_another_store(tmp_path: Path) -> None:
+    """A dataset open read-only and for writing in one process (HDF5 shares the file): writes
+    through the writer, unflushed before the reader is made and moving chunks after it (gzip
+    chunks that grow), read back through the reader's native reads."""
+    path = tmp_path / "f.h5"
+    data = np.arange(512 * 8, dtype="<f8").reshape(512, 8)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data, chunks=(64, 8), compression="gzip")
+    writer = oc.open(path, mode="r+")
+    writer[64:128] = 7.0  # in HDF5's cache when the reader comes
+    reader = oc.open(path)
+    assert reader._store._native_chunks() is not None  # type: ignore[attr-defined]
+    data[64:128] = 7.0
+    assert np.array_equal(reader[...], data)
+    before = _places(path, "x")
+    noise = np.random.default_rng(3).standard_normal((128, 8)) * 1e6  # compresses far worse
+    writer[:128] = noise
+    data[:128] = noise
+    assert np.array_equal(reader[:200], data[:200])
+    assert np.array_equal(reader[...], data)
+    writer.close()
+    assert _places(path, "x") != before  # the chunks did move
+    assert np.array_equal(reader[...], data)
+    reader.close()
+
+
 def test_datasets_open_for_writing_or_with_other_filters_are_read_by_h5py(tmp_path: Path) -> None:
     path = tmp_path / "f.h5"
     data = sample((300, 8), "<f4", 3)

@@ -10,6 +10,7 @@ remote stores, writes into shards) goes through zarr-python.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -139,6 +140,18 @@ class _ChunkFiles:
         self._shards.clear()
 
 
+def _chunk_file(root: str, layout: Layout, chunk: tuple[int, ...]) -> str:
+    # Keys are made of integers and a validated separator: they cannot leave the root.
+    return root + os.sep + layout.key(chunk)
+
+
+def _describe(root: str, layout: Layout, chunk: tuple[int, ...]) -> str:
+    """The file a chunk's bytes come from, for error messages."""
+    if layout.shard is None:
+        return _chunk_file(root, layout, chunk)
+    return f"shard {_chunk_file(root, layout, layout.shard.locate(chunk)[0])}"
+
+
 def _open_or_none(path: str) -> int | None:
     try:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -227,16 +240,7 @@ class ZarrStore(Store):
 
     def _chunk_path(self, chunk: tuple[int, ...]) -> str:
         assert self._layout is not None
-        # Keys are made of integers and a validated separator: they cannot leave the root.
-        return self._root + os.sep + self._layout.key(chunk)
-
-    def _describe(self, chunk: tuple[int, ...]) -> str:
-        """The file a chunk's bytes come from, for error messages."""
-        layout = self._layout
-        assert layout is not None
-        if layout.shard is None:
-            return self._chunk_path(chunk)
-        return f"shard {self._chunk_path(layout.shard.locate(chunk)[0])}"
+        return _chunk_file(self._root, self._layout, chunk)
 
     # ---- reading ----
 
@@ -427,7 +431,9 @@ class ZarrStore(Store):
             dtype=layout.stored_dtype,
             array_name=repr(self.path),
             fill_value=self.fill_value,
-            describe=self._describe,
+            # Not a method of this store: each thread keeps its read, which must not keep the
+            # store alive in a reference cycle.
+            describe=functools.partial(_describe, self._root, layout),
         )
 
     # ---- writing ----
