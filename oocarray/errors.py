@@ -20,11 +20,13 @@ __all__ = [
     "CorruptChunkError",
     "MemoryBudgetError",
     "OOCArrayError",
+    "ObjectStoreError",
     "PagedChunkError",
     "PagingUnavailableError",
     "ReadOnlyError",
     "ScopeLeakError",
     "SpillError",
+    "StoreAccessError",
     "StoreExistsError",
     "StoreNotFoundError",
     "WorkspaceFullError",
@@ -104,6 +106,17 @@ class StoreNotFoundError(OOCArrayError, FileNotFoundError):
 class StoreExistsError(OOCArrayError, FileExistsError):
     """Something is already at the path an array was to be created at, and the mode does not
     allow replacing it (only ``mode="w"`` replaces, and only a zarr array)."""
+
+
+class ObjectStoreError(OOCArrayError, OSError):
+    """An object store (S3, GCS, Azure, HTTP) failed a request after its retries: the server
+    kept answering 5xx or throttling, the connection kept failing, or a body arrived
+    truncated.  The message names the URL without credentials."""
+
+
+class StoreAccessError(ObjectStoreError, PermissionError):
+    """An object store refused access (403, expired or missing credentials, requester-pays
+    bucket without ``requester_pays``); the message names the URL without credentials."""
 
 
 class ReadOnlyError(OOCArrayError, ValueError):

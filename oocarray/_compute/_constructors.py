@@ -7,7 +7,7 @@ Each takes the storage function's arguments and carries its documentation.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import numpy.typing as npt
@@ -38,20 +38,32 @@ def _chunked(array: _storage.StoredArray) -> ChunkedArray:
 
 @_documented_as(_storage.open)
 def open(
-    path: str | os.PathLike[str],
+    path: Any,
     mode: str = "r",
     dataset: str | None = None,
     *,
     allow_object: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    cache_max_bytes: int | str = _storage.DEFAULT_CACHE_BYTES,
 ) -> ChunkedArray:
     return _chunked(
-        _storage.open(path, mode, dataset, allow_object=allow_object, array_type=ChunkedArray)
+        _storage.open(
+            path,
+            mode,
+            dataset,
+            allow_object=allow_object,
+            storage_options=storage_options,
+            cache=cache,
+            cache_max_bytes=cache_max_bytes,
+            array_type=ChunkedArray,
+        )
     )
 
 
 @_documented_as(_storage.create)
 def create(
-    path: str | os.PathLike[str],
+    path: Any,
     shape: object,
     dtype: npt.DTypeLike,
     chunks: object = None,
@@ -62,6 +74,7 @@ def create(
     dimension_names: object = None,
     attributes: object = None,
     dataset: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> ChunkedArray:
     return _chunked(
         _storage.create(
@@ -75,6 +88,7 @@ def create(
             dimension_names=dimension_names,
             attributes=attributes,
             dataset=dataset,
+            storage_options=storage_options,
             array_type=ChunkedArray,
         )
     )

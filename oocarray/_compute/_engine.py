@@ -35,6 +35,7 @@ from oocarray._memory import (
     Manager,
     Workspace,
     active_manager,
+    budget_left,
     detach,
     scratch_step,
     system,
@@ -137,19 +138,6 @@ def plan_blocks(work: Pass, budget_bytes: int | None) -> tuple[list[Region], int
 
 def _source_dtypes(expr: Node) -> list[np.dtype[Any]]:
     return [s.dtype for s in expr.sources()]
-
-
-def budget_left(manager: Manager) -> int | None:
-    """What the manager (and every ancestor with a budget) still allows."""
-    left = None
-    node: Manager | None = manager
-    while node is not None:
-        stats = node.stats()
-        if stats.max_bytes is not None:
-            room = max(0, stats.max_bytes - stats.ram_bytes)
-            left = room if left is None else min(left, room)
-        node = node.parent
-    return left
 
 
 class _Workers:

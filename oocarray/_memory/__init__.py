@@ -4,7 +4,7 @@ Nothing here knows about chunked storage or compute; the layers above import fro
 
 from oocarray._memory._arrays import detach, location, owner
 from oocarray._memory._config import Config, config, configure
-from oocarray._memory._manager import Manager, MemoryStats, active_manager, system
+from oocarray._memory._manager import Manager, MemoryStats, active_manager, budget_left, system
 from oocarray._memory._scratch import release_scratch, scratch_bytes, scratch_step
 from oocarray._memory._shapes import parse_shape
 from oocarray._memory._spill import move_guard, spill, unspill
@@ -24,6 +24,7 @@ __all__ = [
     "WorkspaceConfig",
     "WorkspaceStats",
     "active_manager",
+    "budget_left",
     "config",
     "configure",
     "destroy_workspaces",

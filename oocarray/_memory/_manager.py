@@ -533,3 +533,18 @@ def active_manager() -> Manager | None:
     went on, as a generator or an asyncio task may), its nearest open ancestor is active."""
     top = active()
     return None if top is None else nearest_open(top)  # type: ignore[return-value]
+
+
+def budget_left(manager: Manager) -> int | None:
+    """What the manager (and every ancestor with a budget) still allows; None: no limit.
+    A workspace on the way counts through the managers above it."""
+    left = None
+    node: Manager | None = manager
+    while node is not None:
+        stats = node.stats()
+        max_bytes = getattr(stats, "max_bytes", None)
+        if max_bytes is not None:
+            room = max(0, max_bytes - stats.ram_bytes)
+            left = room if left is None else min(left, room)
+        node = node.parent
+    return left

@@ -5,7 +5,15 @@ StoredArray with operators and reductions) and passes it down as ``array_type`` 
 constructors here, which return a plain StoredArray by default."""
 
 from oocarray._storage._chunked import StoredArray
-from oocarray._storage._create import create, open
+from oocarray._storage._create import DEFAULT_CACHE_BYTES, create, open
 from oocarray._storage._temporaries import from_dask, from_numpy, temp
 
-__all__ = ["StoredArray", "create", "from_dask", "from_numpy", "open", "temp"]
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "StoredArray",
+    "create",
+    "from_dask",
+    "from_numpy",
+    "open",
+    "temp",
+]

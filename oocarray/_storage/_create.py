@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from oocarray._memory import parse_shape
+from oocarray._memory import parse_shape, parse_size
 from oocarray._storage._base import auto_chunks
 from oocarray._storage._chunked import StoredArray
 from oocarray._storage._formats import open_store
-from oocarray._storage._paths import local_path
+from oocarray._storage._objects._urls import Remote, locate
 from oocarray._storage._replace import (
     finish_replacement,
     prepare_group_path,
@@ -26,24 +26,31 @@ from oocarray._storage._replace import (
 __all__ = ["create", "open", "parse_chunks"]
 
 _MODES_OPEN = ("r", "r+")
+DEFAULT_CACHE_BYTES = "10G"
 _MODES_CREATE = ("w", "w-", "x")
 
 
 def open(
-    path: str | os.PathLike[str],
+    path: Any,
     mode: str = "r",
     dataset: str | None = None,
     *,
     allow_object: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    cache_max_bytes: int | str = DEFAULT_CACHE_BYTES,
     array_type: type[StoredArray] = StoredArray,
 ) -> StoredArray:
-    """Open an array on disk; its format (zarr v3/v2, HDF5, ``.npy``) comes from its content.
+    """Open an array on disk or in an object store; its format (zarr v3/v2, HDF5, ``.npy``)
+    comes from its content.
 
     Parameters
     ----------
     path
         A zarr array directory, an HDF5 file or a ``.npy`` file; a ``file://`` URL is taken
-        as the local path it names (other URLs are not supported yet).
+        as the local path it names.  A zarr array (or group) in an object store:
+        ``s3://bucket/x.zarr``, ``gs://...``, ``az://container/...`` (or ``abfs://``),
+        ``https://host/x.zarr`` (read-only), or a zarr ``Store`` object.
     mode
         ``"r"`` (read-only) or ``"r+"`` (read and write).
     dataset
@@ -51,6 +58,19 @@ def open(
         needed when the file or group holds only one.
     allow_object
         Read arrays of Python objects (which can run code when loaded): only for data you trust.
+    storage_options
+        For URLs: the object store's settings, as obstore takes them (``endpoint``,
+        ``region``, ``access_key_id``, ``skip_signature``, ``client_options``,
+        ``retry_config``, ...) or as s3fs, gcsfs and zarr-python users write them (``anon``,
+        ``key``, ``secret``, ``endpoint_url``, ``requester_pays``, ...).  Credentials also
+        come from the standard ``AWS_*``, ``GOOGLE_*`` and ``AZURE_*`` variables (and AWS
+        config files where boto3 is installed).
+    cache
+        For URLs: a local directory keeping the chunks fetched, for later passes and
+        processes (DataLoader workers may share it).  A chunk is used again only while its
+        object's version (ETag) is unchanged.
+    cache_max_bytes
+        The cache's size limit (``"20G"``); the least recently used chunks go first.
     array_type
         The class of the result: ``oc.open`` passes the compute layer's
         :class:`~oocarray.ChunkedArray`.
@@ -61,14 +81,27 @@ def open(
         Nothing is at ``path`` (or no such dataset in the HDF5 file or zarr group).
     ValueError
         ``path`` holds no array oocarray reads, or holds objects and ``allow_object`` is off.
-    NotImplementedError
-        ``path`` is a URL of an object store (``s3://``, ``gs://``, ``https://``, ...).
+    StoreAccessError
+        The object store refused access (the message names the URL, never credentials).
+    ObjectStoreError
+        The object store kept failing after its retries.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
     if mode not in _MODES_OPEN:
         raise ValueError(f"mode must be one of {_MODES_OPEN} for oc.open, got {mode!r}")
-    return array_type(open_store(local_path(path), mode, dataset, allow_object))
+    location = locate(path, storage_options, "path", writing=mode == "r+")
+    chunk_cache = None
+    if cache is not None:
+        if not isinstance(location, Remote):
+            raise ValueError("cache= keeps chunks fetched from object stores; path is local")
+        chunk_cache = chunk_cache_at(cache, cache_max_bytes)
+    return array_type(open_store(location, mode, dataset, allow_object, chunk_cache))
+
+
+def chunk_cache_at(directory: str | os.PathLike[str], max_bytes: int | str) -> Any:
+    """The chunk cache in ``directory`` (made if missing), of at most ``max_bytes``."""
+    from oocarray._storage._objects._cache import ChunkCache
+
+    return ChunkCache(directory, parse_size(max_bytes, "cache_max_bytes"))
 
 
 def parse_chunks(
@@ -120,7 +153,7 @@ def _parse_dtype(dtype: object) -> np.dtype[Any]:
 
 
 def create(
-    path: str | os.PathLike[str],
+    path: Any,
     shape: object,
     dtype: npt.DTypeLike,
     chunks: object = None,
@@ -131,15 +164,19 @@ def create(
     dimension_names: object = None,
     attributes: object = None,
     dataset: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     array_type: type[StoredArray] = StoredArray,
 ) -> StoredArray:
-    """Create a zarr v3 array on disk, filled with zeros, open for reading and writing.
+    """Create a zarr v3 array on disk or in an object store, filled with zeros, open for
+    reading and writing.
 
     Parameters
     ----------
     path
         The array's directory, or with ``dataset`` the zarr group that holds it (made if
-        missing); a ``file://`` URL is taken as the local path it names.
+        missing); a ``file://`` URL is taken as the local path it names.  In an object store:
+        a URL (``s3://bucket/x.zarr``, ``gs://``, ``az://``) or a zarr ``Store`` object; each
+        chunk is then one object, written whole.
     shape, dtype
         As for :func:`numpy.empty`.
     chunks
@@ -173,6 +210,8 @@ def create(
         ``path``, making the group and the groups on the way if needed; ``mode`` then applies
         to that array alone (the group's other arrays are never touched).  Read it back with
         ``oc.open(path, dataset=...)``.
+    storage_options
+        For URLs: the object store's settings (see :func:`open`).
     array_type
         The class of the result: ``oc.create`` passes the compute layer's
         :class:`~oocarray.ChunkedArray`.
@@ -181,8 +220,8 @@ def create(
     ------
     StoreExistsError
         Something is at the array's path that ``mode`` may not replace (see ``mode``).
-    NotImplementedError
-        ``path`` is a URL of an object store (``s3://``, ``gs://``, ``https://``, ...).
+    StoreAccessError
+        The object store refused access.
 
     Examples
     --------
@@ -203,9 +242,7 @@ def create(
     from oocarray._storage._zarr._groups import is_group, require_group
     from oocarray._storage._zarr._store import ZarrStore
 
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {path!r}")
-    root = local_path(path)
+    location = locate(path, storage_options, "path", writing=True)
     dims = parse_shape(shape)
     parsed = _parse_dtype(dtype)
     if math.prod(dims) * max(parsed.itemsize, 1) > np.iinfo(np.intp).max:
@@ -233,6 +270,25 @@ def create(
     attrs = _parse_attributes(attributes)
     if dataset is not None and not isinstance(dataset, str):
         raise TypeError(f"dataset must be a str such as 'temperature' or 'a/b', got {dataset!r}")
+    if isinstance(location, Remote):
+        from oocarray._storage._zarr._remote import create_remote
+
+        store = create_remote(
+            location,
+            mode,
+            dataset,
+            {
+                "shape": dims,
+                "dtype": parsed,
+                "chunks": chunk_shape,
+                "codec": codec,
+                "shards": shard_shape,
+                "dimension_names": names,
+                "attributes": attrs,
+            },
+        )
+        return array_type(store)
+    root = location
     if dataset is None:
         target = root
     else:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from oocarray._storage._base import Store
+from oocarray._storage._objects._urls import Remote
 from oocarray.errors import StoreNotFoundError
 
 __all__ = ["Store", "detect_format", "open_store"]
@@ -42,9 +44,20 @@ def detect_format(path: str) -> str:
 
 
 def open_store(
-    path: str | os.PathLike[str], mode: str, dataset: str | None, allow_object: bool
+    path: str | os.PathLike[str] | Remote,
+    mode: str,
+    dataset: str | None,
+    allow_object: bool,
+    cache: Any = None,
 ) -> Store:
-    """Open the store at ``path`` with the backend its content calls for."""
+    """Open the store at ``path`` with the backend its content calls for; in an object store,
+    a zarr array (read through ``cache``, a ChunkCache, where given)."""
+    if isinstance(path, Remote):
+        from oocarray._storage._zarr._remote import RemoteZarrStore
+
+        return RemoteZarrStore.open_remote(path, mode, allow_object, dataset, cache)
+    if cache is not None:
+        raise ValueError("cache= keeps chunks fetched from object stores; this is a local path")
     path = os.fspath(path)
     kind = detect_format(path)
     if dataset is not None and kind == "npy":

@@ -46,7 +46,7 @@ CODECS = ("zstd", "lz4", "blosc", "gzip", "none")
 
 
 def create_zarr(
-    path: str,
+    path: Any,
     shape: tuple[int, ...],
     dtype: np.dtype[Any],
     chunks: tuple[int, ...],
@@ -54,9 +54,13 @@ def create_zarr(
     shards: tuple[int, ...] | None = None,
     dimension_names: tuple[str | None, ...] | None = None,
     attributes: dict[str, Any] | None = None,
+    name: str | None = None,
 ) -> None:
+    """Write the metadata of a new zarr v3 array at ``path`` (a directory, or a zarr Store with
+    ``name`` the array's path inside it)."""
     zarr.create_array(
         store=path,
+        name=name,
         shape=shape,
         chunks=chunks,
         shards=shards,

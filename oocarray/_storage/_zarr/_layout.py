@@ -28,7 +28,15 @@ import zarr.codecs
 from oocarray import _native
 from oocarray.errors import CorruptChunkError
 
-__all__ = ["BloscExpected", "Layout", "OpenShard", "ShardLayout", "crc32c_of", "layout_of"]
+__all__ = [
+    "BloscExpected",
+    "Layout",
+    "OpenShard",
+    "ShardIndex",
+    "ShardLayout",
+    "crc32c_of",
+    "layout_of",
+]
 
 _ENTRY = struct.Struct("<QQ")  # a shard index entry: offset and length of an inner chunk
 
@@ -435,29 +443,35 @@ def _v2_layout(array: Any) -> Layout | None:
     return Layout(key, codec, dtype, blosc=blosc)
 
 
-class OpenShard:
-    """One shard file, open, with its index read: where each inner chunk's bytes lie."""
+class ShardIndex:
+    """The index of one shard, read and checked: where each inner chunk's bytes lie.
+    ``index``: the index's bytes as stored; ``size``: the shard's size in bytes; ``where``:
+    the shard, for messages."""
 
     def __init__(
-        self, fd: int, path: str, array_path: str, layout: ShardLayout, chunk: tuple[int, ...]
+        self,
+        index: Any,
+        size: int,
+        where: str,
+        array_path: str,
+        layout: ShardLayout,
+        chunk: tuple[int, ...],
     ) -> None:
-        self.fd = fd
-        self.path = path
+        self.size = size
+        self._where = where
         self._array_path = array_path
-        self.size = os.fstat(fd).st_size
-        base = self.size - layout.index_bytes if layout.index_at_end else 0
         count = math.prod(layout.per_shard)
-        index = os.pread(fd, layout.index_bytes, base) if base >= 0 else b""
+        index = bytes(index)
         if len(index) != layout.index_bytes:
             raise CorruptChunkError(
-                f"chunk {chunk} of {array_path!r}: the index of shard {path} is truncated"
+                f"chunk {chunk} of {array_path!r}: the index of shard {where} is truncated"
             )
         if layout.checksum and google_crc32c.value(index[: 16 * count]) != int.from_bytes(
             index[16 * count :], "little"
         ):
             raise CorruptChunkError(
-                f"chunk {chunk} of {array_path!r}: the index of shard {path} fails its CRC-32C "
-                "checksum (the shard is damaged)"
+                f"chunk {chunk} of {array_path!r}: the index of shard {where} fails its "
+                "CRC-32C checksum (the shard is damaged)"
             )
         self._index = index
 
@@ -470,10 +484,25 @@ class OpenShard:
             return None
         if offset + nbytes > self.size or nbytes > 2 * chunk_nbytes + 4096:
             raise CorruptChunkError(
-                f"chunk {chunk} of {self._array_path!r}: the index of shard {self.path} points "
-                f"past the end of the file or is corrupt (offset {offset}, {nbytes} bytes)"
+                f"chunk {chunk} of {self._array_path!r}: the index of shard {self._where} "
+                f"points past the end of the file or is corrupt (offset {offset}, {nbytes} "
+                "bytes)"
             )
         return offset, nbytes
+
+
+class OpenShard(ShardIndex):
+    """One shard file, open, with its index read."""
+
+    def __init__(
+        self, fd: int, path: str, array_path: str, layout: ShardLayout, chunk: tuple[int, ...]
+    ) -> None:
+        self.fd = fd
+        self.path = path
+        size = os.fstat(fd).st_size
+        base = size - layout.index_bytes if layout.index_at_end else 0
+        index = os.pread(fd, layout.index_bytes, base) if base >= 0 else b""
+        super().__init__(index, size, path, array_path, layout, chunk)
 
     def close(self) -> None:
         os.close(self.fd)

@@ -32,7 +32,7 @@ from oocarray._storage._zarr._groups import array_in_group, is_group
 from oocarray._storage._zarr._layout import Layout, OpenShard, crc32c_of, layout_of
 from oocarray.errors import StoreNotFoundError
 
-__all__ = ["ZarrStore"]
+__all__ = ["ZarrStore", "encoded_parts"]
 
 
 # What zarr-python raises from metadata of the wrong structure, besides its ValueErrors.
@@ -72,6 +72,22 @@ def _mkstemp_beside(directory: str) -> tuple[int, str]:
         os.unlink(tmp)
         raise
     return fd, tmp
+
+
+def _as_encodable(data: np.ndarray) -> np.ndarray:
+    if data.dtype.kind in "mM":  # no buffer format of their own: encode as ints
+        return data.view(f"{data.dtype.byteorder}i{data.dtype.itemsize}")
+    return data
+
+
+def encoded_parts(layout: Layout, data: np.ndarray) -> list[memoryview]:
+    """A stored chunk (as :meth:`ZarrStore._stored_chunk` makes it) encoded as its file or
+    object holds it: the codec's bytes, then zarr's crc32c codec's CRC-32C of them."""
+    data = _as_encodable(data)
+    encoded = data if layout.codec is None else layout.codec.encode(data)
+    view = memoryview(encoded).cast("B")  # type: ignore[arg-type]
+    checksum = crc32c_of(view).to_bytes(4, "little") if layout.crc32c else b""
+    return [view, memoryview(checksum)]
 
 
 def _basic(index: tuple[Any, ...]) -> bool:
@@ -162,6 +178,7 @@ def _open_or_none(path: str) -> int | None:
 class ZarrStore(Store):
     format = "zarr"
     supports_appends = True
+    _local_files = True  # chunks are files of a local directory (see _remote.py for the others)
 
     def __init__(self, array: Any, path: str, readonly: bool, allow_object: bool) -> None:
         self.array = array
@@ -176,8 +193,8 @@ class ZarrStore(Store):
         shards = getattr(array, "shards", None)
         self.sharded = shards is not None
         self._write_grid = tuple(shards) if shards is not None else self.chunks
-        self._root = os.path.realpath(path)
-        self._layout = layout_of(array) if os.path.isdir(path) else None
+        self._root = os.path.realpath(path) if self._local_files else path
+        self._layout = layout_of(array) if not self._local_files or os.path.isdir(path) else None
         if self._layout is not None:
             # zarr-python reopens a big-endian v3 array as little-endian: keep the stored order.
             self.dtype = self._layout.stored_dtype
@@ -187,7 +204,12 @@ class ZarrStore(Store):
         # Uncompressed, unsharded chunk files (a CRC-32C after each, or not): rows are read in
         # place with ``preadv``.
         layout = self._layout
-        self._plain_files = layout is not None and layout.codec is None and layout.shard is None
+        self._plain_files = (
+            self._local_files
+            and layout is not None
+            and layout.codec is None
+            and layout.shard is None
+        )
         # Rows whole in their chunks, stored as read: row reads go straight into the result.
         self._rows_direct = (
             layout is not None
@@ -197,7 +219,8 @@ class ZarrStore(Store):
         self.codec = self._codec_name()
         self._thread_reads = threading.local()
         self.supports_partial_reads = self._plain_files
-        self.supports_paging = layout is not None  # a local directory read without zarr-python
+        # a local directory read without zarr-python
+        self.supports_paging = layout is not None and self._local_files
 
     @classmethod
     def open(
@@ -237,6 +260,11 @@ class ZarrStore(Store):
     def direct(self) -> bool:
         """Whether chunks are read and written without zarr-python."""
         return self._layout is not None
+
+    def _chunk_sources(self, chunks: Sequence[tuple[int, ...]]) -> Any:
+        """Where the stored bytes of ``chunks`` are, for one read: ``source(chunk)``,
+        ``row_source(i)`` and ``close()`` (see :class:`_ChunkFiles`)."""
+        return _ChunkFiles(self)
 
     def _chunk_path(self, chunk: tuple[int, ...]) -> str:
         assert self._layout is not None
@@ -280,9 +308,11 @@ class ZarrStore(Store):
         row_bytes = self._chunk_nbytes // per_chunk
         jobs = self._jobs()
         buffer = jobs.buffer(out)
-        files = _ChunkFiles(self)
+        row, stop = start, start + len(out)
+        files = self._chunk_sources(
+            [(c, *self._rest) for c in range(start // per_chunk, (stop - 1) // per_chunk + 1)]
+        )
         try:
-            row, stop = start, start + len(out)
             while row < stop:
                 c, r = divmod(row, per_chunk)
                 take = min(per_chunk - r, stop - row)
@@ -302,7 +332,7 @@ class ZarrStore(Store):
         """Fill ``block`` with the decoded bytes of ``chunk`` from ``skip`` on: raw chunks
         are read from there only (their checksum, which covers the whole chunk, is checked when
         all of it is read)."""
-        files = _ChunkFiles(self)
+        files = self._chunk_sources([chunk])
         try:
             source = files.source(chunk)
             if source is None:
@@ -324,7 +354,7 @@ class ZarrStore(Store):
             if scratch
             else np.empty(self.chunks, dtype=stored)
         )
-        files = _ChunkFiles(self)
+        files = self._chunk_sources([chunk])
         try:
             source = files.source(chunk)
             if source is None:
@@ -357,7 +387,7 @@ class ZarrStore(Store):
             super().read_into(pieces, out)
             return
         jobs = self._jobs()
-        files = _ChunkFiles(self)
+        files = self._chunk_sources([piece.chunk for piece in pieces])
         scratch: list[np.ndarray] = []
         copies: list[tuple[np.ndarray, ChunkPiece]] = []
         try:
@@ -490,19 +520,14 @@ class ZarrStore(Store):
         fd, tmp = _mkstemp_beside(directory)
         try:
             try:
+                data = _as_encodable(data)
                 codec = layout.codec
-                if data.dtype.kind in "mM":  # no buffer format of their own: encode as ints
-                    data = data.view(f"{data.dtype.byteorder}i{data.dtype.itemsize}")
                 native = layout.native_codec
                 if native is not None and native & 0xFF == _native.CODEC_ZSTD:
                     # one zstd frame, and the crc32c codec's checksum after it if it follows
                     _native.zstd_write(fd, data, codec.level, codec.checksum, layout.crc32c)
                 else:
-                    encoded = data if codec is None else codec.encode(data)
-                    view = memoryview(encoded).cast("B")  # type: ignore[arg-type]
-                    # zarr's crc32c codec: a CRC-32C of the encoded bytes follows them
-                    checksum = crc32c_of(view).to_bytes(4, "little") if layout.crc32c else b""
-                    for part in (view, memoryview(checksum)):
+                    for part in encoded_parts(layout, data):
                         while part:
                             part = part[os.write(fd, part) :]
             finally:

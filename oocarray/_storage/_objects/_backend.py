@@ -1,0 +1,401 @@
+"""The object-store backend: obstore (Rust ``object_store``) first, any zarr ``Store`` else.
+
+One small interface, :class:`Backend`, of the few requests oocarray makes of an object store:
+get an object (whole, a byte range, its last bytes, or only if it changed), put one whole, head,
+delete and list.  :func:`backend_for` builds it from a URL and ``storage_options``:
+
+- obstore for ``s3://``, ``gs://``, ``az://``/``abfs://`` and ``http(s)://``: requests run on
+  its Rust runtime, without the GIL, with its retries (``retry_config``), timeouts
+  (``client_options``) and credential chains (the standard ``AWS_*``, ``GOOGLE_*`` and
+  ``AZURE_*`` variables; AWS config files and profiles through boto3 where it is installed);
+- a zarr ``Store`` otherwise: one given ready-made, or fsspec's (``FsspecStore``) for options
+  obstore does not know, through zarr-python's async store API.
+
+The options users know from s3fs, gcsfs and adlfs (``anon``, ``key``, ``secret``,
+``endpoint_url``, ``client_kwargs``, ``requester_pays``...) are translated to obstore's.
+Every error leaving here names the URL without credentials (:func:`~._urls.redact`).
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from oocarray._storage._objects._urls import REMOTE_SCHEMES, Remote
+from oocarray.errors import ObjectStoreError, StoreAccessError
+
+__all__ = ["NOT_MODIFIED", "Backend", "Fetched", "backend_for"]
+
+
+class Fetched(NamedTuple):
+    """Bytes fetched (a buffer: obstore's ``Bytes`` or ``bytes``) and the object's version
+    (its ETag, or None where the store gives none)."""
+
+    data: Any
+    version: str | None
+
+
+class _NotModified:
+    def __repr__(self) -> str:
+        return "NOT_MODIFIED"
+
+
+NOT_MODIFIED = _NotModified()
+
+
+class Backend(abc.ABC):
+    """Requests of one object store below one root (``name``: the root's URL, redacted)."""
+
+    name: str
+    zarr_store: Any  # a zarr Store over the same objects, for zarr-python's metadata work
+
+    @abc.abstractmethod
+    async def get(self, key: str, unless: str | None = None) -> Fetched | _NotModified | None:
+        """The whole object; None when it does not exist; NOT_MODIFIED when its version is
+        still ``unless``."""
+
+    @abc.abstractmethod
+    async def get_range(self, key: str, start: int, end: int, version: str | None) -> Any:
+        """Bytes ``[start, end)``; when ``version`` is given, only of that version (else
+        :class:`VersionChanged`)."""
+
+    @abc.abstractmethod
+    async def get_suffix(self, key: str, nbytes: int, unless: str | None = None) -> Any:
+        """The last ``nbytes`` bytes with the object's size and version, as
+        ``(Fetched, size)``; None when it does not exist; NOT_MODIFIED as for :meth:`get`."""
+
+    @abc.abstractmethod
+    async def put(self, key: str, data: Any) -> None:
+        """Write the object whole (one request: readers see the old or the new one)."""
+
+    @abc.abstractmethod
+    async def delete(self, key: str) -> None: ...
+
+    @abc.abstractmethod
+    async def list(self, prefix: str) -> list[tuple[str, int]]:
+        """(key, size) of every object under ``prefix``, keys relative to the root."""
+
+    def where(self, key: str) -> str:
+        return f"{self.name.rstrip('/')}/{key}"
+
+
+class VersionChanged(ObjectStoreError):
+    """The object changed between two requests of one read: the read starts over."""
+
+
+# ---- obstore ---------------------------------------------------------------------------------
+
+# s3fs/gcsfs/adlfs names (and zarr-python's, dask's, xarray's) -> obstore's.
+_ALIASES = {
+    "key": "access_key_id",
+    "secret": "secret_access_key",
+    "token": "session_token",
+    "endpoint_url": "endpoint",
+    "region_name": "region",
+    "aws_access_key_id": "access_key_id",
+    "aws_secret_access_key": "secret_access_key",
+    "aws_session_token": "session_token",
+    "account_name": "account_name",
+    "account_key": "account_key",
+}
+_OURS = ("retries",)  # options oocarray reads itself
+
+
+def _obstore_options(remote: Remote) -> dict[str, Any] | None:
+    """``storage_options`` in obstore's words, or None where some have no obstore meaning."""
+    given = dict(remote.options)
+    options: dict[str, Any] = {}
+    client = dict(given.pop("client_options", None) or {})
+    retry = given.pop("retry_config", None)
+    kwargs = dict(given.pop("client_kwargs", None) or {})  # s3fs: botocore client arguments
+    for name in ("endpoint_url", "region_name"):
+        if name in kwargs:
+            given.setdefault(name, kwargs.pop(name))
+    if kwargs:
+        return None
+    anon = given.pop("anon", None)
+    if anon:
+        options["skip_signature"] = True
+    if given.pop("requester_pays", False):
+        options["request_payer"] = True
+    for name in _OURS:
+        given.pop(name, None)
+    for name, value in given.items():
+        options[_ALIASES.get(name, name)] = value
+    endpoint = str(options.get("endpoint", ""))
+    if endpoint.startswith("http://"):
+        client.setdefault("allow_http", True)
+    if client:
+        options["client_options"] = client
+    if retry is not None:
+        options["retry_config"] = retry
+    return options
+
+
+class ObstoreBackend(Backend):
+    def __init__(self, store: Any, name: str, zarr_store: Any = None) -> None:
+        import obstore
+
+        self._obs = obstore
+        self._store = store
+        self.name = name
+        if zarr_store is None:
+            from zarr.storage import ObjectStore
+
+            zarr_store = ObjectStore(store)
+        self.zarr_store = zarr_store
+
+    async def get(self, key: str, unless: str | None = None) -> Fetched | _NotModified | None:
+        options = {"if_none_match": unless} if unless else None
+        try:
+            result = await self._obs.get_async(self._store, key, options=options)  # type: ignore[arg-type]
+            data = await result.bytes_async()
+        except Exception as error:
+            return self._answer(error, key)
+        _check_length(len(data), result.meta["size"], self.where(key))
+        return Fetched(data, _version(result.meta))
+
+    async def get_range(self, key: str, start: int, end: int, version: str | None) -> Any:
+        options: dict[str, Any] = {"range": (start, end)}
+        if version is not None:
+            options["if_match"] = version
+        try:
+            result = await self._obs.get_async(self._store, key, options=options)  # type: ignore[arg-type]
+            data = await result.bytes_async()
+        except Exception as error:
+            if self._answer(error, key) is None:  # anything but "not found" raised there
+                raise ObjectStoreError(f"{self.where(key)} is gone") from error
+            raise
+        _check_length(len(data), end - start, self.where(key))
+        return data
+
+    async def get_suffix(self, key: str, nbytes: int, unless: str | None = None) -> Any:
+        options: dict[str, Any] = {"range": {"suffix": nbytes}}
+        if unless:
+            options["if_none_match"] = unless
+        try:
+            result = await self._obs.get_async(self._store, key, options=options)  # type: ignore[arg-type]
+            data = await result.bytes_async()
+        except Exception as error:
+            return self._answer(error, key)
+        start, end = result.range
+        _check_length(len(data), end - start, self.where(key))
+        return Fetched(data, _version(result.meta)), int(result.meta["size"])
+
+    async def put(self, key: str, data: Any) -> None:
+        try:
+            await self._obs.put_async(self._store, key, data)
+        except Exception as error:
+            raise self._error(error, key) from error
+
+    async def delete(self, key: str) -> None:
+        try:
+            await self._obs.delete_async(self._store, key)
+        except Exception as error:
+            if not _is(error, "NotFoundError"):
+                raise self._error(error, key) from error
+
+    async def list(self, prefix: str) -> list[tuple[str, int]]:
+        try:
+            found = []
+            async for batch in self._obs.list(self._store, prefix or None):
+                found.extend((str(m["path"]), int(m["size"])) for m in batch)
+            return found
+        except Exception as error:
+            raise self._error(error, prefix) from error
+
+    def _answer(self, error: Exception, key: str) -> Any:
+        """What a failed get means: absent (None), unchanged, or an error raised."""
+        if _is(error, "NotFoundError"):
+            return None
+        if _is(error, "NotModifiedError"):
+            return NOT_MODIFIED
+        if _is(error, "PreconditionError"):
+            raise VersionChanged(f"{self.where(key)} changed during the read") from error
+        raise self._error(error, key) from error
+
+    def _error(self, error: Exception, key: str) -> Exception:
+        return translate(error, self.where(key))
+
+
+def _is(error: Exception, name: str) -> bool:
+    return any(type_.__name__ == name for type_ in type(error).__mro__)
+
+
+def translate(error: Exception, where: str) -> Exception:
+    """An obstore or fsspec failure as oocarray's error, naming ``where`` (redacted) and the
+    kind of failure, never the request (its signed headers) or the options."""
+    if isinstance(error, (ObjectStoreError, StoreAccessError)):
+        return error
+    kind = type(error).__name__
+    if _is(error, "PermissionDeniedError") or _is(error, "UnauthenticatedError"):
+        return StoreAccessError(
+            f"{where}: access denied ({kind}); check the credentials (storage_options= or the "
+            "AWS_*/GOOGLE_*/AZURE_* variables), or pass storage_options={'anon': True} for a "
+            "public bucket"
+        )
+    if isinstance(error, PermissionError):
+        return StoreAccessError(f"{where}: access denied ({kind})")
+    status = _status(str(error))
+    detail = f"HTTP {status}" if status else kind
+    return ObjectStoreError(f"{where}: the request failed after retries ({detail})")
+
+
+def _status(message: str) -> int | None:
+    """The HTTP status in an obstore message ("status: 503"), which carries no secrets."""
+    import re
+
+    match = re.search(r"status: (\d{3})", message)
+    return int(match.group(1)) if match else None
+
+
+def _version(meta: Mapping[str, Any]) -> str | None:
+    return meta.get("e_tag") or meta.get("version")
+
+
+def _check_length(got: int, expected: int, where: str) -> None:
+    # A body shorter than the object (a connection closed mid-transfer that the HTTP layer
+    # took for the end) is an error, never short data.
+    if got != expected:
+        raise ObjectStoreError(f"{where}: {got} bytes arrived of {expected} (truncated)")
+
+
+# ---- any zarr Store (fsspec among them) ------------------------------------------------------
+
+
+class ZarrStoreBackend(Backend):
+    """Requests through zarr-python's async ``Store`` API: any store zarr reads (fsspec's for
+    protocols or options obstore lacks, a ``MemoryStore``, ...).  It knows no versions: a
+    chunk cache over it revalidates nothing and is refused."""
+
+    versions = False
+
+    def __init__(self, store: Any, name: str) -> None:
+        from zarr.core.buffer import default_buffer_prototype
+
+        self.zarr_store = store
+        self.name = name
+        self._prototype = default_buffer_prototype()
+
+    async def get(self, key: str, unless: str | None = None) -> Fetched | _NotModified | None:
+        buffer = await self._call(self.zarr_store.get(key, self._prototype), key)
+        return None if buffer is None else Fetched(buffer.as_numpy_array(), None)
+
+    async def get_range(self, key: str, start: int, end: int, version: str | None) -> Any:
+        from zarr.abc.store import RangeByteRequest
+
+        request = RangeByteRequest(start, end)
+        buffer = await self._call(self.zarr_store.get(key, self._prototype, request), key)
+        if buffer is None:
+            raise ObjectStoreError(f"{self.where(key)} is gone")
+        data = buffer.as_numpy_array()
+        _check_length(len(data), end - start, self.where(key))
+        return data
+
+    async def get_suffix(self, key: str, nbytes: int, unless: str | None = None) -> Any:
+        whole = await self.get(key)
+        if whole is None or whole is NOT_MODIFIED:
+            return whole
+        assert isinstance(whole, Fetched)
+        data = whole.data
+        return Fetched(data[max(0, len(data) - nbytes) :], None), len(data)
+
+    async def put(self, key: str, data: Any) -> None:
+        from zarr.core.buffer import default_buffer_prototype
+
+        buffer = default_buffer_prototype().buffer.from_bytes(bytes(memoryview(data)))
+        await self._call(self.zarr_store.set(key, buffer), key)
+
+    async def delete(self, key: str) -> None:
+        await self._call(self.zarr_store.delete(key), key)
+
+    async def list(self, prefix: str) -> list[tuple[str, int]]:
+        found = []
+        async for key in self.zarr_store.list_prefix(prefix):
+            size = await self.zarr_store.getsize(key)
+            found.append((key, int(size)))
+        return found
+
+    async def _call(self, awaitable: Any, key: str) -> Any:
+        try:
+            return await awaitable
+        except FileNotFoundError:
+            return None
+        except Exception as error:
+            raise translate(error, self.where(key)) from error
+
+
+# ---- building one --------------------------------------------------------------------------
+
+
+def backend_for(remote: Remote, read_only: bool) -> Backend:
+    """The backend of ``remote``: its zarr Store where one was given, else obstore, else
+    fsspec (zarr-python's ``FsspecStore``) where obstore cannot take the options."""
+    given = remote.zarr_store
+    if given is not None:
+        inner = getattr(given, "store", None)
+        if type(given).__name__ == "ObjectStore" and inner is not None:
+            return ObstoreBackend(inner, remote.name, given)
+        return ZarrStoreBackend(given, remote.name)
+    options = _obstore_options(remote)
+    scheme = REMOTE_SCHEMES[remote.scheme]
+    if options is not None:
+        try:
+            import obstore.store
+        except ImportError:
+            obstore_store = None
+        else:
+            _add_default_credentials(remote, scheme, options)
+            try:
+                obstore_store = obstore.store.from_url(remote.url, **options)
+            except Exception as error:
+                if not _is(error, "UnknownConfigurationKeyError"):
+                    raise ValueError(
+                        f"{remote.name}: storage_options are not valid for obstore "
+                        f"({type(error).__name__}: {_first_line(error)})"
+                    ) from None
+                obstore_store = None
+        if obstore_store is not None:
+            from zarr.storage import ObjectStore
+
+            return ObstoreBackend(
+                obstore_store, remote.name, ObjectStore(obstore_store, read_only=read_only)
+            )
+    return _fsspec_backend(remote, read_only)
+
+
+def _fsspec_backend(remote: Remote, read_only: bool) -> Backend:
+    try:
+        from zarr.storage import FsspecStore
+
+        options = {k: v for k, v in remote.options.items() if k not in _OURS}
+        store = FsspecStore.from_url(remote.url, storage_options=options, read_only=read_only)
+    except ImportError as error:
+        raise ImportError(
+            f"{remote.name}: reading {remote.scheme}:// needs obstore (pip install obstore), "
+            f"or fsspec and its {remote.scheme} package for options obstore does not take"
+        ) from error
+    return ZarrStoreBackend(store, remote.name)
+
+
+def _add_default_credentials(remote: Remote, scheme: str, options: dict[str, Any]) -> None:
+    """AWS profiles and config files (``~/.aws``), which obstore alone does not read: through
+    boto3's credential chain where it is installed and nothing else says how to sign."""
+    if scheme != "s3" or options.get("skip_signature") or "access_key_id" in options:
+        return
+    if os.environ.get("AWS_ACCESS_KEY_ID") or "credential_provider" in options:
+        return
+    try:
+        import boto3
+        from obstore.auth.boto3 import Boto3CredentialProvider
+    except ImportError:
+        return
+    session = boto3.Session(profile_name=options.pop("profile", None))
+    if session.get_credentials() is not None:
+        options["credential_provider"] = Boto3CredentialProvider(session)
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0][:200] if str(error).strip() else ""

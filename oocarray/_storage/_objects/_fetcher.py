@@ -1,0 +1,329 @@
+"""Fetching one array's objects: many requests in flight, read ahead of the reader, in budget.
+
+A read asks :meth:`Fetcher.fetch` for the objects (or byte ranges of them) it decodes, all at
+once: they are requested together on the event loop (:mod:`._loop`), up to
+:func:`requests_in_flight` at a time.  A pass that knows what it will read next (the chunk loop,
+the batch feed) says so with :meth:`Fetcher.read_ahead`: those requests start in its order,
+ahead of the reads, while the bytes fetched and not yet taken stay under a window sized from the
+active manager's budget; a read then takes its bytes from there.
+
+Fetched bytes are copied once, from the network layer's buffer into a NumPy buffer allocated
+in the reader's manager, so the budget counts them; chunks are decoded from that buffer
+straight into their destination.  With a :class:`~._cache.ChunkCache`, whole objects are
+fetched only when their version (ETag) changed (a conditional request answers 304 otherwise),
+and ranges of a shard whose version the read already knows are not requested at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from oocarray._memory import Manager, active_manager, budget_left
+from oocarray._storage._objects import _loop
+from oocarray._storage._objects._backend import NOT_MODIFIED, Backend, Fetched
+
+__all__ = ["Fetcher", "Request", "requests_in_flight"]
+
+MAX_REQUESTS = 64  # requests in flight per read: enough to hide 20-100 ms of latency
+MIN_WINDOW = 16 << 20  # read-ahead bytes, at least (a few chunks)
+MAX_WINDOW = 512 << 20  # and at most, without a budget
+COALESCE_GAP = 1 << 20  # ranges of one object closer than this are fetched as one
+
+
+class Request(NamedTuple):
+    """An object, or bytes ``[start, end)`` of one (``end`` -1: all of it); ``version``: only
+    of that version (ranges of a shard whose index the read has)."""
+
+    key: str
+    start: int = 0
+    end: int = -1
+    version: str | None = None
+
+
+def requests_in_flight(window: int, object_bytes: int) -> int:
+    """Requests to keep in flight: as many as the window holds objects, up to MAX_REQUESTS."""
+    return max(2, min(MAX_REQUESTS, window // max(1, object_bytes)))
+
+
+def _window(manager: Manager | None) -> int:
+    """Read-ahead bytes: a quarter of what the budget has left, within the bounds."""
+    left = None if manager is None else budget_left(manager)
+    if left is None:
+        return MAX_WINDOW
+    return max(MIN_WINDOW, min(MAX_WINDOW, left // 4))
+
+
+class Fetcher:
+    """The requests of one array: ``backend`` makes them, ``cache`` (optional) keeps whole
+    objects and shard ranges between passes under ``namespace``."""
+
+    def __init__(
+        self, backend: Backend, object_bytes: int, cache: Any = None, namespace: str = ""
+    ) -> None:
+        self.backend = backend
+        self.object_bytes = max(1, object_bytes)  # a typical object's size (a stored chunk)
+        self.cache = cache
+        self.namespace = namespace
+        self.requests = 0  # requests made, for tests and reports
+        self.cache_hits = 0
+        self._ahead: _Ahead | None = None
+        self._lock = threading.Lock()
+
+    # ---- one read -------------------------------------------------------------------------
+
+    def fetch(self, requests: Sequence[Request]) -> list[np.ndarray | None]:
+        """The bytes of each request (None: the object does not exist), fetched together."""
+        if not requests:
+            return []
+        manager = active_manager()
+        ahead = self._ahead
+        return _loop.run(self._fetch_all(list(requests), manager, ahead))
+
+    async def _fetch_all(
+        self, requests: list[Request], manager: Manager | None, ahead: _Ahead | None
+    ) -> list[np.ndarray | None]:
+        results: list[Any] = [None] * len(requests)
+        waiting: dict[int, asyncio.Future[Any]] = {}
+        todo: list[int] = []
+        for i, request in enumerate(requests):
+            future = ahead.take(request) if ahead is not None else None
+            if future is not None:
+                waiting[i] = future
+            else:
+                todo.append(i)
+        limit = asyncio.Semaphore(requests_in_flight(_window(manager), self.object_bytes))
+        groups = _coalesced([(i, requests[i]) for i in todo])
+
+        async def run(group: list[tuple[int, Request]]) -> None:
+            async with limit:
+                for (i, _), data in zip(group, await self._get(group, manager), strict=True):
+                    results[i] = data
+
+        await asyncio.gather(*(run(group) for group in groups))
+        for i, future in waiting.items():
+            results[i] = await future
+        return results
+
+    # ---- reading ahead --------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def read_ahead(self, requests: Iterable[Request]) -> Iterator[None]:
+        """Fetch ``requests`` in order, ahead of the reads inside, within the window; what is
+        left untaken at the end is dropped.  Nested or concurrent read-aheads of one array:
+        the first one reads ahead, the others read as they go."""
+        with self._lock:
+            if self._ahead is not None:
+                mine = None
+            else:
+                mine = self._ahead = _Ahead(self, list(requests), active_manager())
+        if mine is None:
+            yield
+            return
+        _loop.submit(mine.start())
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._ahead = None
+            _loop.run(mine.stop())
+
+    # ---- requests -------------------------------------------------------------------------
+
+    async def _get(
+        self, group: list[tuple[int, Request]], manager: Manager | None
+    ) -> list[np.ndarray | None]:
+        """The bytes of a group of requests: one object, or neighbouring ranges of one."""
+        first = group[0][1]
+        if first.end < 0:
+            return [await self._get_object(first.key, manager)]
+        start, end = first.start, max(r.end for _, r in group)
+        cached = [await self._cached_range(r) for _, r in group]
+        if all(c is not None for c in cached):
+            return cached
+        self.requests += 1
+        data = await self.backend.get_range(first.key, start, end, first.version)
+        out = []
+        for (_, request), hit in zip(group, cached, strict=True):
+            if hit is not None:
+                out.append(hit)
+                continue
+            part = _counted(memoryview(data)[request.start - start : request.end - start], manager)
+            await self._keep(_range_key(request), request.version, part)
+            out.append(part)
+        return out
+
+    async def _get_object(self, key: str, manager: Manager | None) -> np.ndarray | None:
+        entry = await self._lookup(key)
+        self.requests += 1
+        fetched = await self.backend.get(key, entry.version if entry is not None else None)
+        if fetched is NOT_MODIFIED:
+            assert entry is not None
+            data = await self._read_cached(entry)
+            if data is not None:
+                self.cache_hits += 1
+                return data
+            self.requests += 1
+            fetched = await self.backend.get(key)  # the entry went meanwhile: fetch it whole
+        if fetched is None:
+            if entry is not None:
+                await self._discard(key)
+            return None
+        assert isinstance(fetched, Fetched)
+        data = _counted(fetched.data, manager)
+        await self._keep(key, fetched.version, data)
+        return data
+
+    # ---- the cache (its files are read and written off the loop's thread) ------------------
+
+    async def _lookup(self, key: str) -> Any:
+        if self.cache is None:
+            return None
+        return await asyncio.to_thread(self.cache.lookup, self.namespace, key)
+
+    async def _read_cached(self, entry: Any) -> np.ndarray | None:
+        data = await asyncio.to_thread(self.cache.read, entry)
+        return None if data is None else np.frombuffer(data, dtype=np.uint8)
+
+    async def _cached_range(self, request: Request) -> np.ndarray | None:
+        if self.cache is None or request.version is None:
+            return None
+        entry = await self._lookup(_range_key(request))
+        if entry is None or entry.version != request.version:
+            return None
+        data = await self._read_cached(entry)
+        if data is not None:
+            self.cache_hits += 1
+        return data
+
+    async def _keep(self, key: str, version: str | None, data: np.ndarray) -> None:
+        if self.cache is not None and version is not None:
+            await asyncio.to_thread(self.cache.store, self.namespace, key, version, data)
+
+    async def _discard(self, key: str) -> None:
+        await asyncio.to_thread(self.cache.discard, self.namespace, key)
+
+
+def _range_key(request: Request) -> str:
+    return f"{request.key}#{request.start}-{request.end}"
+
+
+def _counted(data: Any, manager: Manager | None) -> np.ndarray:
+    """``data`` copied into a NumPy buffer of ``manager`` (the reader's), which counts it."""
+    source = np.frombuffer(data, dtype=np.uint8)
+    if manager is None:
+        return source.copy()
+    with manager.activate():
+        out = np.empty(source.size, dtype=np.uint8)
+    out[...] = source
+    return out
+
+
+def _coalesced(requests: list[tuple[int, Request]]) -> list[list[tuple[int, Request]]]:
+    """Requests grouped into fetches: each whole object alone; ranges of one object and version
+    merged where they lie within COALESCE_GAP of each other."""
+    groups: list[list[tuple[int, Request]]] = []
+    ranges: dict[tuple[str, str | None], list[tuple[int, Request]]] = collections.defaultdict(list)
+    for item in requests:
+        request = item[1]
+        if request.end < 0:
+            groups.append([item])
+        else:
+            ranges[(request.key, request.version)].append(item)
+    for items in ranges.values():
+        items.sort(key=lambda item: item[1].start)
+        current = [items[0]]
+        for item in items[1:]:
+            if item[1].start - max(r.end for _, r in current) <= COALESCE_GAP:
+                current.append(item)
+            else:
+                groups.append(current)
+                current = [item]
+        groups.append(current)
+    return groups
+
+
+class _Ahead:
+    """One read-ahead: its requests in order, started on the loop while the bytes fetched and
+    not yet taken fit the window.  Lives on the loop's thread only."""
+
+    def __init__(self, fetcher: Fetcher, requests: list[Request], manager: Manager | None):
+        self._fetcher = fetcher
+        self._queue = collections.deque(dict.fromkeys(requests))  # each request once, in order
+        self._manager = manager
+        self._window = _window(manager)
+        self._in_flight = requests_in_flight(self._window, fetcher.object_bytes)
+        self._futures: dict[Request, asyncio.Future[Any]] = {}
+        self._held = 0  # bytes fetched or in flight, not yet taken
+        self._running = 0
+        self._wake: asyncio.Event | None = None
+        self._stopped = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def take(self, request: Request) -> asyncio.Future[Any] | None:
+        """The future of ``request`` if it was read ahead (it leaves the window); else None."""
+        future = self._futures.pop(request, None)
+        if future is None:
+            return None
+        self._held -= self._fetcher.object_bytes if not future.done() else _size(future)
+        if self._wake is not None:
+            self._wake.set()
+        return future
+
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        while self._queue and not self._stopped:
+            if self._running >= self._in_flight or self._held >= self._window:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            request = self._queue.popleft()
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._futures[request] = future
+            self._held += self._fetcher.object_bytes
+            self._running += 1
+            task = asyncio.ensure_future(self._one(request, future))
+            self._tasks.add(task)  # kept until done: the loop holds tasks weakly
+            task.add_done_callback(self._tasks.discard)
+
+    async def _one(self, request: Request, future: asyncio.Future[Any]) -> None:
+        try:
+            data = (await self._fetcher._get([(0, request)], self._manager))[0]
+        except BaseException as error:  # the read that takes it raises it
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # retrieved, if no read takes it
+        else:
+            if request in self._futures:  # still in the window: count its real size
+                self._held += _nbytes(data) - self._fetcher.object_bytes
+            if not future.done():
+                future.set_result(data)
+        finally:
+            self._running -= 1
+            if self._wake is not None:
+                self._wake.set()
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._wake is not None:
+            self._wake.set()
+        for future in self._futures.values():
+            if not future.done():
+                future.cancel()
+        self._futures.clear()
+
+
+def _nbytes(data: np.ndarray | None) -> int:
+    return 0 if data is None else int(data.nbytes)
+
+
+def _size(future: asyncio.Future[Any]) -> int:
+    if future.cancelled() or future.exception() is not None:
+        return 0
+    return _nbytes(future.result())

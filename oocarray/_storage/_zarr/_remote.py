@@ -1,0 +1,455 @@
+"""Zarr arrays in object stores (S3, GCS, Azure, HTTP, or any zarr ``Store`` object).
+
+zarr-python reads and writes the metadata, over the backend's zarr ``Store`` (consolidated
+metadata is used where a group has it).  Chunks take the local directory's path where the
+layout allows (see :mod:`._layout`): a read fetches the stored bytes of every chunk it needs at
+once, many requests in flight (:mod:`oocarray._storage._objects._fetcher`), and the native
+reader decodes them from the fetched buffers straight into the destination.  A shard's index
+is fetched once (with its version) and kept; inner chunks are then byte ranges of that version,
+neighbours fetched together.  Unsharded chunks are written as one object each (one PUT: a
+reader sees the old chunk or the new one, whole), shards through zarr-python; the metadata of
+an append is written last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import zarr
+
+from oocarray._storage import _pool
+from oocarray._storage._indexing import ChunkPiece
+from oocarray._storage._objects import _loop
+from oocarray._storage._objects._backend import Backend, VersionChanged, backend_for, translate
+from oocarray._storage._objects._fetcher import MAX_REQUESTS, Fetcher, Request
+from oocarray._storage._objects._urls import Remote
+from oocarray._storage._reader import Source
+from oocarray._storage._zarr._layout import ShardIndex
+from oocarray._storage._zarr._store import _METADATA_DAMAGE, ZarrStore, encoded_parts
+from oocarray.errors import StoreExistsError, StoreNotFoundError
+
+__all__ = ["RemoteZarrStore", "prepare_remote_target"]
+
+_METADATA = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+
+
+class RemoteZarrStore(ZarrStore):
+    _local_files = False
+
+    def __init__(
+        self,
+        array: Any,
+        remote: Remote,
+        backend: Backend,
+        prefix: str,
+        readonly: bool,
+        allow_object: bool,
+        cache: Any = None,
+    ) -> None:
+        self.remote = remote
+        self.backend = backend
+        self._prefix = prefix  # the array's keys below the backend's root ("" or "name/")
+        super().__init__(
+            array,
+            backend.where(prefix.rstrip("/")) if prefix else backend.name,
+            readonly,
+            allow_object,
+        )
+        self.supports_partial_reads = False
+        layout = self._layout
+        inner = self._chunk_nbytes if layout is not None else 1 << 20
+        self.fetcher = Fetcher(backend, inner, cache, remote.cache_namespace + prefix)
+        self._indexes: dict[tuple[int, ...], tuple[ShardIndex, str | None] | None] = {}
+        self._indexes_lock = threading.Lock()
+        self._wave = threading.local()
+
+    @classmethod
+    def open_remote(
+        cls,
+        remote: Remote,
+        mode: str,
+        allow_object: bool,
+        dataset: str | None = None,
+        cache: Any = None,
+    ) -> RemoteZarrStore:
+        """Open the zarr array at ``remote``, or the array ``dataset`` of the group there."""
+        if dataset is not None and not isinstance(dataset, str):
+            raise TypeError(f"dataset must be a str, got {dataset!r}")
+        if mode == "r+" and remote.read_only:
+            raise PermissionError(f"{remote.name}: {remote.scheme}:// URLs are read-only")
+        backend = backend_for(remote, read_only=mode == "r")
+        try:
+            array, prefix = _open_array(backend, dataset, mode)
+        except (StoreNotFoundError, ValueError, TypeError):
+            raise
+        except _METADATA_DAMAGE as error:
+            raise ValueError(
+                f"the zarr metadata at {remote.name!r} is damaged or not zarr: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        except Exception as error:
+            raise translate(error, remote.name) from error
+        return cls(array, remote, backend, prefix, mode == "r", allow_object, cache)
+
+    def _key(self, chunk: tuple[int, ...]) -> str:
+        assert self._layout is not None
+        return self._prefix + self._layout.key(chunk)
+
+    # ---- reading --------------------------------------------------------------------------
+
+    def _chunk_sources(self, chunks: Sequence[tuple[int, ...]]) -> _FetchedChunks:
+        wave: _FetchedChunks | None = getattr(self._wave, "sources", None)
+        if wave is not None and wave.has(chunks):
+            return wave.borrowed()
+        return _FetchedChunks(self, chunks)
+
+    def read_into(self, pieces: Sequence[ChunkPiece], out: np.ndarray) -> None:
+        """Fetch the chunks of a selection in waves that fit the read-ahead window, each wave's
+        requests all in flight together, then decode them as a local read does."""
+        if self._layout is None:
+            super().read_into(pieces, out)
+            return
+        per_wave = max(MAX_REQUESTS, (256 << 20) // max(1, self._chunk_nbytes))
+        wave: list[ChunkPiece] = []
+        chunks: dict[tuple[int, ...], None] = {}
+        for piece in pieces:
+            if piece.chunk not in chunks and len(chunks) == per_wave:
+                self._read_wave(wave, list(chunks), out)
+                wave, chunks = [], {}
+            wave.append(piece)
+            chunks[piece.chunk] = None
+        if wave:
+            self._read_wave(wave, list(chunks), out)
+
+    def _read_wave(
+        self, pieces: list[ChunkPiece], chunks: list[tuple[int, ...]], out: np.ndarray
+    ) -> None:
+        sources = _FetchedChunks(self, chunks)
+        self._wave.sources = sources
+        try:
+            super().read_into(pieces, out)
+        finally:
+            self._wave.sources = None
+            sources.release()
+
+    @contextlib.contextmanager
+    def read_ahead(self, chunks: Iterable[tuple[int, ...]]) -> Iterator[None]:
+        """Fetch these chunks in this order ahead of the reads inside (a pass's plan)."""
+        if self._layout is None or self._layout.shard is not None:
+            yield  # shards: their ranges are known only once their indexes are read
+            return
+        with self.fetcher.read_ahead(Request(self._key(c)) for c in chunks):
+            yield
+
+    def _shard_index(
+        self, keys: list[tuple[int, ...]], first_chunks: dict[tuple[int, ...], tuple[int, ...]]
+    ) -> None:
+        """Fetch the indexes of these shards (at once) that are not known yet."""
+        layout = self._layout
+        assert layout is not None and layout.shard is not None
+        shard = layout.shard
+        with self._indexes_lock:
+            missing = [k for k in keys if k not in self._indexes]
+        if not missing:
+            return
+
+        async def one(key: tuple[int, ...]) -> tuple[Any, Any]:
+            name = self._key(key)
+            self.fetcher.requests += 1
+            if shard.index_at_end:
+                return key, await self.backend.get_suffix(name, shard.index_bytes)
+            found = await self.backend.get(name)
+            if found is None:
+                return key, None
+            data = np.frombuffer(found.data, dtype=np.uint8)  # type: ignore[union-attr]
+            return key, (type(found)(data[: shard.index_bytes], found.version), len(data))  # type: ignore[union-attr, call-arg]
+
+        async def all_of() -> list[tuple[Any, Any]]:
+            return list(await asyncio.gather(*(one(k) for k in missing)))
+
+        for key, found in _loop.run(all_of()):
+            if found is None:
+                index = None
+            else:
+                fetched, size = found
+                where = self.backend.where(self._key(key))
+                parsed = ShardIndex(fetched.data, size, where, self.path, shard, first_chunks[key])
+                index = (parsed, fetched.version)
+            with self._indexes_lock:
+                self._indexes[key] = index
+
+    def forget_shards(self) -> None:
+        """Drop the shard indexes kept: a shard changed since they were read."""
+        with self._indexes_lock:
+            self._indexes.clear()
+
+    # ---- writing --------------------------------------------------------------------------
+
+    def write_blocks(self, blocks: Sequence[tuple[tuple[int, ...], np.ndarray]]) -> None:
+        """Unsharded chunks: encoded on every core, then put as one object each, the puts all
+        in flight together.  Shards: through zarr-python, one object each too."""
+        self.check_writable()
+        layout = self._layout
+        if layout is None or layout.shard is not None:
+            super().write_blocks(blocks)
+            return
+        encoded: list[Any] = [None] * len(blocks)
+
+        def encode(i: int, slot: int) -> None:
+            parts = encoded_parts(layout, self._stored_chunk(layout, blocks[i][1]))
+            encoded[i] = b"".join(parts)
+
+        _pool.run_spread(len(blocks), encode, _pool.workers())
+        self._put_all([(self._key(c), e) for (c, _), e in zip(blocks, encoded, strict=True)])
+        with self._indexes_lock:
+            self._indexes.clear()
+
+    def _put_all(self, objects: list[tuple[str, Any]]) -> None:
+        limit = asyncio.Semaphore(MAX_REQUESTS)
+
+        async def one(key: str, data: Any) -> None:
+            async with limit:
+                await self.backend.put(key, data)
+
+        async def all_of() -> None:
+            await asyncio.gather(*(one(k, d) for k, d in objects))
+
+        _loop.run(all_of())
+
+    # ---- growing along axis 0 -------------------------------------------------------------
+
+    def grown(self, rows: int) -> ZarrStore:
+        handle = zarr.open_array(
+            store=self.backend.zarr_store, path=self._prefix.rstrip("/") or None, mode="r+"
+        )
+        shape = (rows, *self.shape[1:])
+        object.__setattr__(handle.async_array, "metadata", handle.metadata.update_shape(shape))
+        return RemoteZarrStore(
+            handle, self.remote, self.backend, self._prefix, False, True, self.fetcher.cache
+        )
+
+    def commit_rows(self, rows: int) -> None:
+        """The new length, in the metadata object, rewritten whole after the chunks."""
+        self.check_writable()
+        shape = (rows, *self.shape[1:])
+        name = self._prefix + ("zarr.json" if self.zarr_format == 3 else ".zarray")
+        found = _loop.run(self.backend.get(name))
+        if found is None:
+            raise StoreNotFoundError(f"the metadata of {self.path} is gone")
+        meta = json.loads(bytes(found.data))  # type: ignore[union-attr]
+        meta["shape"] = list(shape)
+        _loop.run(self.backend.put(name, json.dumps(meta, indent=2).encode()))
+        self.array = zarr.open_array(
+            store=self.backend.zarr_store, path=self._prefix.rstrip("/") or None, mode="r+"
+        )
+        self.shape = shape
+
+    def stored_bytes(self) -> int:
+        return sum(size for _, size in _loop.run(self.backend.list(self._prefix)))
+
+
+class _FetchedChunks:
+    """The stored bytes of the chunks of one read, fetched together when it starts: the
+    sources :class:`ZarrStore`'s reads decode from (see ``_ChunkFiles`` for local files)."""
+
+    def __init__(self, store: RemoteZarrStore, chunks: Sequence[tuple[int, ...]]) -> None:
+        self._store = store
+        self._data: dict[tuple[int, ...], np.ndarray | None] = {}
+        self._owner = True
+        wanted = list(dict.fromkeys(chunks))
+        for attempt in (1, 2):
+            try:
+                self._fetch(wanted)
+                break
+            except VersionChanged:
+                if attempt == 2:
+                    raise
+                store.forget_shards()  # a shard was rewritten: read its new index
+
+    def _fetch(self, chunks: list[tuple[int, ...]]) -> None:
+        store = self._store
+        layout = store._layout
+        assert layout is not None
+        if layout.shard is None:
+            found = store.fetcher.fetch([Request(store._key(c)) for c in chunks])
+            self._data = dict(zip(chunks, found, strict=True))
+            return
+        shard = layout.shard
+        places = {c: shard.locate(c) for c in chunks}
+        firsts: dict[tuple[int, ...], tuple[int, ...]] = {}
+        for chunk, (key, _) in places.items():
+            firsts.setdefault(key, chunk)
+        store._shard_index(list(firsts), firsts)
+        requests: list[Request] = []
+        wanted: list[tuple[int, ...]] = []
+        for chunk, (key, number) in places.items():
+            known = store._indexes.get(key)
+            entry = None if known is None else known[0].entry(number, chunk, store._chunk_nbytes)
+            if known is None or entry is None:
+                self._data[chunk] = None  # never written: the fill value
+                continue
+            offset, nbytes = entry
+            requests.append(Request(store._key(key), offset, offset + nbytes, known[1]))
+            wanted.append(chunk)
+        for chunk, data in zip(wanted, store.fetcher.fetch(requests), strict=True):
+            self._data[chunk] = data
+
+    def has(self, chunks: Sequence[tuple[int, ...]]) -> bool:
+        return all(c in self._data for c in chunks)
+
+    def borrowed(self) -> _FetchedChunks:
+        """This wave's bytes for one of its reads, which must not release them."""
+        view = object.__new__(_FetchedChunks)
+        view._store, view._data, view._owner = self._store, self._data, False
+        return view
+
+    def source(self, chunk: tuple[int, ...]) -> Source | None:
+        data = self._data.get(chunk)
+        return None if data is None else (data, 0, -1)
+
+    def row_source(self, i: int) -> Source | None:
+        return self.source((i, *self._store._rest))
+
+    def close(self) -> None:
+        if self._owner:
+            self.release()
+
+    def release(self) -> None:
+        self._data = {}
+
+
+def _open_array(backend: Backend, dataset: str | None, mode: str) -> tuple[Any, str]:
+    """The zarr array (and its key prefix) at the backend's root, or ``dataset`` in the group
+    there; zarr-python reads consolidated metadata where a group has it."""
+    store = backend.zarr_store
+    try:
+        node = zarr.open(store=store, mode="r")
+    except FileNotFoundError as error:
+        raise StoreNotFoundError(f"no zarr array or group at {backend.name!r}") from error
+    if isinstance(node, zarr.Array):
+        if dataset is not None:
+            raise ValueError(
+                f"dataset= names an array inside a zarr group, but {backend.name!r} is a zarr "
+                "array: open it without dataset="
+            )
+        array, prefix = node, ""
+    else:
+        members = dict(node.members(max_depth=None))
+        arrays = sorted(name for name, n in members.items() if isinstance(n, zarr.Array))
+        if dataset is None:
+            if len(arrays) != 1:
+                raise ValueError(
+                    f"{backend.name!r} is a zarr group with {len(arrays)} arrays {arrays}; "
+                    "choose one with dataset=..."
+                )
+            name = arrays[0]
+        else:
+            name = dataset.strip("/")
+            if name not in arrays:
+                raise StoreNotFoundError(
+                    f"no array {dataset!r} in zarr group {backend.name!r}; it has {arrays}"
+                )
+        array, prefix = members[name], name + "/"
+    if mode == "r+":
+        array = zarr.open_array(store=store, path=prefix.rstrip("/") or None, mode="r+")
+    return array, prefix
+
+
+def prepare_remote_target(backend: Backend, prefix: str, mode: str, what: str) -> bool:
+    """As ``_replace.prepare_target`` for a location in an object store: True when a zarr
+    array there is to be replaced (``mode="w"``); its objects are then deleted here, and only
+    they (metadata and chunk keys), never the other objects under the prefix."""
+    listed = _loop.run(backend.list(prefix))
+    if not listed:
+        return False
+    names = {key[len(prefix) :] for key, _ in listed}
+    where = backend.where(prefix.rstrip("/")) if prefix else backend.name
+    meta = None
+    for name in ("zarr.json", ".zarray", ".zgroup"):
+        if name in names:
+            found = _loop.run(backend.get(prefix + name))
+            meta = (name, None if found is None else bytes(found.data))  # type: ignore[union-attr]
+            break
+    is_array = meta is not None and (
+        meta[0] == ".zarray" or (meta[0] == "zarr.json" and _node_type(meta[1]) == "array")
+    )
+    if not is_array:
+        raise StoreExistsError(
+            f"{where} holds {len(listed)} objects that are not a zarr array: {what} never "
+            "deletes them; choose another location"
+        )
+    if mode != "w":
+        raise StoreExistsError(
+            f"{where} already holds a zarr array; pass mode='w' to replace it (the default, "
+            "mode='w-', never replaces anything)"
+        )
+    owned = [key for key, _ in listed if _is_array_object(key[len(prefix) :])]
+
+    async def delete_all() -> None:
+        limit = asyncio.Semaphore(MAX_REQUESTS)
+
+        async def one(key: str) -> None:
+            async with limit:
+                await backend.delete(key)
+
+        # chunks first, metadata last: an interrupted replacement still reads as an array
+        await asyncio.gather(*(one(k) for k in owned if not k.endswith(_METADATA)))
+        await asyncio.gather(*(one(k) for k in owned if k.endswith(_METADATA)))
+
+    _loop.run(delete_all())
+    return True
+
+
+def _node_type(raw: bytes | None) -> str | None:
+    try:
+        meta = json.loads(raw or b"")
+    except ValueError:
+        return None
+    return meta.get("node_type") if isinstance(meta, dict) else None
+
+
+def _is_array_object(name: str) -> bool:
+    """A zarr array's own object: its metadata, or a chunk key (v3 ``c/...``, v2 digits)."""
+    if name in _METADATA:
+        return True
+    head = name.split("/", 1)[0]
+    return head == "c" or head.replace(".", "").isdigit()
+
+
+def create_remote(
+    remote: Remote, mode: str, dataset: str | None, metadata: dict[str, Any]
+) -> RemoteZarrStore:
+    """``oc.create`` in an object store: the array's metadata written by zarr-python (after
+    replacing an array there where ``mode`` allows), then the array opened ``"r+"``."""
+    from oocarray._storage._zarr._create import create_zarr
+
+    backend = backend_for(remote, read_only=False)
+    prefix = ""
+    try:
+        if dataset is not None:
+            parts = dataset.strip("/").split("/")
+            if any(part in ("", ".", "..") or part.startswith("__") for part in parts):
+                raise ValueError(
+                    f"dataset must be a name like 'temperature' or 'a/b', got {dataset!r}"
+                )
+            group = zarr.open_group(store=backend.zarr_store, mode="a", zarr_format=3)
+            for part in parts[:-1]:
+                group = group.require_group(part)
+            prefix = "/".join(parts) + "/"
+            if metadata.get("dimension_names") is None:
+                ndim = len(metadata["shape"])
+                metadata["dimension_names"] = tuple(f"dim_{axis}" for axis in range(ndim))
+        prepare_remote_target(backend, prefix, mode, "oc.create")
+        create_zarr(backend.zarr_store, **metadata, name=prefix.rstrip("/") or None)
+        array, prefix = _open_array(backend, dataset, "r+")
+    except (StoreExistsError, StoreNotFoundError, ValueError, TypeError):
+        raise
+    except Exception as error:
+        raise translate(error, remote.name) from error
+    return RemoteZarrStore(array, remote, backend, prefix, False, False)
