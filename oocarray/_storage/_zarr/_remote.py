@@ -97,6 +97,9 @@ class RemoteZarrStore(ZarrStore):
             raise translate(error, remote.name) from error
         return cls(array, remote, backend, prefix, mode == "r", allow_object, cache)
 
+    def reopen_remote(self) -> tuple[Remote, str | None, Any]:
+        return self.remote, self._prefix.rstrip("/") or None, self.fetcher.cache
+
     def _key(self, chunk: tuple[int, ...]) -> str:
         assert self._layout is not None
         return self._prefix + self._layout.key(chunk)
