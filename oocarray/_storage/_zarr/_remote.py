@@ -34,7 +34,12 @@ from oocarray._storage._zarr._layout import ShardIndex
 from oocarray._storage._zarr._store import _METADATA_DAMAGE, ZarrStore, encoded_parts
 from oocarray.errors import StoreExistsError, StoreNotFoundError
 
-__all__ = ["RemoteZarrStore", "prepare_remote_target"]
+__all__ = [
+    "RemoteZarrStore",
+    "check_remote_target",
+    "create_remote",
+    "prepare_remote_target",
+]
 
 _METADATA = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
 
@@ -364,10 +369,19 @@ def _open_array(backend: Backend, dataset: str | None, mode: str) -> tuple[Any, 
     return array, prefix
 
 
-def prepare_remote_target(backend: Backend, prefix: str, mode: str, what: str) -> bool:
+def check_remote_target(remote: Remote, mode: str, what: str) -> None:
+    """Raise as ``_replace.prepare_target`` does where an array may not be created at
+    ``remote`` with ``mode``; nothing is changed."""
+    prepare_remote_target(backend_for(remote, read_only=True), "", mode, what, replace=False)
+
+
+def prepare_remote_target(
+    backend: Backend, prefix: str, mode: str, what: str, *, replace: bool = True
+) -> bool:
     """As ``_replace.prepare_target`` for a location in an object store: True when a zarr
-    array there is to be replaced (``mode="w"``); its objects are then deleted here, and only
-    they (metadata and chunk keys), never the other objects under the prefix."""
+    array there is to be replaced (``mode="w"``); with ``replace`` its objects are then
+    deleted here, and only they (metadata and chunk keys), never the other objects under the
+    prefix."""
     listed = _loop.run(backend.list(prefix))
     if not listed:
         return False
@@ -392,6 +406,8 @@ def prepare_remote_target(backend: Backend, prefix: str, mode: str, what: str) -
             f"{where} already holds a zarr array; pass mode='w' to replace it (the default, "
             "mode='w-', never replaces anything)"
         )
+    if not replace:
+        return True
     owned = [key for key, _ in listed if _is_array_object(key[len(prefix) :])]
 
     async def delete_all() -> None:
