@@ -14,8 +14,10 @@ Layout of the directory::
     ab/cd/abcd...(64 hex) one file per entry, named by the SHA-256 of (namespace, key)
 
 An entry file is a header (magic, format version, length of the version string, payload length,
-CRC-32C of the payload), the version string (UTF-8), then the payload.  :meth:`ChunkCache.read`
-checks the lengths against the file's size and the checksum against the bytes it read.
+CRC-32C of the version string and payload), the version string (UTF-8), then the payload.
+:meth:`ChunkCache.lookup` checks the lengths against the file's size, :meth:`ChunkCache.read` the
+checksum against the bytes it read; a file that fails is removed and the running total recounted
+(its size may have changed behind the cache's back).
 
 Several processes may share one directory (DataLoader workers, several notebooks):
 
@@ -67,7 +69,7 @@ __all__ = ["RESCAN_EVERY", "CachedChunk", "ChunkCache"]
 
 _log = logging.getLogger("oocarray.cache")
 
-# magic, format version, version-string length, payload length, CRC-32C of the payload
+# magic, format version, version-string length, payload length, CRC-32C of version and payload
 _HEADER = struct.Struct("<4sHHQI")
 _MAGIC = b"OCch"
 _FORMAT = 1
@@ -94,6 +96,7 @@ class CachedChunk:
 
 class _Header(NamedTuple):
     version: str
+    encoded: bytes  # the version as stored
     nbytes: int
     crc: int
     offset: int  # of the payload in the file
@@ -240,7 +243,7 @@ class ChunkCache:
         if (header.version, header.nbytes) != (entry.version, entry.nbytes):
             return None  # replaced since the lookup: the caller validated the other version
         out = np.empty(header.nbytes, np.uint8)
-        if not _read_into(fd, out, header.offset) or google_crc32c.value(out) != header.crc:
+        if not _read_into(fd, out, header.offset) or _checksum(header.encoded, out) != header.crc:
             self._remove_damaged(entry.path, fd)
             return None
         _touch(fd)
@@ -255,7 +258,8 @@ class ChunkCache:
             with self._locked() as lock:
                 current = os.stat(path)
                 if (current.st_dev, current.st_ino) == (opened.st_dev, opened.st_ino):
-                    self._remove(lock, path)
+                    os.unlink(path)
+                    os.ftruncate(lock, 0)  # recount: its size may not be the one accounted
         except OSError as error:
             _log.debug("cache could not remove %s: %s", path, error)
 
@@ -266,7 +270,7 @@ class ChunkCache:
         os.makedirs(self._temp_dir, exist_ok=True)
         temp = os.path.join(self._temp_dir, f"{os.getpid()}-{secrets.token_hex(8)}.tmp")
         header = _HEADER.pack(
-            _MAGIC, _FORMAT, len(encoded), payload.size, google_crc32c.value(payload)
+            _MAGIC, _FORMAT, len(encoded), payload.size, _checksum(encoded, payload)
         )
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
@@ -424,7 +428,12 @@ def _read_header(fd: int) -> _Header | None:
         version = encoded.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError:
         return None
-    return _Header(version, nbytes, crc, offset)
+    return _Header(version, encoded, nbytes, crc, offset)
+
+
+def _checksum(encoded: bytes, payload: np.ndarray) -> int:
+    """The CRC-32C of the version string then the payload: a damaged version is caught too."""
+    return int(google_crc32c.extend(google_crc32c.value(encoded), payload))
 
 
 def _read_into(fd: int, out: np.ndarray, offset: int) -> bool:
