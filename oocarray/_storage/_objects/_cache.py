@@ -225,7 +225,8 @@ class ChunkCache:
             return sum(f.size for f in self._walk(remove_stale=False))
 
     def clear(self) -> None:
-        """Remove every entry (files being written by other processes are left alone)."""
+        """Remove every entry (files being written by other processes are left alone).  Unlike
+        the other methods this raises ``OSError`` (a read-only directory): it was asked for."""
         with self._locked() as lock:
             for entry in self._walk(remove_stale=True):
                 with contextlib.suppress(FileNotFoundError):
