@@ -154,7 +154,8 @@ class ObstoreBackend(Backend):
             result = await self._obs.get_async(self._store, key, options=options)  # type: ignore[arg-type]
             data = await result.bytes_async()
         except Exception as error:
-            return self._answer(error, key)
+            answer: Fetched | _NotModified | None = self._answer(error, key)
+            return answer
         _check_length(len(data), result.meta["size"], self.where(key))
         return Fetched(data, _version(result.meta))
 
@@ -200,7 +201,7 @@ class ObstoreBackend(Backend):
 
     async def list(self, prefix: str) -> list[tuple[str, int]]:
         try:
-            found = []
+            found: list[tuple[str, int]] = []
             async for batch in self._obs.list(self._store, prefix or None):
                 found.extend((str(m["path"]), int(m["size"])) for m in batch)
             return found

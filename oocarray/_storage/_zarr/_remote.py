@@ -234,7 +234,7 @@ class RemoteZarrStore(ZarrStore):
 
     def grown(self, rows: int) -> ZarrStore:
         handle = zarr.open_array(
-            store=self.backend.zarr_store, path=self._prefix.rstrip("/") or None, mode="r+"
+            store=self.backend.zarr_store, path=self._prefix.rstrip("/"), mode="r+"
         )
         shape = (rows, *self.shape[1:])
         object.__setattr__(handle.async_array, "metadata", handle.metadata.update_shape(shape))
@@ -254,7 +254,7 @@ class RemoteZarrStore(ZarrStore):
         meta["shape"] = list(shape)
         _loop.run(self.backend.put(name, json.dumps(meta, indent=2).encode()))
         self.array = zarr.open_array(
-            store=self.backend.zarr_store, path=self._prefix.rstrip("/") or None, mode="r+"
+            store=self.backend.zarr_store, path=self._prefix.rstrip("/"), mode="r+"
         )
         self.shape = shape
 
@@ -340,6 +340,7 @@ def _open_array(backend: Backend, dataset: str | None, mode: str) -> tuple[Any, 
         node = zarr.open(store=store, mode="r")
     except FileNotFoundError as error:
         raise StoreNotFoundError(f"no zarr array or group at {backend.name!r}") from error
+    array: Any
     if isinstance(node, zarr.Array):
         if dataset is not None:
             raise ValueError(
@@ -365,7 +366,7 @@ def _open_array(backend: Backend, dataset: str | None, mode: str) -> tuple[Any, 
                 )
         array, prefix = members[name], name + "/"
     if mode == "r+":
-        array = zarr.open_array(store=store, path=prefix.rstrip("/") or None, mode="r+")
+        array = zarr.open_array(store=store, path=prefix.rstrip("/"), mode="r+")
     return array, prefix
 
 

@@ -343,7 +343,7 @@ def test_access_denied_names_the_url_and_never_the_credentials(fault_proxy):
 
 
 def test_missing_arrays_and_buckets_are_store_not_found(s3):
-    with pytest.raises(oc.StoreNotFoundError, match="nothing.zarr"):
+    with pytest.raises(oc.StoreNotFoundError, match=r"nothing\.zarr"):
         oc.open(s3.url("nothing.zarr"), storage_options=s3.storage_options)
     with pytest.raises(oc.StoreNotFoundError):
         oc.open("s3://no-such-bucket-here/x.zarr", storage_options=s3.storage_options)
