@@ -4,7 +4,7 @@ of the options (sizes, chunk shapes, axes)."""
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from oocarray._memory import parse_size
 
@@ -97,6 +97,28 @@ def axis_argument(text: str) -> int | None:
         ) from None
 
 
+def storage_option_argument(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE``; ``true``/``false`` become booleans.
+
+    Examples
+    --------
+    >>> storage_option_argument("anon=true"), storage_option_argument("region=eu-west-1")
+    (('anon', True), ('region', 'eu-west-1'))
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(
+            f"expected KEY=VALUE such as region=us-east-1, got {text!r}"
+        )
+    flags = {"true": True, "false": False}
+    return key.strip(), flags.get(value.strip().lower(), value)
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The ``--storage-option`` values of a command, or None where none were given."""
+    return dict(getattr(args, "storage_options", None) or []) or None
+
+
 def add_common(parser: argparse.ArgumentParser, *, max_ram: str | None = None) -> None:
     """Options several commands share: ``--dataset`` and, with a default, ``--max-ram``."""
     parser.add_argument(
@@ -104,6 +126,17 @@ def add_common(parser: argparse.ArgumentParser, *, max_ram: str | None = None) -
         metavar="NAME",
         help="the array inside an HDF5 file or a zarr group, e.g. 'a/b' "
         "(not needed when it holds only one)",
+    )
+    parser.add_argument(
+        "--storage-option",
+        dest="storage_options",
+        action="append",
+        type=storage_option_argument,
+        default=[],
+        metavar="KEY=VALUE",
+        help="for object-store URLs (s3://, gs://, az://, https://): an option of the store, "
+        "e.g. endpoint=http://localhost:9000, region=eu-west-1, anon=true (repeat for more); "
+        "give credentials in the AWS_*, GOOGLE_* or AZURE_* variables, not here",
     )
     if max_ram is not None:
         parser.add_argument(

@@ -22,12 +22,18 @@ from typing import Any
 import numpy as np
 
 import oocarray as oc
-from oocarray._cli._args import Parser, UsageError, add_common, shape_argument
+from oocarray._cli._args import (
+    Parser,
+    UsageError,
+    add_common,
+    shape_argument,
+    storage_options,
+)
 from oocarray._cli._info import describe
 from oocarray._cli._open import open_array
 from oocarray._cli._output import format_bytes
 from oocarray._compute._progress import progress_bar
-from oocarray._storage._paths import local_path
+from oocarray._storage._objects._urls import Remote, locate
 from oocarray._storage._replace import foreign_files, prepare_target
 from oocarray._storage._zarr._create import unstable_dtypes_known
 
@@ -123,10 +129,15 @@ def output_format(dst: str, to: str | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Convert ``args.src`` to ``args.dst``."""
-    args.src, args.dst = local_path(args.src, "SRC"), local_path(args.dst, "DST")
+    options = storage_options(args)
+    src = locate(args.src, _for_urls(args.src, options), "SRC")
+    dst = locate(args.dst, _for_urls(args.dst, options), "DST", writing=True)
+    if isinstance(dst, Remote):
+        return _run_to_remote(args, src, dst, options)
+    args.src, args.dst = (src.url if isinstance(src, Remote) else src), dst
     fmt = output_format(args.dst, args.to)
     codec = _check_options(args, fmt)
-    if not os.path.lexists(args.src):
+    if not isinstance(src, Remote) and not os.path.lexists(args.src):
         raise oc.StoreNotFoundError(f"no array at {args.src!r}: the path does not exist")
     if os.path.lexists(args.dst):
         if os.path.exists(args.src) and os.path.samefile(args.src, args.dst):
@@ -141,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     progress = not args.no_progress
     with oc.Manager("convert", max_bytes=args.max_ram) as manager:
-        with open_array(args.src, args.dataset) as x:
+        with open_array(args.src, args.dataset, _for_urls(args.src, options)) as x:
+            shown_src = x.path if isinstance(src, Remote) else args.src
             partial = _partial_name(args.dst, fmt)
             try:
                 if fmt == "zarr":
@@ -158,13 +170,66 @@ def run(args: argparse.Namespace) -> int:
                 raise
         peak = manager.stats().peak_bytes
     seconds = time.perf_counter() - start
-    info = describe(args.dst, args.out_dataset if fmt == "hdf5" else None)
+    _report(shown_src, args.dst, fmt, args, seconds, peak, None)
+    return 0
+
+
+def _for_urls(text: str, options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``--storage-option`` values apply to the side of a conversion that is in a store."""
+    return options if "://" in text and not text.startswith("file://") else None
+
+
+def _run_to_remote(
+    args: argparse.Namespace, src: Any, dst: Remote, options: dict[str, Any] | None
+) -> int:
+    """Convert into an object store: a zarr array written chunk by chunk, each chunk one
+    object (an interrupted run leaves whole chunks; rerun with --overwrite)."""
+    fmt = args.to or "zarr"
+    if fmt != "zarr":
+        raise UsageError(
+            f"object-store outputs are zarr arrays; --to {fmt} needs a local DST", _PROG
+        )
+    codec = _check_options(args, fmt)
+    source = src.url if isinstance(src, Remote) else src
+    if not isinstance(src, Remote) and not os.path.lexists(source):
+        raise oc.StoreNotFoundError(f"no array at {source!r}: the path does not exist")
+    start = time.perf_counter()
+    with oc.Manager("convert", max_bytes=args.max_ram) as manager:
+        with open_array(source, args.dataset, _for_urls(source, options)) as x:
+            shown_src = x.path if isinstance(src, Remote) else source
+            with unstable_dtypes_known():
+                _write_zarr(
+                    x,
+                    dst.url,
+                    args.chunks,
+                    args.shards,
+                    codec,
+                    not args.no_progress,
+                    mode="w" if args.overwrite else "w-",
+                    storage_options=options,
+                )
+        peak = manager.stats().peak_bytes
+    _report(shown_src, dst.url, fmt, args, time.perf_counter() - start, peak, options)
+    return 0
+
+
+def _report(
+    src: str,
+    dst: str,
+    fmt: str,
+    args: argparse.Namespace,
+    seconds: float,
+    peak: int,
+    options: dict[str, Any] | None,
+) -> None:
+    info = describe(dst, args.out_dataset if fmt == "hdf5" else None, options)
+    dst = info["path"]  # redacted where it is a URL
     layout = f"chunks {tuple(info['chunks'])}"
     if info["shards"]:
         layout += f", shards {tuple(info['shards'])}"
     ratio = info["compression_ratio"]
     print(
-        f"{args.src} -> {args.dst}: {info['format']}, shape {tuple(info['shape'])}, "
+        f"{src} -> {dst}: {info['format']}, shape {tuple(info['shape'])}, "
         f"{info['dtype']}, {layout}, codec {info['codec']}"
     )
     print(
@@ -174,7 +239,6 @@ def run(args: argparse.Namespace) -> int:
         + f", in {seconds:.1f} s; peak NumPy memory {format_bytes(peak)} of the "
         f"{format_bytes(args.max_ram)} budget"
     )
-    return 0
 
 
 def _empty_directory(path: str) -> bool:
@@ -289,6 +353,8 @@ def _write_zarr(
     shards: tuple[int, ...] | None,
     codec: str,
     progress: bool,
+    mode: str = "w-",
+    storage_options: dict[str, Any] | None = None,
 ) -> None:
     _check_ndim(x, chunks, "--chunks")
     _check_ndim(x, shards, "--shards")
@@ -298,10 +364,26 @@ def _write_zarr(
         chunks = tuple(min(c, max(n, 1)) for c, n in zip(chunks, x.shape, strict=True))
     if shards is None:
         source: Any = x  # the compute layer's methods
-        source.to_zarr(path, codec=codec, chunks=chunks, mode="w-", progress=progress).close()
+        source.to_zarr(
+            path,
+            codec=codec,
+            chunks=chunks,
+            mode=mode,
+            progress=progress,
+            storage_options=storage_options,
+        ).close()
         return
     # Sharded: whole shards, one block of them at a time.
-    with oc.create(path, x.shape, x.dtype, chunks=chunks, codec=codec, shards=shards) as out:
+    with oc.create(
+        path,
+        x.shape,
+        x.dtype,
+        chunks=chunks,
+        codec=codec,
+        shards=shards,
+        mode=mode,
+        storage_options=storage_options,
+    ) as out:
         grid = out.shards or out.chunks
         block = _block_shape(x.shape, grid, x.dtype.itemsize, 0)
         _copy(x, block, out.__setitem__, progress)

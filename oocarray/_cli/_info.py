@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
+import warnings
 from typing import Any
 
-from oocarray._cli._args import Parser, add_common
+from oocarray._cli._args import Parser, add_common, storage_options
 from oocarray._cli._open import open_array
 from oocarray._cli._output import format_bytes, print_json
 
@@ -32,7 +32,7 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the description of ``args.path``."""
-    info = describe(args.path, args.dataset)
+    info = describe(args.path, args.dataset, storage_options(args))
     if args.json:
         print_json(info)
         return 0
@@ -63,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(path: str, dataset: str | None = None) -> dict[str, Any]:
+def describe(
+    path: str, dataset: str | None = None, options: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A JSON-ready description of the array at ``path``.
 
     Examples
@@ -75,11 +77,11 @@ def describe(path: str, dataset: str | None = None) -> dict[str, Any]:
     >>> info["format"], info["shape"], info["logical_bytes"]
     ('npy', [3, 4], 48)
     """
-    with open_array(path, dataset) as x:
+    with open_array(path, dataset, options) as x:
         fmt = x.format
         codec = x.codec
         if fmt == "zarr":
-            version, codec = _zarr_metadata(x.path, codec)
+            version, codec = _zarr_metadata(x, codec)
             fmt = f"zarr v{version}" + (", sharded" if x.shards is not None else "")
         elif fmt == "hdf5":
             fmt = "hdf5, " + ("chunked" if x.location == "chunks" else "contiguous")
@@ -91,7 +93,7 @@ def describe(path: str, dataset: str | None = None) -> dict[str, Any]:
             else [math.ceil(n / s) if s else 0 for n, s in zip(x.shape, x.shards, strict=True)]
         )
         return {
-            "path": os.fspath(path),
+            "path": x.path if "://" in os.fspath(path) else os.fspath(path),  # URLs redacted
             "dataset": dataset,
             "format": fmt,
             "shape": list(x.shape),
@@ -116,17 +118,18 @@ def _tuple(values: list[int]) -> str:
     return "(" + ", ".join(str(v) for v in values) + ("," if len(values) == 1 else "") + ")"
 
 
-def _zarr_metadata(array_path: str, codec: str) -> tuple[int, str]:
-    """The zarr format version of the array at ``array_path`` and its codecs in words
-    (``blosc(lz4)``, ``sharding(zstd)``), from its metadata file."""
-    v3 = os.path.join(array_path, "zarr.json")
-    if not os.path.isfile(v3):
+def _zarr_metadata(x: Any, codec: str) -> tuple[int, str]:
+    """The zarr format version of the array ``x`` and its codecs in words (``blosc(lz4)``,
+    ``sharding(zstd)``), from its metadata (local or in an object store)."""
+    metadata = x._store.array.metadata
+    if metadata.zarr_format == 2:
         return 2, codec
     try:
-        with open(v3, encoding="utf-8") as f:
-            codecs = json.load(f).get("codecs", [])
+        with warnings.catch_warnings():  # a string dtype's "no v3 specification yet"
+            warnings.simplefilter("ignore")
+            codecs = metadata.to_dict().get("codecs", [])
         return 3, _codec_words(codecs) or codec
-    except (OSError, ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError, KeyError):
         return 3, codec  # oc.open read it: only the words are lost
 
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import oocarray as oc
 
 __all__ = ["open_array"]
 
 
-def open_array(path: str, dataset: str | None) -> oc.ChunkedArray:
-    """``oc.open(path, dataset=dataset)``, read-only; an error that points at the Python
-    argument ``dataset=`` points at the option ``--dataset`` instead.
+def open_array(
+    path: str, dataset: str | None, storage_options: dict[str, Any] | None = None
+) -> oc.ChunkedArray:
+    """``oc.open(path, dataset=dataset, storage_options=...)``, read-only; an error that
+    points at the Python argument ``dataset=`` points at the option ``--dataset`` instead.
 
     Examples
     --------
@@ -20,7 +24,7 @@ def open_array(path: str, dataset: str | None) -> oc.ChunkedArray:
     (3,)
     """
     try:
-        return oc.open(path, dataset=dataset)
+        return oc.open(path, dataset=dataset, storage_options=storage_options)
     except (ValueError, FileNotFoundError) as error:
         text = str(error)
         if "dataset=" not in text:

@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 
 import oocarray as oc
-from oocarray._cli._args import Parser, UsageError, add_common, axis_argument
+from oocarray._cli._args import (
+    Parser,
+    UsageError,
+    add_common,
+    axis_argument,
+    storage_options,
+)
 from oocarray._cli._open import open_array
 from oocarray._cli._output import format_bytes, format_number, print_json, table
 
@@ -47,7 +53,7 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compute and print the statistics of ``args.path``."""
     with oc.Manager("stats", max_bytes=args.max_ram) as manager:
-        with open_array(args.path, args.dataset) as x:
+        with open_array(args.path, args.dataset, storage_options(args)) as x:
             shape, dtype = x.shape, x.dtype
             stats = column_stats(x, args.axis, progress=not args.no_progress)
         peak = manager.stats().peak_bytes

@@ -121,6 +121,9 @@ def _obstore_options(remote: Remote) -> dict[str, Any] | None:
         options["skip_signature"] = True
     if given.pop("requester_pays", False):
         options["request_payer"] = True
+    retries = given.pop("retries", None)  # a number: obstore's retry_config, in one word
+    if retries is not None:
+        retry = {**(retry or {}), "max_retries": int(retries)}
     for name in _OURS:
         given.pop(name, None)
     for name, value in given.items():
