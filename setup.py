@@ -51,6 +51,7 @@ setup(
                 "native/pager_wb.c",
                 "native/pager_spill.c",
                 "native/pager_errors.c",
+                "native/pager_remote.c",
                 "native/zspill.c",
                 "native/writeback.c",
             ],

@@ -100,6 +100,7 @@
 typedef struct oc_node oc_node;
 typedef struct oc_workspace oc_workspace;
 typedef struct pg_array pg_array;
+typedef struct pg_remote pg_remote;
 
 /* Cumulative counters are split into per-thread slots: a slot has a single writer (the thread
  * holding that index), so the hot path updates it without a locked instruction.  Readers sum

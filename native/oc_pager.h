@@ -49,6 +49,9 @@ extern atomic_int oc_pager_threads;
  * budget pressure and by flush(), each chunk whole (pager_wb.c).  r+ arrays over HDF5 are
  * written by their store, from Python: begin, the store's write, end or abort. */
 int oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode);
+/* Chunks not on disk yet are asked of a feeder process: requests on req_fd, answers on rep_fd
+ * (both duplicated); 0 or errno.  Before the array is first touched. */
+int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd);
 int oc_pager_native_writeback(pg_array *a);
 int oc_pager_write_back(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n);
 void oc_pager_writeback_error(pg_array *a, char *out, size_t n);

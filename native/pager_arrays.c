@@ -26,6 +26,7 @@ void pg_array_free(pg_array *a)
     }
     free(a->paths);
     free(a->table);
+    pg_remote_free(a->remote);
     while (a->moves != NULL) {
         pg_move *m = a->moves;
         a->moves = m->next;

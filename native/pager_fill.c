@@ -46,6 +46,16 @@ static int read_part(pg_array *a, size_t c, const int64_t t[3], size_t lo, size_
         return -1;
     }
     int fd = a->fd >= 0 ? a->fd : open(a->paths[path], O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && a->remote != NULL) { /* not fetched yet: ask the feeder */
+        int got = pg_remote_wait(a, c, a->paths[path], err, err_n);
+        if (got != 0) {
+            if (got == 1) {
+                fill_pattern(a, d, lo, hi);
+            }
+            return got;
+        }
+        fd = open(a->paths[path], O_RDONLY | O_CLOEXEC);
+    }
     if (fd < 0) {
         if (errno == ENOENT) { /* a chunk never written holds the fill value */
             fill_pattern(a, d, lo, hi);

@@ -88,6 +88,7 @@ struct pg_array { /* typedef'd in oc_core.h */
     long long wb_retry_ns; /* after a failed write-back under pressure, none before this */
     atomic_llong writebacks, wb_failures;
     char wb_error[400]; /* the last failed write-back under pressure, under `pg_lock` */
+    pg_remote *remote;  /* chunks fetched on demand by a feeder process (pager_remote.c) */
 };
 
 /* pager.c: the descriptor, the arrays, the queue and the threads */
@@ -141,6 +142,10 @@ size_t pg_write_back_lru(oc_node *node, size_t want);
 void pg_ring_push(pg_array *a, size_t u);
 /* pager_arrays.c */
 void pg_array_free(pg_array *a);
+/* pager_remote.c: chunk c of an array paged from an object store, fetched into `path` by the
+ * feeder: 0 when the file is there, 1 when the chunk was never written, -1 with a message */
+int pg_remote_wait(pg_array *a, size_t c, const char *path, char *err, size_t err_n);
+void pg_remote_free(pg_remote *r);
 int pg_withdraw(pg_array *a);
 /* pager_errors.c */
 extern atomic_int pg_failures_seen;

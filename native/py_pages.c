@@ -30,18 +30,20 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"paths", "table", "codec", "chunk_nbytes", "data_nbytes",
                              "unit_nbytes", "fill", "writable", "node", "readahead", "fd",
-                             "zstd_level", "zstd_checksum", "file_mode", NULL};
+                             "zstd_level", "zstd_checksum", "file_mode", "remote_request",
+                             "remote_reply", NULL};
     PyObject *paths, *table_obj, *node_obj;
     int codec, writable, readahead, fd = -1, level = 0, checksum = 0, file_mode = 0644;
+    int remote_request = -1, remote_reply = -1;
     Py_ssize_t chunk_n, data_n, unit_n;
     Py_buffer fill;
     if (oc_pager_errors_init() < 0) { /* what a chunk that cannot be read raises */
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi|iipi", kwlist, &PyList_Type, &paths,
-                                     &table_obj, &codec, &chunk_n, &data_n, &unit_n, &fill,
-                                     &writable, &node_obj, &readahead, &fd, &level, &checksum,
-                                     &file_mode)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi|iipiii", kwlist, &PyList_Type,
+                                     &paths, &table_obj, &codec, &chunk_n, &data_n, &unit_n,
+                                     &fill, &writable, &node_obj, &readahead, &fd, &level,
+                                     &checksum, &file_mode, &remote_request, &remote_reply)) {
         return NULL;
     }
     oc_node *node = NULL;
@@ -145,6 +147,15 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if (writable) {
         oc_pager_set_writeback(self->pages, level, checksum, file_mode);
+    }
+    if (remote_request >= 0 || remote_reply >= 0) {
+        int e = remote_request >= 0 && remote_reply >= 0
+                    ? oc_pager_set_remote(self->pages, remote_request, remote_reply)
+                    : EINVAL;
+        if (e) {
+            Py_DECREF(self);
+            return oc_py_errno_error(e);
+        }
     }
     return (PyObject *)self;
 }

@@ -25,6 +25,8 @@ import itertools
 import json
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import urllib.request
 import uuid
@@ -100,6 +102,18 @@ class Bucket:
         return f"{self.scheme}://{self.name}/{key.lstrip('/')}"
 
 
+# The server's process: moto on 127.0.0.1 port 0, the port printed, until stdin closes.
+_MOTO_MAIN = """
+import sys
+from moto.server import ThreadedMotoServer
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print(server.get_host_and_port()[1], flush=True)
+sys.stdin.read()
+server.stop()
+"""
+
+
 class S3Server:
     """moto's S3 on 127.0.0.1, for obstore (and boto3, to set a test up behind its back).
 
@@ -110,12 +124,20 @@ class S3Server:
     """
 
     def __init__(self) -> None:
-        from moto.server import ThreadedMotoServer
-
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self._server.start()
-        host, port = self._server.get_host_and_port()
-        self.endpoint = f"http://{host}:{port}"
+        # In a process of its own: a client thread that holds the GIL (a page fault of a
+        # chunk-backed ndarray waits for a fetch with it held) must not stop the server.
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", _MOTO_MAIN],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline().decode().strip()
+        if not line.isdigit():
+            self._process.kill()
+            raise RuntimeError(f"moto's server did not start: {line!r}")
+        self.endpoint = f"http://127.0.0.1:{line}"
 
     def storage_options(self, endpoint: str | None = None) -> dict[str, Any]:
         """The options ``obstore.store.from_url("s3://...", **options)`` takes to reach this
@@ -151,11 +173,16 @@ class S3Server:
         return Bucket("s3", self.make_bucket(name), self.storage_options(endpoint), self)
 
     def stop(self) -> None:
-        self._server.stop()
-        # moto's stop() shuts the server down but leaves its socket open.
-        inner = getattr(self._server, "_server", None)
-        if inner is not None:
-            inner.server_close()
+        if self._process.poll() is None:
+            assert self._process.stdin is not None
+            self._process.stdin.close()  # the server's process ends at end-of-file
+            try:
+                self._process.wait(timeout=SOCKET_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
 
     def __enter__(self) -> Self:
         return self

@@ -402,6 +402,10 @@ def _add_default_credentials(remote: Remote, scheme: str, options: dict[str, Any
         return
     if os.environ.get("AWS_ACCESS_KEY_ID") or "credential_provider" in options:
         return
+    files = [os.path.expanduser(f"~/.aws/{name}") for name in ("credentials", "config")]
+    profile = options.get("profile") or os.environ.get("AWS_PROFILE")
+    if not profile and not any(os.path.exists(f) for f in files):
+        return  # nothing for boto3 to add: obstore's own chain (variables, instance roles)
     try:
         import boto3
         from obstore.auth.boto3 import Boto3CredentialProvider

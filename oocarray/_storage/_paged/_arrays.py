@@ -158,7 +158,15 @@ class PagedArrays:
                     readahead=readahead,
                     fd=chunk_table.fd,
                     **writer_options,
+                    **_feed_options(chunk_table.feed),
                 )
+            except BaseException:
+                if chunk_table.feed is not None:
+                    chunk_table.feed.abandon()
+                raise
+            else:
+                if chunk_table.feed is not None:
+                    chunk_table.feed.handed_over(pages)
             finally:
                 if chunk_table.fd >= 0:
                     os.close(chunk_table.fd)
@@ -186,6 +194,12 @@ class PagedArrays:
 
     def stats(self) -> list[dict[str, int]]:
         return [pages.stats() for pages in list(self._pages)]
+
+
+def _feed_options(feed: Any) -> dict[str, int]:
+    if feed is None:
+        return {}
+    return {"remote_request": feed.request_fd, "remote_reply": feed.reply_fd}
 
 
 def _plan(store: Store, mode: str) -> Plan | np.ndarray:
@@ -227,6 +241,19 @@ def _plan(store: Store, mode: str) -> Plan | np.ndarray:
             f"(codec='none') to write into it"
         )
     codec = layout.codec  # numcodecs.Zstd or None where written back: what native_codec says
+    if store.reopen_remote() is not None:  # in an object store: chunks fetched on demand
+        from oocarray._storage._zarr._feeder import feeder_table
+
+        if mode == "r+":
+            raise NotImplementedError(
+                f"as_ndarray('r+') of an array in an object store ({store.path}) is not "
+                "supported yet: open it with mode='r', or write with x[...] = values"
+            )
+        return Plan(
+            dtype=layout.stored_dtype,
+            codec=layout.native_codec | _native.CODEC_VERIFY,
+            table=lambda nchunks: feeder_table(store, nchunks),
+        )
     return Plan(
         dtype=layout.stored_dtype,
         # The pager fills whole units: chunks it decodes in part are decoded whole anyway, to

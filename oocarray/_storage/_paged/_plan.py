@@ -26,6 +26,9 @@ class ChunkTable:
     paths: list[str]
     table: np.ndarray
     fd: int = -1
+    # For an array in an object store: the feeder process that fetches the chunk files on
+    # demand (``_zarr/_feeder.py``), whose pipes the pager takes.
+    feed: Any = None
 
 
 class NativeWriter(NamedTuple):

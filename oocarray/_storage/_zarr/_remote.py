@@ -67,6 +67,8 @@ class RemoteZarrStore(ZarrStore):
             allow_object,
         )
         self.supports_partial_reads = False
+        # as_ndarray(): pages filled from chunks a feeder process fetches (see _feeder.py)
+        self.supports_paging = self._layout is not None
         layout = self._layout
         inner = self._chunk_nbytes if layout is not None else 1 << 20
         self.fetcher = Fetcher(backend, inner, cache, remote.cache_namespace + prefix)

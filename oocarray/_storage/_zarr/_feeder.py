@@ -1,0 +1,226 @@
+"""``as_ndarray()`` of an array in an object store: a feeder process fetches chunks for the
+pager, on demand and ahead of it.
+
+The pager fills pages in native threads that must never wait for Python (the thread that
+faulted may hold the GIL), and fetching is the object-store library's work.  So a process of
+its own fetches: the pager asks it for a chunk on a pipe when the chunk's file is missing
+(``native/pager_remote.c``), the feeder writes the chunk's stored bytes into that file (beside
+it, then renamed: whole or absent) and answers; the pager decodes the file as it decodes a
+local chunk, and evicts and refills pages under the budget as usual.  With each request the
+feeder also fetches the next chunks in the direction the reads go, several requests in flight,
+so a scan finds its chunks there.  The files live in a private temporary directory (on disk,
+not in RAM), removed with the array; a process killed meanwhile leaves it to the next one's
+clean-up of dead sessions (see ``_temp_dirs``).
+
+Run as ``python -m oocarray._storage._zarr._feeder``: the configuration (the location, with
+its options, and the cache) comes on stdin, never on the command line, where other users
+could read credentials.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import traceback
+import weakref
+from typing import Any
+
+import numpy as np
+
+from oocarray._storage._paged._plan import ChunkTable
+from oocarray._storage._temp_dirs import new_temp_dir, remove_temp_dir
+
+__all__ = ["feeder_table"]
+
+READY, ABSENT, FAILED = 2, 3, 4  # answers (pager_remote.c)
+_REQUEST = struct.Struct("<q")
+_ANSWER = struct.Struct("<qq")
+AHEAD_BYTES = 64 << 20  # stored bytes fetched ahead of the pager's requests, at most
+AHEAD_CHUNKS = 16
+
+
+def feeder_table(store: Any, nchunks: int) -> ChunkTable:
+    """The pager's table for a remote array: one file per row chunk in a private directory,
+    none there yet, and a feeder process started to fetch them (``request_fd`` and
+    ``reply_fd``: the pipes the pager takes; the process ends when the pager closes them)."""
+    directory = new_temp_dir()
+    owner = os.getpid()
+    with open(os.path.join(directory, "feeder.log"), "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "oocarray._storage._zarr._feeder"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            close_fds=True,
+        )
+    assert process.stdin is not None and process.stdout is not None
+    chunk_bytes = math.prod(store.chunks) * store.dtype.itemsize
+    config = pickle.dumps((store.reopen_remote(), directory, nchunks, chunk_bytes))
+    process.stdin.write(struct.pack("<q", len(config)) + config)
+    process.stdin.flush()
+    table = np.zeros((nchunks, 3), dtype=np.int64)
+    table[:, 0] = np.arange(nchunks)
+    table[:, 2] = -1
+    paths = [os.path.join(directory, str(c)) for c in range(nchunks)]
+    feed = _Feed(process, directory, owner)
+    return ChunkTable(paths, table, feed=feed)
+
+
+class _Feed:
+    """The feeder process of one paged array: its pipes (given to the pager, then closed here)
+    and its directory, removed once the process has ended."""
+
+    def __init__(self, process: subprocess.Popen[bytes], directory: str, owner: int) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process = process
+        self.request_fd = process.stdin.fileno()
+        self.reply_fd = process.stdout.fileno()
+        self.directory = directory
+        self._owner = owner
+
+    def handed_over(self, pages: Any) -> None:
+        """The pager has its own copies of the pipes: close these, and clean up after it."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.close()
+        self.process.stdout.close()
+        weakref.finalize(pages, _finish, self.process, self.directory, self._owner)
+
+    def abandon(self) -> None:
+        """The pager was not made: stop the process and remove the directory."""
+        _finish(self.process, self.directory, self._owner)
+
+
+def _finish(process: subprocess.Popen[bytes], directory: str, owner: int) -> None:
+    for stream in (process.stdin, process.stdout):
+        if stream is not None and not stream.closed:
+            stream.close()
+    # No view of the array is left, so no fill will ask for a chunk again: stop the feeder
+    # now rather than wait for the pager to drop its pipes.
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    remove_temp_dir(directory, owner)
+
+
+# ---- the feeder process ----------------------------------------------------------------------
+
+
+def _serve() -> None:
+    from oocarray._storage._formats import open_store
+
+    requests = sys.stdin.buffer.raw  # type: ignore[attr-defined]
+    # The answers go to the pipe that is stdout; whatever a library prints goes to the log.
+    answers = os.dup(1)
+    os.dup2(2, 1)
+    size = _REQUEST.unpack(_read(requests, 8))[0]
+    (location, dataset, cache), directory, nchunks, chunk_bytes = pickle.loads(
+        _read(requests, size)
+    )
+    store = open_store(location, "r", dataset, True, cache)
+    rest = store._rest
+    ahead_count = max(1, min(AHEAD_CHUNKS, AHEAD_BYTES // max(1, chunk_bytes)))
+    done: set[int] = set()  # chunks whose file is written (or known absent)
+    absent: set[int] = set()
+    last = -1
+    while True:
+        asked = _requests(requests, block=True)
+        if asked is None:
+            return  # the pager closed its end: the array is gone
+        asked = list(dict.fromkeys(asked))
+        step = 1 if not asked or asked[-1] >= last else -1
+        last = asked[-1] if asked else last
+        batch = [c for c in asked if c not in done]
+        for c in asked:  # and ahead, in the direction the reads go
+            for n in range(1, ahead_count + 1):
+                nxt = c + step * n
+                if 0 <= nxt < nchunks and nxt not in done and nxt not in batch:
+                    batch.append(nxt)
+        failure = None
+        try:
+            _fetch(store, rest, batch, directory, done, absent)
+        except Exception as error:  # reported to the pager with the message, per chunk
+            failure = f"{type(error).__name__}: {error}"
+            traceback.print_exc()
+        for c in asked:
+            if c in absent:
+                status = ABSENT
+            elif c in done:
+                status = READY
+            else:
+                status = FAILED
+                _write_file(os.path.join(directory, f"{c}.error"), (failure or "?").encode())
+            os.write(answers, _ANSWER.pack(c, status))  # 16 bytes: one atomic write
+
+
+def _fetch(
+    store: Any,
+    rest: tuple[int, ...],
+    batch: list[int],
+    directory: str,
+    done: set[int],
+    absent: set[int],
+) -> None:
+    if not batch:
+        return
+    sources = store._chunk_sources([(c, *rest) for c in batch])
+    try:
+        for c in batch:
+            source = sources.source((c, *rest))
+            if source is None:
+                absent.add(c)
+            else:
+                _write_file(os.path.join(directory, str(c)), source[0])
+            done.add(c)
+    finally:
+        sources.close()
+
+
+def _write_file(path: str, data: Any) -> None:
+    temporary = f"{path}.part"
+    with open(temporary, "wb") as f:
+        f.write(memoryview(data).cast("B"))
+    os.replace(temporary, path)
+
+
+def _read(stream: Any, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        got = stream.read(n - len(out))
+        if not got:
+            raise EOFError
+        out += got
+    return out
+
+
+def _requests(stream: Any, block: bool) -> list[int] | None:
+    """The chunk numbers asked for (waiting for the first); None at end-of-file."""
+    asked = collections.deque[int]()
+    fd = stream.fileno()
+    wait = None if block else 0
+    while True:
+        ready, _, _ = select.select([fd], [], [], wait)
+        if not ready:
+            return list(asked)
+        data = os.read(fd, 8 * 512)
+        if not data:
+            return list(asked) if asked else None
+        while len(data) % 8:
+            more = os.read(fd, 8 - len(data) % 8)
+            if not more:
+                return None
+            data += more
+        asked.extend(v for (v,) in _REQUEST.iter_unpack(data))
+        wait = 0  # then take what else is there, without waiting
+
+
+if __name__ == "__main__":
+    _serve()
