@@ -196,7 +196,7 @@ class PagedArrays:
         return [pages.stats() for pages in list(self._pages)]
 
 
-def _feed_options(feed: Any) -> dict[str, int]:
+def _feed_options(feed: Any) -> dict[str, Any]:
     if feed is None:
         return {}
     return {"remote_request": feed.request_fd, "remote_reply": feed.reply_fd}

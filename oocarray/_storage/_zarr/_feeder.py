@@ -117,7 +117,7 @@ def _finish(process: subprocess.Popen[bytes], directory: str, owner: int) -> Non
 def _serve() -> None:
     from oocarray._storage._formats import open_store
 
-    requests = sys.stdin.buffer.raw  # type: ignore[attr-defined]
+    requests: Any = sys.stdin.buffer.raw  # type: ignore[union-attr]
     # The answers go to the pipe that is stdout; whatever a library prints goes to the log.
     answers = os.dup(1)
     os.dup2(2, 1)
@@ -125,7 +125,7 @@ def _serve() -> None:
     (location, dataset, cache), directory, nchunks, chunk_bytes = pickle.loads(
         _read(requests, size)
     )
-    store = open_store(location, "r", dataset, True, cache)
+    store: Any = open_store(location, "r", dataset, True, cache)
     rest = store._rest
     ahead_count = max(1, min(AHEAD_CHUNKS, AHEAD_BYTES // max(1, chunk_bytes)))
     done: set[int] = set()  # chunks whose file is written (or known absent)
