@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from oocarray._memory import Manager, active_manager, budget_left
+from oocarray._memory import Manager, Workspace, active_manager, budget_left
 from oocarray._storage._objects import _loop
 from oocarray._storage._objects._backend import NOT_MODIFIED, Backend, Fetched
 
@@ -45,6 +45,17 @@ class Request(NamedTuple):
     start: int = 0
     end: int = -1
     version: str | None = None
+
+
+def _reader_manager() -> Manager | None:
+    """The manager fetched bytes are counted on: the active one, or where a workspace is
+    active, the manager above it.  A fetched buffer is freed when its read ends, but the
+    event loop may still hold its last reference for a moment after: in a workspace's arena
+    that would be an escape from the cycle."""
+    manager = active_manager()
+    while isinstance(manager, Workspace):
+        manager = manager.parent
+    return manager
 
 
 def requests_in_flight(window: int, object_bytes: int) -> int:
@@ -82,7 +93,7 @@ class Fetcher:
         """The bytes of each request (None: the object does not exist), fetched together."""
         if not requests:
             return []
-        manager = active_manager()
+        manager = _reader_manager()
         ahead = self._ahead
         return _loop.run(self._fetch_all(list(requests), manager, ahead))
 
@@ -122,7 +133,7 @@ class Fetcher:
             if self._ahead is not None:
                 mine = None
             else:
-                mine = self._ahead = _Ahead(self, list(requests), active_manager())
+                mine = self._ahead = _Ahead(self, list(requests), _reader_manager())
         if mine is None:
             yield
             return

@@ -150,12 +150,39 @@ class RemoteZarrStore(ZarrStore):
 
     @contextlib.contextmanager
     def read_ahead(self, chunks: Iterable[tuple[int, ...]]) -> Iterator[None]:
-        """Fetch these chunks in this order ahead of the reads inside (a pass's plan)."""
-        if self._layout is None or self._layout.shard is not None:
-            yield  # shards: their ranges are known only once their indexes are read
-            return
-        with self.fetcher.read_ahead(Request(self._key(c)) for c in chunks):
+        """Fetch these chunks in this order ahead of the reads inside (a pass's plan).  In
+        shards, the indexes of every shard the pass reads are fetched first (together), then
+        the inner chunks' ranges go ahead as whole chunks do."""
+        layout = self._layout
+        if layout is None:
             yield
+            return
+        if layout.shard is None:
+            requests: Iterable[Request] = (Request(self._key(c)) for c in chunks)
+        else:
+            requests = self._inner_requests(list(chunks))
+        with self.fetcher.read_ahead(requests):
+            yield
+
+    def _inner_requests(self, chunks: list[tuple[int, ...]]) -> list[Request]:
+        """The byte ranges of inner chunks, in order, their shards' indexes read first; what
+        a read of them then asks for, request for request."""
+        layout = self._layout
+        assert layout is not None and layout.shard is not None
+        places = {c: layout.shard.locate(c) for c in chunks}
+        firsts: dict[tuple[int, ...], tuple[int, ...]] = {}
+        for chunk, (key, _) in places.items():
+            firsts.setdefault(key, chunk)
+        self._shard_index(list(firsts), firsts)
+        requests = []
+        for chunk in chunks:
+            key, number = places[chunk]
+            known = self._indexes.get(key)
+            entry = None if known is None else known[0].entry(number, chunk, self._chunk_nbytes)
+            if known is not None and entry is not None:
+                offset, nbytes = entry
+                requests.append(Request(self._key(key), offset, offset + nbytes, known[1]))
+        return requests
 
     def _shard_index(
         self, keys: list[tuple[int, ...]], first_chunks: dict[tuple[int, ...], tuple[int, ...]]
