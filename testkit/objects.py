@@ -180,8 +180,10 @@ class GCSServer:
     and requires ``ETag`` and ``Last-Modified`` headers, while the emulator implements the JSON
     API: its uploads answer without an ``ETag`` (obstore: "ETag Header missing from response"),
     its downloads without ``Last-Modified`` (obstore: "Last-Modified Header missing from
-    response"), and ``HEAD`` and XML listing answer 501.  (With ``skip_signature`` instead of a
-    ``bearer_token`` obstore even asks the metadata server, 169.254.169.254, for a token.)
+    response"), and ``HEAD`` and XML listing answer 501; obstore also percent-encodes the
+    hyphens of a bucket name (``oc%2D1``), which the emulator does not decode (501).  (With
+    ``skip_signature`` instead of a ``bearer_token`` obstore even asks the metadata server,
+    169.254.169.254, for a token.)
 
     The emulator ignores suffix ranges: ``bytes=-n`` answers the whole object.
     """
@@ -303,7 +305,8 @@ class ProxiedBucket:
 class FaultProxy:
     """An HTTP/1.1 proxy on 127.0.0.1 in front of ``upstream`` (``http://host:port``), which
     forwards every request unchanged (Host included, so signatures stay valid) unless a fault
-    says otherwise.
+    says otherwise, and relays the answer (less its ``Connection`` header: the client's
+    connection is kept alive, the upstream's is one per request).
 
     Faults apply to the requests a predicate matches (:class:`Match`, or any
     ``(method, path) -> bool``; None: all):
@@ -313,7 +316,8 @@ class FaultProxy:
       left;
     * :meth:`latency`, :meth:`slow_body`: every matching request until changed or cleared.
 
-    ``requests`` counts the requests received, by method; ``injected`` the faults applied, by
+    ``requests`` counts the requests received, by method; ``connections`` the connections
+    accepted; ``injected`` the faults applied, by
     kind ("fail", "reset", "truncate", "latency", "slow").
     """
 
@@ -331,6 +335,7 @@ class FaultProxy:
         self._slow: _Rate | None = None
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
+        self._accepted = 0
         self._server = _ProxyServer(("127.0.0.1", 0), _ProxyHandler, self)
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(
@@ -345,6 +350,12 @@ class FaultProxy:
         """Requests received so far, by method (a copy)."""
         with self._lock:
             return Counter(self._requests)
+
+    @property
+    def connections(self) -> int:
+        """Connections accepted so far (kept alive, one serves many requests)."""
+        with self._lock:
+            return self._accepted
 
     @property
     def injected(self) -> Counter[str]:
@@ -454,6 +465,7 @@ class _ProxyServer(http.server.ThreadingHTTPServer):
     def process_request(self, request: Any, client_address: Any) -> None:
         with self.proxy._lock:
             self.proxy._connections.add(request)
+            self.proxy._accepted += 1
         super().process_request(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
@@ -551,17 +563,23 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         fault: _Fault | None,
         rate: float | None,
     ) -> None:
-        # The status line, then the upstream's headers unchanged (no Server or Date of ours).
+        # The status line, then the upstream's headers unchanged (no Server or Date of ours)
+        # but for those of its connection to us (hop by hop): one connection per request
+        # upstream (moto always says "Connection: close"), kept alive towards the client.
+        bodyless = (
+            self.command == "HEAD" or answer.status in (204, 304) or 100 <= answer.status < 200
+        )
+        if not bodyless and answer.getheader("Content-Length") is None and not answer.chunked:
+            # A body that ends with the connection: this one must end too.
+            self.close_connection = True
         self.send_response_only(answer.status, answer.reason)
         for name, value in answer.getheaders():
-            self.send_header(name, value)
+            if name.lower() not in ("connection", "keep-alive"):
+                self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
-        if answer.getheader("Connection", "").lower() == "close" or (
-            answer.getheader("Content-Length") is None and not answer.chunked
-        ):
-            # The client reads this body up to the end of the connection.
-            self.close_connection = True
-        if self.command == "HEAD" or answer.status in (204, 304) or 100 <= answer.status < 200:
+        if bodyless:
             return
         chunked = bool(answer.chunked)
         if fault is not None and fault.kind == "truncate":
