@@ -12,7 +12,6 @@ as :class:`Expr`.
 from __future__ import annotations
 
 import operator
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,7 +30,7 @@ from oocarray._compute._ops import (
 from oocarray._compute._reductions import Reductions
 from oocarray._memory import active_manager, system
 from oocarray._storage import StoredArray, create, temp
-from oocarray._storage._paths import local_path
+from oocarray._storage._objects._urls import Remote, locate
 from oocarray._storage._replace import refuse_replacing_an_input
 
 __all__ = ["ChunkedArray", "Expr", "LazyArray", "compute"]
@@ -216,18 +215,20 @@ class LazyArray(Reductions):
         dimension_names: Any = None,
         attributes: Any = None,
         progress: bool = True,
+        storage_options: Any = None,
     ) -> ChunkedArray:
         """Write the values to a new zarr array, chunk by chunk (each written whole).
 
-        ``path``, ``codec``, ``chunks``, ``shards``, ``mode``, ``dimension_names`` and
-        ``attributes`` are as for :func:`oocarray.create`: by default (``mode="w-"``) the
-        array must not exist yet (:class:`~oocarray.StoreExistsError`); ``mode="w"`` replaces
-        a zarr array, and nothing else.  ``progress=False`` hides the progress report."""
+        ``path``, ``codec``, ``chunks``, ``shards``, ``mode``, ``dimension_names``,
+        ``attributes`` and ``storage_options`` are as for :func:`oocarray.create` (``path``
+        may be an object-store URL): by default (``mode="w-"``) the array must not exist yet
+        (:class:`~oocarray.StoreExistsError`); ``mode="w"`` replaces a zarr array, and nothing
+        else.  ``progress=False`` hides the progress report."""
         expr = as_node(self._tree())
-        if mode == "w" and isinstance(path, (str, os.PathLike)):
-            refuse_replacing_an_input(
-                local_path(path), (s.path for s in expr.sources()), "to_zarr(mode='w')"
-            )
+        if mode == "w":
+            location = locate(path, storage_options, "path", writing=True)
+            target = location.name if isinstance(location, Remote) else location
+            refuse_replacing_an_input(target, (s.path for s in expr.sources()), "to_zarr(mode='w')")
         out = create(
             path,
             expr.shape,
@@ -238,6 +239,7 @@ class LazyArray(Reductions):
             mode=mode,
             dimension_names=dimension_names,
             attributes=attributes,
+            storage_options=storage_options,
             array_type=ChunkedArray,
         )
         evaluate(

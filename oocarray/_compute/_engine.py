@@ -17,6 +17,7 @@ the loop that hands out blocks, where it waits: see _interrupt.py).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import math
 import os
 import threading
@@ -225,6 +226,7 @@ def _run_pass(work: Pass, progress: bool, name: str) -> None:
             reduction.merge(partial, blocks[0])
         return
     bar = _progress(len(blocks), progress, name, _bytes_read(work))
+    reading_ahead = _read_ahead(work, blocks)
     pending: dict[int, list[Any]] = {}
     next_merge = 0
     # Ctrl-C is raised where the loop waits, never inside submit() (see _interrupt.py).
@@ -258,8 +260,22 @@ def _run_pass(work: Pass, progress: bool, name: str) -> None:
                         future.cancel()
                     raise
         finally:
+            reading_ahead.close()
             bar.close()
             workers.close()
+
+
+def _read_ahead(work: Pass, blocks: list[Region]) -> contextlib.ExitStack:
+    """Tell each array the pass reads block by block (one of the pass's shape) the order of
+    its reads: an array in an object store fetches ahead of them."""
+    stack = contextlib.ExitStack()
+    seen: set[int] = set()
+    for expr in work.exprs():
+        for source in expr.sources():
+            if id(source) not in seen and tuple(source.shape) == tuple(work.shape):
+                seen.add(id(source))
+                stack.enter_context(source.read_ahead(blocks))
+    return stack
 
 
 def _take(queue: Any, n: int) -> list[tuple[int, Region]]:

@@ -11,7 +11,7 @@ such blocks.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,15 +20,16 @@ import numpy.typing as npt
 from oocarray._compute import ChunkedArray, create
 from oocarray._memory import scratch_step
 from oocarray._storage._base import auto_chunks
-from oocarray._storage._paths import local_path
+from oocarray._storage._objects._urls import Remote, locate
 from oocarray._storage._replace import prepare_target
+from oocarray._storage._zarr._remote import check_remote_target
 
 __all__ = ["from_batches", "read_parquet"]
 
 
 def from_batches(
     blocks: Iterable[npt.ArrayLike],
-    path: str | os.PathLike[str],
+    path: Any,
     chunks: object = None,
     shards: object = None,
     codec: str = "zstd",
@@ -37,6 +38,7 @@ def from_batches(
     mode: str = "w-",
     dimension_names: object = None,
     attributes: object = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> ChunkedArray:
     """Write a stream of row blocks to a new zarr array, in bounded memory.
 
@@ -51,7 +53,8 @@ def from_batches(
         An iterable of arrays (``(n, ...)``); a generator reading files, a database cursor,
         :func:`read_parquet`.
     path
-        Where the zarr v3 array goes.
+        Where the zarr v3 array goes: a local path, or an object-store URL (with
+        ``storage_options``, as for :func:`oocarray.open`).
     chunks, shards, codec
         As for :func:`oocarray.create`.  Default chunks: about 4 MiB, whole along the trailing
         axes.  For random row access give ``shards`` (e.g. ``shards=(16384, 256)``): small
@@ -93,7 +96,11 @@ def from_batches(
             1.,  6.,  6.,  6.,  6.,  6.,  6.], dtype=float32))
     """
     if mode in ("w", "w-", "x"):  # a path that may not be written fails before the stream runs
-        prepare_target(local_path(path), mode, "oc.from_batches")
+        location = locate(path, storage_options, "path", writing=True)
+        if isinstance(location, Remote):
+            check_remote_target(location, mode, "oc.from_batches")
+        else:
+            prepare_target(location, mode, "oc.from_batches")
     stream = iter(blocks)
     try:
         first = np.asarray(next(stream))
@@ -123,6 +130,7 @@ def from_batches(
         shards=shards,
         dimension_names=dimension_names,
         attributes=attributes,
+        storage_options=storage_options,
     )
     writer = _GridRowWriter(y)
     number = 0

@@ -82,6 +82,7 @@ class _Shared:
         self.manager = Manager("batches")
         self.workspace = Workspace("batches-read", parent=self.manager, learning="over_time")
         self.filler = Filler(sources, plan, self.manager, self.workspace)
+        self.plan = plan
         # A pass of fewer batches than that needs no more buffers than batches.
         ring = 0 if fresh else min(prefetch + 2, len(spans))
         self.slots: list[list[np.ndarray]] = []
@@ -132,7 +133,7 @@ class _Shared:
     def produce(self) -> None:
         """The prefetch thread: fill a free slot, hand it over, until done or stopped."""
         try:
-            with self.manager.activate():
+            with self.manager.activate(), self.reading_ahead():
                 for index in range(len(self.spans)):
                     slot = self.free.get()
                     if self.stop.is_set():
@@ -142,6 +143,15 @@ class _Shared:
             self.ready.put(_Failure(error))
         else:
             self.ready.put(_DONE)
+
+    def reading_ahead(self) -> contextlib.ExitStack:
+        """Each source told the row runs the epoch's windows read, in order."""
+        stack = contextlib.ExitStack()
+        if self.spans:
+            q0, q1 = self.spans[0][0], self.spans[-1][1]
+            for source in self.sources:
+                stack.enter_context(source.read_ahead(self.plan.runs_between(q0, q1)))
+        return stack
 
     def close(self) -> None:
         self.slots = []

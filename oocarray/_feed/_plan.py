@@ -20,6 +20,7 @@ batch: every row is seen exactly once per epoch.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -112,6 +113,14 @@ class Plan:
             rng = np.random.default_rng([self.seed, self.epoch, 2, number])
             order = rng.permutation(size)
         return Window(start, tuple(runs), order)
+
+    def runs_between(self, q0: int, q1: int) -> Iterator[tuple[int, int]]:
+        """The row runs the windows of positions ``[q0, q1)`` read, in reading order (modes
+        "none" and "chunks"; "full" reads rows one by one)."""
+        if self.mode == "full" or q1 <= q0:
+            return
+        for number in range(self.window_at(q0), self.window_at(q1 - 1) + 1):
+            yield from self.window(number).runs
 
     # ---- splits ----
 

@@ -11,8 +11,10 @@ maps by path, reopened read-only on the other side; arrays in memory by value.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import numpy as np
@@ -55,6 +57,13 @@ class Source:
     def read_runs(self, runs: tuple[tuple[int, int], ...], out: np.ndarray) -> None:
         """Rows of ``runs`` one after the other into the first rows of ``out``."""
         raise NotImplementedError
+
+    def read_ahead(
+        self, runs: Iterable[tuple[int, int]]
+    ) -> contextlib.AbstractContextManager[None]:
+        """Inside, reads follow these runs of rows in order (a chunked array in an object store
+        fetches their chunks ahead)."""
+        return contextlib.nullcontext()
 
 
 class ArraySource(Source):
@@ -137,6 +146,12 @@ class ChunkedSource(Source):
                 row += take
         self._store.read_into(pieces, out)
 
+    def read_ahead(
+        self, runs: Iterable[tuple[int, int]]
+    ) -> contextlib.AbstractContextManager[None]:
+        rest = tuple(slice(0, s) for s in self.row_shape)
+        return self.array.read_ahead((slice(a, b), *rest) for a, b in runs)
+
     def gather(self, rows: np.ndarray, out: np.ndarray) -> None:
         # Rows in file order touch each chunk once; then put them where they belong.
         order = np.argsort(rows, kind="stable")
@@ -146,6 +161,8 @@ class ChunkedSource(Source):
         self.read_runs(((start, start + len(out)),), out)
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if self._store.reopen_remote() is not None:  # a URL and its options, not a path
+            return (ChunkedSource, (self.array, self._dataset))
         return (_reopened, (self.array.path, self._dataset))
 
 

@@ -7,7 +7,7 @@ import contextlib
 import math
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -96,6 +96,19 @@ class Store(abc.ABC):
     format: str
     codec: str
     memmap: np.ndarray | None = None
+
+    def reopen_remote(self) -> tuple[Any, str | None, Any] | None:
+        """For a store in an object store: (its location, the array's path in the group there
+        or None, its chunk cache or None), all a process needs to open it again; None for
+        local stores, which reopen by path."""
+        return None
+
+    @contextlib.contextmanager
+    def read_ahead(self, chunks: Iterable[tuple[int, ...]]) -> Iterator[None]:
+        """Inside, reads follow ``chunks`` (their order): a store that fetches over a network
+        starts fetching them ahead of the reads; local stores need no such hint."""
+        yield
+
     # The array inside its file, where the path alone does not name it (an HDF5 dataset).
     dataset_name: str | None = None
 

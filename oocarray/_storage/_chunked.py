@@ -9,11 +9,14 @@ datasets are memory-mapped: basic indexing returns views of the map, with no cop
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import os
 import threading
 import uuid
 import weakref
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any, Self
 
@@ -131,6 +134,22 @@ class StoredArray:
         if not self.shape:
             raise TypeError("len() of a 0-d chunked array")
         return self.shape[0]
+
+    def read_ahead(
+        self, regions: Iterable[tuple[slice, ...]]
+    ) -> contextlib.AbstractContextManager[None]:
+        """Inside, reads follow ``regions`` (slices with step 1, one per axis), in order: an
+        array in an object store fetches their chunks ahead of the reads."""
+        grid = self.chunks
+
+        def chunks() -> Iterator[tuple[int, ...]]:
+            for region in regions:
+                spans = [
+                    range(s.start // g, -(-s.stop // g)) for s, g in zip(region, grid, strict=True)
+                ]
+                yield from itertools.product(*spans)
+
+        return self._store.read_ahead(chunks())
 
     # ---- reading and writing ----
 
@@ -482,6 +501,12 @@ class StoredArray:
         (True, array([0, 1, 2, 3]))
         """
         self._check_open()
+        remote = self._store.reopen_remote()
+        if remote is not None:  # an object store: its URL, options and cache, no local path
+            return (
+                _reopen_remote,
+                (remote, "r" if self.readonly else "r+", self.dtype.hasobject, type(self)),
+            )
         return (
             _reopen,
             (
@@ -592,6 +617,17 @@ def _reopen(
             "that array is open; write it to a path every worker sees first "
             "(x.to_zarr(path)) and use the array that returns"
         ) from error
+
+
+def _reopen_remote(
+    remote: tuple[Any, str | None, Any],
+    mode: str,
+    allow_object: bool,
+    array_type: type[StoredArray],
+) -> StoredArray:
+    """Unpickle a stored array of an object store: open it again from its location."""
+    location, dataset, cache = remote
+    return array_type(open_store(location, mode, dataset, allow_object, cache))
 
 
 def _numpy_key(selection: Selection) -> tuple[int | slice | np.ndarray, ...]:

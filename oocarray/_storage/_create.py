@@ -101,7 +101,9 @@ def chunk_cache_at(directory: str | os.PathLike[str], max_bytes: int | str) -> A
     """The chunk cache in ``directory`` (made if missing), of at most ``max_bytes``."""
     from oocarray._storage._objects._cache import ChunkCache
 
-    return ChunkCache(directory, parse_size(max_bytes, "cache_max_bytes"))
+    limit = parse_size(max_bytes, "cache_max_bytes")
+    assert limit is not None  # parse_size gives None only where None is allowed
+    return ChunkCache(directory, limit)
 
 
 def parse_chunks(

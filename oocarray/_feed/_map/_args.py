@@ -13,7 +13,7 @@ from oocarray._compute import ChunkedArray, Expr
 from oocarray._feed._map._job import Structure
 from oocarray._feed._map._sidecar import check_replaceable
 from oocarray._memory import parse_shape
-from oocarray._storage._paths import local_path
+from oocarray._storage._objects._urls import Remote, locate
 from oocarray.errors import ReadOnlyError
 
 __all__ = [
@@ -93,9 +93,16 @@ def _parse_target(target: object, name: str) -> str | ChunkedArray:
             )
         return target
     if isinstance(target, (str, os.PathLike)):
-        path = local_path(target, f"output {name}")
-        check_replaceable(path)  # before any work: a wrong path fails at once
-        return path
+        location = locate(target, None, f"output {name}", writing=True)
+        if isinstance(location, Remote):
+            # Resumable outputs keep their record beside the array, on a local disk.
+            raise NotImplementedError(
+                f"output {name} at {location.name}: map_chunks makes its outputs on a local "
+                "disk; for an object store, create the array there first and pass it: "
+                "out=oc.create(url, shape, dtype, chunks=..., storage_options=...)"
+            )
+        check_replaceable(location)  # before any work: a wrong path fails at once
+        return location
     raise TypeError(
         f"output {name} must be a path or a zarr ChunkedArray, got {type(target).__name__}"
     )

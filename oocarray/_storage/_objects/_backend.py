@@ -19,6 +19,7 @@ Every error leaving here names the URL without credentials (:func:`~._urls.redac
 from __future__ import annotations
 
 import abc
+import asyncio
 import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -153,7 +154,8 @@ class ObstoreBackend(Backend):
             result = await self._obs.get_async(self._store, key, options=options)  # type: ignore[arg-type]
             data = await result.bytes_async()
         except Exception as error:
-            return self._answer(error, key)
+            answer: Fetched | _NotModified | None = self._answer(error, key)
+            return answer
         _check_length(len(data), result.meta["size"], self.where(key))
         return Fetched(data, _version(result.meta))
 
@@ -199,7 +201,7 @@ class ObstoreBackend(Backend):
 
     async def list(self, prefix: str) -> list[tuple[str, int]]:
         try:
-            found = []
+            found: list[tuple[str, int]] = []
             async for batch in self._obs.list(self._store, prefix or None):
                 found.extend((str(m["path"]), int(m["size"])) for m in batch)
             return found
@@ -221,6 +223,8 @@ class ObstoreBackend(Backend):
 
 
 def _is(error: Exception, name: str) -> bool:
+    if name == "NotFoundError" and isinstance(error, FileNotFoundError):
+        return True  # obstore raises the built-in for a missing key or bucket
     return any(type_.__name__ == name for type_ in type(error).__mro__)
 
 
@@ -312,15 +316,23 @@ class ZarrStoreBackend(Backend):
         await self._call(self.zarr_store.delete(key), key)
 
     async def list(self, prefix: str) -> list[tuple[str, int]]:
-        found = []
-        async for key in self.zarr_store.list_prefix(prefix):
-            size = await self.zarr_store.getsize(key)
-            found.append((key, int(size)))
-        return found
+        async def listed() -> list[tuple[str, int]]:
+            found = []
+            async for key in self.zarr_store.list_prefix(prefix):
+                found.append((key, int(await self.zarr_store.getsize(key))))
+            return found
+
+        result: list[tuple[str, int]] = await self._call(listed(), prefix)
+        return result
 
     async def _call(self, awaitable: Any, key: str) -> Any:
+        # On zarr-python's own loop: fsspec's async file systems are bound to the loop they
+        # first ran on, which zarr-python's metadata work made that one.
+        from zarr.core.sync import _get_loop
+
+        future = asyncio.run_coroutine_threadsafe(awaitable, _get_loop())
         try:
-            return await awaitable
+            return await asyncio.wrap_future(future)
         except FileNotFoundError:
             return None
         except Exception as error:

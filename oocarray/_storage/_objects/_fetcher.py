@@ -146,10 +146,10 @@ class Fetcher:
         start, end = first.start, max(r.end for _, r in group)
         cached = [await self._cached_range(r) for _, r in group]
         if all(c is not None for c in cached):
-            return cached
+            return list(cached)
         self.requests += 1
         data = await self.backend.get_range(first.key, start, end, first.version)
-        out = []
+        out: list[np.ndarray | None] = []
         for (_, request), hit in zip(group, cached, strict=True):
             if hit is not None:
                 out.append(hit)

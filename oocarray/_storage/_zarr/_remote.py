@@ -34,7 +34,12 @@ from oocarray._storage._zarr._layout import ShardIndex
 from oocarray._storage._zarr._store import _METADATA_DAMAGE, ZarrStore, encoded_parts
 from oocarray.errors import StoreExistsError, StoreNotFoundError
 
-__all__ = ["RemoteZarrStore", "prepare_remote_target"]
+__all__ = [
+    "RemoteZarrStore",
+    "check_remote_target",
+    "create_remote",
+    "prepare_remote_target",
+]
 
 _METADATA = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
 
@@ -96,6 +101,9 @@ class RemoteZarrStore(ZarrStore):
         except Exception as error:
             raise translate(error, remote.name) from error
         return cls(array, remote, backend, prefix, mode == "r", allow_object, cache)
+
+    def reopen_remote(self) -> tuple[Remote, str | None, Any]:
+        return self.remote, self._prefix.rstrip("/") or None, self.fetcher.cache
 
     def _key(self, chunk: tuple[int, ...]) -> str:
         assert self._layout is not None
@@ -226,7 +234,7 @@ class RemoteZarrStore(ZarrStore):
 
     def grown(self, rows: int) -> ZarrStore:
         handle = zarr.open_array(
-            store=self.backend.zarr_store, path=self._prefix.rstrip("/") or None, mode="r+"
+            store=self.backend.zarr_store, path=self._prefix.rstrip("/"), mode="r+"
         )
         shape = (rows, *self.shape[1:])
         object.__setattr__(handle.async_array, "metadata", handle.metadata.update_shape(shape))
@@ -246,7 +254,7 @@ class RemoteZarrStore(ZarrStore):
         meta["shape"] = list(shape)
         _loop.run(self.backend.put(name, json.dumps(meta, indent=2).encode()))
         self.array = zarr.open_array(
-            store=self.backend.zarr_store, path=self._prefix.rstrip("/") or None, mode="r+"
+            store=self.backend.zarr_store, path=self._prefix.rstrip("/"), mode="r+"
         )
         self.shape = shape
 
@@ -332,6 +340,7 @@ def _open_array(backend: Backend, dataset: str | None, mode: str) -> tuple[Any, 
         node = zarr.open(store=store, mode="r")
     except FileNotFoundError as error:
         raise StoreNotFoundError(f"no zarr array or group at {backend.name!r}") from error
+    array: Any
     if isinstance(node, zarr.Array):
         if dataset is not None:
             raise ValueError(
@@ -357,14 +366,23 @@ def _open_array(backend: Backend, dataset: str | None, mode: str) -> tuple[Any, 
                 )
         array, prefix = members[name], name + "/"
     if mode == "r+":
-        array = zarr.open_array(store=store, path=prefix.rstrip("/") or None, mode="r+")
+        array = zarr.open_array(store=store, path=prefix.rstrip("/"), mode="r+")
     return array, prefix
 
 
-def prepare_remote_target(backend: Backend, prefix: str, mode: str, what: str) -> bool:
+def check_remote_target(remote: Remote, mode: str, what: str) -> None:
+    """Raise as ``_replace.prepare_target`` does where an array may not be created at
+    ``remote`` with ``mode``; nothing is changed."""
+    prepare_remote_target(backend_for(remote, read_only=True), "", mode, what, replace=False)
+
+
+def prepare_remote_target(
+    backend: Backend, prefix: str, mode: str, what: str, *, replace: bool = True
+) -> bool:
     """As ``_replace.prepare_target`` for a location in an object store: True when a zarr
-    array there is to be replaced (``mode="w"``); its objects are then deleted here, and only
-    they (metadata and chunk keys), never the other objects under the prefix."""
+    array there is to be replaced (``mode="w"``); with ``replace`` its objects are then
+    deleted here, and only they (metadata and chunk keys), never the other objects under the
+    prefix."""
     listed = _loop.run(backend.list(prefix))
     if not listed:
         return False
@@ -389,6 +407,8 @@ def prepare_remote_target(backend: Backend, prefix: str, mode: str, what: str) -
             f"{where} already holds a zarr array; pass mode='w' to replace it (the default, "
             "mode='w-', never replaces anything)"
         )
+    if not replace:
+        return True
     owned = [key for key, _ in listed if _is_array_object(key[len(prefix) :])]
 
     async def delete_all() -> None:

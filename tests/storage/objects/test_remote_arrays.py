@@ -1,0 +1,406 @@
+"""Arrays in object stores, against moto's S3 server (and a fault proxy) on loopback: what
+oocarray writes, zarr-python, dask, xarray and tensorstore read, and the reverse; reads,
+reductions and batches in budget; sharded reads; replacing, appending; URLs and options."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import zarr
+import zarr.storage
+
+import oocarray as oc
+from oocarray._storage._objects._urls import locate, redact
+
+FAST_RETRIES = {
+    "max_retries": 3,
+    "backoff": {
+        "init_backoff": datetime.timedelta(milliseconds=1),
+        "max_backoff": datetime.timedelta(milliseconds=5),
+        "base": 2,
+    },
+    "retry_timeout": datetime.timedelta(seconds=20),
+}
+
+
+def _data(shape: tuple[int, ...] = (2000, 30), seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _zarr_store(bucket, key: str, read_only: bool = True) -> zarr.storage.ObjectStore:
+    import obstore.store
+
+    store = obstore.store.from_url(bucket.url(key), **bucket.storage_options)
+    return zarr.storage.ObjectStore(store, read_only=read_only)
+
+
+# ---- what oocarray writes, others read; and the reverse ------------------------------------
+
+
+@pytest.mark.parametrize("shards", [None, (400, 30)], ids=["chunks", "shards"])
+def test_an_array_written_to_s3_reads_back_with_zarr_python(s3, shards):
+    data = _data()
+    x = oc.create(
+        s3.url("x.zarr"),
+        data.shape,
+        data.dtype,
+        chunks=(100, 30),
+        shards=shards,
+        storage_options=s3.storage_options,
+    )
+    x[...] = data
+    assert np.array_equal(zarr.open_array(_zarr_store(s3, "x.zarr"), mode="r")[...], data)
+    y = oc.open(s3.url("x.zarr"), storage_options=s3.storage_options)
+    assert np.array_equal(y[...], data)
+    assert np.array_equal(y[17:1234:3], data[17:1234:3])
+    rows = np.array([1999, 0, 555, 556, 1200])
+    assert np.array_equal(y[rows], data[rows])
+    assert np.array_equal(y[:, 4], data[:, 4])
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_arrays_zarr_python_writes_to_s3_read_in_oocarray(s3, zarr_format):
+    data = _data((500, 7)).astype(">f8" if zarr_format == 2 else "<i4")
+    z = zarr.create_array(
+        _zarr_store(s3, "z.zarr", read_only=False),
+        shape=data.shape,
+        chunks=(64, 7),
+        dtype=data.dtype,
+        zarr_format=zarr_format,
+    )
+    z[...] = data
+    y = oc.open(s3.url("z.zarr"), storage_options=s3.storage_options)
+    assert y._store.direct  # decoded by the native reader from fetched buffers
+    assert np.array_equal(y[...], data)
+    assert np.array_equal(y[100:300], data[100:300])
+
+
+def test_dask_and_xarray_read_what_oocarray_wrote_to_s3(s3):
+    xr = pytest.importorskip("xarray")
+    import dask.array as da
+
+    data = _data((300, 20))
+    t = oc.create(
+        s3.url("g.zarr"),
+        data.shape,
+        data.dtype,
+        chunks=(50, 20),
+        dataset="t2m",
+        dimension_names=("time", "station"),
+        attributes={"units": "K"},
+        storage_options=s3.storage_options,
+    )
+    t[...] = data
+    store = _zarr_store(s3, "g.zarr")
+    ds = xr.open_zarr(store, consolidated=False)
+    assert ds["t2m"].dims == ("time", "station") and ds["t2m"].attrs["units"] == "K"
+    assert np.array_equal(ds["t2m"].values, data)
+    d = da.from_zarr(zarr.open_array(store, path="t2m", mode="r"))
+    assert np.allclose(d.mean(axis=0).compute(), data.mean(axis=0))
+    back = oc.open(s3.url("g.zarr"), dataset="t2m", storage_options=s3.storage_options)
+    assert np.array_equal(back[...], data)
+
+
+def test_tensorstore_reads_what_oocarray_wrote_to_s3(s3, monkeypatch):
+    ts = pytest.importorskip("tensorstore")
+    data = _data((256, 16))
+    x = oc.create(
+        s3.url("t.zarr"),
+        data.shape,
+        data.dtype,
+        chunks=(64, 16),
+        storage_options=s3.storage_options,
+    )
+    x[...] = data
+    options = s3.storage_options
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret_access_key"])
+    spec = {
+        "driver": "zarr3",
+        "kvstore": {
+            "driver": "s3",
+            "bucket": s3.name,
+            "path": "t.zarr/",
+            "endpoint": options["endpoint"],
+            "aws_region": options["region"],
+            "aws_credentials": {"type": "environment"},
+        },
+    }
+    assert np.array_equal(ts.open(spec, read=True).result().read().result(), data)
+
+
+def test_a_zarr_store_object_is_taken_as_it_is(s3):
+    data = _data((200, 5))
+    store = _zarr_store(s3, "obj.zarr", read_only=False)
+    x = oc.create(store, data.shape, data.dtype, chunks=(50, 5))
+    x[...] = data
+    assert np.array_equal(oc.open(store)[...], data)
+    memory = zarr.storage.MemoryStore()
+    m = oc.create(memory, (10,), "int16", chunks=(4,))
+    m[...] = np.arange(10)
+    assert oc.open(memory)[...].tolist() == list(range(10))
+
+
+# ---- reading in budget ---------------------------------------------------------------------
+
+
+def test_reductions_and_batches_in_a_budget(s3):
+    data = _data((20000, 50))
+    data[:, 0] = np.arange(len(data))  # each row's number, to find it in a batch
+    x = oc.create(
+        s3.url("big.zarr"),
+        data.shape,
+        data.dtype,
+        chunks=(500, 50),
+        storage_options=s3.storage_options,
+    )
+    x[...] = data
+    y = oc.open(s3.url("big.zarr"), storage_options=s3.storage_options)
+    with oc.Manager(max_bytes="32M") as m:
+        mean, std = oc.compute(y.mean(axis=0, compute=False), y.std(axis=0, compute=False))
+        assert m.stats().peak_bytes <= 32 << 20
+    exact = data.astype(np.float64)
+    assert np.allclose(mean, exact.mean(axis=0), rtol=1e-5, atol=1e-5)
+    assert np.allclose(std, exact.std(axis=0), rtol=1e-4)
+    fetcher = y._store.fetcher
+    assert fetcher.requests == 40  # each chunk fetched once, read ahead of the pass
+    seen = np.zeros(len(data), dtype=np.int64)
+    for epoch in range(2):
+        for batch in oc.batches(y, batch_size=700, shuffle="chunks", seed=epoch):
+            rows = batch[:, 0].astype(np.int64)
+            assert np.array_equal(batch, data[rows])
+            seen[rows] += 1
+    assert seen.min() == seen.max() == 2  # every row exactly once per epoch
+
+
+def test_a_sharded_read_fetches_each_shard_index_once_and_ranges_together(s3):
+    data = _data((4000, 8))
+    x = oc.create(
+        s3.url("s.zarr"),
+        data.shape,
+        data.dtype,
+        chunks=(50, 8),
+        shards=(1000, 8),
+        storage_options=s3.storage_options,
+    )
+    x[...] = data
+    y = oc.open(s3.url("s.zarr"), storage_options=s3.storage_options)
+    fetcher = y._store.fetcher
+    assert np.array_equal(y[...], data)
+    # 4 shard indexes, then each shard's 20 inner chunks in one ranged request (neighbours)
+    assert fetcher.requests == 4 + 4
+    before = fetcher.requests
+    assert np.array_equal(y[[5, 1005, 2005]], data[[5, 1005, 2005]])
+    assert fetcher.requests == before + 3  # the indexes are kept: one range per shard
+
+
+def test_a_remote_array_pickles_with_its_location_and_reopens_in_another_process(s3):
+    data = _data((100, 4))
+    x = oc.create(
+        s3.url("p.zarr"), data.shape, data.dtype, chunks=(25, 4), storage_options=s3.storage_options
+    )
+    x[...] = data
+    y = oc.open(s3.url("p.zarr"), storage_options=s3.storage_options)
+    blob = pickle.dumps(y)
+    script = textwrap.dedent(
+        """
+        import pickle, sys
+        y = pickle.loads(sys.stdin.buffer.read())
+        sys.stdout.write(repr(float(y[...].sum())))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], input=blob, capture_output=True, check=True, timeout=120
+    )
+    assert float(done.stdout) == pytest.approx(float(data.sum()), rel=1e-5)
+
+
+# ---- writing -------------------------------------------------------------------------------
+
+
+def test_modes_replace_only_a_zarr_array_and_keep_other_objects(s3):
+    options = s3.storage_options
+    x = oc.create(s3.url("m.zarr"), (10,), "int32", chunks=(5,), storage_options=options)
+    x[...] = 1
+    s3.server.boto3().put_object(Bucket=s3.name, Key="m.zarr/notes.txt", Body=b"mine")
+    with pytest.raises(oc.StoreExistsError, match="mode='w'"):
+        oc.create(s3.url("m.zarr"), (4,), "int32", storage_options=options)
+    y = oc.create(s3.url("m.zarr"), (4,), "int8", chunks=(2,), mode="w", storage_options=options)
+    assert y[...].tolist() == [0, 0, 0, 0]
+    body = s3.server.boto3().get_object(Bucket=s3.name, Key="m.zarr/notes.txt")["Body"].read()
+    assert body == b"mine"
+    s3.server.boto3().put_object(Bucket=s3.name, Key="other/readme", Body=b"x")
+    with pytest.raises(oc.StoreExistsError, match="not a zarr array"):
+        oc.create(s3.url("other"), (4,), "int8", mode="w", storage_options=options)
+
+
+def test_appends_and_from_batches_write_chunks_first_metadata_last(s3):
+    options = s3.storage_options
+    parts = [np.full((n, 3), n, np.int64) for n in (5, 11, 2, 9)]
+    y = oc.from_batches(iter(parts), s3.url("a.zarr"), chunks=(4, 3), storage_options=options)
+    assert np.array_equal(y[...], np.concatenate(parts))
+    z = oc.open(s3.url("a.zarr"), "r+", storage_options=options)
+    z.append(np.ones((6, 3), np.int64))
+    assert oc.open(s3.url("a.zarr"), storage_options=options).shape == (33, 3)
+    assert np.array_equal(
+        zarr.open_array(_zarr_store(s3, "a.zarr"), mode="r")[27:], np.ones((6, 3))
+    )
+    with pytest.raises(oc.StoreExistsError):
+        oc.from_batches(iter(parts), s3.url("a.zarr"), storage_options=options)
+
+
+def test_to_zarr_writes_an_expression_to_a_bucket(s3):
+    data = _data((400, 6))
+    src = oc.from_numpy(data, chunks=(100, 6))
+    out = (src * 2 + 1).to_zarr(
+        s3.url("e.zarr"), storage_options=s3.storage_options, progress=False
+    )
+    assert np.allclose(out[...], data * 2 + 1)
+    with pytest.raises(ValueError, match="also reads"):
+        (out + 1).to_zarr(s3.url("e.zarr"), mode="w", storage_options=s3.storage_options)
+
+
+# ---- the chunk cache ---------------------------------------------------------------------------
+
+
+def test_the_cache_serves_a_second_epoch_and_never_a_changed_chunk(s3, tmp_path):
+    options = s3.storage_options
+    data = _data((4000, 10))
+    x = oc.create(
+        s3.url("c.zarr"), data.shape, data.dtype, chunks=(500, 10), storage_options=options
+    )
+    x[...] = data
+    y = oc.open(s3.url("c.zarr"), storage_options=options, cache=tmp_path, cache_max_bytes="10M")
+    fetcher = y._store.fetcher
+    for _ in range(2):
+        total = sum(float(b.sum(dtype=np.float64)) for b in oc.batches(y, 1000, shuffle="chunks"))
+        assert total == pytest.approx(float(data.sum(dtype=np.float64)), rel=1e-6)
+    assert fetcher.cache_hits == 8  # every chunk of the second epoch: 304 Not Modified
+    w = oc.open(s3.url("c.zarr"), "r+", storage_options=options)
+    w[0:500] = -1.0
+    assert np.all(y[0:500] == -1.0)  # a changed object is fetched again
+    assert np.array_equal(y[500:1000], data[500:1000])
+    with pytest.raises(ValueError, match="object stores"):
+        oc.open(str(tmp_path / "local.zarr"), cache=tmp_path)
+
+
+# ---- faults ----------------------------------------------------------------------------------
+
+
+def _proxied(fault_proxy, key: str, data: np.ndarray, chunks: tuple[int, ...]):
+    options = dict(fault_proxy.storage_options, retry_config=FAST_RETRIES)
+    x = oc.create(
+        fault_proxy.direct.url(key),
+        data.shape,
+        data.dtype,
+        chunks=chunks,
+        storage_options=fault_proxy.direct.storage_options,
+    )
+    x[...] = data
+    return oc.open(fault_proxy.url(key), storage_options=options)
+
+
+def test_503s_resets_and_truncated_bodies_are_retried_or_raised_never_short_data(fault_proxy):
+    from testkit.objects import Match
+
+    data = _data((800, 16))
+    y = _proxied(fault_proxy, "f.zarr", data, (100, 16))
+    proxy = fault_proxy.proxy
+    chunk_gets = Match("GET", "/c/")
+    proxy.fail_next(2, 503, chunk_gets)
+    proxy.reset_next(1, chunk_gets)
+    assert np.array_equal(y[...], data)
+    assert proxy.injected["fail"] == 2 and proxy.injected["reset"] == 1
+    proxy.truncate_next(1, keep=10, match=chunk_gets)
+    assert np.array_equal(y[...], data)  # retried by the client, or an error: never short
+    proxy.fail_next(100, 503, chunk_gets)
+    with pytest.raises(oc.ObjectStoreError, match="503"):
+        y[...]
+    proxy.clear()
+
+
+def test_access_denied_names_the_url_and_never_the_credentials(fault_proxy):
+    from testkit.objects import Match
+
+    data = _data((100, 4))
+    y = _proxied(fault_proxy, "d.zarr", data, (50, 4))
+    secret = fault_proxy.storage_options["secret_access_key"]
+    fault_proxy.proxy.fail_next(10, 403, Match("GET", "/c/"))
+    with pytest.raises(oc.StoreAccessError) as caught:
+        y[...]
+    assert fault_proxy.url("d.zarr") in str(caught.value)
+    for text in (str(caught.value), repr(y), repr(y._store.remote)):
+        assert secret not in text
+    fault_proxy.proxy.clear()
+    assert np.array_equal(y[...], data)
+
+
+def test_missing_arrays_and_buckets_are_store_not_found(s3):
+    with pytest.raises(oc.StoreNotFoundError, match=r"nothing\.zarr"):
+        oc.open(s3.url("nothing.zarr"), storage_options=s3.storage_options)
+    with pytest.raises(oc.StoreNotFoundError):
+        oc.open("s3://no-such-bucket-here/x.zarr", storage_options=s3.storage_options)
+
+
+# ---- URLs ------------------------------------------------------------------------------------
+
+
+def test_urls_are_redacted_and_checked(tmp_path):
+    assert redact("s3://AKIA:secret@bucket/x.zarr?X-Amz-Signature=abc") == "s3://bucket/x.zarr"
+    assert locate(f"file://{tmp_path}/x.zarr") == f"{tmp_path}/x.zarr"
+    with pytest.raises(PermissionError, match="read-only"):
+        oc.create("https://example.org/x.zarr", (3,), "int8")
+    with pytest.raises(ValueError, match="ftp://"):
+        oc.open("ftp://host/x.zarr")
+    with pytest.raises(ValueError, match="storage_options"):
+        oc.open(str(tmp_path), storage_options={"anon": True})
+    with pytest.raises(TypeError, match="storage_options"):
+        oc.open("s3://bucket/x.zarr", storage_options="anon")  # type: ignore[arg-type]
+
+
+def test_s3fs_style_options_are_understood(s3):
+    options = s3.storage_options
+    data = _data((50, 2))
+    x = oc.create(s3.url("o.zarr"), data.shape, data.dtype, storage_options=options)
+    x[...] = data
+    fsspec_style = {
+        "key": options["access_key_id"],
+        "secret": options["secret_access_key"],
+        "client_kwargs": {"endpoint_url": options["endpoint"], "region_name": options["region"]},
+    }
+    assert np.array_equal(oc.open(s3.url("o.zarr"), storage_options=fsspec_style)[...], data)
+
+
+def test_credentials_from_the_standard_environment_variables(s3, monkeypatch):
+    options = s3.storage_options
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret_access_key"])
+    monkeypatch.setenv("AWS_DEFAULT_REGION", options["region"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", options["endpoint"])
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    x = oc.create(s3.url("env.zarr"), (6,), "int16", chunks=(3,))
+    x[...] = np.arange(6)
+    assert oc.open(s3.url("env.zarr"))[...].tolist() == list(range(6))
+
+
+def test_gcs_through_fsspec(gcs):
+    data = _data((120, 3))
+    x = oc.create(
+        gcs.url("g.zarr"),
+        data.shape,
+        data.dtype,
+        chunks=(40, 3),
+        storage_options=gcs.storage_options,
+    )
+    x[...] = data
+    assert np.array_equal(
+        oc.open(gcs.url("g.zarr"), storage_options=gcs.storage_options)[...], data
+    )
+    assert os.environ.get("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT") == "false"
