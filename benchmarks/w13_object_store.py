@@ -477,7 +477,7 @@ def _reader(job: Job) -> Callable[[], Any]:
         z = _zarr_array(job, "obstore" if "obstore" in side else "fsspec", False)
 
         def run() -> Any:
-            y = da.from_zarr(z)
+            y = da.from_zarr(z, chunks=z.shards or z.chunks)  # a task per shard, not per chunk
             m, s = dask.compute(y.mean(axis=0), y.std(axis=0), scheduler="threads")
             return [np.asarray(m).tolist(), np.asarray(s).tolist()]
 
@@ -645,6 +645,7 @@ class Outcome:
     vmhwm: int
     base_rss: int
     wall: float
+    stderr: str = ""
 
 
 def run_job(job: Job) -> Outcome:
@@ -812,6 +813,9 @@ def run(quick: bool = False, nbytes: int | None = None, rounds: int | None = Non
                         shutil.rmtree(j.cache_dir, ignore_errors=True)
                     key = (workload, layout, side)
                     results.setdefault(key, []).append(o)
+                    if o.error and not o.error.startswith("not supported"):
+                        print(o.stderr, file=log, flush=True)
+                        notes.append(f"W13 {workload} {layout} {side}, round {r + 1}: {o.error}")
                     server_cpu.setdefault(key, []).append(
                         (after[0] - before[0], after[1] - before[1])
                     )
@@ -1045,7 +1049,10 @@ def _report(
                     f"{n_rows / s:,.0f}",
                     mbs(s),
                     " ".join(
-                        "ok" if x.phases and x.phases[phase]["once"] else "**no**" for x in runs
+                        "failed"
+                        if x.error
+                        else ("ok" if x.phases.get(phase, {}).get("once") else "**no**")
+                        for x in runs
                     ),
                     _rss(o),
                 ]
