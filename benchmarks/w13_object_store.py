@@ -430,7 +430,7 @@ def _reader(job: Job) -> Callable[[], Any]:
             def run() -> Any:
                 with oc.Manager(max_bytes=BUDGET):
                     a = x.as_ndarray()
-                    return np.asarray(a.mean(axis=0)).tolist()
+                    return np.asarray(a.mean(axis=0, dtype=np.float64)).tolist()
 
             return run
         rows = _rows(n)
@@ -457,7 +457,7 @@ def _reader(job: Job) -> Callable[[], Any]:
         if job.workload == "reduce":
             return lambda: _moments(lambda a, b: z[a:b], n)
         if job.workload == "scan":
-            return lambda: z[:].mean(axis=0).tolist()
+            return lambda: z[:].mean(axis=0, dtype=np.float64).tolist()
         rows = _rows(n)
         return lambda: _check_rows(z.get_orthogonal_selection((rows, slice(None))), rows)
 
@@ -466,7 +466,7 @@ def _reader(job: Job) -> Callable[[], Any]:
         if job.workload == "reduce":
             return lambda: _moments(lambda a, b: t[a:b].read().result(), n)
         if job.workload == "scan":
-            return lambda: t[:].read().result().mean(axis=0).tolist()
+            return lambda: t[:].read().result().mean(axis=0, dtype=np.float64).tolist()
         rows = _rows(n)
         return lambda: _check_rows(t[rows].read().result(), rows)
 
