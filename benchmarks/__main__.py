@@ -26,6 +26,7 @@ from benchmarks import (
     w11_hard,
     w11_paged,
     w12_compressed_spill,
+    w13_object_store,
 )
 from benchmarks._timing import ROW_HEADERS, Result, markdown_table
 
@@ -58,6 +59,11 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
     "W12": (
         'spill="zarr" of two 1 GiB live arrays vs the raw spill (spill="mmap")',
         w12_compressed_spill.run,
+    ),
+    "W13": (
+        "object store (moto S3 + 20 ms per request): reduce, scan, random rows, epochs vs "
+        "zarr-python (obstore, s3fs, zarrs), dask, tensorstore, torch",
+        w13_object_store.run,
     ),
     "F1": ("fork with 1 GiB of arrays on disk vs 1 GiB in RAM", fork_cost.run),
     "L1": ("64 MiB allocate + first touch inside a manager", large_alloc.run_large),
