@@ -482,6 +482,9 @@ class _ProxyServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     # stop() must not wait for handlers idling on kept-alive connections; it shuts them down.
     block_on_close = False
+    # Clients open many connections at once (64 requests in flight): socketserver's backlog
+    # of 5 drops their SYNs, which the kernel retries after a second.
+    request_queue_size = 1024
 
     def __init__(
         self, address: tuple[str, int], handler: type[_ProxyHandler], proxy: FaultProxy

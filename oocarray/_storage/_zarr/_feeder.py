@@ -144,12 +144,19 @@ def _serve() -> None:
                 nxt = c + step * n
                 if 0 <= nxt < nchunks and nxt not in done and nxt not in batch:
                     batch.append(nxt)
-        failure = None
+        failures: dict[int, str] = {}
         try:
             _fetch(store, rest, batch, directory, done, absent)
-        except Exception as error:  # reported to the pager with the message, per chunk
-            failure = f"{type(error).__name__}: {error}"
+        except Exception:
             traceback.print_exc()
+            # One chunk's failure (a read-ahead's, say) must not fail the others: the chunks
+            # asked for are fetched again one by one, each with its own outcome.
+            for c in asked:
+                if c not in done:
+                    try:
+                        _fetch(store, rest, [c], directory, done, absent)
+                    except Exception as error:  # reported to the pager, with the message
+                        failures[c] = f"{type(error).__name__}: {error}"
         for c in asked:
             if c in absent:
                 status = ABSENT
@@ -157,7 +164,8 @@ def _serve() -> None:
                 status = READY
             else:
                 status = FAILED
-                _write_file(os.path.join(directory, f"{c}.error"), (failure or "?").encode())
+                why = failures.get(c, "the fetch failed")
+                _write_file(os.path.join(directory, f"{c}.error"), why.encode())
             os.write(answers, _ANSWER.pack(c, status))  # 16 bytes: one atomic write
 
 

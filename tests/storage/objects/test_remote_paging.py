@@ -1,0 +1,114 @@
+"""``as_ndarray()`` of arrays in S3 (moto on loopback, in a process of its own): pages filled
+from chunks a feeder process fetches on demand and ahead, evicted under the budget; chunks
+never written read as the fill value; a chunk that cannot be fetched is a PagedChunkError in
+the thread that touched it; the feeder and its files go with the array."""
+
+from __future__ import annotations
+
+import gc
+import glob
+import os
+
+import numpy as np
+import pytest
+
+import oocarray as oc
+from oocarray._storage._paged._arrays import paging_available
+from oocarray.errors import PagedChunkError
+
+PAGING, WHY_NOT = paging_available()
+pytestmark = pytest.mark.skipif(not PAGING, reason=f"as_ndarray() cannot page here: {WHY_NOT}")
+
+
+def _feeders() -> list[int]:
+    """This process's feeder processes."""
+    found = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(stat.replace("stat", "cmdline"), "rb") as f:
+                command = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid() and b"_zarr._feeder" in command:
+            found.append(int(stat.split("/")[2]))
+    return found
+
+
+def _remote(s3, name: str, data: np.ndarray, chunks, shards=None):
+    x = oc.create(
+        s3.url(name),
+        data.shape,
+        data.dtype,
+        chunks=chunks,
+        shards=shards,
+        storage_options=s3.storage_options,
+    )
+    x[...] = data
+    return oc.open(s3.url(name), storage_options=s3.storage_options)
+
+
+@pytest.mark.parametrize("shards", [None, (1024, 32)], ids=["chunks", "shards"])
+def test_a_scan_and_random_rows_of_a_remote_array_in_a_budget(s3, shards):
+    data = np.random.default_rng(0).standard_normal((8192, 32)).astype(np.float32)
+    y = _remote(s3, "p.zarr", data, (256, 32), shards)
+    with oc.Manager(max_bytes="2M") as m:  # the array is 1 MiB of 32 KiB chunks, times 1
+        a = y.as_ndarray()
+        assert float(a.sum(dtype=np.float64)) == pytest.approx(float(data.sum(dtype=np.float64)))
+        rows = np.random.default_rng(1).integers(0, len(data), 200)
+        assert np.array_equal(a[rows], data[rows])
+        assert np.array_equal(a[::-1][:1000], data[::-1][:1000])  # a backward scan
+        assert m.stats().peak_bytes <= 2 << 20
+        del a
+
+
+def test_chunks_never_written_read_as_the_fill_value_and_the_feeder_ends(s3):
+    x = oc.create(
+        s3.url("f.zarr"), (4096, 8), "int32", chunks=(512, 8), storage_options=s3.storage_options
+    )
+    x[512:1024] = 7  # one chunk written, the others never
+    y = oc.open(s3.url("f.zarr"), storage_options=s3.storage_options)
+    before = set(_feeders())
+    a = y.as_ndarray()
+    assert a[:512].sum() == 0 and (a[512:1024] == 7).all() and a[1024:].sum() == 0
+    mine = set(_feeders()) - before
+    assert len(mine) == 1
+    del a
+    gc.collect()
+    assert not mine & set(_feeders())  # ended (and waited for) with the array
+
+
+def test_a_chunk_that_cannot_be_fetched_is_an_error_in_the_touching_thread(s3, monkeypatch):
+    """The feeder reaches the store through a closed port on loopback (the faults of a proxy
+    cannot be used here: a thread waiting on a page holds the GIL, and a proxy in this process
+    would wait for it)."""
+    import dataclasses
+
+    data = np.arange(4096 * 8, dtype=np.float64).reshape(4096, 8)
+    y = _remote(s3, "e.zarr", data, (512, 8))
+    store = y._store
+    remote, dataset, cache = store.reopen_remote()
+    closed = dict(remote.options, endpoint="http://127.0.0.1:1", retries=0)
+    unreachable = (dataclasses.replace(remote, options=closed), dataset, cache)
+    monkeypatch.setattr(store, "reopen_remote", lambda: unreachable)
+    a = y.as_ndarray()
+    with pytest.raises(PagedChunkError, match="could not be fetched"):
+        a[5].copy()
+    with pytest.raises(PagedChunkError, match="could not be fetched"):
+        a[3000].copy()  # and again: each touch, the error, never a crash or a hang
+    del a
+    writable = oc.open(s3.url("e.zarr"), "r+", storage_options=s3.storage_options)
+    with pytest.raises(NotImplementedError, match="object store"):
+        writable.as_ndarray("r+")
+
+
+def test_a_damaged_chunk_in_the_store_is_an_error_naming_it(s3):
+    data = np.ones((2048, 8), dtype=np.float32)
+    y = _remote(s3, "d.zarr", data, (512, 8))
+    key = s3.url("d.zarr").split("/", 3)[3] + "/c/1/0"
+    s3.server.boto3().put_object(Bucket=s3.name, Key=key, Body=b"\x28\xb5\x2f\xfd" + b"x" * 64)
+    a = y.as_ndarray()
+    assert a[:512].sum() == 512 * 8
+    with pytest.raises(PagedChunkError, match="chunk 1"):
+        a[600].copy()
