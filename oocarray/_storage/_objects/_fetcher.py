@@ -282,7 +282,7 @@ class _Ahead:
         future = self._futures.pop(request, None)
         if future is None:
             return None
-        self._held -= self._fetcher.object_bytes if not future.done() else _size(future)
+        self._held -= self._size(request) if not future.done() else _size(future)
         if self._wake is not None:
             self._wake.set()
         return future
@@ -294,27 +294,52 @@ class _Ahead:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            request = self._queue.popleft()
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._futures[request] = future
-            self._held += self._fetcher.object_bytes
+            run = self._next_run()
+            loop = asyncio.get_running_loop()
+            futures = [loop.create_future() for _ in run]
+            for request, future in zip(run, futures, strict=True):
+                self._futures[request] = future
+                self._held += self._size(request)
             self._running += 1
-            task = asyncio.ensure_future(self._one(request, future))
+            task = asyncio.ensure_future(self._run(run, futures))
             self._tasks.add(task)  # kept until done: the loop holds tasks weakly
             task.add_done_callback(self._tasks.discard)
 
-    async def _one(self, request: Request, future: asyncio.Future[Any]) -> None:
+    def _next_run(self) -> list[Request]:
+        """The next request, with the ranges of the same object version that follow it within
+        COALESCE_GAP (the inner chunks of a shard, in order): one GET for them all, up to a
+        quarter of the window."""
+        run = [self._queue.popleft()]
+        total = self._size(run[0])
+        while self._queue and run[-1].end >= 0 and total < self._window // 4:
+            following = self._queue[0]
+            last = run[-1]
+            if (following.key, following.version) != (last.key, last.version) or not (
+                0 <= following.start - last.end <= COALESCE_GAP
+            ):
+                break
+            run.append(self._queue.popleft())
+            total += self._size(following)
+        return run
+
+    def _size(self, request: Request) -> int:
+        """What a request will hold: its range, or a typical object."""
+        return request.end - request.start if request.end >= 0 else self._fetcher.object_bytes
+
+    async def _run(self, run: list[Request], futures: list[asyncio.Future[Any]]) -> None:
         try:
-            data = (await self._fetcher._get([(0, request)], self._manager))[0]
-        except BaseException as error:  # the read that takes it raises it
-            if not future.done():
-                future.set_exception(error)
-                future.exception()  # retrieved, if no read takes it
+            found = await self._fetcher._get(list(enumerate(run)), self._manager)
+        except BaseException as error:  # the reads that take them raise it
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
+                    future.exception()  # retrieved, if no read takes it
         else:
-            if request in self._futures:  # still in the window: count its real size
-                self._held += _nbytes(data) - self._fetcher.object_bytes
-            if not future.done():
-                future.set_result(data)
+            for request, future, data in zip(run, futures, found, strict=True):
+                if request in self._futures:  # still in the window: count its real size
+                    self._held += _nbytes(data) - self._size(request)
+                if not future.done():
+                    future.set_result(data)
         finally:
             self._running -= 1
             if self._wake is not None:

@@ -20,6 +20,7 @@ could read credentials.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import math
 import os
 import pickle
@@ -27,6 +28,7 @@ import select
 import struct
 import subprocess
 import sys
+import threading
 import traceback
 import weakref
 from typing import Any
@@ -126,70 +128,89 @@ def _serve() -> None:
         _read(requests, size)
     )
     store: Any = open_store(location, "r", dataset, True, cache)
-    rest = store._rest
-    ahead_count = max(1, min(AHEAD_CHUNKS, AHEAD_BYTES // max(1, chunk_bytes)))
-    done: set[int] = set()  # chunks whose file is written (or known absent)
-    absent: set[int] = set()
-    last = -1
-    while True:
-        asked = _requests(requests, block=True)
-        if asked is None:
-            return  # the pager closed its end: the array is gone
-        asked = list(dict.fromkeys(asked))
-        step = 1 if not asked or asked[-1] >= last else -1
-        last = asked[-1] if asked else last
-        batch = [c for c in asked if c not in done]
-        for c in asked:  # and ahead, in the direction the reads go
-            for n in range(1, ahead_count + 1):
+    _Feeder(store, directory, nchunks, chunk_bytes, answers).serve(requests)
+
+
+class _Feeder:
+    """Chunks fetched on their own threads (each blocks on its requests, many in flight), the
+    ones asked for answered as soon as their file is written, and the next ones in the
+    direction the reads go started ahead."""
+
+    def __init__(
+        self, store: Any, directory: str, nchunks: int, chunk_bytes: int, answers: int
+    ) -> None:
+        self._store = store
+        self._directory = directory
+        self._nchunks = nchunks
+        self._answers = answers
+        self._ahead = max(1, min(AHEAD_CHUNKS, AHEAD_BYTES // max(1, chunk_bytes)))
+        self._pool = concurrent.futures.ThreadPoolExecutor(self._ahead + 2, "feeder")
+        self._lock = threading.Lock()
+        self._outcome: dict[int, tuple[int, str]] = {}  # chunk -> (status, why)
+        self._running: set[int] = set()
+        self._asked: set[int] = set()  # asked for, not answered yet
+        self._last = -1
+
+    def serve(self, requests: Any) -> None:
+        while True:
+            asked = _requests(requests, block=True)
+            if asked is None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                return  # the pager closed its end: the array is gone
+            for c in dict.fromkeys(asked):
+                self._ask(c)
+
+    def _ask(self, c: int) -> None:
+        step = 1 if c >= self._last else -1
+        self._last = c
+        with self._lock:
+            known = self._outcome.get(c)
+            if known is not None and known[0] != FAILED:
+                self._answer(c, known)
+                return
+            self._outcome.pop(c, None)  # a failure: try again
+            self._asked.add(c)
+            self._start(c)
+            for n in range(1, self._ahead + 1):  # ahead, in the direction the reads go
                 nxt = c + step * n
-                if 0 <= nxt < nchunks and nxt not in done and nxt not in batch:
-                    batch.append(nxt)
-        failures: dict[int, str] = {}
+                if 0 <= nxt < self._nchunks and nxt not in self._outcome:
+                    self._start(nxt)
+
+    def _start(self, c: int) -> None:
+        if c not in self._running:
+            self._running.add(c)
+            self._pool.submit(self._fetch, c)
+
+    def _fetch(self, c: int) -> None:
+        outcome = (FAILED, "the fetch failed")
         try:
-            _fetch(store, rest, batch, directory, done, absent)
-        except Exception:
+            chunk = (c, *self._store._rest)
+            sources = self._store._chunk_sources([chunk])
+            try:
+                source = sources.source(chunk)
+                if source is None:
+                    outcome = (ABSENT, "")
+                else:
+                    _write_file(os.path.join(self._directory, str(c)), source[0])
+                    outcome = (READY, "")
+            finally:
+                sources.close()
+        except Exception as error:  # told to the pager, with the message, if it asked
+            outcome = (FAILED, f"{type(error).__name__}: {error}")
             traceback.print_exc()
-            # One chunk's failure (a read-ahead's, say) must not fail the others: the chunks
-            # asked for are fetched again one by one, each with its own outcome.
-            for c in asked:
-                if c not in done:
-                    try:
-                        _fetch(store, rest, [c], directory, done, absent)
-                    except Exception as error:  # reported to the pager, with the message
-                        failures[c] = f"{type(error).__name__}: {error}"
-        for c in asked:
-            if c in absent:
-                status = ABSENT
-            elif c in done:
-                status = READY
-            else:
-                status = FAILED
-                why = failures.get(c, "the fetch failed")
-                _write_file(os.path.join(directory, f"{c}.error"), why.encode())
-            os.write(answers, _ANSWER.pack(c, status))  # 16 bytes: one atomic write
+        with self._lock:
+            self._running.discard(c)
+            self._outcome[c] = outcome
+            if c in self._asked:
+                self._answer(c, outcome)
 
-
-def _fetch(
-    store: Any,
-    rest: tuple[int, ...],
-    batch: list[int],
-    directory: str,
-    done: set[int],
-    absent: set[int],
-) -> None:
-    if not batch:
-        return
-    sources = store._chunk_sources([(c, *rest) for c in batch])
-    try:
-        for c in batch:
-            source = sources.source((c, *rest))
-            if source is None:
-                absent.add(c)
-            else:
-                _write_file(os.path.join(directory, str(c)), source[0])
-            done.add(c)
-    finally:
-        sources.close()
+    def _answer(self, c: int, outcome: tuple[int, str]) -> None:
+        """Under the lock: tell the pager (its failure's reason in a file beside the chunk)."""
+        status, why = outcome
+        if status == FAILED:
+            _write_file(os.path.join(self._directory, f"{c}.error"), why.encode())
+        self._asked.discard(c)
+        os.write(self._answers, _ANSWER.pack(c, status))  # 16 bytes: one atomic write
 
 
 def _write_file(path: str, data: Any) -> None:
