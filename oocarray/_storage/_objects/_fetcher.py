@@ -353,6 +353,8 @@ class _Ahead:
             if not future.done():
                 future.cancel()
         self._futures.clear()
+        for task in list(self._tasks):  # the requests no read will take: dropped, not awaited
+            task.cancel()
 
 
 def _nbytes(data: np.ndarray | None) -> int:

@@ -5,7 +5,9 @@ A forked child starts its own (the parent's thread does not exist there)."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import contextlib
 import os
 import threading
 from collections.abc import Coroutine
@@ -44,6 +46,28 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
     except BaseException:
         future.cancel()
         raise
+
+
+def _stop_at_exit() -> None:
+    """Cancel what is still running and stop the loop before the interpreter finalizes: a
+    request finishing on the object-store library's own threads after that would call into
+    a finalized interpreter (an abort)."""
+    loop = _loop
+    if loop is None or not loop.is_running():
+        return
+
+    async def cancel_all() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    with contextlib.suppress(Exception):  # at exit: nothing left to report it to
+        asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout=10)
+    loop.call_soon_threadsafe(loop.stop)
+
+
+atexit.register(_stop_at_exit)
 
 
 def _forget_loop() -> None:
