@@ -3,7 +3,7 @@
  *
  * The pager cannot call Python to fetch (a faulting thread may hold the GIL), and fetching
  * is the job of an object-store library, not of this code.  So a feeder process does it
- * (oocarray/_storage/_objects/_feeder.py): the pager asks it for chunk c by writing c on a
+ * (oocarray/_storage/_zarr/_feeder.py): the pager asks it for chunk c by writing c on a
  * pipe, and the feeder writes the chunk's stored bytes into the file the table names (beside
  * it and renamed, so a file is whole or absent) and answers (c, status) on another pipe.  The
  * fill then reads that file as it reads a local chunk.  Workers waiting for answers take turns

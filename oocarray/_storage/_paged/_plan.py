@@ -27,7 +27,7 @@ class ChunkTable:
     table: np.ndarray
     fd: int = -1
     # For an array in an object store: the feeder process that fetches the chunk files on
-    # demand (``_zarr/_feeder.py``), whose pipes the pager takes.
+    # demand (``oocarray/_storage/_zarr/_feeder.py``), whose pipes the pager takes.
     feed: Any = None
 
 
