@@ -174,7 +174,7 @@ class PagedArrays:
                 plan.watch(pages)
         writer: _Writer | None = None
         if mode == "r+":
-            writer = _Writer(store, (unit, chunk_bytes, nbytes, dtype, shape))
+            writer = _Writer(store, (unit, chunk_bytes, nbytes, dtype, shape), chunk_table.feed)
             pages.on_release = writer  # called with pages: no reference cycle
             if manager is not system():
                 pages_ref, writer_ref = weakref.ref(pages), weakref.ref(writer)
@@ -244,15 +244,15 @@ def _plan(store: Store, mode: str) -> Plan | np.ndarray:
     if store.reopen_remote() is not None:  # in an object store: chunks fetched on demand
         from oocarray._storage._zarr._feeder import feeder_table
 
-        if mode == "r+":
-            raise NotImplementedError(
-                f"as_ndarray('r+') of an array in an object store ({store.path}) is not "
-                "supported yet: open it with mode='r', or write with x[...] = values"
-            )
         return Plan(
             dtype=layout.stored_dtype,
             codec=layout.native_codec | _native.CODEC_VERIFY,
             table=lambda nchunks: feeder_table(store, nchunks),
+            native_writer=NativeWriter(
+                zstd_level=int(getattr(codec, "level", 0)),
+                zstd_checksum=bool(getattr(codec, "checksum", False)),
+                file_mode=0o600,  # files of a private directory, uploaded by flush()
+            ),
         )
     return Plan(
         dtype=layout.stored_dtype,
@@ -319,15 +319,20 @@ class _Writer:
     to use), also as its ``on_release``.  Natively where the pager writes the chunk files itself
     (zarr), else through the store (HDF5), one write-back of the array at a time."""
 
-    def __init__(self, store: Store, geometry: Geometry) -> None:
+    def __init__(self, store: Store, geometry: Geometry, feed: Any = None) -> None:
         self._store = store
         self._geometry = geometry
+        self._feed = feed  # an array in an object store: its chunk files are then uploaded
         self._lock = threading.Lock()
 
     def __call__(self, pages: Any, runners: int = 1) -> int:
         # on_release passes no runners: this thread only (the pool may be gone at shutdown)
         if pages.native_writeback:
-            return _write_back(pages, runners)
+            written = _write_back(pages, runners)
+            if self._feed is not None:
+                with self._lock:  # also what the pager wrote back under budget pressure
+                    written = max(written, self._feed.upload(self._store))
+            return written
         with self._lock:
             return _write_back_through_store(pages, self._store, self._geometry)
 

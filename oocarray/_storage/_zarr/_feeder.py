@@ -93,6 +93,34 @@ class _Feed:
         self.process.stdout.close()
         weakref.finalize(pages, _finish, self.process, self.directory, self._owner)
 
+    def upload(self, store: Any) -> int:
+        """Put every chunk file the pager wrote back since the last upload (one PUT each);
+        the chunks put.  The feeder stamps the files it fetches with mtime 0; a file written
+        back is a new file (written beside and renamed) with the time of its writing, stamped
+        0 again through the descriptor it was read from once it is put: a file renamed over it
+        meanwhile keeps its time, and goes with the next upload."""
+        objects: list[tuple[str, Any]] = []
+        uploaded: list[int] = []
+        try:
+            for name in os.listdir(self.directory):
+                if not name.isdigit():
+                    continue
+                fd = os.open(os.path.join(self.directory, name), os.O_RDONLY | os.O_CLOEXEC)
+                if os.fstat(fd).st_mtime_ns == 0:
+                    os.close(fd)
+                    continue
+                with open(fd, "rb", closefd=False) as f:
+                    objects.append((store._key((int(name), *store._rest)), f.read()))
+                uploaded.append(fd)
+            if objects:
+                store._put_all(objects)
+                for fd in uploaded:
+                    os.utime(fd, ns=(0, 0))
+        finally:
+            for fd in uploaded:
+                os.close(fd)
+        return len(objects)
+
     def abandon(self) -> None:
         """The pager was not made: stop the process and remove the directory."""
         _finish(self.process, self.directory, self._owner)
@@ -191,7 +219,8 @@ class _Feeder:
                 if source is None:
                     outcome = (ABSENT, "")
                 else:
-                    _write_file(os.path.join(self._directory, str(c)), source[0])
+                    # stamped as fetched, not written back (see upload), before it appears
+                    _write_file(os.path.join(self._directory, str(c)), source[0], fetched=True)
                     outcome = (READY, "")
             finally:
                 sources.close()
@@ -213,10 +242,12 @@ class _Feeder:
         os.write(self._answers, _ANSWER.pack(c, status))  # 16 bytes: one atomic write
 
 
-def _write_file(path: str, data: Any) -> None:
+def _write_file(path: str, data: Any, fetched: bool = False) -> None:
     temporary = f"{path}.part"
     with open(temporary, "wb") as f:
         f.write(memoryview(data).cast("B"))
+    if fetched:
+        os.utime(temporary, ns=(0, 0))
     os.replace(temporary, path)
 
 
