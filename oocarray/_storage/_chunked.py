@@ -570,14 +570,17 @@ class StoredArray:
     # ---- presentation ----
 
     def _summary(self) -> dict[str, str]:
-        stored = 0 if self._closed else self.stored_bytes()
+        try:
+            stored = format_bytes(0 if self._closed else self.stored_bytes())
+        except NotImplementedError:  # a store that cannot list its objects (plain HTTP)
+            stored = "unknown size"
         return {
             "shape": str(self.shape),
             "dtype": str(self.dtype),
             "chunks": str(self.chunks) + (f" in shards {self.shards}" if self.shards else ""),
             "codec": self.codec,
             "logical": format_bytes(self.nbytes),
-            "on disk": format_bytes(stored),
+            "on disk": stored,
             "format": self.format + (" (temporary)" if self._temporary else ""),
             "location": f"{self.location} at {self.path}",
             "mode": "closed" if self._closed else "read-only" if self.readonly else "read-write",

@@ -129,7 +129,7 @@ def _obstore_options(remote: Remote) -> dict[str, Any] | None:
     for name, value in given.items():
         options[_ALIASES.get(name, name)] = value
     endpoint = str(options.get("endpoint", ""))
-    if endpoint.startswith("http://"):
+    if endpoint.startswith("http://") or remote.scheme == "http":  # asked for by name
         client.setdefault("allow_http", True)
     if client:
         options["client_options"] = client

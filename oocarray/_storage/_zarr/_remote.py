@@ -288,6 +288,10 @@ class RemoteZarrStore(ZarrStore):
         self.shape = shape
 
     def stored_bytes(self) -> int:
+        if self.remote.read_only:
+            raise NotImplementedError(
+                f"{self.path}: a plain HTTP server lists no objects, so their size is unknown"
+            )
         return sum(size for _, size in _loop.run(self.backend.list(self._prefix)))
 
 

@@ -404,3 +404,39 @@ def test_gcs_through_fsspec(gcs):
         oc.open(gcs.url("g.zarr"), storage_options=gcs.storage_options)[...], data
     )
     assert os.environ.get("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT") == "false"
+
+
+@pytest.fixture
+def http_root(tmp_path):
+    """A directory served by a plain HTTP server on loopback (no listing, no ranges)."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_public_dataset_over_plain_http_is_read_only(http_root):
+    root, base = http_root
+    data = _data((300, 4))
+    x = oc.create(str(root / "pub.zarr"), data.shape, data.dtype, chunks=(64, 4))
+    x[...] = data
+    y = oc.open(f"{base}/pub.zarr")
+    assert np.array_equal(y[...], data)
+    assert np.allclose(y.mean(axis=0), data.mean(axis=0))
+    assert "unknown size" in repr(y)  # a plain HTTP server lists nothing
+    with pytest.raises(PermissionError, match="read-only"):
+        oc.open(f"{base}/pub.zarr", "r+")
