@@ -22,7 +22,7 @@ from oocarray._memory import scratch_step
 from oocarray._storage._base import auto_chunks
 from oocarray._storage._objects._urls import Remote, locate
 from oocarray._storage._replace import prepare_target
-from oocarray._storage._zarr._remote import check_remote_target
+from oocarray._storage._zarr._remote_create import check_remote_target
 
 __all__ = ["from_batches", "read_parquet"]
 

@@ -273,7 +273,7 @@ def create(
     if dataset is not None and not isinstance(dataset, str):
         raise TypeError(f"dataset must be a str such as 'temperature' or 'a/b', got {dataset!r}")
     if isinstance(location, Remote):
-        from oocarray._storage._zarr._remote import create_remote
+        from oocarray._storage._zarr._remote_create import create_remote
 
         store = create_remote(
             location,

@@ -1,7 +1,7 @@
 """The object-store backend: obstore (Rust ``object_store``) first, any zarr ``Store`` else.
 
 One small interface, :class:`Backend`, of the few requests oocarray makes of an object store:
-get an object (whole, a byte range, its last bytes, or only if it changed), put one whole, head,
+get an object (whole, a byte range, its last bytes, or only if it changed), put one whole,
 delete and list.  :func:`backend_for` builds it from a URL and ``storage_options``:
 
 - obstore for ``s3://``, ``gs://``, ``az://``/``abfs://`` and ``http(s)://``: requests run on
@@ -274,10 +274,8 @@ def _check_length(got: int, expected: int, where: str) -> None:
 
 class ZarrStoreBackend(Backend):
     """Requests through zarr-python's async ``Store`` API: any store zarr reads (fsspec's for
-    protocols or options obstore lacks, a ``MemoryStore``, ...).  It knows no versions: a
-    chunk cache over it revalidates nothing and is refused."""
-
-    versions = False
+    protocols or options obstore lacks, a ``MemoryStore``, ...).  It knows no versions, so a
+    chunk cache keeps nothing of it (a chunk it cannot revalidate could be stale)."""
 
     def __init__(self, store: Any, name: str) -> None:
         from zarr.core.buffer import default_buffer_prototype

@@ -10,10 +10,10 @@ import concurrent.futures
 import contextlib
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["run", "submit"]
+__all__ = ["run", "run_all", "submit"]
 
 T = TypeVar("T")
 
@@ -46,6 +46,22 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
     except BaseException:
         future.cancel()
         raise
+
+
+def run_all(coroutines: Iterable[Coroutine[Any, Any, T]], limit: int) -> list[T]:
+    """Run ``coroutines`` on the loop, at most ``limit`` at a time, and wait for them all;
+    their results in order."""
+
+    async def gathered() -> list[T]:
+        slots = asyncio.Semaphore(limit)
+
+        async def one(coroutine: Coroutine[Any, Any, T]) -> T:
+            async with slots:
+                return await coroutine
+
+        return list(await asyncio.gather(*(one(c) for c in coroutines)))
+
+    return run(gathered())
 
 
 def _stop_at_exit() -> None:

@@ -13,7 +13,6 @@ an append is written last.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import threading
@@ -32,16 +31,9 @@ from oocarray._storage._objects._urls import Remote
 from oocarray._storage._reader import Source
 from oocarray._storage._zarr._layout import ShardIndex
 from oocarray._storage._zarr._store import _METADATA_DAMAGE, ZarrStore, encoded_parts
-from oocarray.errors import StoreExistsError, StoreNotFoundError
+from oocarray.errors import StoreNotFoundError
 
-__all__ = [
-    "RemoteZarrStore",
-    "check_remote_target",
-    "create_remote",
-    "prepare_remote_target",
-]
-
-_METADATA = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+__all__ = ["RemoteZarrStore", "open_array_at"]
 
 
 class RemoteZarrStore(ZarrStore):
@@ -92,7 +84,7 @@ class RemoteZarrStore(ZarrStore):
             raise PermissionError(f"{remote.name}: {remote.scheme}:// URLs are read-only")
         backend = backend_for(remote, read_only=mode == "r")
         try:
-            array, prefix = _open_array(backend, dataset, mode)
+            array, prefix = open_array_at(backend, dataset, mode)
         except (StoreNotFoundError, ValueError, TypeError):
             raise
         except _METADATA_DAMAGE as error:
@@ -207,10 +199,7 @@ class RemoteZarrStore(ZarrStore):
             data = np.frombuffer(found.data, dtype=np.uint8)  # type: ignore[union-attr]
             return key, (type(found)(data[: shard.index_bytes], found.version), len(data))  # type: ignore[union-attr, call-arg]
 
-        async def all_of() -> list[tuple[Any, Any]]:
-            return list(await asyncio.gather(*(one(k) for k in missing)))
-
-        for key, found in _loop.run(all_of()):
+        for key, found in _loop.run_all((one(k) for k in missing), MAX_REQUESTS):
             if found is None:
                 index = None
             else:
@@ -248,16 +237,7 @@ class RemoteZarrStore(ZarrStore):
             self._indexes.clear()
 
     def _put_all(self, objects: list[tuple[str, Any]]) -> None:
-        limit = asyncio.Semaphore(MAX_REQUESTS)
-
-        async def one(key: str, data: Any) -> None:
-            async with limit:
-                await self.backend.put(key, data)
-
-        async def all_of() -> None:
-            await asyncio.gather(*(one(k, d) for k, d in objects))
-
-        _loop.run(all_of())
+        _loop.run_all((self.backend.put(key, data) for key, data in objects), MAX_REQUESTS)
 
     # ---- growing along axis 0 -------------------------------------------------------------
 
@@ -365,7 +345,7 @@ class _FetchedChunks:
         self._data = {}
 
 
-def _open_array(backend: Backend, dataset: str | None, mode: str) -> tuple[Any, str]:
+def open_array_at(backend: Backend, dataset: str | None, mode: str) -> tuple[Any, str]:
     """The zarr array (and its key prefix) at the backend's root, or ``dataset`` in the group
     there; zarr-python reads consolidated metadata where a group has it."""
     store = backend.zarr_store
@@ -401,108 +381,3 @@ def _open_array(backend: Backend, dataset: str | None, mode: str) -> tuple[Any, 
     if mode == "r+":
         array = zarr.open_array(store=store, path=prefix.rstrip("/"), mode="r+")
     return array, prefix
-
-
-def check_remote_target(remote: Remote, mode: str, what: str) -> None:
-    """Raise as ``_replace.prepare_target`` does where an array may not be created at
-    ``remote`` with ``mode``; nothing is changed."""
-    prepare_remote_target(backend_for(remote, read_only=True), "", mode, what, replace=False)
-
-
-def prepare_remote_target(
-    backend: Backend, prefix: str, mode: str, what: str, *, replace: bool = True
-) -> bool:
-    """As ``_replace.prepare_target`` for a location in an object store: True when a zarr
-    array there is to be replaced (``mode="w"``); with ``replace`` its objects are then
-    deleted here, and only they (metadata and chunk keys), never the other objects under the
-    prefix."""
-    listed = _loop.run(backend.list(prefix))
-    if not listed:
-        return False
-    names = {key[len(prefix) :] for key, _ in listed}
-    where = backend.where(prefix.rstrip("/")) if prefix else backend.name
-    meta = None
-    for name in ("zarr.json", ".zarray", ".zgroup"):
-        if name in names:
-            found = _loop.run(backend.get(prefix + name))
-            meta = (name, None if found is None else bytes(found.data))  # type: ignore[union-attr]
-            break
-    is_array = meta is not None and (
-        meta[0] == ".zarray" or (meta[0] == "zarr.json" and _node_type(meta[1]) == "array")
-    )
-    if not is_array:
-        raise StoreExistsError(
-            f"{where} holds {len(listed)} objects that are not a zarr array: {what} never "
-            "deletes them; choose another location"
-        )
-    if mode != "w":
-        raise StoreExistsError(
-            f"{where} already holds a zarr array; pass mode='w' to replace it (the default, "
-            "mode='w-', never replaces anything)"
-        )
-    if not replace:
-        return True
-    owned = [key for key, _ in listed if _is_array_object(key[len(prefix) :])]
-
-    async def delete_all() -> None:
-        limit = asyncio.Semaphore(MAX_REQUESTS)
-
-        async def one(key: str) -> None:
-            async with limit:
-                await backend.delete(key)
-
-        # chunks first, metadata last: an interrupted replacement still reads as an array
-        await asyncio.gather(*(one(k) for k in owned if not k.endswith(_METADATA)))
-        await asyncio.gather(*(one(k) for k in owned if k.endswith(_METADATA)))
-
-    _loop.run(delete_all())
-    return True
-
-
-def _node_type(raw: bytes | None) -> str | None:
-    try:
-        meta = json.loads(raw or b"")
-    except ValueError:
-        return None
-    return meta.get("node_type") if isinstance(meta, dict) else None
-
-
-def _is_array_object(name: str) -> bool:
-    """A zarr array's own object: its metadata, or a chunk key (v3 ``c/...``, v2 digits)."""
-    if name in _METADATA:
-        return True
-    head = name.split("/", 1)[0]
-    return head == "c" or head.replace(".", "").isdigit()
-
-
-def create_remote(
-    remote: Remote, mode: str, dataset: str | None, metadata: dict[str, Any]
-) -> RemoteZarrStore:
-    """``oc.create`` in an object store: the array's metadata written by zarr-python (after
-    replacing an array there where ``mode`` allows), then the array opened ``"r+"``."""
-    from oocarray._storage._zarr._create import create_zarr
-
-    backend = backend_for(remote, read_only=False)
-    prefix = ""
-    try:
-        if dataset is not None:
-            parts = dataset.strip("/").split("/")
-            if any(part in ("", ".", "..") or part.startswith("__") for part in parts):
-                raise ValueError(
-                    f"dataset must be a name like 'temperature' or 'a/b', got {dataset!r}"
-                )
-            group = zarr.open_group(store=backend.zarr_store, mode="a", zarr_format=3)
-            for part in parts[:-1]:
-                group = group.require_group(part)
-            prefix = "/".join(parts) + "/"
-            if metadata.get("dimension_names") is None:
-                ndim = len(metadata["shape"])
-                metadata["dimension_names"] = tuple(f"dim_{axis}" for axis in range(ndim))
-        prepare_remote_target(backend, prefix, mode, "oc.create")
-        create_zarr(backend.zarr_store, **metadata, name=prefix.rstrip("/") or None)
-        array, prefix = _open_array(backend, dataset, "r+")
-    except (StoreExistsError, StoreNotFoundError, ValueError, TypeError):
-        raise
-    except Exception as error:
-        raise translate(error, remote.name) from error
-    return RemoteZarrStore(array, remote, backend, prefix, False, False)
