@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import zarr
 
 from oocarray.errors import StoreNotFoundError
 
-__all__ = ["array_in_group", "is_group", "require_group"]
+__all__ = ["array_in_group", "array_member", "is_group", "require_group"]
 
 
 def is_group(path: str) -> bool:
@@ -39,23 +40,27 @@ def array_in_group(path: str, dataset: str | None) -> str:
             "open it without dataset="
         )
     members = dict(zarr.open_group(store=path, mode="r").members(max_depth=None))
+    name = array_member(members, dataset, path)
+    return os.path.join(path, *name.split("/"))
+
+
+def array_member(members: dict[str, Any], dataset: str | None, where: str) -> str:
+    """The name of the array ``dataset`` among a group's ``members`` (all depths), or of its
+    only array when ``dataset`` is None; ``where`` names the group in errors."""
     arrays = sorted(name for name, node in members.items() if isinstance(node, zarr.Array))
     if dataset is None:
         if len(arrays) != 1:
             raise ValueError(
-                f"{path!r} is a zarr group with {len(arrays)} arrays {arrays}; choose one with "
+                f"{where!r} is a zarr group with {len(arrays)} arrays {arrays}; choose one with "
                 "dataset=..."
             )
-        name = arrays[0]
-    else:
-        name = dataset.strip("/")
-        if name in members and name not in arrays:
-            raise ValueError(f"{dataset!r} in {path!r} is a zarr group, not an array")
-        if name not in arrays:
-            raise StoreNotFoundError(
-                f"no array {dataset!r} in zarr group {path!r}; it has {arrays}"
-            )
-    return os.path.join(path, *name.split("/"))
+        return arrays[0]
+    name = dataset.strip("/")
+    if name in members and name not in arrays:
+        raise ValueError(f"{dataset!r} in {where!r} is a zarr group, not an array")
+    if name not in arrays:
+        raise StoreNotFoundError(f"no array {dataset!r} in zarr group {where!r}; it has {arrays}")
+    return name
 
 
 def require_group(path: str, dataset: str) -> str:

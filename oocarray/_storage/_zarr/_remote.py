@@ -29,6 +29,7 @@ from oocarray._storage._objects._backend import Backend, VersionChanged, backend
 from oocarray._storage._objects._fetcher import MAX_REQUESTS, Fetcher, Request
 from oocarray._storage._objects._urls import Remote
 from oocarray._storage._reader import Source
+from oocarray._storage._zarr._groups import array_member
 from oocarray._storage._zarr._layout import ShardIndex
 from oocarray._storage._zarr._store import _METADATA_DAMAGE, ZarrStore, encoded_parts
 from oocarray.errors import StoreNotFoundError
@@ -363,20 +364,7 @@ def open_array_at(backend: Backend, dataset: str | None, mode: str) -> tuple[Any
         array, prefix = node, ""
     else:
         members = dict(node.members(max_depth=None))
-        arrays = sorted(name for name, n in members.items() if isinstance(n, zarr.Array))
-        if dataset is None:
-            if len(arrays) != 1:
-                raise ValueError(
-                    f"{backend.name!r} is a zarr group with {len(arrays)} arrays {arrays}; "
-                    "choose one with dataset=..."
-                )
-            name = arrays[0]
-        else:
-            name = dataset.strip("/")
-            if name not in arrays:
-                raise StoreNotFoundError(
-                    f"no array {dataset!r} in zarr group {backend.name!r}; it has {arrays}"
-                )
+        name = array_member(members, dataset, backend.name)
         array, prefix = members[name], name + "/"
     if mode == "r+":
         array = zarr.open_array(store=store, path=prefix.rstrip("/"), mode="r+")
