@@ -198,40 +198,46 @@ class _Feeder:
                 return
             self._outcome.pop(c, None)  # a failure: try again
             self._asked.add(c)
-            self._start(c)
-            for n in range(1, self._ahead + 1):  # ahead, in the direction the reads go
-                nxt = c + step * n
-                if 0 <= nxt < self._nchunks and nxt not in self._outcome:
-                    self._start(nxt)
+            self._start([c])
+            ahead = [  # in the direction the reads go, fetched together (neighbouring
+                nxt  # ranges of a shard in one request)
+                for nxt in (c + step * n for n in range(1, self._ahead + 1))
+                if 0 <= nxt < self._nchunks and nxt not in self._outcome
+            ]
+            self._start(ahead)
 
-    def _start(self, c: int) -> None:
-        if c not in self._running:
-            self._running.add(c)
-            self._pool.submit(self._fetch, c)
+    def _start(self, chunks: list[int]) -> None:
+        chunks = [c for c in chunks if c not in self._running]
+        if chunks:
+            self._running.update(chunks)
+            self._pool.submit(self._fetch, sorted(chunks))
 
-    def _fetch(self, c: int) -> None:
-        outcome = (FAILED, "the fetch failed")
+    def _fetch(self, numbers: list[int]) -> None:
+        rest = self._store._rest
+        outcomes = dict.fromkeys(numbers, (FAILED, "the fetch failed"))
         try:
-            chunk = (c, *self._store._rest)
-            sources = self._store._chunk_sources([chunk])
+            sources = self._store._chunk_sources([(c, *rest) for c in numbers])
             try:
-                source = sources.source(chunk)
-                if source is None:
-                    outcome = (ABSENT, "")
-                else:
-                    # stamped as fetched, not written back (see upload), before it appears
-                    _write_file(os.path.join(self._directory, str(c)), source[0], fetched=True)
-                    outcome = (READY, "")
+                for c in numbers:
+                    source = sources.source((c, *rest))
+                    if source is None:
+                        outcomes[c] = (ABSENT, "")
+                    else:
+                        # stamped as fetched, not written back (see upload), before it appears
+                        path = os.path.join(self._directory, str(c))
+                        _write_file(path, source[0], fetched=True)
+                        outcomes[c] = (READY, "")
             finally:
                 sources.close()
         except Exception as error:  # told to the pager, with the message, if it asked
-            outcome = (FAILED, f"{type(error).__name__}: {error}")
+            outcomes = {c: (FAILED, f"{type(error).__name__}: {error}") for c in numbers}
             traceback.print_exc()
         with self._lock:
-            self._running.discard(c)
-            self._outcome[c] = outcome
-            if c in self._asked:
-                self._answer(c, outcome)
+            for c, outcome in outcomes.items():
+                self._running.discard(c)
+                self._outcome[c] = outcome
+                if c in self._asked:
+                    self._answer(c, outcome)
 
     def _answer(self, c: int, outcome: tuple[int, str]) -> None:
         """Under the lock: tell the pager (its failure's reason in a file beside the chunk)."""
