@@ -29,7 +29,7 @@ from oocarray._memory import Manager, Workspace, active_manager, budget_left
 from oocarray._storage._objects import _loop
 from oocarray._storage._objects._backend import NOT_MODIFIED, Backend, Fetched
 
-__all__ = ["Fetcher", "Request", "requests_in_flight"]
+__all__ = ["Fetcher", "Request", "read_window", "requests_in_flight"]
 
 MAX_REQUESTS = 64  # requests in flight per read: enough to hide 20-100 ms of latency
 MIN_WINDOW = 16 << 20  # read-ahead bytes, at least (a few chunks)
@@ -61,6 +61,11 @@ def _reader_manager() -> Manager | None:
 def requests_in_flight(window: int, object_bytes: int) -> int:
     """Requests to keep in flight: as many as the window holds objects, up to MAX_REQUESTS."""
     return max(2, min(MAX_REQUESTS, window // max(1, object_bytes)))
+
+
+def read_window() -> int:
+    """The bytes a read in this thread may hold fetched at once (see :func:`_window`)."""
+    return _window(_reader_manager())
 
 
 def _window(manager: Manager | None) -> int:

@@ -26,7 +26,7 @@ from oocarray._storage import _pool
 from oocarray._storage._indexing import ChunkPiece
 from oocarray._storage._objects import _loop
 from oocarray._storage._objects._backend import Backend, VersionChanged, backend_for, translate
-from oocarray._storage._objects._fetcher import MAX_REQUESTS, Fetcher, Request
+from oocarray._storage._objects._fetcher import MAX_REQUESTS, Fetcher, Request, read_window
 from oocarray._storage._objects._urls import Remote
 from oocarray._storage._reader import Source
 from oocarray._storage._zarr._groups import array_member
@@ -118,7 +118,9 @@ class RemoteZarrStore(ZarrStore):
         if self._layout is None:
             super().read_into(pieces, out)
             return
-        per_wave = max(MAX_REQUESTS, (256 << 20) // max(1, self._chunk_nbytes))
+        # as many chunks as the budget's read-ahead window holds (their stored bytes are at
+        # most about their decoded size)
+        per_wave = max(1, read_window() // max(1, self._chunk_nbytes))
         wave: list[ChunkPiece] = []
         chunks: dict[tuple[int, ...], None] = {}
         for piece in pieces:
