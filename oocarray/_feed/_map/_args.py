@@ -95,11 +95,12 @@ def _parse_target(target: object, name: str) -> str | ChunkedArray:
     if isinstance(target, (str, os.PathLike)):
         location = locate(target, None, f"output {name}", writing=True)
         if isinstance(location, Remote):
-            # Resumable outputs keep their record beside the array, on a local disk.
+            # map_chunks takes no storage options: the array, made with them, is given instead
             raise NotImplementedError(
-                f"output {name} at {location.name}: map_chunks makes its outputs on a local "
-                "disk; for an object store, create the array there first and pass it: "
-                "out=oc.create(url, shape, dtype, chunks=..., storage_options=...)"
+                f"output {name} at {location.name}: map_chunks makes outputs from local paths; "
+                "for an object store, create the array there and pass it (resumable as a "
+                "local output): out=oc.create(url, shape, dtype, chunks=..., "
+                "storage_options=...)"
             )
         check_replaceable(location)  # before any work: a wrong path fails at once
         return location

@@ -11,7 +11,7 @@ import numpy as np
 
 from oocarray._compute import ChunkedArray
 from oocarray._feed._map._job import Job, Spec
-from oocarray._feed._map._sidecar import mark_done
+from oocarray._feed._map._sidecar import mark_done, place_of
 from oocarray._memory import Manager, Workspace
 
 __all__ = ["infer_specs", "results_of", "run_block", "thread_workspace", "write_results"]
@@ -83,7 +83,7 @@ def write_results(
             )
         out[region] = array
     for out in outputs:
-        mark_done(out.path, index)
+        mark_done(place_of(out), index)
 
 
 def infer_specs(job: Job, blocks: Sequence[ChunkedArray | np.ndarray]) -> list[Spec]:

@@ -234,7 +234,7 @@ def _run(
     finally:
         bar.close()
     for out in outputs:
-        sidecar.finish(out.path)
+        sidecar.finish(sidecar.place_of(out))
     if job.structure == "one":
         return outputs[0]
     if job.structure == "tuple":

@@ -38,7 +38,7 @@ def _resumable(
     target: str, name: Any, record: dict[str, Any], dtype: Any, row_shape: Any
 ) -> ChunkedArray | None:
     """The array at ``target`` when it holds this job's output, to resume; else None."""
-    stored = sidecar.read_record(target)
+    stored = sidecar.read_record(sidecar.place_of(target))
     if stored is None:
         return None
     try:
@@ -71,11 +71,10 @@ def open_outputs(
     arrays: list[ChunkedArray | None] = []
     for target, name, dtype, row_shape in zip(targets, job.names, dtypes, row_shapes, strict=True):
         if isinstance(target, ChunkedArray):
-            if not (
-                resume and sidecar.matches(sidecar.read_record(target.path), record, name, target)
-            ):
-                sidecar.clear(target.path)
-                sidecar.write_record(target.path, sidecar.output_record(record, name, target))
+            place = sidecar.place_of(target)
+            if not (resume and sidecar.matches(sidecar.read_record(place), record, name, target)):
+                sidecar.clear(place)
+                sidecar.write_record(place, sidecar.output_record(record, name, target))
             arrays.append(target)
         else:
             arrays.append(_resumable(target, name, record, dtype, row_shape) if resume else None)
@@ -93,12 +92,14 @@ def open_outputs(
             dtype = dtypes[i] if dtypes[i] is not None else inferred[i][0]
             shape = row_shapes[i] if row_shapes[i] is not None else inferred[i][1]
             created = _create_output(target, job, dtype, shape, codec)
-            sidecar.write_record(target, sidecar.output_record(record, job.names[i], created))
+            sidecar.write_record(
+                sidecar.place_of(target), sidecar.output_record(record, job.names[i], created)
+            )
             arrays[i] = created
     done = set(range(job.block_count))
     result = [a for a in arrays if a is not None]
     for array in result:
-        done &= sidecar.done_blocks(array.path, job.block_count)
+        done &= sidecar.done_blocks(sidecar.place_of(array), job.block_count)
     return result, done
 
 
@@ -108,6 +109,6 @@ def _create_output(
     """Create an output, replacing an earlier map_chunks output at ``path`` (never anything
     else: not a zarr array map_chunks did not write, which may be the user's data)."""
     sidecar.check_replaceable(path)
-    sidecar.clear(path)  # marks of another job must not count
+    sidecar.clear(sidecar.place_of(path))  # marks of another job must not count
     chunks = (max(1, min(job.block_rows, job.rows)), *(max(1, n) for n in row_shape))
     return create(path, (job.rows, *row_shape), dtype, chunks=chunks, codec=codec, mode="w")

@@ -1,6 +1,7 @@
 """map_chunks' resume record: a sidecar in each output directory says which blocks are done.
 
-Each output array directory holds ``.oocarray-map-chunks/``: ``job.json`` names the job (the
+Each output array directory (or, in an object store, the array's prefix) holds
+``.oocarray-map-chunks/``: ``job.json`` names the job (the
 inputs' paths, shapes and dtypes, the rows per block, ``fn``'s name, the output's shape and
 dtype) and ``done/<n>`` is an empty file made once block ``n``'s chunks of that output are
 written (each chunk file is written beside its name and renamed, so it is whole or absent).
@@ -21,6 +22,7 @@ import numpy as np
 
 from oocarray._compute import ChunkedArray
 from oocarray._feed._map._job import Job, dataset_of
+from oocarray._storage._objects._loop import run, run_all
 from oocarray._storage._replace import prepare_target
 from oocarray.errors import StoreExistsError
 
@@ -34,6 +36,7 @@ __all__ = [
     "mark_done",
     "matches",
     "output_record",
+    "place_of",
     "present",
     "read_record",
     "write_record",
@@ -76,33 +79,104 @@ def output_record(record: dict[str, Any], name: Any, array: ChunkedArray) -> dic
     }
 
 
-def _sidecar(path: str) -> str:
-    return os.path.join(path, SIDECAR)
+class _Files:
+    """The sidecar of an output in a local directory: files, each written beside its name and
+    renamed."""
+
+    def __init__(self, array_path: str) -> None:
+        self._root = os.path.join(array_path, SIDECAR)
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            with open(os.path.join(self._root, name), "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def write(self, name: str, data: bytes) -> None:
+        os.makedirs(os.path.join(self._root, "done"), exist_ok=True)
+        tmp = os.path.join(self._root, f".tmp-{uuid.uuid4().hex}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, os.path.join(self._root, name))
+
+    def mark(self, name: str) -> None:
+        os.makedirs(os.path.join(self._root, "done"), exist_ok=True)
+        os.close(os.open(os.path.join(self._root, name), os.O_CREAT | os.O_WRONLY, 0o644))
+
+    def names(self, folder: str) -> list[str]:
+        try:
+            return os.listdir(os.path.join(self._root, folder))
+        except FileNotFoundError:
+            return []
+
+    def remove(self, folder: str = "") -> None:
+        shutil.rmtree(os.path.join(self._root, folder) if folder else self._root, True)
+
+    def exists(self) -> bool:
+        return os.path.isdir(self._root)
 
 
-def read_record(path: str) -> dict[str, Any] | None:
-    """The record of the output at ``path``, or None (none, or unreadable: start over)."""
+class _Objects:
+    """The sidecar of an output in an object store: objects under the array's prefix (one PUT
+    each: whole or absent), which zarr readers ignore as they ignore the directory."""
+
+    def __init__(self, store: Any) -> None:
+        self._backend = store.backend
+        self._root = f"{store._prefix}{SIDECAR}/"
+
+    def read(self, name: str) -> bytes | None:
+        found = run(self._backend.get(self._root + name))
+        return None if found is None else bytes(found.data)
+
+    def write(self, name: str, data: bytes) -> None:
+        run(self._backend.put(self._root + name, data))
+
+    def mark(self, name: str) -> None:
+        self.write(name, b"")
+
+    def names(self, folder: str) -> list[str]:
+        prefix = f"{self._root}{folder}/"
+        return [key[len(prefix) :] for key, _ in run(self._backend.list(prefix))]
+
+    def remove(self, folder: str = "") -> None:
+        prefix = f"{self._root}{folder}/" if folder else self._root
+        keys = [key for key, _ in run(self._backend.list(prefix))]
+        run_all((self._backend.delete(key) for key in keys), 64)
+
+    def exists(self) -> bool:
+        return bool(run(self._backend.list(self._root)))
+
+
+Place = _Files | _Objects
+
+
+def place_of(target: str | ChunkedArray) -> Place:
+    """Where the sidecar of an output is: beside a local array, or in its object store."""
+    if isinstance(target, str):
+        return _Files(target)
+    store = target._store
+    return _Objects(store) if store.reopen_remote() is not None else _Files(target.path)
+
+
+def read_record(place: Place) -> dict[str, Any] | None:
+    """The record of an output, or None (none, or unreadable: start over)."""
+    raw = place.read("job.json")
     try:
-        with open(os.path.join(_sidecar(path), "job.json")) as f:
-            record = json.load(f)
-    except (OSError, ValueError):
+        record = json.loads(raw) if raw is not None else None
+    except ValueError:
         return None
     return record if isinstance(record, dict) else None
 
 
-def write_record(path: str, record: dict[str, Any]) -> None:
-    """Written beside and renamed: a reader sees the old record or the new one."""
-    directory = _sidecar(path)
-    os.makedirs(os.path.join(directory, "done"), exist_ok=True)
-    tmp = os.path.join(directory, f".job-{uuid.uuid4().hex}.json")
-    with open(tmp, "w") as f:
-        json.dump(record, f)
-    os.replace(tmp, os.path.join(directory, "job.json"))
+def write_record(place: Place, record: dict[str, Any]) -> None:
+    """Written whole: a reader sees the old record or the new one."""
+    place.write("job.json", json.dumps(record).encode())
 
 
 def present(path: str) -> bool:
-    """Whether the array at ``path`` was written by map_chunks (it has a sidecar)."""
-    return os.path.isdir(_sidecar(path))
+    """Whether the local array at ``path`` was written by map_chunks (it has a sidecar)."""
+    return _Files(path).exists()
 
 
 def check_replaceable(path: str) -> None:
@@ -117,9 +191,9 @@ def check_replaceable(path: str) -> None:
         )
 
 
-def clear(path: str) -> None:
+def clear(place: Place) -> None:
     """Forget another job's record and marks, so they cannot count for this one."""
-    shutil.rmtree(_sidecar(path), ignore_errors=True)
+    place.remove()
 
 
 def matches(
@@ -132,29 +206,24 @@ def matches(
     return all(stored.get(k) == v for k, v in wanted.items() if k != "complete")
 
 
-def done_blocks(path: str, count: int) -> set[int]:
-    """The blocks marked done in the output at ``path`` (all of them once it is complete)."""
-    stored = read_record(path)
+def done_blocks(place: Place, count: int) -> set[int]:
+    """The blocks marked done in an output (all of them once it is complete)."""
+    stored = read_record(place)
     if stored is not None and stored.get("complete"):
         return set(range(count))
-    try:
-        names = os.listdir(os.path.join(_sidecar(path), "done"))
-    except FileNotFoundError:
-        return set()
-    return {int(n) for n in names if n.isdigit() and int(n) < count}
+    return {int(n) for n in place.names("done") if n.isdigit() and int(n) < count}
 
 
-def mark_done(path: str, index: int) -> None:
-    """Record that block ``index`` of the output at ``path`` is written (after its chunks)."""
-    marker = os.path.join(_sidecar(path), "done", str(index))
-    os.close(os.open(marker, os.O_CREAT | os.O_WRONLY, 0o644))
+def mark_done(place: Place, index: int) -> None:
+    """Record that block ``index`` of an output is written (after its chunks)."""
+    place.mark(f"done/{index}")
 
 
-def finish(path: str) -> None:
+def finish(place: Place) -> None:
     """Every block is done: say so in ``job.json`` and drop the marks."""
-    stored = read_record(path)
+    stored = read_record(place)
     if stored is None:
         return
     if not stored.get("complete"):
-        write_record(path, {**stored, "complete": True})
-    shutil.rmtree(os.path.join(_sidecar(path), "done"), ignore_errors=True)
+        write_record(place, {**stored, "complete": True})
+    place.remove("done")

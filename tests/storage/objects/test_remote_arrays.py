@@ -440,3 +440,30 @@ def test_a_public_dataset_over_plain_http_is_read_only(http_root):
     assert "unknown size" in repr(y)  # a plain HTTP server lists nothing
     with pytest.raises(PermissionError, match="read-only"):
         oc.open(f"{base}/pub.zarr", "r+")
+
+
+def test_map_chunks_writes_to_an_array_in_a_bucket_and_resumes_there(s3, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing of the output may appear on the local disk
+    data = _data((1000, 6))
+    src = oc.from_numpy(data, chunks=(100, 6))
+    calls = []
+
+    def double(block):
+        calls.append(len(block))
+        return block * 2
+
+    out = oc.create(
+        s3.url("m.zarr"),
+        data.shape,
+        data.dtype,
+        chunks=(100, 6),
+        storage_options=s3.storage_options,
+    )
+    oc.map_chunks(double, src, out=out, progress=False)
+    assert np.allclose(oc.open(s3.url("m.zarr"), storage_options=s3.storage_options)[...], data * 2)
+    assert sum(calls) == 1000 and os.listdir(tmp_path) == []
+    calls.clear()
+    oc.map_chunks(double, src, out=out, progress=False)  # complete: resumed, nothing redone
+    assert calls == []
+    with pytest.raises(NotImplementedError, match="pass it"):
+        oc.map_chunks(double, src, out=s3.url("other.zarr"))
