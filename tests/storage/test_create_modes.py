@@ -218,7 +218,7 @@ def test_urls_name_no_credentials_when_the_store_cannot_be_reached(tmp_path: Pat
         text = str(caught.value)
         assert "s3://bucket/x.zarr" in text
         assert "hunter2" not in text and "AKIAKEY" not in text and "Signature" not in text
-    with pytest.raises(NotImplementedError, match="create the array there first"):
+    with pytest.raises(NotImplementedError, match="create the array there and pass it"):
         oc.map_chunks(lambda b: b, np.ones(4), out=url)
     with pytest.raises(PermissionError, match="read-only"):
         oc.create("https://user:hunter2@127.0.0.1:1/x.zarr", (3,), "f8")
