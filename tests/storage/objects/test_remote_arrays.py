@@ -10,6 +10,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -467,3 +468,48 @@ def test_map_chunks_writes_to_an_array_in_a_bucket_and_resumes_there(s3, tmp_pat
     assert calls == []
     with pytest.raises(NotImplementedError, match="pass it"):
         oc.map_chunks(double, src, out=s3.url("other.zarr"))
+
+
+def test_what_dask_xarray_and_tensorstore_write_to_s3_reads_in_oocarray(s3, monkeypatch):
+    import dask.array as da
+
+    xr = pytest.importorskip("xarray")
+    data = _data((240, 10))
+    da.from_array(data, chunks=(60, 10)).to_zarr(_zarr_store(s3, "dask.zarr", read_only=False))
+    assert np.array_equal(
+        oc.open(s3.url("dask.zarr"), storage_options=s3.storage_options)[...], data
+    )
+    ds = xr.Dataset({"t": (("time", "x"), data)})
+    with warnings.catch_warnings():  # zarr v3 has no consolidated metadata in its spec yet
+        warnings.simplefilter("ignore", UserWarning)
+        ds.to_zarr(_zarr_store(s3, "xr.zarr", read_only=False), consolidated=True)
+    got = oc.open(s3.url("xr.zarr"), dataset="t", storage_options=s3.storage_options)
+    assert np.array_equal(got[...], data)  # a group with consolidated metadata
+    ts = pytest.importorskip("tensorstore")
+    options = s3.storage_options
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret_access_key"])
+    spec = {
+        "driver": "zarr3",
+        "kvstore": {
+            "driver": "s3",
+            "bucket": s3.name,
+            "path": "ts.zarr/",
+            "endpoint": options["endpoint"],
+            "aws_region": options["region"],
+            "aws_credentials": {"type": "environment"},
+        },
+        "metadata": {
+            "shape": list(data.shape),
+            "data_type": "float32",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [64, 10]}},
+            "codecs": [
+                {"name": "bytes", "configuration": {"endian": "little"}},
+                {"name": "zstd", "configuration": {"level": 3, "checksum": False}},
+            ],
+        },
+        "create": True,
+    }
+    ts.open(spec).result().write(data).result()
+    y = oc.open(s3.url("ts.zarr"), storage_options=options)
+    assert y._store.direct and np.array_equal(y[...], data)
