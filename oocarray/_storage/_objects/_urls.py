@@ -66,11 +66,6 @@ class Remote:
         endpoint = str(self.options.get("endpoint", self.options.get("endpoint_url", "")))
         return hashlib.sha256(f"{self.name}\0{endpoint}".encode()).hexdigest()[:32]
 
-    def child(self, name: str) -> Remote:
-        """The location ``name`` below this one (an array inside a group)."""
-        base = self.url.rstrip("/")
-        return dataclasses.replace(self, url=f"{base}/{name.strip('/')}", zarr_store=None)
-
     def __repr__(self) -> str:  # never the options: they hold keys and tokens
         return f"Remote({self.name!r})"
 
