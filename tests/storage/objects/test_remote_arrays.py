@@ -42,6 +42,38 @@ def _zarr_store(bucket, key: str, read_only: bool = True) -> zarr.storage.Object
     return zarr.storage.ObjectStore(store, read_only=read_only)
 
 
+def _written(bucket, key: str, data: np.ndarray, chunks, **create) -> oc.ChunkedArray:
+    """``data`` written by oocarray to ``key`` of the bucket; the array."""
+    x = oc.create(
+        bucket.url(key),
+        data.shape,
+        data.dtype,
+        chunks=chunks,
+        storage_options=bucket.storage_options,
+        **create,
+    )
+    x[...] = data
+    return x
+
+
+def _tensorstore_spec(bucket, key: str, monkeypatch) -> dict:
+    """tensorstore's zarr3 spec of ``key`` on the S3 server (credentials in the variables)."""
+    options = bucket.storage_options
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret_access_key"])
+    return {
+        "driver": "zarr3",
+        "kvstore": {
+            "driver": "s3",
+            "bucket": bucket.name,
+            "path": f"{key}/",
+            "endpoint": options["endpoint"],
+            "aws_region": options["region"],
+            "aws_credentials": {"type": "environment"},
+        },
+    }
+
+
 # ---- what oocarray writes, others read; and the reverse ------------------------------------
 
 
@@ -112,28 +144,8 @@ def test_dask_and_xarray_read_what_oocarray_wrote_to_s3(s3):
 def test_tensorstore_reads_what_oocarray_wrote_to_s3(s3, monkeypatch):
     ts = pytest.importorskip("tensorstore")
     data = _data((256, 16))
-    x = oc.create(
-        s3.url("t.zarr"),
-        data.shape,
-        data.dtype,
-        chunks=(64, 16),
-        storage_options=s3.storage_options,
-    )
-    x[...] = data
-    options = s3.storage_options
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["access_key_id"])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret_access_key"])
-    spec = {
-        "driver": "zarr3",
-        "kvstore": {
-            "driver": "s3",
-            "bucket": s3.name,
-            "path": "t.zarr/",
-            "endpoint": options["endpoint"],
-            "aws_region": options["region"],
-            "aws_credentials": {"type": "environment"},
-        },
-    }
+    _written(s3, "t.zarr", data, (64, 16))
+    spec = _tensorstore_spec(s3, "t.zarr", monkeypatch)
     assert np.array_equal(ts.open(spec, read=True).result().read().result(), data)
 
 
@@ -155,14 +167,7 @@ def test_a_zarr_store_object_is_taken_as_it_is(s3):
 def test_reductions_and_batches_in_a_budget(s3):
     data = _data((20000, 50))
     data[:, 0] = np.arange(len(data))  # each row's number, to find it in a batch
-    x = oc.create(
-        s3.url("big.zarr"),
-        data.shape,
-        data.dtype,
-        chunks=(500, 50),
-        storage_options=s3.storage_options,
-    )
-    x[...] = data
+    _written(s3, "big.zarr", data, (500, 50))
     y = oc.open(s3.url("big.zarr"), storage_options=s3.storage_options)
     with oc.Manager(max_bytes="32M") as m:
         mean, std = oc.compute(y.mean(axis=0, compute=False), y.std(axis=0, compute=False))
@@ -183,15 +188,7 @@ def test_reductions_and_batches_in_a_budget(s3):
 
 def test_a_sharded_read_fetches_each_shard_index_once_and_ranges_together(s3):
     data = _data((4000, 8))
-    x = oc.create(
-        s3.url("s.zarr"),
-        data.shape,
-        data.dtype,
-        chunks=(50, 8),
-        shards=(1000, 8),
-        storage_options=s3.storage_options,
-    )
-    x[...] = data
+    _written(s3, "s.zarr", data, (50, 8), shards=(1000, 8))
     y = oc.open(s3.url("s.zarr"), storage_options=s3.storage_options)
     fetcher = y._store.fetcher
     assert np.array_equal(y[...], data)
@@ -486,19 +483,8 @@ def test_what_dask_xarray_and_tensorstore_write_to_s3_reads_in_oocarray(s3, monk
     got = oc.open(s3.url("xr.zarr"), dataset="t", storage_options=s3.storage_options)
     assert np.array_equal(got[...], data)  # a group with consolidated metadata
     ts = pytest.importorskip("tensorstore")
-    options = s3.storage_options
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", options["access_key_id"])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", options["secret_access_key"])
     spec = {
-        "driver": "zarr3",
-        "kvstore": {
-            "driver": "s3",
-            "bucket": s3.name,
-            "path": "ts.zarr/",
-            "endpoint": options["endpoint"],
-            "aws_region": options["region"],
-            "aws_credentials": {"type": "environment"},
-        },
+        **_tensorstore_spec(s3, "ts.zarr", monkeypatch),
         "metadata": {
             "shape": list(data.shape),
             "data_type": "float32",
@@ -511,5 +497,5 @@ def test_what_dask_xarray_and_tensorstore_write_to_s3_reads_in_oocarray(s3, monk
         "create": True,
     }
     ts.open(spec).result().write(data).result()
-    y = oc.open(s3.url("ts.zarr"), storage_options=options)
+    y = oc.open(s3.url("ts.zarr"), storage_options=s3.storage_options)
     assert y._store.direct and np.array_equal(y[...], data)
