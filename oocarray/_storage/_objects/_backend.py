@@ -340,6 +340,101 @@ class ZarrStoreBackend(Backend):
             raise translate(error, self.where(key)) from error
 
 
+# ---- after a fork ----------------------------------------------------------------------------
+
+
+_obstore_in: int | None = None  # the process whose obstore runtime exists (pid), if any
+_obstore_unusable = False  # a forked child of a process that had obstore's runtime
+
+
+def _forked() -> None:
+    global _obstore_unusable
+    _obstore_unusable = _obstore_in is not None
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+class PerProcess(Backend):
+    """An obstore backend, and in a forked child of the process that made it, an fsspec one:
+    obstore's runtime (its threads) does not survive a fork, and a request made on it in the
+    child never ends, while fsspec's (through zarr-python) starts afresh.  What PyTorch's
+    DataLoader and multiprocessing's pools do with the default start method on Linux."""
+
+    def __init__(self, remote: Remote, read_only: bool, backend: Backend) -> None:
+        global _obstore_in
+        _obstore_in = os.getpid()
+        self._remote = remote
+        self._read_only = read_only
+        self._backend = backend
+        self._pid = os.getpid()
+        self.name = backend.name
+
+    def _current(self) -> Backend:
+        if os.getpid() != self._pid:
+            self._backend = _forked_backend(self._remote, self._read_only)
+            self._pid = os.getpid()
+        return self._backend
+
+    @property
+    def zarr_store(self) -> Any:
+        return self._current().zarr_store
+
+    async def get(self, key: str, unless: str | None = None) -> Fetched | _NotModified | None:
+        return await self._current().get(key, unless)
+
+    async def get_range(self, key: str, start: int, end: int, version: str | None) -> Any:
+        return await self._current().get_range(key, start, end, version)
+
+    async def get_suffix(self, key: str, nbytes: int, unless: str | None = None) -> Any:
+        return await self._current().get_suffix(key, nbytes, unless)
+
+    async def put(self, key: str, data: Any) -> None:
+        await self._current().put(key, data)
+
+    async def delete(self, key: str) -> None:
+        await self._current().delete(key)
+
+    async def list(self, prefix: str) -> list[tuple[str, int]]:
+        return await self._current().list(prefix)
+
+
+# obstore's names -> s3fs's (the rest of an S3 location's options has no s3fs meaning)
+_S3FS = {"access_key_id": "key", "secret_access_key": "secret", "session_token": "token"}
+_S3FS_CLIENT = {"endpoint": "endpoint_url", "region": "region_name"}
+
+
+def _forked_backend(remote: Remote, read_only: bool) -> Backend:
+    """The backend of a forked child: fsspec's, with the location's options in its words."""
+    if remote.zarr_store is not None:
+        raise ObjectStoreError(
+            f"{remote.name}: this zarr Store object uses obstore, which cannot run in a process "
+            "forked after it was used; give the URL instead of the Store, or start the "
+            "processes with the 'spawn' method"
+        )
+    options = {k: v for k, v in remote.options.items() if k not in (*_OURS, "retry_config")}
+    if REMOTE_SCHEMES[remote.scheme] == "s3":
+        s3fs: dict[str, Any] = {"client_kwargs": {}}
+        for name, value in (_obstore_options(remote) or {}).items():
+            if name in _S3FS:
+                s3fs[_S3FS[name]] = value
+            elif name in _S3FS_CLIENT:
+                s3fs["client_kwargs"][_S3FS_CLIENT[name]] = value
+            elif name == "skip_signature":
+                s3fs["anon"] = bool(value)
+            elif name == "request_payer":
+                s3fs["requester_pays"] = bool(value)
+        options = s3fs
+    try:
+        return _fsspec_backend(Remote(remote.url, options), read_only)
+    except ImportError as error:
+        raise ObjectStoreError(
+            f"{remote.name}: obstore cannot run in a process forked after it was used, and "
+            f"fsspec's {remote.scheme} package is not installed to take over; install it, or "
+            "start the processes with the 'spawn' method"
+        ) from error
+
+
 # ---- building one --------------------------------------------------------------------------
 
 
@@ -350,8 +445,10 @@ def backend_for(remote: Remote, read_only: bool) -> Backend:
     if given is not None:
         inner = getattr(given, "store", None)
         if type(given).__name__ == "ObjectStore" and inner is not None:
-            return ObstoreBackend(inner, remote.name, given)
+            return PerProcess(remote, read_only, ObstoreBackend(inner, remote.name, given))
         return ZarrStoreBackend(given, remote.name)
+    if _obstore_unusable:  # an array opened in a forked child (unpickled there, say)
+        return _forked_backend(remote, read_only)
     options = _obstore_options(remote)
     scheme = REMOTE_SCHEMES[remote.scheme]
     if options is not None:
@@ -373,9 +470,10 @@ def backend_for(remote: Remote, read_only: bool) -> Backend:
         if obstore_store is not None:
             from zarr.storage import ObjectStore
 
-            return ObstoreBackend(
+            backend = ObstoreBackend(
                 obstore_store, remote.name, ObjectStore(obstore_store, read_only=read_only)
             )
+            return PerProcess(remote, read_only, backend)
     return _fsspec_backend(remote, read_only)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -91,6 +92,15 @@ class Fetcher:
         self.cache_hits = 0
         self._ahead: _Ahead | None = None
         self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _in_this_process(self) -> None:
+        """In a forked child, forget the parent's read-ahead: its futures belong to an event
+        loop (and its lock perhaps to a thread) that do not exist here."""
+        if os.getpid() != self._pid:
+            self._pid = os.getpid()
+            self._ahead = None
+            self._lock = threading.Lock()
 
     # ---- one read -------------------------------------------------------------------------
 
@@ -98,6 +108,7 @@ class Fetcher:
         """The bytes of each request (None: the object does not exist), fetched together."""
         if not requests:
             return []
+        self._in_this_process()
         manager = _reader_manager()
         ahead = self._ahead
         return _loop.run(self._fetch_all(list(requests), manager, ahead))
@@ -134,6 +145,7 @@ class Fetcher:
         """Fetch ``requests`` in order, ahead of the reads inside, within the window; what is
         left untaken at the end is dropped.  Nested or concurrent read-aheads of one array:
         the first one reads ahead, the others read as they go."""
+        self._in_this_process()
         with self._lock:
             if self._ahead is not None:
                 mine = None

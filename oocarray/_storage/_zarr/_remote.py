@@ -112,6 +112,9 @@ class RemoteZarrStore(ZarrStore):
             return wave.borrowed()
         return _FetchedChunks(self, chunks)
 
+    def _row_chunk_sources(self, first: int, stop: int) -> _FetchedChunks:
+        return self._chunk_sources([(c, *self._rest) for c in range(first, stop)])
+
     def read_into(self, pieces: Sequence[ChunkPiece], out: np.ndarray) -> None:
         """Fetch the chunks of a selection in waves that fit the read-ahead window, each wave's
         requests all in flight together, then decode them as a local read does."""

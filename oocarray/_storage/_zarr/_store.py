@@ -266,6 +266,11 @@ class ZarrStore(Store):
         ``row_source(i)`` and ``close()`` (see :class:`_ChunkFiles`)."""
         return _ChunkFiles(self)
 
+    def _row_chunk_sources(self, first: int, stop: int) -> Any:
+        """:meth:`_chunk_sources` of row chunks ``first`` to ``stop`` (exclusive), for row
+        reads: local files need no list of them made (``x[i]`` is a hot path)."""
+        return _ChunkFiles(self)
+
     def _chunk_path(self, chunk: tuple[int, ...]) -> str:
         assert self._layout is not None
         return _chunk_file(self._root, self._layout, chunk)
@@ -309,9 +314,7 @@ class ZarrStore(Store):
         jobs = self._jobs()
         buffer = jobs.buffer(out)
         row, stop = start, start + len(out)
-        files = self._chunk_sources(
-            [(c, *self._rest) for c in range(start // per_chunk, (stop - 1) // per_chunk + 1)]
-        )
+        files = self._row_chunk_sources(start // per_chunk, (stop - 1) // per_chunk + 1)
         try:
             while row < stop:
                 c, r = divmod(row, per_chunk)

@@ -499,3 +499,24 @@ def test_what_dask_xarray_and_tensorstore_write_to_s3_reads_in_oocarray(s3, monk
     ts.open(spec).result().write(data).result()
     y = oc.open(s3.url("ts.zarr"), storage_options=s3.storage_options)
     assert y._store.direct and np.array_equal(y[...], data)
+
+
+def _sum_in_child(array) -> float:
+    return float(array[...].sum(dtype=np.float64))
+
+
+def test_a_forked_child_reads_a_remote_array_its_parent_read(s3):
+    """obstore's runtime does not survive a fork (a request in the child never ended): a
+    forked child reads through fsspec instead, as DataLoader workers and fork pools do."""
+    import multiprocessing
+
+    pytest.importorskip("s3fs", reason="a forked child reads through s3fs")
+    data = _data((400, 5))
+    _written(s3, "fork.zarr", data, (100, 5))
+    y = oc.open(s3.url("fork.zarr"), storage_options=s3.storage_options)
+    with oc.Manager(max_bytes="8M"):
+        for _ in oc.batches(y, 100, shuffle="chunks"):  # the parent used obstore, ahead too
+            pass
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        sums = pool.map(_sum_in_child, [y, y], chunksize=1)
+    assert sums == [pytest.approx(float(data.sum(dtype=np.float64)))] * 2
