@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import traceback
+import warnings
 import weakref
 from typing import Any
 
@@ -85,13 +86,16 @@ class _Feed:
         self.reply_fd = process.stdout.fileno()
         self.directory = directory
         self._owner = owner
+        # Set when a put of written-back chunks failed: their files are the only copy, and the
+        # directory is then kept (and named) when the array goes, never removed.
+        self._unsent: list[bool] = []
 
     def handed_over(self, pages: Any) -> None:
         """The pager has its own copies of the pipes: close these, and clean up after it."""
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.close()
         self.process.stdout.close()
-        weakref.finalize(pages, _finish, self.process, self.directory, self._owner)
+        weakref.finalize(pages, _finish, self.process, self.directory, self._owner, self._unsent)
 
     def upload(self, store: Any) -> int:
         """Put every chunk file the pager wrote back since the last upload (one PUT each);
@@ -113,7 +117,12 @@ class _Feed:
                     objects.append((store._key((int(name), *store._rest)), f.read()))
                 uploaded.append(fd)
             if objects:
-                store._put_all(objects)
+                try:
+                    store._put_all(objects)
+                except BaseException:
+                    self._unsent[:] = [True]
+                    raise
+                self._unsent.clear()
                 for fd in uploaded:
                     os.utime(fd, ns=(0, 0))
         finally:
@@ -123,10 +132,12 @@ class _Feed:
 
     def abandon(self) -> None:
         """The pager was not made: stop the process and remove the directory."""
-        _finish(self.process, self.directory, self._owner)
+        _finish(self.process, self.directory, self._owner, self._unsent)
 
 
-def _finish(process: subprocess.Popen[bytes], directory: str, owner: int) -> None:
+def _finish(
+    process: subprocess.Popen[bytes], directory: str, owner: int, unsent: list[bool]
+) -> None:
     for stream in (process.stdin, process.stdout):
         if stream is not None and not stream.closed:
             stream.close()
@@ -138,6 +149,14 @@ def _finish(process: subprocess.Popen[bytes], directory: str, owner: int) -> Non
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    if unsent:
+        warnings.warn(
+            f"chunks written into an array in an object store could not be put there; they "
+            f"are kept in {directory} (one file per row chunk, stored as the array's chunks)",
+            RuntimeWarning,
+            stacklevel=1,
+        )
+        return
     remove_temp_dir(directory, owner)
 
 
