@@ -27,7 +27,9 @@ from oocarray._compute._ops import (
     array_ufunc,
     clip,
 )
+from oocarray._compute._rearrange import permute_dims
 from oocarray._compute._reductions import Reductions
+from oocarray._compute._temporaries import use_array_type
 from oocarray._memory import active_manager, system
 from oocarray._storage import StoredArray, create, temp
 from oocarray._storage._objects._urls import Remote, locate
@@ -182,6 +184,32 @@ class LazyArray(Reductions):
 
     def __invert__(self) -> Expr:
         return _elementwise(np.invert, self)
+
+    def __matmul__(self, other: Any) -> Any:
+        return _wrap(array_ufunc(np.matmul, "__call__", *_unwrap((self, other))))
+
+    def __rmatmul__(self, other: Any) -> Any:
+        return _wrap(array_ufunc(np.matmul, "__call__", *_unwrap((other, self))))
+
+    # -- rearranging ----------------------------------------------------------------------
+    @property
+    def T(self) -> Expr:
+        """The axes reversed, lazily (``np.transpose``)."""
+        return Expr(permute_dims(self._tree()))
+
+    @property
+    def mT(self) -> Expr:
+        """The last two axes swapped, lazily (a stack of matrices transposed)."""
+        ndim = self._tree().ndim
+        if ndim < 2:
+            raise ValueError("mT needs an array of at least 2 dimensions")
+        order = [*range(ndim - 2), ndim - 1, ndim - 2]
+        return Expr(permute_dims(self._tree(), order))
+
+    def transpose(self, *axes: Any) -> Expr:
+        """The axes permuted (reversed by default), lazily."""
+        order = axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else axes
+        return Expr(permute_dims(self._tree(), order or None))
 
     def astype(self, dtype: Any) -> Expr:
         """A lazy copy of another dtype."""
@@ -395,6 +423,9 @@ class ChunkedArray(LazyArray, StoredArray):
 
     def _tree(self) -> StoredArray:
         return self
+
+
+use_array_type(ChunkedArray)
 
 
 def compute(*items: Any, progress: bool = True) -> tuple[Any, ...]:

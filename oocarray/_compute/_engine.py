@@ -91,17 +91,15 @@ def _workers() -> int:
 
 
 def _base_grid(work: Pass) -> tuple[int, ...]:
-    """The grid blocks are made of: the output's write grid, else the chunks of the first array
-    read, else the whole array along every axis but the first."""
+    """The grid blocks are made of: the output's write grid, else the chunks of the first
+    expression read in chunks, else the whole array along every axis but the first."""
     for store in work.stores:
         if store.grid is not None:
             return store.grid
     for expr in work.exprs():
-        for source in expr.sources():
-            if len(source.chunks) == len(work.shape):  # not the inputs of np.stack
-                return tuple(
-                    max(1, min(c, n)) for c, n in zip(source.chunks, work.shape, strict=True)
-                )
+        chunks = expr.chunks()
+        if chunks is not None:
+            return tuple(max(1, min(c, n)) for c, n in zip(chunks, work.shape, strict=True))
     shape = work.shape
     return (1, *shape[1:]) if shape else ()
 

@@ -66,6 +66,16 @@ class Node:
     def children(self) -> Sequence[Node]:
         return ()
 
+    def chunks(self) -> tuple[int, ...] | None:
+        """The block shape this expression is best evaluated in (its first chunked input's
+        chunks, in this expression's axes); None: no chunked input of this shape."""
+        for child in self.children():
+            if child.ndim == self.ndim:
+                found = child.chunks()
+                if found is not None:
+                    return found
+        return None
+
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         """The values of ``region`` (slices with step 1, one per axis), an array that broadcasts
         to the region's shape."""
@@ -90,6 +100,9 @@ class Source(Node):
         self.array = array
         self.shape = array.shape
         self.dtype = array.dtype
+
+    def chunks(self) -> tuple[int, ...] | None:
+        return tuple(self.array.chunks)
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         return reads.read(self.array, region)
@@ -184,6 +197,10 @@ class ExpandDims(Node):
 
     def children(self) -> Sequence[Node]:
         return (self.part,)
+
+    def chunks(self) -> tuple[int, ...] | None:
+        found = self.part.chunks()
+        return None if found is None else (*found[: self.axis], 1, *found[self.axis :])
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         inner = (*region[: self.axis], *region[self.axis + 1 :])

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from oocarray._compute import _build
+from oocarray._compute import _build, _linalg, _rearrange, _scans, _sets, _sorting
 from oocarray._compute._engine import evaluate
+from oocarray._compute._limits import unsupported
 from oocarray._compute._nodes import Node, as_node
 from oocarray._compute._reduce import REDUCTIONS, Histogram, Reduction, make_reduction
 
@@ -161,17 +162,13 @@ _UFUNC_REDUCE = {
 }
 
 
-def unsupported(what: str) -> TypeError:
-    return TypeError(
-        f"{what} is not supported on chunked arrays (it would load the whole array): index a "
-        "part with x[...] to get an ndarray, or use x.as_ndarray() / np.asarray(x) to load it "
-        "deliberately"
-    )
-
-
 def array_ufunc(ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
     """``__array_ufunc__``: calls are lazy, the reductions NumPy names are streamed."""
+    if method == "__call__" and ufunc in _FUNCTIONS:  # gufuncs: np.matmul, np.vecdot
+        return _FUNCTIONS[ufunc](*inputs, **kwargs)
     if method == "__call__":
+        if ufunc.signature is not None:
+            raise unsupported(f"np.{ufunc.__name__}")
         return apply_ufunc(ufunc, *inputs, **kwargs)
     if method == "reduce" and ufunc in _UFUNC_REDUCE and len(inputs) == 1:
         if kwargs.get("out") is not None or "initial" in kwargs or "where" in kwargs:
@@ -267,3 +264,6 @@ for _name in REDUCTIONS:
         _FUNCTIONS[getattr(np, _name)] = _reduction_function(_name)
 _FUNCTIONS[np.amin] = _FUNCTIONS[np.min]
 _FUNCTIONS[np.amax] = _FUNCTIONS[np.max]
+# The out-of-core algorithms, each module with the NumPy functions it answers.
+for _module in (_rearrange, _sorting, _sets, _scans, _linalg):
+    _FUNCTIONS.update(_module.FUNCTIONS)
