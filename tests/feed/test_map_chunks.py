@@ -201,7 +201,7 @@ def test_errors(x: oc.ChunkedArray, tmp_path: Path) -> None:
         oc.map_chunks(lambda a: a, x, out=(tmp_path / "a.zarr", tmp_path / "b.zarr"))
     with pytest.raises(TypeError, match="keys of out"):
         oc.map_chunks(lambda a: {"p": a}, x, out={"q": tmp_path / "q.zarr"})
-    with pytest.raises(TypeError, match="path or a zarr ChunkedArray"):
+    with pytest.raises(TypeError, match="a path, an object-store URL or a zarr ChunkedArray"):
         oc.map_chunks(lambda a: a, x, out=3)
     with pytest.raises(oc.ReadOnlyError):
         oc.map_chunks(lambda a: a, x, out=oc.open(x.path))

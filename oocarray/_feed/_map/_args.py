@@ -17,6 +17,7 @@ from oocarray._storage._objects._urls import Remote, locate
 from oocarray.errors import ReadOnlyError
 
 __all__ = [
+    "Target",
     "common_length",
     "parse_dtypes",
     "parse_input",
@@ -61,24 +62,34 @@ def parse_workers(workers: object) -> None:
         raise ValueError(f"workers must be a positive int or None, got {workers!r}")
 
 
-def parse_out(out: Any) -> tuple[Structure, tuple[Any, ...], list[str | ChunkedArray]]:
-    """The structure of ``out``, its names (dict keys or positions) and its targets."""
+Target = str | Remote | ChunkedArray
+
+
+def parse_out(
+    out: Any, storage_options: Mapping[str, Any] | None = None
+) -> tuple[Structure, tuple[Any, ...], list[Target]]:
+    """The structure of ``out``, its names (dict keys or positions) and its targets: local
+    paths, object-store locations (URLs, with ``storage_options``) or open arrays."""
     if isinstance(out, Mapping):
         if not out:
             raise ValueError("out is an empty dict; give at least one output")
-        return "dict", tuple(out), [_parse_target(t, repr(k)) for k, t in out.items()]
+        return (
+            "dict",
+            tuple(out),
+            [_parse_target(t, repr(k), storage_options) for k, t in out.items()],
+        )
     if isinstance(out, (tuple, list)):
         if not out:
             raise ValueError("out is empty; give at least one output")
         return (
             "tuple",
             tuple(range(len(out))),
-            [_parse_target(t, str(i)) for i, t in enumerate(out)],
+            [_parse_target(t, str(i), storage_options) for i, t in enumerate(out)],
         )
-    return "one", (0,), [_parse_target(out, "out")]
+    return "one", (0,), [_parse_target(out, "out", storage_options)]
 
 
-def _parse_target(target: object, name: str) -> str | ChunkedArray:
+def _parse_target(target: object, name: str, storage_options: Mapping[str, Any] | None) -> Target:
     if isinstance(target, ChunkedArray):
         target._check_open()
         if target.format != "zarr":
@@ -93,19 +104,12 @@ def _parse_target(target: object, name: str) -> str | ChunkedArray:
             )
         return target
     if isinstance(target, (str, os.PathLike)):
-        location = locate(target, None, f"output {name}", writing=True)
-        if isinstance(location, Remote):
-            # map_chunks takes no storage options: the array, made with them, is given instead
-            raise NotImplementedError(
-                f"output {name} at {location.name}: map_chunks makes outputs from local paths; "
-                "for an object store, create the array there and pass it (resumable as a "
-                "local output): out=oc.create(url, shape, dtype, chunks=..., "
-                "storage_options=...)"
-            )
-        check_replaceable(location)  # before any work: a wrong path fails at once
+        location = locate(target, storage_options, f"output {name}", writing=True)
+        check_replaceable(location)  # before any work: a wrong location fails at once
         return location
     raise TypeError(
-        f"output {name} must be a path or a zarr ChunkedArray, got {type(target).__name__}"
+        f"output {name} must be a path, an object-store URL or a zarr ChunkedArray, got "
+        f"{type(target).__name__}"
     )
 
 

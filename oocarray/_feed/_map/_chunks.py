@@ -19,7 +19,7 @@ This module checks the call and drives the run; the parts live beside it, in thi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -28,6 +28,7 @@ from oocarray._compute import ChunkedArray
 from oocarray._compute._progress import progress_bar
 from oocarray._feed._map import _sidecar as sidecar
 from oocarray._feed._map._args import (
+    Target,
     common_length,
     parse_dtypes,
     parse_input,
@@ -35,9 +36,10 @@ from oocarray._feed._map._args import (
     parse_row_shapes,
     parse_workers,
 )
-from oocarray._feed._map._job import Job, Spec, StoredInput, block_rows_for, dataset_of
+from oocarray._feed._map._job import Job, Spec, block_rows_for
 from oocarray._feed._map._outputs import check_existing, open_outputs
 from oocarray._feed._map._threads import ThreadsEngine
+from oocarray._storage._objects._urls import Remote
 from oocarray._storage._replace import refuse_replacing_an_input
 
 __all__ = ["map_chunks"]
@@ -69,6 +71,7 @@ def map_chunks(
     worker_max_bytes: int | str | None = None,
     resume: bool = True,
     progress: bool = True,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Any:
     """Apply ``fn`` to aligned row blocks of ``inputs`` and write what it returns to zarr.
 
@@ -126,6 +129,9 @@ def map_chunks(
         it after changing ``fn``'s code or the inputs' data.
     progress
         ``False`` turns the progress bar (or summary line) off.
+    storage_options
+        For outputs given as object-store URLs (``s3://...``): the backend's options, as
+        for :func:`oocarray.create`.
 
     Returns
     -------
@@ -171,11 +177,12 @@ def map_chunks(
             "register oocarray.dask.MemoryBudgetPlugin(max_bytes=...) on it instead"
         )
     parse_workers(workers)
-    structure, names, targets = parse_out(out)
+    structure, names, targets = parse_out(out, storage_options)
     for target in targets:
-        if isinstance(target, str):
+        if not isinstance(target, ChunkedArray):
             read = [x.path for x in sources if isinstance(x, ChunkedArray)]
-            refuse_replacing_an_input(target, read, "map_chunks")
+            where = target.name if isinstance(target, Remote) else target
+            refuse_replacing_an_input(where, read, "map_chunks")
     dtypes = parse_dtypes(dtype, structure, names)
     row_shapes = parse_row_shapes(row_shape, structure, names)
     for target, name, d, r in zip(targets, names, dtypes, row_shapes, strict=True):
@@ -184,10 +191,7 @@ def map_chunks(
     existing = [t for t in targets if isinstance(t, ChunkedArray)]
     job = Job(
         fn=fn,
-        sources=tuple(
-            StoredInput(x.path, dataset_of(x)) if isinstance(x, ChunkedArray) else None
-            for x in sources
-        ),
+        sources=tuple(x if isinstance(x, ChunkedArray) else None for x in sources),
         outputs=(),  # filled in once the outputs are open
         structure=structure,
         names=names,
@@ -214,7 +218,7 @@ def map_chunks(
 def _run(
     job: Job,
     record: dict[str, Any],
-    targets: Sequence[str | ChunkedArray],
+    targets: Sequence[Target],
     dtypes: Sequence[Any],
     row_shapes: Sequence[Any],
     codec: str,
@@ -226,7 +230,7 @@ def _run(
     outputs, done = open_outputs(
         job, record, targets, dtypes, row_shapes, codec, resume, lambda: engine.infer(job)
     )
-    job = dataclasses.replace(job, outputs=tuple(o.path for o in outputs))
+    job = dataclasses.replace(job, outputs=tuple(outputs))
     todo = [i for i in range(job.block_count) if i not in done]
     bar = _progress_bar(job.block_count, len(done), progress)
     try:

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import ChunkedArray
-from oocarray._compute import open as open_array
 from oocarray._feed import _dask
 from oocarray._feed._map._blocks import infer_specs, run_block, thread_workspace
 from oocarray._feed._map._job import Job, Spec
@@ -43,12 +42,10 @@ class DaskEngine:
 
 
 def _reopen(job: Job, blocks: Sequence[np.ndarray]) -> list[ChunkedArray | np.ndarray]:
-    """A worker's inputs: chunked ones reopened by path, ndarray ones as handed over."""
+    """A worker's inputs: chunked ones reopened (unpickled with the job), ndarray ones as
+    handed over."""
     given = iter(blocks)
-    return [
-        open_array(s.path, mode="r", dataset=s.dataset) if s is not None else next(given)
-        for s in job.sources
-    ]
+    return [s if s is not None else next(given) for s in job.sources]
 
 
 def remote_block(job: Job, index: int, *blocks: np.ndarray) -> None:
@@ -57,7 +54,7 @@ def remote_block(job: Job, index: int, *blocks: np.ndarray) -> None:
     manager = active_manager() or system()
     ws = thread_workspace(manager)
     inputs = _reopen(job, blocks)
-    outputs = [open_array(path, mode="r+") for path in job.outputs]
+    outputs = list(job.outputs)
     with manager.activate(), ws:
         run_block(job, index, inputs, outputs)
     for array in (*inputs, *outputs):

@@ -16,7 +16,7 @@ import numpy as np
 from oocarray._compute import ChunkedArray
 from oocarray._storage._base import auto_chunks
 
-__all__ = ["Job", "Spec", "StoredInput", "Structure", "block_rows_for", "dataset_of"]
+__all__ = ["Job", "Spec", "Structure", "block_rows_for", "dataset_of"]
 
 # Inputs whose chunks along axis 0 differ are read in blocks of their least common multiple of
 # rows, unless that is more than this many times their largest chunk (memory would balloon).
@@ -26,21 +26,17 @@ Structure = Literal["one", "tuple", "dict"]  # the shape of ``out``, and of what
 Spec = tuple[np.dtype[Any], tuple[int, ...]]  # an output's dtype and row shape
 
 
-@dataclass(frozen=True, slots=True)
-class StoredInput:
-    """A chunked input as a worker process reopens it: by path (and dataset)."""
-
-    path: str
-    dataset: str | None
-
-
 @dataclass(frozen=True)
 class Job:
-    """One map_chunks run: the function, how to reach inputs and outputs, and the blocks."""
+    """One map_chunks run: the function, how to reach inputs and outputs, and the blocks.
+
+    The chunked inputs and outputs travel to worker processes pickled, which is by location:
+    a worker reopens each (a path, or a URL with its storage options) and reads or writes
+    the chunks itself."""
 
     fn: Callable[..., Any]
-    sources: tuple[StoredInput | None, ...]  # None: an ndarray, handed over block by block
-    outputs: tuple[str, ...]  # output array directories (empty until they are opened)
+    sources: tuple[ChunkedArray | None, ...]  # None: an ndarray, handed over block by block
+    outputs: tuple[ChunkedArray, ...]  # empty until the outputs are open
     structure: Structure
     names: tuple[Any, ...]  # dict keys, or positions
     rows: int

@@ -3,7 +3,7 @@ them (or start given arrays over), and say which blocks are already done in all 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,9 @@ import numpy.typing as npt
 from oocarray._compute import ChunkedArray, create
 from oocarray._compute import open as open_array
 from oocarray._feed._map import _sidecar as sidecar
+from oocarray._feed._map._args import Target
 from oocarray._feed._map._job import Job, Spec
+from oocarray._storage._objects._urls import Remote
 
 __all__ = ["check_existing", "open_outputs"]
 
@@ -34,15 +36,24 @@ def check_existing(array: ChunkedArray, name: Any, rows: int, dtype: Any, row_sh
         )
 
 
+def _where(target: str | Remote) -> tuple[str, Mapping[str, Any] | None]:
+    """A created output's location and storage options, as ``oc.open`` and ``oc.create``
+    take them."""
+    if isinstance(target, Remote):
+        return target.zarr_store or target.url, target.options
+    return target, None
+
+
 def _resumable(
-    target: str, name: Any, record: dict[str, Any], dtype: Any, row_shape: Any
+    target: str | Remote, name: Any, record: dict[str, Any], dtype: Any, row_shape: Any
 ) -> ChunkedArray | None:
     """The array at ``target`` when it holds this job's output, to resume; else None."""
     stored = sidecar.read_record(sidecar.place_of(target))
     if stored is None:
         return None
+    location, options = _where(target)
     try:
-        array = open_array(target, mode="r+")
+        array = open_array(location, mode="r+", storage_options=options)
     except (OSError, ValueError):
         return None
     if array.format != "zarr" or not sidecar.matches(stored, record, name, array):
@@ -57,7 +68,7 @@ def _resumable(
 def open_outputs(
     job: Job,
     record: dict[str, Any],
-    targets: Sequence[str | ChunkedArray],
+    targets: Sequence[Target],
     dtypes: Sequence[Any],
     row_shapes: Sequence[Any],
     codec: str,
@@ -88,7 +99,7 @@ def open_outputs(
         for i, target in enumerate(targets):
             if arrays[i] is not None:
                 continue
-            assert isinstance(target, str)
+            assert not isinstance(target, ChunkedArray)
             dtype = dtypes[i] if dtypes[i] is not None else inferred[i][0]
             shape = row_shapes[i] if row_shapes[i] is not None else inferred[i][1]
             created = _create_output(target, job, dtype, shape, codec)
@@ -104,11 +115,20 @@ def open_outputs(
 
 
 def _create_output(
-    path: str, job: Job, dtype: npt.DTypeLike, row_shape: tuple[int, ...], codec: str
+    target: str | Remote, job: Job, dtype: npt.DTypeLike, row_shape: tuple[int, ...], codec: str
 ) -> ChunkedArray:
-    """Create an output, replacing an earlier map_chunks output at ``path`` (never anything
+    """Create an output, replacing an earlier map_chunks output at ``target`` (never anything
     else: not a zarr array map_chunks did not write, which may be the user's data)."""
-    sidecar.check_replaceable(path)
-    sidecar.clear(sidecar.place_of(path))  # marks of another job must not count
+    sidecar.check_replaceable(target)
+    sidecar.clear(sidecar.place_of(target))  # marks of another job must not count
     chunks = (max(1, min(job.block_rows, job.rows)), *(max(1, n) for n in row_shape))
-    return create(path, (job.rows, *row_shape), dtype, chunks=chunks, codec=codec, mode="w")
+    location, options = _where(target)
+    return create(
+        location,
+        (job.rows, *row_shape),
+        dtype,
+        chunks=chunks,
+        codec=codec,
+        mode="w",
+        storage_options=options,
+    )

@@ -22,8 +22,12 @@ import numpy as np
 
 from oocarray._compute import ChunkedArray
 from oocarray._feed._map._job import Job, dataset_of
+from oocarray._storage._objects._backend import Backend, Fetched, backend_for
 from oocarray._storage._objects._loop import run, run_all
+from oocarray._storage._objects._urls import Remote
 from oocarray._storage._replace import prepare_target
+from oocarray._storage._zarr._remote import RemoteZarrStore
+from oocarray._storage._zarr._remote_create import prepare_remote_target
 from oocarray.errors import StoreExistsError
 
 __all__ = [
@@ -37,7 +41,6 @@ __all__ = [
     "matches",
     "output_record",
     "place_of",
-    "present",
     "read_record",
     "write_record",
 ]
@@ -121,13 +124,13 @@ class _Objects:
     """The sidecar of an output in an object store: objects under the array's prefix (one PUT
     each: whole or absent), which zarr readers ignore as they ignore the directory."""
 
-    def __init__(self, store: Any) -> None:
-        self._backend = store.backend
-        self._root = f"{store._prefix}{SIDECAR}/"
+    def __init__(self, backend: Backend, prefix: str) -> None:
+        self._backend = backend
+        self._root = f"{prefix}{SIDECAR}/"
 
     def read(self, name: str) -> bytes | None:
         found = run(self._backend.get(self._root + name))
-        return None if found is None else bytes(found.data)
+        return None if not isinstance(found, Fetched) else bytes(found.data)
 
     def write(self, name: str, data: bytes) -> None:
         run(self._backend.put(self._root + name, data))
@@ -151,12 +154,16 @@ class _Objects:
 Place = _Files | _Objects
 
 
-def place_of(target: str | ChunkedArray) -> Place:
+def place_of(target: str | Remote | ChunkedArray) -> Place:
     """Where the sidecar of an output is: beside a local array, or in its object store."""
     if isinstance(target, str):
         return _Files(target)
+    if isinstance(target, Remote):
+        return _Objects(backend_for(target, read_only=False), "")
     store = target._store
-    return _Objects(store) if store.reopen_remote() is not None else _Files(target.path)
+    if isinstance(store, RemoteZarrStore):
+        return _Objects(store.backend, store._prefix)
+    return _Files(target.path)
 
 
 def read_record(place: Place) -> dict[str, Any] | None:
@@ -174,20 +181,23 @@ def write_record(place: Place, record: dict[str, Any]) -> None:
     place.write("job.json", json.dumps(record).encode())
 
 
-def present(path: str) -> bool:
-    """Whether the local array at ``path`` was written by map_chunks (it has a sidecar)."""
-    return _Files(path).exists()
-
-
-def check_replaceable(path: str) -> None:
-    """Raise unless an output may be created at ``path``: nothing is there (or an empty
-    directory), or an output an earlier map_chunks run wrote.  Anything else may be the
-    user's data: a zarr array map_chunks did not write, another directory, a file."""
-    if prepare_target(path, "w", "map_chunks") and not present(path):
+def check_replaceable(target: str | Remote) -> None:
+    """Raise unless an output may be created at ``target`` (a path or an object-store URL):
+    nothing is there (or an empty directory), or an output an earlier map_chunks run wrote.
+    Anything else may be the user's data: a zarr array map_chunks did not write, another
+    directory or other objects, a file."""
+    if isinstance(target, Remote):
+        backend = backend_for(target, read_only=False)
+        array_there = prepare_remote_target(backend, "", "w", "map_chunks", replace=False)
+        ours, shown = _Objects(backend, "").exists(), target.name
+    else:
+        array_there = prepare_target(target, "w", "map_chunks")
+        ours, shown = _Files(target).exists(), repr(target)
+    if array_there and not ours:
         raise StoreExistsError(
-            f"{path!r} holds a zarr array that map_chunks did not write: map_chunks replaces "
-            "only its own outputs. Choose another out= path, or pass the array opened for "
-            "writing (out=oc.open(path, mode='r+')) to write into it"
+            f"{shown} holds a zarr array that map_chunks did not write: map_chunks replaces "
+            "only its own outputs. Choose another out= location, or pass the array opened "
+            "for writing (out=oc.open(path, mode='r+')) to write into it"
         )
 
 

@@ -463,8 +463,46 @@ def test_map_chunks_writes_to_an_array_in_a_bucket_and_resumes_there(s3, tmp_pat
     calls.clear()
     oc.map_chunks(double, src, out=out, progress=False)  # complete: resumed, nothing redone
     assert calls == []
-    with pytest.raises(NotImplementedError, match="pass it"):
-        oc.map_chunks(double, src, out=s3.url("other.zarr"))
+
+
+def test_map_chunks_creates_its_outputs_at_urls_and_resumes_them(s3, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = _data((900, 5))
+    src = oc.from_numpy(data, chunks=(100, 5))
+    options = s3.storage_options
+    calls = []
+
+    def parts(block):
+        calls.append(block[0, 0])
+        if len(calls) == 4 and fail:
+            raise RuntimeError("stop part way")
+        return {"twice": block * 2, "sums": block.sum(axis=1)}
+
+    out = {"twice": s3.url("parts/twice.zarr"), "sums": s3.url("parts/sums.zarr")}
+    run = dict(block_rows=100, workers=1, progress=False, storage_options=options)
+    fail = True
+    with pytest.raises(RuntimeError, match="part way"):
+        oc.map_chunks(parts, src, out=out, **run)  # one worker: blocks 0-2 done, 3 fails
+    calls.clear()
+    fail = False
+    result = oc.map_chunks(parts, src, out=out, **run)
+    redone = sorted(list(data[::100, 0]).index(c) for c in calls)
+    assert redone[0] == 3 and len(redone) <= 6  # resumed: blocks 0-2 (written) not redone
+    assert np.allclose(result["twice"][...], data * 2)
+    assert np.allclose(
+        oc.open(out["sums"], storage_options=options)[...], data.sum(axis=1), rtol=1e-5
+    )
+    assert os.listdir(tmp_path) == []  # nothing of the outputs on the local disk
+    calls.clear()
+    oc.map_chunks(parts, src, out=out, **run)
+    assert calls == []  # complete: nothing is redone
+
+    # A zarr array map_chunks did not write is never replaced.
+    theirs = oc.create(s3.url("theirs.zarr"), (900, 5), "float32", storage_options=options)
+    theirs[...] = 7
+    with pytest.raises(oc.StoreExistsError, match="did not write"):
+        oc.map_chunks(parts, src, out=s3.url("theirs.zarr"), storage_options=options)
+    assert (oc.open(s3.url("theirs.zarr"), storage_options=options)[...] == 7).all()
 
 
 def test_what_dask_xarray_and_tensorstore_write_to_s3_reads_in_oocarray(s3, monkeypatch):
