@@ -71,26 +71,35 @@ for round in range(1000):
 """
 
 
-def test_a_write_killed_midway_leaves_each_chunk_whole_or_absent(s3):
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
+def test_a_write_stopped_midway_leaves_each_chunk_whole_or_absent(s3, stop):
     options = s3.storage_options
     oc.create(s3.url("w.zarr"), (4096, 64), "int32", chunks=(64, 64), storage_options=options)
     child = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(WRITER), s3.url("w.zarr"), json.dumps(options)],
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "writing"
-        # Let it write: some chunks of several rounds, then kill -9 in the middle of puts.
+        # Let it write: some chunks of several rounds, then stop it in the middle of puts.
         written = 0
         while written < 40:
             listed = s3.server.boto3().list_objects_v2(Bucket=s3.name, Prefix="w.zarr/c/")
             written = listed.get("KeyCount", 0)
-        child.send_signal(signal.SIGKILL)
+        child.send_signal(stop)
+        child.wait(timeout=60)  # Ctrl-C stops the writer: it does not hang on its requests
+        errors = child.stderr.read() if child.stderr is not None else ""
     finally:
-        child.wait(timeout=60)
-        if child.stdout is not None:
-            child.stdout.close()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+    if stop == signal.SIGINT:
+        assert child.returncode != 0 and "KeyboardInterrupt" in errors, errors[-2000:]
     y = oc.open(s3.url("w.zarr"), storage_options=options)
     values = y[...]  # every chunk decodes (checksums pass): whole, or absent (zeros)
     for c in range(64):
