@@ -78,6 +78,14 @@ class Backend(abc.ABC):
     async def list(self, prefix: str) -> list[tuple[str, int]]:
         """(key, size) of every object under ``prefix``, keys relative to the root."""
 
+    async def versions(
+        self, prefix: str, after: str | None, last: str, limit: int
+    ) -> dict[str, str]:
+        """The versions of the objects under ``prefix`` whose keys sort after ``after`` and
+        up to ``last``, from one listing of at most ``limit`` objects; ``{}`` where the backend
+        cannot list versions (each object is then validated by a request of its own)."""
+        return {}
+
     def where(self, key: str) -> str:
         return f"{self.name.rstrip('/')}/{key}"
 
@@ -210,6 +218,25 @@ class ObstoreBackend(Backend):
             return found
         except Exception as error:
             raise self._error(error, prefix) from error
+
+    async def versions(
+        self, prefix: str, after: str | None, last: str, limit: int
+    ) -> dict[str, str]:
+        found: dict[str, str] = {}
+        listed = 0
+        try:
+            stream = self._obs.list(self._store, prefix or None, offset=after, chunk_size=1000)
+            async for batch in stream:
+                for meta in batch:
+                    key, version = str(meta["path"]), _version(meta)
+                    listed += 1
+                    if key > last or listed > limit:
+                        return found
+                    if version is not None:
+                        found[key] = version
+        except Exception as error:
+            raise self._error(error, prefix) from error
+        return found
 
     def _answer(self, error: Exception, key: str) -> Any:
         """What a failed get means: absent (None), unchanged, or an error raised."""
@@ -397,6 +424,11 @@ class PerProcess(Backend):
 
     async def list(self, prefix: str) -> list[tuple[str, int]]:
         return await self._current().list(prefix)
+
+    async def versions(
+        self, prefix: str, after: str | None, last: str, limit: int
+    ) -> dict[str, str]:
+        return await self._current().versions(prefix, after, last, limit)
 
 
 # obstore's names -> s3fs's (the rest of an S3 location's options has no s3fs meaning)

@@ -11,7 +11,10 @@ Fetched bytes are copied once, from the network layer's buffer into a NumPy buff
 in the reader's manager, so the budget counts them; chunks are decoded from that buffer
 straight into their destination.  With a :class:`~._cache.ChunkCache`, whole objects are
 fetched only when their version (ETag) changed (a conditional request answers 304 otherwise),
-and ranges of a shard whose version the read already knows are not requested at all.
+and ranges of a shard whose version the read already knows are not requested at all.  A
+read-ahead over many cached objects validates them together: one listing of their keys gives
+every version at the start of the pass (a thousand per request), so an unchanged cached object
+costs no request of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import asyncio
 import collections
 import contextlib
 import os
+import posixpath
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -36,6 +40,12 @@ MAX_REQUESTS = 64  # requests in flight per read: enough to hide 20-100 ms of la
 MIN_WINDOW = 16 << 20  # read-ahead bytes, at least (a few chunks)
 MAX_WINDOW = 512 << 20  # and at most, without a budget
 COALESCE_GAP = 1 << 20  # ranges of one object closer than this are fetched as one
+# A read-ahead of at least this many whole objects, with a cache, validates its cached objects
+# by one listing; it lists at most LIST_SLACK times the objects it reads (plus a page), so a
+# pass over a small part of a large array does not list the rest of it.
+LIST_VALIDATION_MIN = 16
+LIST_SLACK = 4
+LIST_PAGE = 1000
 
 
 class Request(NamedTuple):
@@ -127,16 +137,40 @@ class Fetcher:
                 todo.append(i)
         limit = asyncio.Semaphore(requests_in_flight(_window(manager), self.object_bytes))
         groups = _coalesced([(i, requests[i]) for i in todo])
+        if ahead is not None:
+            known = await ahead.listed() if todo else None
+        else:
+            known = await self.listed_versions(requests[i] for i in todo)
 
         async def run(group: list[tuple[int, Request]]) -> None:
             async with limit:
-                for (i, _), data in zip(group, await self._get(group, manager), strict=True):
+                found = await self._get(group, manager, known)
+                for (i, _), data in zip(group, found, strict=True):
                     results[i] = data
 
         await asyncio.gather(*(run(group) for group in groups))
         for i, future in waiting.items():
             results[i] = await future
         return results
+
+    async def listed_versions(self, requests: Iterable[Request]) -> dict[str, str]:
+        """With a cache, the versions of the whole objects of ``requests``, from one listing
+        of their keys (where they are enough to be worth it), so that their cached copies
+        need no request each; what it misses is validated by a conditional request."""
+        keys = sorted({r.key for r in requests if r.end < 0})
+        if self.cache is None or len(keys) < LIST_VALIDATION_MIN:
+            return {}
+        common = posixpath.commonpath(keys)
+        prefix = f"{common}/" if common else ""
+        # The listing starts after the first key's folder (a valid key that sorts before it).
+        before = keys[0].rpartition("/")[0] or None
+        limit = LIST_SLACK * len(keys) + LIST_PAGE
+        try:
+            known = await self.backend.versions(prefix, before, keys[-1], limit)
+        except Exception:  # no listing (a permission, say): each object is validated alone
+            known = {}
+        self.requests += 1 + min(limit, len(known)) // LIST_PAGE
+        return known
 
     # ---- reading ahead --------------------------------------------------------------------
 
@@ -165,12 +199,16 @@ class Fetcher:
     # ---- requests -------------------------------------------------------------------------
 
     async def _get(
-        self, group: list[tuple[int, Request]], manager: Manager | None
+        self,
+        group: list[tuple[int, Request]],
+        manager: Manager | None,
+        known: dict[str, str] | None = None,
     ) -> list[np.ndarray | None]:
-        """The bytes of a group of requests: one object, or neighbouring ranges of one."""
+        """The bytes of a group of requests: one object, or neighbouring ranges of one.
+        ``known``: versions listed at the start of the pass (see :meth:`_Ahead.validate`)."""
         first = group[0][1]
         if first.end < 0:
-            return [await self._get_object(first.key, manager)]
+            return [await self._get_object(first.key, manager, known)]
         start, end = first.start, max(r.end for _, r in group)
         cached = [await self._cached_range(r) for _, r in group]
         if all(c is not None for c in cached):
@@ -187,8 +225,15 @@ class Fetcher:
             out.append(part)
         return out
 
-    async def _get_object(self, key: str, manager: Manager | None) -> np.ndarray | None:
+    async def _get_object(
+        self, key: str, manager: Manager | None, known: dict[str, str] | None = None
+    ) -> np.ndarray | None:
         entry = await self._lookup(key)
+        if entry is not None and known and known.get(key) == entry.version:
+            data = await self._read_cached(entry)  # listed unchanged: no request of its own
+            if data is not None:
+                self.cache_hits += 1
+                return data
         self.requests += 1
         fetched = await self.backend.get(key, entry.version if entry is not None else None)
         if fetched is NOT_MODIFIED:
@@ -293,6 +338,8 @@ class _Ahead:
         self._wake: asyncio.Event | None = None
         self._stopped = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._known: dict[str, str] = {}  # versions listed at the start (see _validate)
+        self._validated = asyncio.Event()
 
     def take(self, request: Request) -> asyncio.Future[Any] | None:
         """The future of ``request`` if it was read ahead (it leaves the window); else None."""
@@ -306,6 +353,10 @@ class _Ahead:
 
     async def start(self) -> None:
         self._wake = asyncio.Event()
+        try:
+            await self._validate()
+        finally:
+            self._validated.set()
         while self._queue and not self._stopped:
             if self._running >= self._in_flight or self._held >= self._window:
                 self._wake.clear()
@@ -321,6 +372,15 @@ class _Ahead:
             task = asyncio.ensure_future(self._run(run, futures))
             self._tasks.add(task)  # kept until done: the loop holds tasks weakly
             task.add_done_callback(self._tasks.discard)
+
+    async def listed(self) -> dict[str, str]:
+        """The versions listed at the start, once listed: reads that were not read ahead use
+        them too (rather than a conditional request each while the listing runs)."""
+        await self._validated.wait()
+        return self._known
+
+    async def _validate(self) -> None:
+        self._known = await self._fetcher.listed_versions(self._queue)
 
     def _next_run(self) -> list[Request]:
         """The next request, with the ranges of the same object version that follow it within
@@ -345,7 +405,7 @@ class _Ahead:
 
     async def _run(self, run: list[Request], futures: list[asyncio.Future[Any]]) -> None:
         try:
-            found = await self._fetcher._get(list(enumerate(run)), self._manager)
+            found = await self._fetcher._get(list(enumerate(run)), self._manager, self._known)
         except BaseException as error:  # the reads that take them raise it
             for future in futures:
                 if not future.done():
@@ -364,6 +424,7 @@ class _Ahead:
 
     async def stop(self) -> None:
         self._stopped = True
+        self._validated.set()
         if self._wake is not None:
             self._wake.set()
         for future in self._futures.values():

@@ -289,6 +289,37 @@ def test_the_cache_serves_a_second_epoch_and_never_a_changed_chunk(s3, tmp_path)
         oc.open(str(tmp_path / "local.zarr"), cache=tmp_path)
 
 
+def test_a_cached_pass_validates_its_chunks_by_one_listing_and_refetches_changed_ones(
+    s3, tmp_path
+):
+    options = s3.storage_options
+    data = _data((4000, 10))
+    x = oc.create(
+        s3.url("l.zarr"), data.shape, data.dtype, chunks=(100, 10), storage_options=options
+    )
+    x[...] = data
+    y = oc.open(s3.url("l.zarr"), storage_options=options, cache=tmp_path)
+    fetcher = y._store.fetcher
+
+    def epoch() -> float:
+        return sum(float(b.sum(dtype=np.float64)) for b in oc.batches(y, 500, shuffle="chunks"))
+
+    assert epoch() == pytest.approx(float(data.sum(dtype=np.float64)), rel=1e-6)
+    assert fetcher.requests >= 40  # the first epoch fetches every chunk
+    before, hits = fetcher.requests, fetcher.cache_hits
+    assert epoch() == pytest.approx(float(data.sum(dtype=np.float64)), rel=1e-6)
+    # One listing instead of 40 conditional GETs (a chunk the reader asks for before the
+    # read-ahead has requested it may be fetched by both: one more).
+    assert fetcher.requests - before <= 2 and fetcher.cache_hits - hits >= 40
+    w = oc.open(s3.url("l.zarr"), "r+", storage_options=options)
+    w[1200:1300] = -1.0  # one chunk changes between passes
+    expected = data.copy()
+    expected[1200:1300] = -1.0
+    before = fetcher.requests
+    assert y.sum(dtype=np.float64) == pytest.approx(expected.sum(dtype=np.float64), rel=1e-6)
+    assert fetcher.requests - before == 2  # the listing and the changed chunk
+
+
 # ---- faults ----------------------------------------------------------------------------------
 
 
