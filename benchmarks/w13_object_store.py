@@ -248,15 +248,18 @@ class Servers:
         proxy = _spawn(["--serve", "proxy", moto_ep])
         return cls(moto, proxy, moto_ep, _first_line(proxy))
 
-    def cpu_seconds(self) -> tuple[float, float]:
-        """CPU seconds used so far by moto and by the proxy."""
+    def cpu_seconds(self) -> tuple[float, float, float]:
+        """CPU seconds used so far by moto, by the proxy, and by the whole machine (busy
+        time of every core: whether a side saturated the cores)."""
         import psutil
 
         out = []
         for p in (self.moto, self.proxy):
             t = psutil.Process(p.pid).cpu_times()
             out.append(t.user + t.system)
-        return out[0], out[1]
+        machine = psutil.cpu_times()
+        busy = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
+        return out[0], out[1], busy
 
     def stop(self) -> None:
         for p in (self.proxy, self.moto):
@@ -794,7 +797,7 @@ def run(quick: bool = False, nbytes: int | None = None, rounds: int | None = Non
             plan += [("reduce", layout, REDUCE_SIDES), ("scan", layout, SCAN_SIDES)]
             plan += [("rows", layout, ROWS_SIDES), ("epoch", layout, EPOCH_SIDES)]
         results: dict[tuple[str, str, str], list[Outcome]] = {}
-        server_cpu: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+        server_cpu: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {}
         for r in range(rounds):
             for workload, layout, sides in plan:
                 shift = r % len(sides)
@@ -816,8 +819,9 @@ def run(quick: bool = False, nbytes: int | None = None, rounds: int | None = Non
                     if o.error and not o.error.startswith("not supported"):
                         print(o.stderr, file=log, flush=True)
                         notes.append(f"W13 {workload} {layout} {side}, round {r + 1}: {o.error}")
+                    busy = (after[2] - before[2]) / (o.wall * (os.cpu_count() or 1))
                     server_cpu.setdefault(key, []).append(
-                        (after[0] - before[0], after[1] - before[1])
+                        (after[0] - before[0], after[1] - before[1], busy)
                     )
                     print(
                         f"W13 round {r + 1}/{rounds} {workload} {layout} {side}: "
@@ -863,7 +867,7 @@ def _seconds(runs: Sequence[Outcome], phase: str = "main") -> float | None:
 
 def _report(
     results: dict[tuple[str, str, str], list[Outcome]],
-    server_cpu: dict[tuple[str, str, str], list[tuple[float, float]]],
+    server_cpu: dict[tuple[str, str, str], list[tuple[float, float, float]]],
     floor: dict[tuple[str, str], Outcome],
     reference: np.ndarray,
     n_rows: int,
@@ -949,13 +953,24 @@ def _report(
                     _rss(o),
                     f"{statistics.median(c[0] for c in cpu):.1f} / "
                     f"{statistics.median(c[1] for c in cpu):.1f}",
+                    f"{statistics.median(c[2] for c in cpu):.0%}",
                 ]
             )
         tables.append(
             Table(
                 f"W13 {title} (median of {rounds} round(s); MB/s of array data; RSS: peak of "
-                "the process and its children, sampled every 10 ms)",
-                ("layout", "side", "time", "MB/s", "check", "peak RSS", "server CPU s moto/proxy"),
+                "the process and its children, sampled every 10 ms; cores busy: the machine's "
+                "CPU time over the side's wall time, all cores)",
+                (
+                    "layout",
+                    "side",
+                    "time",
+                    "MB/s",
+                    "check",
+                    "peak RSS",
+                    "server CPU s moto/proxy",
+                    "cores busy",
+                ),
                 body,
             )
         )
