@@ -5,7 +5,9 @@ once: they are requested together on the event loop (:mod:`._loop`), up to
 :func:`requests_in_flight` at a time.  A pass that knows what it will read next (the chunk loop,
 the batch feed) says so with :meth:`Fetcher.read_ahead`: those requests start in its order,
 ahead of the reads, while the bytes fetched and not yet taken stay under a window sized from the
-active manager's budget; a read then takes its bytes from there.
+active manager's budget; a read then takes its bytes from there.  The requests in flight adapt
+to the latency the reader sees: as many as the window holds at first, fewer while fetched
+objects wait untaken, twice as many whenever a read has to wait for its request.
 
 Fetched bytes are copied once, from the network layer's buffer into a NumPy buffer allocated
 in the reader's manager, so the budget counts them; chunks are decoded from that buffer
@@ -37,6 +39,7 @@ from oocarray._storage._objects._backend import NOT_MODIFIED, Backend, Fetched
 __all__ = ["Fetcher", "Request", "read_window", "requests_in_flight"]
 
 MAX_REQUESTS = 64  # requests in flight per read: enough to hide 20-100 ms of latency
+MIN_IN_FLIGHT = 2  # a read-ahead whose reader never waits keeps at least this many
 MIN_WINDOW = 16 << 20  # read-ahead bytes, at least (a few chunks)
 MAX_WINDOW = 512 << 20  # and at most, without a budget
 COALESCE_GAP = 1 << 20  # ranges of one object closer than this are fetched as one
@@ -331,7 +334,11 @@ class _Ahead:
         self._queue = collections.deque(dict.fromkeys(requests))  # each request once, in order
         self._manager = manager
         self._window = _window(manager)
-        self._in_flight = requests_in_flight(self._window, fetcher.object_bytes)
+        # Requests in flight: at most what the window holds; fewer while the reader finds
+        # more fetched than it is taking (the latency is hidden with fewer), more again as
+        # soon as it waits for a request (see take).
+        self._max_in_flight = requests_in_flight(self._window, fetcher.object_bytes)
+        self._in_flight = self._max_in_flight
         self._futures: dict[Request, asyncio.Future[Any]] = {}
         self._held = 0  # bytes fetched or in flight, not yet taken
         self._running = 0
@@ -346,10 +353,25 @@ class _Ahead:
         future = self._futures.pop(request, None)
         if future is None:
             return None
+        self._adapt(waits=not future.done())
         self._held -= self._size(request) if not future.done() else _size(future)
         if self._wake is not None:
             self._wake.set()
         return future
+
+    def _adapt(self, waits: bool) -> None:
+        """Size the requests in flight to the latency the reader sees: a read that waits for
+        its request (the latency is not hidden) doubles them, up to the window's; a read
+        that finds more requests done and untaken than are in flight lowers them by one."""
+        if waits:
+            self._in_flight = min(self._max_in_flight, 2 * self._in_flight)
+        elif sum(f.done() for f in self._futures.values()) > self._in_flight:
+            self._in_flight = max(MIN_IN_FLIGHT, self._in_flight - 1)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests it keeps in flight now (adapted as the reader takes them)."""
+        return self._in_flight
 
     async def start(self) -> None:
         self._wake = asyncio.Event()

@@ -289,9 +289,7 @@ def test_the_cache_serves_a_second_epoch_and_never_a_changed_chunk(s3, tmp_path)
         oc.open(str(tmp_path / "local.zarr"), cache=tmp_path)
 
 
-def test_a_cached_pass_validates_its_chunks_by_one_listing_and_refetches_changed_ones(
-    s3, tmp_path
-):
+def test_a_cached_pass_validates_its_chunks_by_one_listing_and_refetches_changed_ones(s3, tmp_path):
     options = s3.storage_options
     data = _data((4000, 10))
     x = oc.create(
@@ -510,7 +508,7 @@ def test_map_chunks_creates_its_outputs_at_urls_and_resumes_them(s3, tmp_path, m
         return {"twice": block * 2, "sums": block.sum(axis=1)}
 
     out = {"twice": s3.url("parts/twice.zarr"), "sums": s3.url("parts/sums.zarr")}
-    run = dict(block_rows=100, workers=1, progress=False, storage_options=options)
+    run = {"block_rows": 100, "workers": 1, "progress": False, "storage_options": options}
     fail = True
     with pytest.raises(RuntimeError, match="part way"):
         oc.map_chunks(parts, src, out=out, **run)  # one worker: blocks 0-2 done, 3 fails
