@@ -45,7 +45,7 @@ READY, ABSENT, FAILED = 2, 3, 4  # answers (pager_remote.c)
 _REQUEST = struct.Struct("<q")
 _ANSWER = struct.Struct("<qq")
 AHEAD_BYTES = 64 << 20  # stored bytes fetched ahead of the pager's requests, at most
-AHEAD_CHUNKS = 16
+AHEAD_CHUNKS = 256  # and chunks
 
 
 def feeder_table(store: Any, nchunks: int) -> ChunkTable:
@@ -191,7 +191,8 @@ class _Feeder:
         self._nchunks = nchunks
         self._answers = answers
         self._ahead = max(1, min(AHEAD_CHUNKS, AHEAD_BYTES // max(1, chunk_bytes)))
-        self._pool = concurrent.futures.ThreadPoolExecutor(self._ahead + 2, "feeder")
+        # A thread per fetch running at once: the one asked for, and batches ahead of it.
+        self._pool = concurrent.futures.ThreadPoolExecutor(8, "feeder")
         self._lock = threading.Lock()
         self._outcome: dict[int, tuple[int, str]] = {}  # chunk -> (status, why)
         self._running: set[int] = set()
@@ -214,16 +215,23 @@ class _Feeder:
             known = self._outcome.get(c)
             if known is not None and known[0] != FAILED:
                 self._answer(c, known)
-                return
-            self._outcome.pop(c, None)  # a failure: try again
-            self._asked.add(c)
-            self._start([c])
-            ahead = [  # in the direction the reads go, fetched together (neighbouring
-                nxt  # ranges of a shard in one request)
-                for nxt in (c + step * n for n in range(1, self._ahead + 1))
-                if 0 <= nxt < self._nchunks and nxt not in self._outcome
-            ]
-            self._start(ahead)
+            else:
+                self._outcome.pop(c, None)  # a failure: try again
+                self._asked.add(c)
+                self._start([c])
+            self._top_up(c, step)
+
+    def _top_up(self, c: int, step: int) -> None:
+        """Keep the chunks ahead of ``c``, in the direction the reads go, fetched or being
+        fetched: started in batches of at least half the window (neighbouring ranges of a
+        shard then go in one request), or at once when the next chunk is not started."""
+        wanted = [
+            nxt
+            for nxt in (c + step * n for n in range(1, self._ahead + 1))
+            if 0 <= nxt < self._nchunks and nxt not in self._outcome and nxt not in self._running
+        ]
+        if wanted and (wanted[0] == c + step or len(wanted) >= max(1, self._ahead // 2)):
+            self._start(wanted)
 
     def _start(self, chunks: list[int]) -> None:
         chunks = [c for c in chunks if c not in self._running]
