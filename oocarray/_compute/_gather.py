@@ -1,0 +1,456 @@
+"""Lazy gathers along axes: flip, roll, tile, repeat, pad and take, each an index map per axis.
+
+Every one of these functions says, per axis, which input position each output position reads
+(:class:`AxisMap`; ``-1`` and ``-2``: a pad's constant before and after the data).  A
+:class:`Gather` node evaluates a block by mapping its range on each axis, grouping the input
+positions it needs into windows (runs of positions, joined while a window stays within twice
+the positions it serves or one input chunk), and reading one rectangle of the input per
+combination of windows: a rolled block reads the two pieces either side of the seam, a tiled
+or padded block the small region it repeats, and nothing else.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
+
+from oocarray._compute._limits import working_bytes
+from oocarray._compute._nodes import BlockReads, Constant, ExpandDims, Node, Region, as_node
+from oocarray._compute._reshape import probe, ravel, reshape, squeeze
+
+__all__ = [
+    "AxisMap",
+    "Gather",
+    "flip",
+    "load_small",
+    "pad",
+    "repeat",
+    "roll",
+    "take",
+    "take_along_axis",
+    "tile",
+]
+
+FILL_BEFORE, FILL_AFTER = -1, -2
+
+
+@dataclass(frozen=True)
+class AxisMap:
+    """An output axis of ``length`` that reads input position ``positions(start, stop)[i]``
+    at output position ``start + i`` (int64; a pad's fills are negative)."""
+
+    length: int
+    positions: Callable[[int, int], np.ndarray]
+
+
+def _shape_of(region: Region) -> tuple[int, ...]:
+    return tuple(s.stop - s.start for s in region)
+
+
+def _as_slice(index: np.ndarray) -> slice | np.ndarray:
+    """A run of consecutive increasing positions as a slice (cheaper to index with)."""
+    if len(index) and int(index[-1]) - int(index[0]) == len(index) - 1:
+        if len(index) == 1 or bool((np.diff(index) == 1).all()):
+            return slice(int(index[0]), int(index[-1]) + 1)
+    return index
+
+
+def windows(positions: np.ndarray, chunk: int) -> list[tuple[slice, Any, Any]]:
+    """The input windows one axis of a block reads: ``(input range, output positions, their
+    positions in the window)``, for the valid (non-negative) ``positions``."""
+    valid = positions >= 0
+    wanted = np.unique(positions[valid])
+    if not len(wanted):
+        return []
+    breaks = (np.flatnonzero(np.diff(wanted) > 1) + 1).tolist()
+    groups: list[list[int]] = []  # [low, high, distinct positions]
+    for begin, end in zip([0, *breaks], [*breaks, len(wanted)], strict=True):
+        low, high, count = int(wanted[begin]), int(wanted[end - 1]), end - begin
+        if groups and high - groups[-1][0] + 1 <= max(2 * (groups[-1][2] + count), chunk):
+            groups[-1][1], groups[-1][2] = high, groups[-1][2] + count
+        else:
+            groups.append([low, high, count])
+    every = bool(valid.all())
+    found: list[tuple[slice, Any, Any]] = []
+    for low, high, _ in groups:
+        if every and len(groups) == 1:
+            out: Any = slice(None)
+            local = positions - low
+        else:
+            chosen = np.flatnonzero(valid & (positions >= low) & (positions <= high))
+            out, local = _as_slice(chosen), positions[chosen] - low
+        found.append((slice(low, high + 1), out, _as_slice(local)))
+    return found
+
+
+class Gather(Node):
+    """``part`` read through an :class:`AxisMap` per axis (None: the axis as it is);
+    ``fills[axis]``: the values of positions ``-1`` and ``-2`` on it."""
+
+    def __init__(
+        self,
+        part: Node,
+        maps: Sequence[AxisMap | None],
+        fills: Sequence[tuple[Any, Any] | None] | None = None,
+    ) -> None:
+        self.part = part
+        self.maps = tuple(maps)
+        self.fills = tuple(fills) if fills is not None else (None,) * len(self.maps)
+        self.shape = tuple(
+            n if m is None else m.length for n, m in zip(part.shape, self.maps, strict=True)
+        )
+        self.dtype = part.dtype
+        self._part_chunks = part.chunks()
+
+    def children(self) -> Sequence[Node]:
+        return (self.part,)
+
+    def chunks(self) -> tuple[int, ...] | None:
+        return self._part_chunks
+
+    def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
+        shape = _shape_of(region)
+        out = np.empty(shape, self.dtype)
+        if 0 in shape:
+            return out
+        chunks = self._part_chunks or (1,) * self.ndim
+        per_axis: list[list[tuple[slice, Any, Any]]] = []
+        for axis, (m, s) in enumerate(zip(self.maps, region, strict=True)):
+            if m is None:
+                per_axis.append([(s, slice(None), slice(None))])
+                continue
+            positions = m.positions(s.start, s.stop)
+            fill = self.fills[axis]
+            if fill is not None:  # axis by axis, as np.pad does: later axes win the corners
+                where = (slice(None),) * axis
+                out[(*where, positions == FILL_BEFORE)] = fill[0]
+                out[(*where, positions == FILL_AFTER)] = fill[1]
+            per_axis.append(windows(positions, chunks[axis]))
+        for combination in itertools.product(*per_axis):
+            inner = tuple(w[0] for w in combination)
+            block = np.broadcast_to(self.part.evaluate(inner, reads), _shape_of(inner))
+            for axis, (_, _, local) in enumerate(combination):
+                if isinstance(local, slice):
+                    block = block[(slice(None),) * axis + (local,)]
+                else:
+                    block = np.take(block, local, axis=axis)
+            targets = [w[1] for w in combination]
+            if all(isinstance(t, slice) for t in targets):
+                out[tuple(targets)] = block
+            else:
+                ranges = [np.arange(n)[t] if isinstance(t, slice) else t for t, n in zip(targets, shape, strict=True)]
+                out[np.ix_(*ranges)] = block
+        return out
+
+
+def _flipped(n: int, start: int, stop: int) -> np.ndarray:
+    return np.arange(n - 1 - start, n - 1 - stop, -1, dtype=np.int64)
+
+
+def _rolled(n: int, shift: int, start: int, stop: int) -> np.ndarray:
+    return (np.arange(start, stop, dtype=np.int64) - shift) % n
+
+
+def _tiled(n: int, start: int, stop: int) -> np.ndarray:
+    return np.arange(start, stop, dtype=np.int64) % n
+
+
+def _repeated(times: int, start: int, stop: int) -> np.ndarray:
+    return np.arange(start, stop, dtype=np.int64) // times
+
+
+def _repeated_counts(ends: np.ndarray, start: int, stop: int) -> np.ndarray:
+    return np.searchsorted(ends, np.arange(start, stop, dtype=np.int64), side="right")
+
+
+def _listed(positions: np.ndarray, start: int, stop: int) -> np.ndarray:
+    return positions[start:stop]
+
+
+def _padded(mode: str, n: int, before: int, start: int, stop: int) -> np.ndarray:
+    """np.pad's source position of each output position (checked against np.pad of a range)."""
+    j = np.arange(start - before, stop - before, dtype=np.int64)
+    if mode in ("constant", "empty"):
+        return np.where(j < 0, FILL_BEFORE, np.where(j >= n, FILL_AFTER, j))
+    if mode == "edge":
+        return np.clip(j, 0, n - 1)
+    if mode == "wrap":
+        return j % n
+    if mode == "reflect":
+        if n == 1:
+            return np.zeros_like(j)
+        period = 2 * (n - 1)
+        j %= period
+        return np.where(j >= n, period - j, j)
+    period = 2 * n  # symmetric
+    j %= period
+    return np.where(j >= n, period - 1 - j, j)
+
+
+def _gather(node: Node, maps: dict[int, AxisMap], fills: Any = None) -> Node:
+    if not maps:
+        return node
+    return Gather(node, [maps.get(a) for a in range(node.ndim)], fills)
+
+
+def flip(m: Any, axis: Any = None) -> Node:
+    """``np.flip``: the order of elements along ``axis`` (all axes by default) reversed."""
+    node = as_node(m)
+    np.flip(probe(node), axis)  # NumPy's errors
+    axes = range(node.ndim) if axis is None else normalize_axis_tuple(axis, node.ndim)
+    n = node.shape
+    return _gather(
+        node, {a: AxisMap(n[a], functools.partial(_flipped, n[a])) for a in axes if n[a] > 1}
+    )
+
+
+def roll(a: Any, shift: Any, axis: Any = None) -> Node:
+    """``np.roll``: elements shifted along axes, those past the end coming back at the start
+    (``axis=None``: along the flattened array, through a reshape)."""
+    node = as_node(a)
+    if axis is None:
+        if node.ndim == 1:
+            return roll(node, shift, 0)
+        return reshape(roll(ravel(node), shift, 0), node.shape)
+    shifts = dict.fromkeys(range(node.ndim), 0)
+    for s, ax in np.broadcast(shift, axis):
+        shifts[normalize_axis_index(int(ax), node.ndim)] += int(s)
+    maps = {}
+    for ax, s in shifts.items():
+        n = node.shape[ax]
+        if n and s % n:
+            maps[ax] = AxisMap(n, functools.partial(_rolled, n, s % n))
+    return _gather(node, maps)
+
+
+def tile(A: Any, reps: Any) -> Node:
+    """``np.tile``: the array repeated ``reps`` times along each axis."""
+    node = as_node(A)
+    counts = tuple(int(r) for r in np.atleast_1d(np.asarray(reps)).ravel())
+    if any(r < 0 for r in counts):
+        raise ValueError("negative dimensions are not allowed")
+    for _ in range(len(counts) - node.ndim):
+        node = ExpandDims(node, 0)
+    counts = (1,) * (node.ndim - len(counts)) + counts
+    maps = {}
+    for ax, r in enumerate(counts):
+        n = node.shape[ax]
+        if r != 1:
+            maps[ax] = AxisMap(n * r, functools.partial(_tiled, max(n, 1)))
+    return _gather(node, maps)
+
+
+def repeat(a: Any, repeats: Any, axis: Any = None) -> Node:
+    """``np.repeat``: each element repeated (a count, or one count per element along
+    ``axis``; ``axis=None``: of the flattened array)."""
+    if isinstance(repeats, Node) or hasattr(repeats, "chunks"):
+        raise TypeError("np.repeat on chunked arrays takes repeats as an int or a NumPy array")
+    node = as_node(a)
+    if axis is None:
+        node, axis = ravel(node), 0
+    axis = normalize_axis_index(axis, node.ndim)
+    counts = np.asarray(repeats).astype(np.intp, casting="safe")
+    if (counts < 0).any():
+        raise ValueError("repeats may not contain negative values.")
+    n = node.shape[axis]
+    if counts.size == 1:
+        times = int(counts.reshape(()))
+        if times == 1:
+            return node
+        positions = functools.partial(_repeated, max(times, 1))
+        return _gather(node, {axis: AxisMap(n * times, positions)})
+    if counts.ndim != 1 or len(counts) != n:
+        raise ValueError(
+            f"operands could not be broadcast together with shape ({n},) {counts.shape}"
+        )
+    ends = np.cumsum(counts)
+    return _gather(node, {axis: AxisMap(int(ends[-1]), functools.partial(_repeated_counts, ends))})
+
+
+_PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap", "empty")
+_NUMPY_PAD_MODES = (*_PAD_MODES, "linear_ramp", "maximum", "mean", "median", "minimum")
+
+
+def _pairs(value: Any, ndim: int, what: str) -> np.ndarray:
+    array = np.asarray(value)
+    try:
+        return np.broadcast_to(array, (ndim, 2))
+    except ValueError:
+        raise ValueError(
+            f"{what} of shape {array.shape} does not broadcast to ({ndim}, 2) for {ndim} axes"
+        ) from None
+
+
+def pad(array: Any, pad_width: Any, mode: Any = "constant", **kwargs: Any) -> Node:
+    """``np.pad`` in the modes constant, edge, reflect, symmetric, wrap and empty (as zeros)."""
+    node = as_node(array)
+    if callable(mode) or mode not in _NUMPY_PAD_MODES:
+        if callable(mode):
+            raise TypeError("np.pad with a function as mode is not supported on chunked arrays")
+        raise ValueError(f"mode '{mode}' is not supported")
+    if mode not in _PAD_MODES:
+        raise TypeError(
+            f"np.pad(mode={mode!r}) is not supported on chunked arrays; modes "
+            f"{', '.join(_PAD_MODES)} are (or pad a part loaded with x[...])"
+        )
+    allowed = {"constant": {"constant_values"}, "empty": set()}.get(mode, {"reflect_type"})
+    if set(kwargs) - allowed:
+        raise ValueError(f"unsupported keyword arguments for mode '{mode}': {set(kwargs) - allowed}")
+    if kwargs.get("reflect_type", "even") != "even":
+        raise TypeError("np.pad(reflect_type='odd') is not supported on chunked arrays")
+    widths = np.asarray(pad_width)
+    if widths.dtype.kind not in "iu":
+        raise TypeError("`pad_width` must be of integral type.")
+    widths = _pairs(widths, node.ndim, "pad_width").astype(np.int64)
+    if (widths < 0).any():
+        raise ValueError("index can't contain negative values")
+    fills = None
+    if mode in ("constant", "empty"):
+        values = _pairs(kwargs.get("constant_values", 0), node.ndim, "constant_values")
+        np.empty(values.shape, node.dtype)[...] = values  # NumPy's errors (a NaN into ints)
+        fills = [(values[a, 0], values[a, 1]) for a in range(node.ndim)]
+    maps = {}
+    for ax in range(node.ndim):
+        before, after = (int(w) for w in widths[ax])
+        n = node.shape[ax]
+        if not before and not after:
+            continue
+        if n == 0 and mode not in ("constant", "empty"):
+            raise ValueError(
+                f"can't extend empty axis {ax} using modes other than 'constant' or 'empty'"
+            )
+        positions = functools.partial(_padded, mode, n, before)
+        maps[ax] = AxisMap(n + before + after, positions)
+    return _gather(node, maps, fills)
+
+
+def load_small(value: Any, what: str) -> np.ndarray:
+    """A chunked array or expression given as indices, loaded when it fits the working
+    memory (indices are small); NumPy values as they are."""
+    if not isinstance(value, Node) and not hasattr(value, "chunks"):
+        return np.asarray(value)
+    node = as_node(value)
+    if node.nbytes > working_bytes() // 4:
+        raise TypeError(
+            f"{what} takes indices as a NumPy array or a chunked array that fits in memory; "
+            f"these ({node.nbytes} bytes) do not"
+        )
+    region = tuple(slice(0, n) for n in node.shape)
+    if 0 in node.shape:
+        return np.empty(node.shape, node.dtype)
+    return np.array(np.broadcast_to(node.evaluate(region, BlockReads()), node.shape))
+
+
+def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Node:
+    """``np.take``: the elements (``axis=None``: of the flattened array) or the slices along
+    ``axis`` at ``indices``, lazily (negative indices count from the end)."""
+    if out is not None:
+        raise TypeError("np.take(..., out=) is not supported on chunked arrays")
+    wanted = load_small(indices, "np.take")
+    node = as_node(a)
+    if axis is None:
+        node, axis = ravel(node), 0
+    axis = normalize_axis_index(axis, node.ndim)
+    n = node.shape[axis]
+    # NumPy's checks and errors (index type, bounds, an empty axis), on a stand-in axis.
+    np.take(np.broadcast_to(np.zeros((), np.bool_), (n,)), wanted, mode=mode)  # type: ignore[call-overload]
+    flat = np.asarray(wanted).astype(np.int64).ravel()
+    if mode == "wrap" and n:
+        flat %= n
+    elif mode == "clip":
+        flat = np.clip(flat, 0, max(n - 1, 0))
+    else:
+        flat = np.where(flat < 0, flat + n, flat)
+    gathered = Gather(
+        node,
+        [AxisMap(len(flat), functools.partial(_listed, flat)) if i == axis else None for i in range(node.ndim)],
+    )
+    shape = np.shape(wanted)
+    if len(shape) == 1:
+        return gathered
+    if not shape:
+        return squeeze(gathered, axis)
+    return reshape(gathered, (*node.shape[:axis], *shape, *node.shape[axis + 1 :]))
+
+
+class TakeAlong(Node):
+    """``np.take_along_axis(part, indices, axis)``: along ``axis``, the elements of ``part`` at
+    the positions ``indices`` holds (both broadcast on the other axes)."""
+
+    def __init__(self, part: Node, indices: Node, axis: int, shape: tuple[int, ...]) -> None:
+        self.part = part
+        self.indices = indices
+        self.axis = axis
+        self.shape = shape
+        self.dtype = part.dtype
+        self._part_chunks = part.chunks()
+
+    def children(self) -> Sequence[Node]:
+        return (self.indices, self.part)
+
+    def _region_of(self, node: Node, region: Region) -> Region:
+        return tuple(
+            slice(0, 1) if n == 1 and m != 1 else s
+            for n, m, s in zip(node.shape, self.shape, region, strict=True)
+        )
+
+    def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
+        shape = _shape_of(region)
+        out = np.empty(shape, self.dtype)
+        if 0 in shape:
+            return out
+        own = self._region_of(self.indices, region)
+        positions = np.broadcast_to(self.indices.evaluate(own, reads), _shape_of(own))
+        n = self.part.shape[self.axis]
+        positions = np.where(positions < 0, positions + n, positions).astype(np.int64)
+        if positions.size and (positions.min() < 0 or positions.max() >= n):
+            bad = positions[(positions < 0) | (positions >= n)].flat[0]
+            raise IndexError(f"index {bad} is out of bounds for axis {self.axis} with size {n}")
+        chunk = (self._part_chunks or (1,) * self.ndim)[self.axis]
+        found = windows(np.unique(positions), chunk)
+        outer = self._region_of(self.part, region)
+        for window, _, _ in found:
+            inner = (*outer[: self.axis], window, *outer[self.axis + 1 :])
+            block = np.broadcast_to(self.part.evaluate(inner, reads), _shape_of(inner))
+            inside = (positions >= window.start) & (positions < window.stop)
+            local = np.where(inside, positions - window.start, 0)
+            values = np.take_along_axis(block, local, axis=self.axis)
+            np.copyto(out, values, where=np.broadcast_to(inside, shape))
+        return out
+
+
+def take_along_axis(arr: Any, indices: Any, axis: Any = -1) -> Node:
+    """``np.take_along_axis``: lazily, with indices a NumPy array, a chunked array or an
+    expression (such as an argsort's result)."""
+    node = as_node(arr)
+    index = as_node(indices)
+    if axis is None:
+        if index.ndim != 1:
+            raise ValueError("when axis=None, `indices` must have a single dimension.")
+        node, axis = ravel(node), 0
+    if index.dtype.kind not in "iu":
+        raise IndexError("`indices` must be an integer array")
+    if index.ndim != node.ndim:
+        raise ValueError("`indices` and `arr` must have the same number of dimensions")
+    axis = normalize_axis_index(axis, node.ndim)
+    others = [
+        np.broadcast_shapes((node.shape[a],), (index.shape[a],))[0] if a != axis else index.shape[a]
+        for a in range(node.ndim)
+    ]
+    shape = tuple(int(n) for n in others)
+    if node.shape[axis] == 0 and index.size:
+        raise IndexError(f"index 0 is out of bounds for axis {axis} with size 0")
+    if isinstance(index, Constant):  # NumPy indices: checked now, as NumPy does
+        values = index.value
+        if isinstance(values, np.ndarray) and values.size:
+            n = node.shape[axis]
+            if values.min() < -n or values.max() >= n:
+                bad = values[(values < -n) | (values >= n)].flat[0]
+                raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+    return TakeAlong(node, index, axis, shape)
