@@ -55,9 +55,9 @@ def _shape_of(region: Region) -> tuple[int, ...]:
 
 def _as_slice(index: np.ndarray) -> slice | np.ndarray:
     """A run of consecutive increasing positions as a slice (cheaper to index with)."""
-    if len(index) and int(index[-1]) - int(index[0]) == len(index) - 1:
-        if len(index) == 1 or bool((np.diff(index) == 1).all()):
-            return slice(int(index[0]), int(index[-1]) + 1)
+    consecutive = len(index) and int(index[-1]) - int(index[0]) == len(index) - 1
+    if consecutive and (len(index) == 1 or bool((np.diff(index) == 1).all())):
+        return slice(int(index[0]), int(index[-1]) + 1)
     return index
 
 
@@ -144,7 +144,10 @@ class Gather(Node):
             if all(isinstance(t, slice) for t in targets):
                 out[tuple(targets)] = block
             else:
-                ranges = [np.arange(n)[t] if isinstance(t, slice) else t for t, n in zip(targets, shape, strict=True)]
+                ranges = [
+                    np.arange(n)[t] if isinstance(t, slice) else t
+                    for t, n in zip(targets, shape, strict=True)
+                ]
                 out[np.ix_(*ranges)] = block
         return out
 
@@ -301,7 +304,9 @@ def pad(array: Any, pad_width: Any, mode: Any = "constant", **kwargs: Any) -> No
         )
     allowed = {"constant": {"constant_values"}, "empty": set()}.get(mode, {"reflect_type"})
     if set(kwargs) - allowed:
-        raise ValueError(f"unsupported keyword arguments for mode '{mode}': {set(kwargs) - allowed}")
+        raise ValueError(
+            f"unsupported keyword arguments for mode '{mode}': {set(kwargs) - allowed}"
+        )
     if kwargs.get("reflect_type", "even") != "even":
         raise TypeError("np.pad(reflect_type='odd') is not supported on chunked arrays")
     widths = np.asarray(pad_width)
@@ -330,11 +335,11 @@ def pad(array: Any, pad_width: Any, mode: Any = "constant", **kwargs: Any) -> No
     return _gather(node, maps, fills)
 
 
-def load_small(value: Any, what: str) -> np.ndarray:
+def load_small(value: Any, what: str) -> Any:
     """A chunked array or expression given as indices, loaded when it fits the working
-    memory (indices are small); NumPy values as they are."""
+    memory (indices are small); NumPy values and lists as they are."""
     if not isinstance(value, Node) and not hasattr(value, "chunks"):
-        return np.asarray(value)
+        return value
     node = as_node(value)
     if node.nbytes > working_bytes() // 4:
         raise TypeError(
@@ -356,6 +361,8 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
     node = as_node(a)
     if axis is None:
         node, axis = ravel(node), 0
+    elif node.ndim == 0:  # NumPy takes a 0-d array as one of shape (1,)
+        node = reshape(node, (1,))
     axis = normalize_axis_index(axis, node.ndim)
     n = node.shape[axis]
     # NumPy's checks and errors (index type, bounds, an empty axis), on a stand-in axis.
@@ -369,7 +376,10 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
         flat = np.where(flat < 0, flat + n, flat)
     gathered = Gather(
         node,
-        [AxisMap(len(flat), functools.partial(_listed, flat)) if i == axis else None for i in range(node.ndim)],
+        [
+            AxisMap(len(flat), functools.partial(_listed, flat)) if i == axis else None
+            for i in range(node.ndim)
+        ],
     )
     shape = np.shape(wanted)
     if len(shape) == 1:

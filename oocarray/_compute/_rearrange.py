@@ -167,7 +167,9 @@ def broadcast_arrays(*args: Any, subok: bool = False) -> tuple[Node, ...]:
     return tuple(broadcast_to(n, shape) for n in nodes)
 
 
-def _reshape_function(a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None, copy: Any = None) -> Node:
+def _reshape_function(
+    a: Any, shape: Any = None, order: str = "C", *, newshape: Any = None, copy: Any = None
+) -> Node:
     if shape is None and newshape is None:
         raise TypeError("reshape() missing 1 required positional argument: 'shape'")
     return _reshape.reshape(a, shape if shape is not None else newshape, order)

@@ -181,7 +181,7 @@ def _without_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(n for n in shape if n != 1)
 
 
-def _lazy_chunks(node: Node, shape: tuple[int, ...]) -> tuple[int, ...] | None | bool:
+def _lazy_chunks(node: Node, shape: tuple[int, ...]) -> tuple[int, ...] | bool | None:
     """The block grid of a lazy reshape of ``node`` to ``shape``: whole rows of the result
     that are whole bands of input chunks.  None: no preference (no chunked input); False:
     that block would exceed :data:`LAZY_BLOCK_BYTES` or the working memory."""

@@ -23,7 +23,16 @@ from oocarray._compute._build import elementwise
 from oocarray._compute._engine import evaluate
 from oocarray._compute._gather import load_small, take
 from oocarray._compute._limits import working_bytes
-from oocarray._compute._nodes import Apply, BlockReads, Concat, ExpandDims, Node, Region, Source, as_node
+from oocarray._compute._nodes import (
+    Apply,
+    BlockReads,
+    Concat,
+    ExpandDims,
+    Node,
+    Region,
+    Source,
+    as_node,
+)
 from oocarray._compute._reduce import Reduction
 from oocarray._compute._reshape import ravel, reshape
 from oocarray._compute._temporaries import temporary
@@ -140,7 +149,10 @@ class Selection(Reduction):
             shape = tuple(s.stop - s.start for s in region)
             keep = np.unpackbits(packed, count=math.prod(shape)).reshape(shape).astype(bool)
             coords = np.nonzero(keep)
-            local = tuple(c + s.start - (first if a == 0 else 0) for a, (c, s) in enumerate(zip(coords, region, strict=True)))
+            local = tuple(
+                c + s.start - (first if a == 0 else 0)
+                for a, (c, s) in enumerate(zip(coords, region, strict=True))
+            )
             positions.append(np.ravel_multi_index(local, band_shape).astype(np.intp))
             values.append(kept)
         flat = np.concatenate(positions) if len(positions) > 1 else positions[0]
@@ -165,7 +177,8 @@ def _shape(value: Any) -> tuple[int, ...]:
 def _select(expr: Node, progress: bool = True) -> tuple[Any, Any]:
     selection = Selection(expr)
     evaluate([selection], [], progress, "select")
-    return selection.finish()
+    positions, values = selection.finish()
+    return positions, values
 
 
 def _flat_positions(a: Any) -> Any:
@@ -255,7 +268,7 @@ def compress(condition: Any, a: Any, axis: Any = None, out: Any = None) -> Any:
     array) where the 1-d ``condition`` is true."""
     if out is not None:
         raise TypeError("np.compress(..., out=) is not supported on chunked arrays")
-    chosen = load_small(condition, "np.compress")
+    chosen = np.asarray(load_small(condition, "np.compress"))
     if chosen.ndim != 1:
         raise ValueError("condition must be a 1-d array")
     node = as_node(a)
