@@ -203,7 +203,18 @@ def _gather(node: Node, maps: dict[int, AxisMap], fills: Any = None) -> Node:
 
 
 def flip(m: Any, axis: Any = None) -> Node:
-    """``np.flip``: the order of elements along ``axis`` (all axes by default) reversed."""
+    """``np.flip``: the order of elements along ``axis`` (all axes by default) reversed.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.arange(6).reshape(2, 3), chunks=(1, 2))
+    >>> np.flip(x, 1)[...]
+    array([[2, 1, 0],
+           [5, 4, 3]])
+    >>> np.flip(x, 0).sum(axis=1)
+    array([12,  3])
+    """
     node = as_node(m)
     np.flip(probe(node), axis)  # NumPy's errors
     axes = range(node.ndim) if axis is None else normalize_axis_tuple(axis, node.ndim)
@@ -215,7 +226,15 @@ def flip(m: Any, axis: Any = None) -> Node:
 
 def roll(a: Any, shift: Any, axis: Any = None) -> Node:
     """``np.roll``: elements shifted along axes, those past the end coming back at the start
-    (``axis=None``: along the flattened array, through a reshape)."""
+    (``axis=None``: along the flattened array, through a reshape).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.arange(5), chunks=2)
+    >>> np.roll(x, 2)[...], np.roll(x, -1)[...]
+    (array([3, 4, 0, 1, 2]), array([1, 2, 3, 4, 0]))
+    """
     node = as_node(a)
     if axis is None:
         if node.ndim == 1:
@@ -291,7 +310,15 @@ def _pairs(value: Any, ndim: int, what: str) -> np.ndarray:
 
 
 def pad(array: Any, pad_width: Any, mode: Any = "constant", **kwargs: Any) -> Node:
-    """``np.pad`` in the modes constant, edge, reflect, symmetric, wrap and empty (as zeros)."""
+    """``np.pad`` in the modes constant, edge, reflect, symmetric, wrap and empty (as zeros).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.array([1, 2, 3]), chunks=2)
+    >>> np.pad(x, (2, 1), mode="reflect")[...], np.pad(x, 1, constant_values=9)[...]
+    (array([3, 2, 1, 2, 3, 2]), array([9, 1, 2, 3, 9]))
+    """
     node = as_node(array)
     if callable(mode) or mode not in _NUMPY_PAD_MODES:
         if callable(mode):
@@ -354,7 +381,17 @@ def load_small(value: Any, what: str) -> Any:
 
 def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Node:
     """``np.take``: the elements (``axis=None``: of the flattened array) or the slices along
-    ``axis`` at ``indices``, lazily (negative indices count from the end)."""
+    ``axis`` at ``indices``, lazily (negative indices count from the end).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.arange(12).reshape(3, 4), chunks=(2, 2))
+    >>> np.take(x, [3, -4], axis=1)[...]
+    array([[ 3,  0],
+           [ 7,  4],
+           [11,  8]])
+    """
     if out is not None:
         raise TypeError("np.take(..., out=) is not supported on chunked arrays")
     wanted = load_small(indices, "np.take")

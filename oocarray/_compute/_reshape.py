@@ -158,7 +158,15 @@ class Squeeze(Node):
 
 
 def squeeze(x: Any, axis: Any = None) -> Node:
-    """``np.squeeze``: axes of length 1 removed (all of them, or ``axis``), lazily."""
+    """``np.squeeze``: axes of length 1 removed (all of them, or ``axis``), lazily.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.zeros((1, 4, 1)), chunks=(1, 2, 1))
+    >>> np.squeeze(x).shape, np.squeeze(x, axis=0).shape, np.expand_dims(x, (0, -1)).shape
+    ((4,), (4, 1), (1, 1, 4, 1, 1))
+    """
     node = as_node(x)
     np.squeeze(probe(node), axis=axis)  # NumPy's errors: AxisError, an axis not of length 1
     if axis is None:
@@ -214,7 +222,16 @@ def _band_grid(shape: tuple[int, ...], itemsize: int, limit_bytes: int) -> tuple
 
 def reshape(x: Any, shape: Any, order: str = "C") -> Node:
     """``np.reshape`` in C order (``-1`` allowed): lazy when the blocks line up, else streamed
-    once into a temporary chunked array (see the module's description)."""
+    once into a temporary chunked array (see the module's description).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.arange(12).reshape(6, 2), chunks=(3, 2))
+    >>> y = np.reshape(x, (3, -1))  # blocks of 3 input rows are rows of y: lazy
+    >>> y.shape, y[2]
+    ((3, 4), array([ 8,  9, 10, 11]))
+    """
     if order not in ("C", "A", "K"):
         raise TypeError(
             f"np.reshape(..., order={order!r}) is not supported on chunked arrays: they "

@@ -210,7 +210,17 @@ def _coordinate(flat: np.ndarray, shape: tuple[int, ...], axis: int) -> np.ndarr
 
 
 def nonzero(a: Any) -> tuple[Any, ...]:
-    """``np.nonzero``: the coordinates of the elements that are not zero, per axis."""
+    """``np.nonzero``: the coordinates of the elements that are not zero, per axis.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.array([[0, 3], [4, 0]]), chunks=(1, 1))
+    >>> np.nonzero(x)
+    (array([0, 1]), array([1, 0]))
+    >>> np.argwhere(x > 3), np.flatnonzero(x)
+    (array([[1, 0]]), array([1, 2]))
+    """
     node = as_node(a)
     if node.ndim == 0:
         np.nonzero(np.zeros(()))  # NumPy's error for 0-d arrays
@@ -236,7 +246,15 @@ def argwhere(a: Any) -> Any:
 
 def masked(values: Any, mask: Any) -> Any:
     """``values[mask]`` for a boolean mask of the same shape (a chunked array, an expression
-    or a NumPy array): the kept values in C order."""
+    or a NumPy array): the kept values in C order.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 2))
+    >>> (x * 10)[x % 2 == 1]
+    array([10., 30., 50.])
+    """
     node, keep = as_node(values), as_node(mask, _shape(mask))
     if keep.dtype != np.bool_:
         raise TypeError("a mask must be a boolean array")
