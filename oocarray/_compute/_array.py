@@ -59,9 +59,10 @@ def _wrap(value: Any) -> Any:
     return value
 
 
-def _is_bool_array(value: Any) -> bool:
-    """Whether an index is a boolean mask (a chunked array, an expression or an ndarray)."""
-    return bool(value.dtype == np.bool_ and len(value.shape))
+def _is_bool_array(value: Any, ndim: int) -> bool:
+    """Whether an index is a boolean mask of ``ndim`` axes (a chunked array, an expression
+    or an ndarray); masks of fewer axes are not taken."""
+    return bool(value.dtype == np.bool_ and len(value.shape) == ndim > 0)
 
 
 def _elementwise(ufunc: np.ufunc, *inputs: Any) -> Expr:
@@ -368,7 +369,7 @@ class Expr(LazyArray):
         array) selects the values where it is true, in C order, in one streaming pass: an
         ndarray, or a temporary chunked array when they do not fit the working memory."""
         mask = key[0] if isinstance(key, tuple) and len(key) == 1 else key
-        if isinstance(mask, LazyArray | np.ndarray) and _is_bool_array(mask):
+        if isinstance(mask, LazyArray | np.ndarray) and _is_bool_array(mask, self.ndim):
             return masked(self._node, _unwrap(mask))
         key = key if isinstance(key, tuple) else (key,)
         if sum(k is Ellipsis for k in key) > 1:
