@@ -7,8 +7,8 @@ a transposed array is evaluated one input chunk at a time.  :class:`BroadcastTo`
 array along new and length-1 axes without reading anything twice per block.
 
 This module's :data:`FUNCTIONS` also registers the shape and indexing functions of
-``_reshape`` (reshape, squeeze, expand_dims), ``_gather`` (flip, roll, tile, repeat, pad,
-take, take_along_axis) and ``_selection`` (nonzero, argwhere, flatnonzero, extract,
+``_reshape`` (reshape, squeeze, expand_dims), ``_gather`` (flip, roll, tile, repeat, pad),
+``_take`` (take, take_along_axis) and ``_selection`` (nonzero, argwhere, flatnonzero, extract,
 compress).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
-from oocarray._compute import _gather, _reshape, _selection
+from oocarray._compute import _gather, _reshape, _selection, _take
 from oocarray._compute._nodes import BlockReads, Node, Region, as_node
 from oocarray._compute._reshape import probe
 
@@ -195,8 +195,8 @@ FUNCTIONS: dict[Any, Callable[..., Any]] = {
     np.tile: _gather.tile,
     np.repeat: _gather.repeat,
     np.pad: _gather.pad,
-    np.take: _gather.take,
-    np.take_along_axis: _gather.take_along_axis,
+    np.take: _take.take,
+    np.take_along_axis: _take.take_along_axis,
     np.nonzero: _selection.nonzero,
     np.argwhere: _selection.argwhere,
     np.flatnonzero: _selection.flatnonzero,

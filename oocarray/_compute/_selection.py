@@ -21,7 +21,6 @@ import numpy as np
 
 from oocarray._compute._build import elementwise
 from oocarray._compute._engine import evaluate
-from oocarray._compute._gather import load_small, take
 from oocarray._compute._limits import working_bytes
 from oocarray._compute._nodes import (
     Apply,
@@ -35,6 +34,7 @@ from oocarray._compute._nodes import (
 )
 from oocarray._compute._reduce import Reduction
 from oocarray._compute._reshape import ravel, reshape
+from oocarray._compute._take import load_small, take
 from oocarray._compute._temporaries import temporary
 from oocarray._storage import StoredArray
 
