@@ -43,16 +43,30 @@ def _shape_of(region: Region) -> tuple[int, ...]:
 
 
 def _as_slice(index: np.ndarray) -> slice | np.ndarray:
-    """A run of consecutive increasing positions as a slice (cheaper to index with)."""
-    consecutive = len(index) and int(index[-1]) - int(index[0]) == len(index) - 1
-    if consecutive and (len(index) == 1 or bool((np.diff(index) == 1).all())):
-        return slice(int(index[0]), int(index[-1]) + 1)
-    return index
+    """A run of consecutive positions, increasing or decreasing, as a slice (a view, where
+    indexing with the array would copy)."""
+    if not len(index):
+        return index
+    first, last = int(index[0]), int(index[-1])
+    step = 1 if last >= first else -1
+    if abs(last - first) != len(index) - 1:
+        return index
+    if len(index) > 1 and not bool((np.diff(index) == step).all()):
+        return index
+    if step == 1:
+        return slice(first, last + 1)
+    return slice(first, last - 1 if last > 0 else None, -1)
 
 
 def windows(positions: np.ndarray, chunk: int) -> list[tuple[slice, Any, Any]]:
     """The input windows one axis of a block reads: ``(input range, output positions, their
     positions in the window)``, for the valid (non-negative) ``positions``."""
+    run = _as_slice(positions)
+    if isinstance(run, slice) and len(positions) and int(positions.min()) >= 0:
+        # One run (a flip, a roll away from its seam, a crop): one window, read as a view.
+        low, high = int(positions.min()), int(positions.max())
+        local = _as_slice(positions - low)
+        return [(slice(low, high + 1), slice(None), local)]
     valid = positions >= 0
     wanted = np.unique(positions[valid])
     if not len(wanted):
@@ -110,25 +124,25 @@ class Gather(Node):
             return out
         chunks = self._part_chunks or (1,) * self.ndim
         per_axis: list[list[tuple[slice, Any, Any]]] = []
+        filled = False
         for axis, (m, s) in enumerate(zip(self.maps, region, strict=True)):
             if m is None:
                 per_axis.append([(s, slice(None), slice(None))])
                 continue
             positions = m.positions(s.start, s.stop)
             fill = self.fills[axis]
-            if fill is not None:  # axis by axis, as np.pad does: later axes win the corners
+            if fill is not None and int(positions.min()) < 0:
+                # Axis by axis, as np.pad does: later axes win the corners.
                 where = (slice(None),) * axis
                 out[(*where, positions == FILL_BEFORE)] = fill[0]
                 out[(*where, positions == FILL_AFTER)] = fill[1]
+                filled = True
             per_axis.append(windows(positions, chunks[axis]))
+        whole = all(len(w) == 1 and w[0][1] == slice(None) for w in per_axis)
+        if whole and not filled:  # one window gives the whole block (a view, for runs)
+            return self._read([w[0] for w in per_axis], reads)
         for combination in itertools.product(*per_axis):
-            inner = tuple(w[0] for w in combination)
-            block = np.broadcast_to(self.part.evaluate(inner, reads), _shape_of(inner))
-            for axis, (_, _, local) in enumerate(combination):
-                if isinstance(local, slice):
-                    block = block[(slice(None),) * axis + (local,)]
-                else:
-                    block = np.take(block, local, axis=axis)
+            block = self._read(combination, reads)
             targets = [w[1] for w in combination]
             if all(isinstance(t, slice) for t in targets):
                 out[tuple(targets)] = block
@@ -139,6 +153,17 @@ class Gather(Node):
                 ]
                 out[np.ix_(*ranges)] = block
         return out
+
+    def _read(self, combination: Sequence[tuple[slice, Any, Any]], reads: BlockReads) -> np.ndarray:
+        """The input of one window per axis, at the window's local positions."""
+        inner = tuple(w[0] for w in combination)
+        block = np.broadcast_to(self.part.evaluate(inner, reads), _shape_of(inner))
+        for axis, (_, _, local) in enumerate(combination):
+            if isinstance(local, slice):
+                block = block[(slice(None),) * axis + (local,)]
+            else:
+                block = np.take(block, local, axis=axis)
+        return block
 
 
 def _flipped(n: int, start: int, stop: int) -> np.ndarray:
