@@ -58,6 +58,10 @@ def _as_slice(index: np.ndarray) -> slice | np.ndarray:
     return slice(first, last - 1 if last > 0 else None, -1)
 
 
+def _is_everything(target: Any) -> bool:
+    return isinstance(target, slice) and target == slice(None)
+
+
 def windows(positions: np.ndarray, chunk: int) -> list[tuple[slice, Any, Any]]:
     """The input windows one axis of a block reads: ``(input range, output positions, their
     positions in the window)``, for the valid (non-negative) ``positions``."""
@@ -119,12 +123,11 @@ class Gather(Node):
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         shape = _shape_of(region)
-        out = np.empty(shape, self.dtype)
         if 0 in shape:
-            return out
+            return np.empty(shape, self.dtype)
         chunks = self._part_chunks or (1,) * self.ndim
         per_axis: list[list[tuple[slice, Any, Any]]] = []
-        filled = False
+        fills: list[tuple[tuple[Any, ...], Any]] = []  # (where, value), axis by axis
         for axis, (m, s) in enumerate(zip(self.maps, region, strict=True)):
             if m is None:
                 per_axis.append([(s, slice(None), slice(None))])
@@ -132,15 +135,16 @@ class Gather(Node):
             positions = m.positions(s.start, s.stop)
             fill = self.fills[axis]
             if fill is not None and int(positions.min()) < 0:
-                # Axis by axis, as np.pad does: later axes win the corners.
                 where = (slice(None),) * axis
-                out[(*where, positions == FILL_BEFORE)] = fill[0]
-                out[(*where, positions == FILL_AFTER)] = fill[1]
-                filled = True
+                fills.append(((*where, positions == FILL_BEFORE), fill[0]))
+                fills.append(((*where, positions == FILL_AFTER), fill[1]))
             per_axis.append(windows(positions, chunks[axis]))
-        whole = all(len(w) == 1 and w[0][1] == slice(None) for w in per_axis)
-        if whole and not filled:  # one window gives the whole block (a view, for runs)
+        whole = all(len(w) == 1 and _is_everything(w[0][1]) for w in per_axis)
+        if whole and not fills:  # one window gives the whole block (a view, for runs)
             return self._read([w[0] for w in per_axis], reads)
+        out = np.empty(shape, self.dtype)
+        for where, value in fills:  # in axis order, as np.pad: later axes win the corners
+            out[where] = value
         for combination in itertools.product(*per_axis):
             block = self._read(combination, reads)
             targets = [w[1] for w in combination]
