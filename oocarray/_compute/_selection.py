@@ -75,7 +75,8 @@ class Keep(Node):
 
 class _Sink:
     """A growing 1-D result: an ndarray while it fits ``limit_bytes``, then a temporary
-    chunked array appended to."""
+    chunked array, appended to a whole chunk at a time (an append that ends inside a chunk
+    would have the next one read and rewrite it)."""
 
     def __init__(self, dtype: np.dtype[Any], limit_bytes: int) -> None:
         self.dtype = dtype
@@ -83,24 +84,34 @@ class _Sink:
         self.pieces: list[np.ndarray] = []
         self.held_bytes = 0
         self.stored: StoredArray | None = None
+        self.chunk = max(1, min(RESULT_CHUNK_ITEMS, limit_bytes // max(1, dtype.itemsize)))
 
     def add(self, values: np.ndarray) -> None:
         if not len(values):
             return
-        if self.stored is None and self.held_bytes + values.nbytes <= self.limit_bytes:
-            self.pieces.append(values)
-            self.held_bytes += values.nbytes
+        self.pieces.append(values)
+        self.held_bytes += values.nbytes
+        if self.stored is None and self.held_bytes <= self.limit_bytes:
             return
         if self.stored is None:
-            chunk = max(1, min(RESULT_CHUNK_ITEMS, self.limit_bytes // max(1, self.dtype.itemsize)))
-            self.stored = temporary((0,), self.dtype, chunks=(chunk,))
-            for piece in self.pieces:
-                self.stored.append(piece)
-            self.pieces = []
-        self.stored.append(values)
+            self.stored = temporary((0,), self.dtype, chunks=(self.chunk,))
+        held = sum(len(p) for p in self.pieces)
+        if held >= self.chunk:
+            self._append(held - held % self.chunk)
+
+    def _append(self, count: int) -> None:
+        """Moves the first ``count`` items held into the stored array."""
+        assert self.stored is not None
+        joined = np.concatenate(self.pieces) if len(self.pieces) > 1 else self.pieces[0]
+        self.stored.append(joined[:count])
+        rest = joined[count:]
+        self.pieces = [rest] if len(rest) else []
+        self.held_bytes = rest.nbytes
 
     def result(self) -> np.ndarray | StoredArray:
         if self.stored is not None:
+            if self.pieces:
+                self._append(sum(len(p) for p in self.pieces))
             return self.stored
         if not self.pieces:
             return np.empty(0, self.dtype)
