@@ -292,9 +292,11 @@ def repeat(a: Any, repeats: Any, axis: Any = None) -> Node:
         node, axis = ravel(node), 0
     axis = normalize_axis_index(axis, node.ndim)
     counts = np.asarray(repeats).astype(np.intp, casting="safe")
+    n = node.shape[axis]
+    if n == 0 and counts.size == 1:  # NumPy broadcasts the count to no elements: no check
+        return node
     if (counts < 0).any():
         raise ValueError("repeats may not contain negative values.")
-    n = node.shape[axis]
     if counts.size == 1:
         times = int(counts.reshape(()))
         if times == 1:
