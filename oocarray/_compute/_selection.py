@@ -158,13 +158,17 @@ class Selection(Reduction):
         positions, values = [], []
         for region, (packed, kept) in self.parts:
             shape = tuple(s.stop - s.start for s in region)
-            keep = np.unpackbits(packed, count=math.prod(shape)).reshape(shape).astype(bool)
-            coords = np.nonzero(keep)
-            local = tuple(
-                c + s.start - (first if a == 0 else 0)
-                for a, (c, s) in enumerate(zip(coords, region, strict=True))
-            )
-            positions.append(np.ravel_multi_index(local, band_shape).astype(np.intp))
+            # (unpackbits gives 0 and 1 bytes: viewed as bools, not converted)
+            found = np.flatnonzero(np.unpackbits(packed, count=math.prod(shape)).view(np.bool_))
+            if shape[1:] == band_shape[1:]:  # whole rows: flat in the block is flat in the band
+                positions.append(found + (region[0].start - first) * self.row_items)
+            else:
+                coords = np.unravel_index(found, shape)
+                local = tuple(
+                    c + s.start - (first if a == 0 else 0)
+                    for a, (c, s) in enumerate(zip(coords, region, strict=True))
+                )
+                positions.append(np.ravel_multi_index(local, band_shape).astype(np.intp))
             values.append(kept)
         flat = np.concatenate(positions) if len(positions) > 1 else positions[0]
         order = np.argsort(flat, kind="stable") if len(self.parts) > 1 else None
