@@ -211,6 +211,9 @@ def test_flip_and_roll(case: Case, data: st.DataObject) -> None:
     shift = data.draw(st.integers(-30, 30), label="shift")
     roll_axis = data.draw(axes(ndim, tuples=False), label="roll axis")
     check(lambda a: np.roll(a, shift, roll_axis), case, "roll")
+    check(lambda a: np.flip(a.T, axis) * 2, case, "flip of x.T, times 2")
+    if ndim >= 1:
+        check(lambda a: np.max(np.roll(a, shift, roll_axis), axis=-1), case, "max of a roll")
     if ndim >= 2:
         check(lambda a: np.roll(a, (shift, 1), (0, -1)), case, "roll of two axes")
         check(lambda a: np.roll(a, (2, shift), (1, 1)), case, "roll twice along one axis")
