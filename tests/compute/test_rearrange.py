@@ -484,3 +484,32 @@ def test_block_grids_follow_the_input() -> None:
     assert np.expand_dims(x, (0, 2))._node.chunks() == (1, 8, 1, 10)
     assert np.squeeze(np.expand_dims(x, 0))._node.chunks() == (8, 10)
     assert np.pad(x, 2)._node.chunks() == (8, 10)
+
+
+def test_peak_memory_stays_within_a_budget_four_times_smaller_than_the_data() -> None:
+    """8 MiB through each function under a 2 MiB budget: the manager's peak stays inside it
+    (reads, blocks, a streamed reshape's temporary and a selection's result included)."""
+    budget = 2 << 20
+    data = np.random.default_rng(3).normal(size=((8 << 20) // (8 * 64), 64))
+    x = oc.from_numpy(data, chunks=(512, 64))
+    runs: dict[str, tuple[Callable[[], Any], Any]] = {
+        "flip": (lambda: np.flip(x, (0, 1)).max(), np.flip(data, (0, 1)).max()),
+        "roll": (
+            lambda: np.roll(x, (5000, 7), (0, 1))[9000],
+            np.roll(data, (5000, 7), (0, 1))[9000],
+        ),
+        "pad": (
+            lambda: np.pad(x, 5, mode="reflect").min(axis=0),
+            np.pad(data, 5, mode="reflect").min(axis=0),
+        ),
+        "reshape": (lambda: x.T.reshape(-1, 128).max(axis=0), data.T.reshape(-1, 128).max(axis=0)),
+        "take": (lambda: np.take(x, np.arange(0, 16384, 3), axis=0).max(), data[::3].max()),
+        "flatnonzero": (lambda: np.flatnonzero(x > 0), np.flatnonzero(data > 0)),
+        "mask": (lambda: (x * 1)[x > 0], data[data > 0]),
+    }
+    for name, (run, expected) in runs.items():
+        with oc.Manager("small", max_bytes=budget) as manager:
+            result = run()
+            peak = manager.stats().peak_bytes
+        np.testing.assert_array_equal(np.asarray(result), expected, err_msg=name)
+        assert peak <= budget, f"{name}: peak {peak} over the budget {budget}"
