@@ -158,6 +158,39 @@ def test_reshape_and_ravel(case: Case, data: st.DataObject) -> None:
     check(lambda a: a.T.reshape(-1) if a.ndim else a.reshape(-1), case, "x.T.reshape(-1)")
 
 
+@examples(0.3)
+@given(shape=st.lists(st.integers(1, 5), max_size=4).map(tuple), data=st.data())
+def test_flat_rectangles_cover_a_flat_range_in_order(shape: tuple[int, ...], data: Any) -> None:
+    from oocarray._compute._reshape import flat_rectangles
+
+    size = int(np.prod(shape))
+    start = data.draw(st.integers(0, size))
+    stop = data.draw(st.integers(start, size))
+    grid = np.arange(size).reshape(shape)
+    pieces = [grid[r].ravel() for r in flat_rectangles(shape, start, stop)]
+    joined = np.concatenate(pieces) if pieces else np.empty(0, int)
+    np.testing.assert_array_equal(joined, np.arange(start, stop))
+    assert len(pieces) <= max(1, 2 * len(shape) - 1)
+
+
+@examples(0.3)
+@given(case=cases(min_dims=1, dtypes=("int16", "float64")), data=st.data())
+def test_streamed_reshapes_and_any_region_of_them(case: Case, data: st.DataObject) -> None:
+    from oocarray._compute import _reshape
+
+    shape = data.draw(new_shapes(case.data.size).filter(lambda s: s != (case.data.size + 1,)))
+    expected = case.data.reshape(shape)
+    key = tuple(
+        slice(data.draw(st.integers(0, n)), data.draw(st.integers(0, n))) for n in expected.shape
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_reshape, "LAZY_BLOCK_BYTES", data.draw(st.sampled_from([1, 64, 1 << 20])))
+        y = case.chunked().reshape(shape)
+        np.testing.assert_array_equal(np.asarray(y), expected, strict=True)
+        if expected.ndim:
+            np.testing.assert_array_equal(y[key], expected[key], strict=True)
+
+
 def test_reshape_lines_up_with_chunks_lazily() -> None:
     data = np.arange(600.0).reshape(100, 2, 3)
     x = oc.from_numpy(data, chunks=(10, 2, 3))
