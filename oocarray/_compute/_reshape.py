@@ -41,8 +41,10 @@ __all__ = [
     "squeeze",
 ]
 
-# The largest lazy reshape block, and the band of output rows a materialising pass writes.
+# The largest lazy reshape block.
 LAZY_BLOCK_BYTES = 64 << 20
+# The chunks of a streamed reshape's temporary: bands of output rows of about this size.
+STREAM_BAND_BYTES = 16 << 20
 
 
 def probe(node: Node) -> np.ndarray:
@@ -257,7 +259,7 @@ def reshape(x: Any, shape: Any, order: str = "C") -> Node:
 def _materialize(node: Node) -> Node:
     """``node`` written once into a temporary chunked array, in C-order bands of the result
     that fit the working memory (each input region read as few rectangles)."""
-    limit = max(1, min(LAZY_BLOCK_BYTES, working_bytes() // 8))
+    limit = max(1, min(STREAM_BAND_BYTES, working_bytes() // 8))
     grid = _band_grid(node.shape, node.dtype.itemsize, limit)
     out = temporary(node.shape, node.dtype, chunks=grid)
     evaluate([], [StoreTarget(node, out.__setitem__, grid)], progress=True, name="reshape")
