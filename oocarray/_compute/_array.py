@@ -19,6 +19,7 @@ import numpy as np
 
 from oocarray._compute import _build
 from oocarray._compute._engine import StoreTarget, budget_left, evaluate
+from oocarray._compute._masks import masked
 from oocarray._compute._nodes import BlockReads, Node, as_node
 from oocarray._compute._ops import (
     LazyResult,
@@ -30,7 +31,6 @@ from oocarray._compute._ops import (
 from oocarray._compute._rearrange import permute_dims, swapaxes
 from oocarray._compute._reductions import Reductions
 from oocarray._compute._reshape import ravel, reshape, squeeze
-from oocarray._compute._selection import masked
 from oocarray._compute._temporaries import use_array_type
 from oocarray._memory import active_manager, system
 from oocarray._storage import StoredArray, create, temp

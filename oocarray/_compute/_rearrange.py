@@ -8,7 +8,7 @@ array along new and length-1 axes without reading anything twice per block.
 
 This module's :data:`FUNCTIONS` also registers the shape and indexing functions of
 ``_reshape`` (reshape, squeeze, expand_dims), ``_gather`` (flip, roll, tile, repeat, pad),
-``_take`` (take, take_along_axis) and ``_selection`` (nonzero, argwhere, flatnonzero, extract,
+``_take`` (take, take_along_axis) and ``_masks`` (nonzero, argwhere, flatnonzero, extract,
 compress).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
-from oocarray._compute import _gather, _reshape, _selection, _take
+from oocarray._compute import _gather, _masks, _reshape, _take
 from oocarray._compute._nodes import BlockReads, Node, Region, as_node
 from oocarray._compute._reshape import probe
 
@@ -197,9 +197,9 @@ FUNCTIONS: dict[Any, Callable[..., Any]] = {
     np.pad: _gather.pad,
     np.take: _take.take,
     np.take_along_axis: _take.take_along_axis,
-    np.nonzero: _selection.nonzero,
-    np.argwhere: _selection.argwhere,
-    np.flatnonzero: _selection.flatnonzero,
-    np.extract: _selection.extract,
-    np.compress: _selection.compress,
+    np.nonzero: _masks.nonzero,
+    np.argwhere: _masks.argwhere,
+    np.flatnonzero: _masks.flatnonzero,
+    np.extract: _masks.extract,
+    np.compress: _masks.compress,
 }
