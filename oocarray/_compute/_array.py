@@ -19,6 +19,7 @@ import numpy as np
 
 from oocarray._compute import _build
 from oocarray._compute._engine import StoreTarget, budget_left, evaluate
+from oocarray._compute._masks import masked
 from oocarray._compute._nodes import BlockReads, Node, as_node
 from oocarray._compute._ops import (
     LazyResult,
@@ -27,8 +28,9 @@ from oocarray._compute._ops import (
     array_ufunc,
     clip,
 )
-from oocarray._compute._rearrange import permute_dims
+from oocarray._compute._rearrange import permute_dims, swapaxes
 from oocarray._compute._reductions import Reductions
+from oocarray._compute._reshape import ravel, reshape, squeeze
 from oocarray._compute._temporaries import use_array_type
 from oocarray._memory import active_manager, system
 from oocarray._storage import StoredArray, create, temp
@@ -55,6 +57,12 @@ def _wrap(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(_wrap(v) for v in value)
     return value
+
+
+def _is_bool_array(value: Any, ndim: int) -> bool:
+    """Whether an index is a boolean mask of ``ndim`` axes (a chunked array, an expression
+    or an ndarray); masks of fewer axes are not taken."""
+    return bool(value.dtype == np.bool_ and len(value.shape) == ndim > 0)
 
 
 def _elementwise(ufunc: np.ufunc, *inputs: Any) -> Expr:
@@ -211,6 +219,38 @@ class LazyArray(Reductions):
         order = axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else axes
         return Expr(permute_dims(self._tree(), order or None))
 
+    def swapaxes(self, axis1: int, axis2: int) -> Expr:
+        """Two axes interchanged, lazily (``np.swapaxes``)."""
+        return Expr(swapaxes(self._tree(), axis1, axis2))
+
+    def reshape(self, *shape: Any, order: str = "C") -> Expr:
+        """The elements in a new shape, in C order (``-1``: the length that fits).
+
+        Lazy when blocks of the result line up with bands of the input's chunks; otherwise
+        the result is streamed once into a temporary chunked array (never loaded whole).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.arange(12).reshape(4, 3), chunks=(2, 3))
+        >>> x.reshape(2, -1)[1]
+        array([ 6,  7,  8,  9, 10, 11])
+        """
+        wanted = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
+        return Expr(reshape(self._tree(), wanted, order))
+
+    def squeeze(self, axis: Any = None) -> Expr:
+        """Axes of length 1 removed (all of them, or ``axis``), lazily."""
+        return Expr(squeeze(self._tree(), axis))
+
+    def ravel(self, order: str = "C") -> Expr:
+        """The elements along one axis in C order (as :meth:`reshape` of ``-1``)."""
+        return Expr(ravel(self._tree(), order))
+
+    def flatten(self, order: str = "C") -> Expr:
+        """The elements along one axis in C order (as :meth:`ravel`)."""
+        return Expr(ravel(self._tree(), order))
+
     def astype(self, dtype: Any) -> Expr:
         """A lazy copy of another dtype."""
         return Expr(_build.astype(self._tree(), dtype))
@@ -322,8 +362,15 @@ class Expr(LazyArray):
         """The chunked arrays this expression reads, each once."""
         return self._node.sources()
 
-    def __getitem__(self, key: Any) -> np.ndarray:
-        """The values of a part, evaluating only the region it touches."""
+    def __getitem__(self, key: Any) -> Any:
+        """The values of a part, evaluating only the region it touches.
+
+        A boolean mask of the expression's shape (a chunked array, an expression or a NumPy
+        array) selects the values where it is true, in C order, in one streaming pass: an
+        ndarray, or a temporary chunked array when they do not fit the working memory."""
+        mask = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+        if isinstance(mask, LazyArray | np.ndarray) and _is_bool_array(mask, self.ndim):
+            return masked(self._node, _unwrap(mask))
         key = key if isinstance(key, tuple) else (key,)
         if sum(k is Ellipsis for k in key) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
