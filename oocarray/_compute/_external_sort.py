@@ -1,0 +1,270 @@
+"""External merge sort of a chunked array or expression, flattened (C order).
+
+Sorted runs that fit the budget are written to a temporary chunked array; then a k-way merge
+streams them into the output.  The merge works in rounds, each a few vectorised NumPy calls
+(no loop per element): every run holds a buffered head; the round's cut is the smallest last
+buffered value (ties: the earliest run), every run gives up its buffered values below the cut
+(and those equal to it, from runs up to the cut's run), and the pieces are merged by one
+stable sort of their concatenation (a merge of sorted runs, for NumPy's timsort).  Every
+value that can still come later is at least the cut, so what a round gives is final, and
+equal values leave in the order of their runs: the merge is stable, which argsort's indices
+(carried along with the values) rely on.  NaN sorts last, as in NumPy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from oocarray._compute._limits import require_memory, working_bytes
+from oocarray._compute._nodes import BlockReads, Node
+from oocarray._compute._temporaries import temporary
+
+__all__ = ["flat_regions", "read_region", "sort_flat"]
+
+Region = tuple[slice, ...]
+
+# The codec of the runs and of a temporary result: fast to write and read back.
+RUN_CODEC = "lz4"
+MIN_CHUNK_ITEMS = 256
+MAX_CHUNK_ITEMS = 1 << 20
+# Chunks of runs this long or longer read and write at full speed.
+PREFERRED_CHUNK_ITEMS = 1 << 16
+
+
+def read_region(node: Node, region: Region) -> np.ndarray:
+    """The values of ``region`` of ``node``, as an array of the region's shape."""
+    shape = tuple(s.stop - s.start for s in region)
+    return np.broadcast_to(node.evaluate(region, BlockReads()), shape)
+
+
+def flat_regions(shape: tuple[int, ...], max_items: int) -> Iterator[Region]:
+    """Regions of an array of ``shape`` whose C-order items follow each other, in order, each
+    of at most ``max_items`` items (at least one)."""
+    if not shape:
+        yield ()
+        return
+    if 0 in shape:
+        return
+    max_items = max(1, max_items)
+    # The first axis (from the end) along which a whole block of the axes after it does not
+    # fit: regions step along it, with every axis after it whole.
+    axis = len(shape) - 1
+    while axis > 0 and math.prod(shape[axis:]) <= max_items:
+        axis -= 1
+    inner = math.prod(shape[axis + 1 :])
+    step = max(1, max_items // inner)
+    if axis == 0 and inner * shape[0] <= max_items:
+        step = shape[0]
+    for outer in np.ndindex(*shape[:axis]):
+        for start in range(0, shape[axis], step):
+            yield (
+                *(slice(i, i + 1) for i in outer),
+                slice(start, min(start + step, shape[axis])),
+                *(slice(0, n) for n in shape[axis + 1 :]),
+            )
+
+
+def _pieces(node: Node, piece_items: int) -> Iterator[np.ndarray]:
+    for region in flat_regions(node.shape, piece_items):
+        yield read_region(node, region).reshape(-1)
+
+
+def _run_kind(kind: Any) -> Any:
+    return "stable" if kind in ("stable", "mergesort") else kind
+
+
+def _sorted_run(values: np.ndarray, start: int, arg: bool, kind: Any) -> Any:
+    if not arg:
+        return np.sort(values, kind=_run_kind(kind)), None
+    order = np.argsort(values, kind="stable")
+    return values[order], order + start
+
+
+class _RunReader:
+    """A run's buffered head, refilled a chunk at a time from the runs array."""
+
+    def __init__(self, values: Any, indices: Any, start: int, stop: int, chunk: int) -> None:
+        self.values_array, self.indices_array = values, indices
+        self.position, self.stop, self.chunk = start, stop, chunk
+        self.values = np.empty(0, values.dtype)
+        self.indices = np.empty(0, np.intp) if indices is not None else None
+        self.fill()
+
+    @property
+    def exhausted(self) -> bool:
+        return self.position >= self.stop
+
+    def fill(self) -> None:
+        if self.exhausted or len(self.values) >= self.chunk:
+            return
+        end = min(self.position + self.chunk, self.stop)
+        self.values = np.concatenate([self.values, self.values_array[self.position : end]])
+        if self.indices is not None:
+            self.indices = np.concatenate([self.indices, self.indices_array[self.position : end]])
+        self.position = end
+
+    def take(self, count: int) -> tuple[np.ndarray, np.ndarray | None]:
+        values, self.values = self.values[:count], self.values[count:]
+        if self.indices is None:
+            return values, None
+        indices, self.indices = self.indices[:count], self.indices[count:]
+        return values, indices
+
+
+class _Output:
+    """Where merged values go, from ``at``: an ndarray, or a chunked array written a whole
+    number of chunks at a time (and indices alongside, for a merge level of argsort)."""
+
+    def __init__(self, array: Any, chunk: int, at: int = 0, indices: Any = None) -> None:
+        self.array, self.indices, self.chunk, self.at = array, indices, chunk, at
+        self.pending: list[tuple[np.ndarray, np.ndarray | None]] = []
+        self.pending_items = 0
+
+    def write(self, values: np.ndarray, indices: np.ndarray | None, final: bool = False) -> None:
+        if isinstance(self.array, np.ndarray):
+            self.array[self.at : self.at + len(values)] = values
+            self.at += len(values)
+            return
+        if len(values):
+            self.pending.append((values, indices))
+            self.pending_items += len(values)
+        if self.pending_items >= self.chunk or (final and self.pending_items):
+            joined = np.concatenate([v for v, _ in self.pending])
+            index: np.ndarray | None = None
+            if self.indices is not None:
+                index = np.concatenate([i for _, i in self.pending if i is not None])
+            whole = len(joined) if final else len(joined) - len(joined) % self.chunk
+            self.array[self.at : self.at + whole] = joined[:whole]
+            if index is not None:
+                self.indices[self.at : self.at + whole] = index[:whole]
+            self.at += whole
+            self.pending = [(joined[whole:], None if index is None else index[whole:])]
+            self.pending_items = len(joined) - whole
+
+
+def _merge_round(readers: list[_RunReader]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
+    """One round: the values every run gives up (in run order) and their indices."""
+    open_runs = [i for i, r in enumerate(readers) if not r.exhausted and len(r.values)]
+    counts = [len(r.values) for r in readers]
+    if open_runs:
+        lasts = np.array([readers[i].values[-1] for i in open_runs], readers[0].values.dtype)
+        cut_run = open_runs[int(np.argsort(lasts, kind="stable")[0])]
+        cut = readers[cut_run].values[-1:]
+        counts = [
+            int(np.searchsorted(r.values, cut, side="right" if i <= cut_run else "left")[0])
+            for i, r in enumerate(readers)
+        ]
+    taken = [r.take(n) for r, n in zip(readers, counts, strict=True)]
+    return [v for v, _ in taken], [i for _, i in taken]
+
+
+def _merge(readers: list[_RunReader], output: _Output, arg: bool, last: bool) -> None:
+    """Merges the runs into ``output``: values, or (``last`` of argsort) indices only."""
+    while any(len(r.values) for r in readers):
+        values, indices = _merge_round(readers)
+        joined = np.concatenate(values)
+        if arg:
+            order = np.argsort(joined, kind="stable")
+            index: np.ndarray = np.concatenate(indices)[order]  # type: ignore[arg-type]
+            if last:
+                output.write(index, None)
+            else:
+                output.write(joined[order], index)
+        else:
+            output.write(np.sort(joined, kind="stable"), None)
+        del joined, values, indices
+        for reader in readers:
+            reader.fill()
+    output.write(np.empty(0, output.array.dtype), None, final=True)
+
+
+def sort_flat(node: Node, kind: Any, arg: bool) -> Any:
+    """``node`` flattened and sorted (``arg``: the indices that sort it): an ndarray when it
+    fits the budget, else a temporary chunked array."""
+    size = node.size
+    dtype = node.dtype
+    item_bytes = dtype.itemsize + (2 * np.dtype(np.intp).itemsize if arg else 0)
+    out_dtype = np.dtype(np.intp) if arg else dtype
+    memory = working_bytes()
+    # Sorting in memory holds the values, their sorted copy and (argsort) two index arrays.
+    if 3 * size * item_bytes <= memory:
+        values = read_region(node, tuple(slice(0, n) for n in node.shape)).reshape(-1)
+        if arg:
+            return np.argsort(values, kind=kind)
+        return np.sort(values, kind=kind)
+    # A merge holds up to two chunks per run, then the round's pieces and their merge.
+    fan_in = max(2, memory // (6 * item_bytes * PREFERRED_CHUNK_ITEMS))
+    chunk = max(MIN_CHUNK_ITEMS, min(MAX_CHUNK_ITEMS, memory // (6 * fan_in * item_bytes)))
+    require_memory(
+        "sort",
+        6 * 2 * chunk * item_bytes,
+        smallest_bytes=6 * 2 * MIN_CHUNK_ITEMS * item_bytes,
+        hint="or sort a part at a time",
+    )
+    run_items = max(chunk, memory // (3 * item_bytes) // chunk * chunk)
+    run_values = temporary((size,), dtype, chunks=(chunk,), codec=RUN_CODEC)
+    run_indices = temporary((size,), np.intp, chunks=(chunk,), codec=RUN_CODEC) if arg else None
+    bounds = _write_runs(node, run_values, run_indices, run_items, kind, arg)
+    fan_in = max(fan_in, min(len(bounds), memory // (6 * item_bytes * chunk)))
+    while len(bounds) > fan_in:  # merge levels: groups of runs into longer runs
+        merged_values = temporary((size,), dtype, chunks=(chunk,), codec=RUN_CODEC)
+        merged_indices = (
+            temporary((size,), np.intp, chunks=(chunk,), codec=RUN_CODEC) if arg else None
+        )
+        merged = []
+        for first in range(0, len(bounds), fan_in):
+            group = bounds[first : first + fan_in]
+            readers = [_RunReader(run_values, run_indices, a, b, chunk) for a, b in group]
+            output = _Output(merged_values, chunk, group[0][0], merged_indices)
+            _merge(readers, output, arg, last=False)
+            merged.append((group[0][0], group[-1][1]))
+        run_values, run_indices, bounds = merged_values, merged_indices, merged
+    if size * out_dtype.itemsize * 4 <= memory:
+        result: Any = np.empty(size, out_dtype)
+    else:
+        result = temporary((size,), out_dtype, chunks=(chunk,), codec=RUN_CODEC)
+    readers = [_RunReader(run_values, run_indices, a, b, chunk) for a, b in bounds]
+    _merge(readers, _Output(result, chunk), arg, last=True)
+    return result
+
+
+def _write_runs(
+    node: Node,
+    run_values: Any,
+    run_indices: Any,
+    run_items: int,
+    kind: Any,
+    arg: bool,
+) -> list[tuple[int, int]]:
+    """Sorts ``run_items`` values at a time into the runs arrays; the runs' bounds."""
+    bounds: list[tuple[int, int]] = []
+    buffered: list[np.ndarray] = []
+    held = 0
+    start = 0
+
+    def flush(count: int) -> None:
+        nonlocal buffered, held, start
+        joined = buffered[0] if len(buffered) == 1 else np.concatenate(buffered)
+        buffered = []
+        values, indices = _sorted_run(joined[:count], start, arg, kind)
+        run_values[start : start + count] = values
+        if run_indices is not None:
+            run_indices[start : start + count] = indices
+        bounds.append((start, start + count))
+        start += count
+        rest = joined[count:].copy()
+        buffered = [rest] if len(rest) else []
+        held = len(rest)
+
+    for piece in _pieces(node, max(1, run_items // 4)):
+        buffered.append(piece)
+        held += len(piece)
+        while held >= run_items:
+            flush(run_items)
+    if held:
+        flush(held)
+    return bounds
