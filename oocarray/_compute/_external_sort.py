@@ -13,7 +13,9 @@ equal values leave in the order of their runs: the merge is stable, which argsor
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +24,7 @@ import numpy as np
 from oocarray._compute._limits import require_memory, working_bytes
 from oocarray._compute._nodes import BlockReads, Node
 from oocarray._compute._temporaries import temporary
+from oocarray._memory import active_manager, system
 
 __all__ = ["flat_regions", "read_region", "sort_flat"]
 
@@ -33,6 +36,18 @@ MIN_CHUNK_ITEMS = 256
 MAX_CHUNK_ITEMS = 1 << 20
 # Chunks of runs this long or longer read and write at full speed.
 PREFERRED_CHUNK_ITEMS = 1 << 16
+MAX_RUN_WORKERS = 4
+# Runs shorter than this are not worth a thread of their own.
+MIN_RUN_BYTES = 4 << 20
+
+
+def _workers(data_bytes: int, memory: int) -> int:
+    """Runs sorted at once: one per core (at most four), while each run stays large."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_RUN_WORKERS, memory // (3 * MIN_RUN_BYTES)))
 
 
 def read_region(node: Node, region: Region) -> np.ndarray:
@@ -68,20 +83,8 @@ def flat_regions(shape: tuple[int, ...], max_items: int) -> Iterator[Region]:
             )
 
 
-def _pieces(node: Node, piece_items: int) -> Iterator[np.ndarray]:
-    for region in flat_regions(node.shape, piece_items):
-        yield read_region(node, region).reshape(-1)
-
-
 def _run_kind(kind: Any) -> Any:
     return "stable" if kind in ("stable", "mergesort") else kind
-
-
-def _sorted_run(values: np.ndarray, start: int, arg: bool, kind: Any) -> Any:
-    if not arg:
-        return np.sort(values, kind=_run_kind(kind)), None
-    order = np.argsort(values, kind="stable")
-    return values[order], order + start
 
 
 class _RunReader:
@@ -196,19 +199,23 @@ def sort_flat(node: Node, kind: Any, arg: bool) -> Any:
         if arg:
             return np.argsort(values, kind=kind)
         return np.sort(values, kind=kind)
-    # A merge holds up to two chunks per run, then the round's pieces and their merge.
+    workers = _workers(size * item_bytes, memory)
+    run_items = max(MIN_CHUNK_ITEMS, memory // (3 * workers * item_bytes))
+    # A merge holds up to two chunks per run, then the round's pieces and their merge: as
+    # many runs as fit with chunks of PREFERRED_CHUNK_ITEMS are merged at once.
     fan_in = max(2, memory // (6 * item_bytes * PREFERRED_CHUNK_ITEMS))
+    fan_in = min(fan_in, math.ceil(size / run_items))
     chunk = max(MIN_CHUNK_ITEMS, min(MAX_CHUNK_ITEMS, memory // (6 * fan_in * item_bytes)))
     require_memory(
         "sort",
-        6 * 2 * chunk * item_bytes,
+        6 * 2 * MIN_CHUNK_ITEMS * item_bytes,
         smallest_bytes=6 * 2 * MIN_CHUNK_ITEMS * item_bytes,
         hint="or sort a part at a time",
     )
-    run_items = max(chunk, memory // (3 * item_bytes) // chunk * chunk)
+    run_items = max(chunk, run_items // chunk * chunk)
     run_values = temporary((size,), dtype, chunks=(chunk,), codec=RUN_CODEC)
     run_indices = temporary((size,), np.intp, chunks=(chunk,), codec=RUN_CODEC) if arg else None
-    bounds = _write_runs(node, run_values, run_indices, run_items, kind, arg)
+    bounds = _write_runs(node, run_values, run_indices, run_items, kind, arg, workers)
     fan_in = max(fan_in, min(len(bounds), memory // (6 * item_bytes * chunk)))
     while len(bounds) > fan_in:  # merge levels: groups of runs into longer runs
         merged_values = temporary((size,), dtype, chunks=(chunk,), codec=RUN_CODEC)
@@ -232,6 +239,26 @@ def sort_flat(node: Node, kind: Any, arg: bool) -> Any:
     return result
 
 
+def _run_bounds(shape: tuple[int, ...], run_items: int) -> list[tuple[int, int, list[Region]]]:
+    """The runs of a flattened array: (start, stop, the regions whose items they hold)."""
+    size = math.prod(shape)
+    runs: list[tuple[int, int, list[Region]]] = []
+    at = 0
+    regions: list[Region] = []
+    # Regions never cross a run boundary: they are cut at multiples of run_items of the
+    # innermost axes' items where the array allows, else collected until a run is full.
+    piece = math.gcd(run_items, math.prod(shape[1:]) if len(shape) > 1 else run_items)
+    for region in flat_regions(shape, max(piece, min(run_items, size))):
+        count = math.prod(s.stop - s.start for s in region)
+        regions.append(region)
+        at += count
+        start = runs[-1][1] if runs else 0
+        if at - start >= run_items or at == size:
+            runs.append((start, at, regions))
+            regions = []
+    return runs
+
+
 def _write_runs(
     node: Node,
     run_values: Any,
@@ -239,32 +266,37 @@ def _write_runs(
     run_items: int,
     kind: Any,
     arg: bool,
+    workers: int,
 ) -> list[tuple[int, int]]:
-    """Sorts ``run_items`` values at a time into the runs arrays; the runs' bounds."""
-    bounds: list[tuple[int, int]] = []
-    buffered: list[np.ndarray] = []
-    held = 0
-    start = 0
+    """Sorts each run in memory (``workers`` at once) into the runs arrays; the runs'
+    bounds."""
+    manager = active_manager() or system()
 
-    def flush(count: int) -> None:
-        nonlocal buffered, held, start
-        joined = buffered[0] if len(buffered) == 1 else np.concatenate(buffered)
-        buffered = []
-        values, indices = _sorted_run(joined[:count], start, arg, kind)
-        run_values[start : start + count] = values
-        if run_indices is not None:
-            run_indices[start : start + count] = indices
-        bounds.append((start, start + count))
-        start += count
-        rest = joined[count:].copy()
-        buffered = [rest] if len(rest) else []
-        held = len(rest)
+    def sort_run(run: tuple[int, int, list[Region]]) -> tuple[int, int]:
+        start, stop, regions = run
+        with manager.activate():
+            if len(regions) == 1:
+                values = np.array(read_region(node, regions[0]).reshape(-1))
+            else:
+                values = np.empty(stop - start, node.dtype)
+                at = 0
+                for region in regions:
+                    part = read_region(node, region).reshape(-1)
+                    values[at : at + len(part)] = part
+                    at += len(part)
+            if arg:
+                order = np.argsort(values, kind="stable")
+                run_values[start:stop] = values[order]
+                del values
+                order += start
+                run_indices[start:stop] = order
+            else:
+                values.sort(kind=_run_kind(kind))
+                run_values[start:stop] = values
+        return start, stop
 
-    for piece in _pieces(node, max(1, run_items // 4)):
-        buffered.append(piece)
-        held += len(piece)
-        while held >= run_items:
-            flush(run_items)
-    if held:
-        flush(held)
-    return bounds
+    runs = _run_bounds(node.shape, run_items)
+    if workers == 1 or len(runs) == 1:
+        return [sort_run(run) for run in runs]
+    with concurrent.futures.ThreadPoolExecutor(workers, "oocarray-sort") as pool:
+        return list(pool.map(sort_run, runs))
