@@ -19,6 +19,7 @@ engine), and ranks whose intervals coincide share their counts.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,37 +43,42 @@ _ALL_ONES = np.uint64((1 << 64) - 1)
 
 
 def order_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """``values`` as uint64 keys in NumPy's sort order, and where they are not NaN (None: no
-    NaN can occur)."""
+    """``values`` as unsigned keys of their width in NumPy's sort order, and where they are
+    not NaN (None: no NaN can occur).  A float's key flips its sign bit, and every bit of a
+    negative one (one xor, no branch)."""
     kind = values.dtype.kind
     if kind == "b":
-        return values.astype(np.uint64), None
+        return values.view(np.uint8), None
     if kind == "u":
-        return values.astype(np.uint64), None
+        return values, None
+    size = values.dtype.itemsize
+    unsigned = np.dtype(f"u{size}")
+    top = unsigned.type(1 << (8 * size - 1))
     if kind == "i":
-        return values.astype(np.int64).view(np.uint64) ^ _HIGH_BIT, None
+        return values.view(unsigned) ^ top, None
     if kind != "f":
         raise TypeError(f"order keys of {values.dtype} values")
-    bits_type = np.dtype(f"u{values.dtype.itemsize}")
-    bits = np.ascontiguousarray(values).view(bits_type)
-    sign = bits_type.type(1 << (8 * values.dtype.itemsize - 1))
-    negative = (bits & sign) != 0
-    keys = np.where(negative, ~bits, bits | sign).astype(np.uint64)
-    return keys, ~np.isnan(values)
+    flip = (values.view(f"i{size}") >> (8 * size - 1)).view(unsigned) | top
+    return values.view(unsigned) ^ flip, ~np.isnan(values)
 
 
 def from_keys(keys: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     """The values of order ``keys`` (the inverse of :func:`order_keys`)."""
     kind = dtype.kind
-    if kind in "bu":
-        return keys.astype(dtype)
+    if kind == "b":
+        return keys.astype(np.uint8).view(np.bool_)
+    size = dtype.itemsize
+    unsigned = np.dtype(f"u{size}")
+    native = keys.astype(unsigned)
+    if kind == "u":
+        return native
+    top = unsigned.type(1 << (8 * size - 1))
     if kind == "i":
-        return (keys ^ _HIGH_BIT).view(np.int64).astype(dtype)
-    bits_type = np.dtype(f"u{dtype.itemsize}")
-    bits = keys.astype(bits_type)
-    sign = bits_type.type(1 << (8 * dtype.itemsize - 1))
-    positive = (bits & sign) != 0
-    return np.where(positive, bits ^ sign, ~bits).view(dtype)
+        signed: np.ndarray = (native ^ top).view(dtype)
+        return signed
+    flip = ((~native).view(f"i{size}") >> (8 * size - 1)).view(unsigned) | top
+    floats: np.ndarray = (native ^ flip).view(dtype)
+    return floats
 
 
 def column_matrix(block: np.ndarray, region: Region, axes: tuple[int, ...]) -> np.ndarray:
@@ -82,9 +88,82 @@ def column_matrix(block: np.ndarray, region: Region, axes: tuple[int, ...]) -> n
     return moved.reshape(math.prod(shape[a] for a in axes), -1)
 
 
-def _row_slices(matrix: np.ndarray) -> list[slice]:
-    rows = max(1, SLICE_ITEMS // max(1, matrix.shape[1]))
-    return [slice(i, i + rows) for i in range(0, matrix.shape[0], rows)] or [slice(0, 0)]
+class _Slices:
+    """A block's column matrix a slice of rows at a time, transposed (column by column, so
+    the counts a column touches stay in cache) and turned into keys, in buffers made once
+    per block: the engine evaluates a block in a cyclic workspace, whose arena keeps every
+    temporary of the block, so a partial reuses its buffers rather than making new ones."""
+
+    def __init__(self, matrix: np.ndarray, value_positions: bool = False) -> None:
+        self.matrix = matrix
+        rows, width = matrix.shape
+        self.step = max(1, min(rows, SLICE_ITEMS // max(1, width)))
+        size = width * self.step
+        dtype = matrix.dtype
+        self.key_type = np.dtype(np.uint8 if dtype.kind == "b" else f"u{dtype.itemsize}")
+        self.values = np.empty(size, dtype)
+        self.keys = np.empty(size, self.key_type)
+        self.flip = np.empty(size, self.key_type) if dtype.kind in "fi" else None
+        self.finite = np.empty(size, bool) if dtype.kind == "f" else None
+        self.mask = np.empty(size, bool)
+        self.other = np.empty(size, bool)
+        self.where = np.empty(size, np.intp)
+        self.position = np.empty(size, np.float64) if value_positions else None
+
+    def scratch_keys(self) -> np.ndarray:
+        if self.flip is None:
+            self.flip = np.empty(self.keys.size, self.key_type)
+        return self.flip
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+        """(values, keys, where not NaN), each (width, rows of the slice)."""
+        rows, width = self.matrix.shape
+        for start in range(0, rows, self.step):
+            count = min(self.step, rows - start)
+            shape = (width, count)
+            values = self.values[: width * count].reshape(shape)
+            np.copyto(values, self.matrix[start : start + count].T)
+            keys = self.keys[: width * count].reshape(shape)
+            finite = None if self.finite is None else self.finite[: width * count].reshape(shape)
+            self._keys(values, keys, finite)
+            yield values, keys, finite
+
+    def _keys(self, values: np.ndarray, keys: np.ndarray, finite: np.ndarray | None) -> None:
+        kind = values.dtype.kind
+        if kind in "bu":
+            np.copyto(keys, values.view(self.key_type))
+            return
+        bits = 8 * values.dtype.itemsize
+        top = self.key_type.type(1 << (bits - 1))
+        if kind == "i":
+            np.bitwise_xor(values.view(self.key_type), top, out=keys)
+            return
+        if kind != "f":
+            raise TypeError(f"order keys of {values.dtype} values")
+        assert self.flip is not None and finite is not None
+        flip = self.flip[: values.size].reshape(values.shape)
+        np.right_shift(
+            values.view(f"i{values.dtype.itemsize}"),
+            bits - 1,
+            out=flip.view(f"i{values.dtype.itemsize}"),
+        )
+        flip |= top
+        np.bitwise_xor(values.view(self.key_type), flip, out=keys)
+        np.isnan(values, out=finite)
+        np.logical_not(finite, out=finite)
+
+    def inside(
+        self, keys: np.ndarray, finite: np.ndarray | None, low: np.ndarray, high: np.ndarray
+    ) -> np.ndarray:
+        """Where keys lie in [low, high] (per column) and are not NaN (a reused buffer)."""
+        mask = self.mask[: keys.size].reshape(keys.shape)
+        other = self.other[: keys.size].reshape(keys.shape)
+        np.greater_equal(keys, low, out=mask)
+        np.less_equal(keys, high, out=other)
+        mask &= other
+        if finite is not None:
+            mask &= finite
+        return mask
 
 
 @dataclass
@@ -111,16 +190,17 @@ class _Summary(Reduction):
         valid = np.zeros(width, np.int64)
         low = np.full(width, _ALL_ONES, np.uint64)
         high = np.zeros(width, np.uint64)
-        for rows in _row_slices(matrix):
-            keys, finite = order_keys(matrix[rows])
+        slices = _Slices(matrix)
+        largest = np.iinfo(slices.key_type).max
+        for _, keys, finite in slices:
             if finite is None:
-                valid += keys.shape[0]
-                np.minimum(low, keys.min(axis=0, initial=_ALL_ONES), out=low)
-                np.maximum(high, keys.max(axis=0, initial=0), out=high)
+                valid += keys.shape[1]
+                np.minimum(low, keys.min(axis=1, initial=largest), out=low)
+                np.maximum(high, keys.max(axis=1, initial=0), out=high)
             else:
-                valid += finite.sum(axis=0)
-                np.minimum(low, np.where(finite, keys, _ALL_ONES).min(axis=0), out=low)
-                np.maximum(high, np.where(finite, keys, 0).max(axis=0), out=high)
+                valid += np.count_nonzero(finite, axis=1)
+                np.minimum(low, keys.min(axis=1, initial=largest, where=finite), out=low)
+                np.maximum(high, keys.max(axis=1, initial=0, where=finite), out=high)
         return valid.reshape(kept), low.reshape(kept), high.reshape(kept)
 
     def merge(self, partial: Any, region: Region) -> None:
@@ -154,11 +234,69 @@ class _Targets(Reduction):
     def state(self, array: np.ndarray, region: Region) -> np.ndarray:
         return array[(slice(None), *self.target(region))].reshape(self.slots, -1)
 
+    def key_state(self, region: Region) -> tuple[np.ndarray, np.ndarray]:
+        """The intervals of a block's targets, as keys of the values' own width."""
+        width = np.dtype(
+            np.uint8 if self.expr.dtype.kind == "b" else f"u{self.expr.dtype.itemsize}"
+        )
+        low, high = self.state(self.low, region), self.state(self.high, region)
+        return low.astype(width), high.astype(width)
+
     def inside(
         self, keys: np.ndarray, finite: np.ndarray | None, low: np.ndarray, high: np.ndarray
     ) -> np.ndarray:
-        mask = (keys >= low) & (keys <= high)
-        return mask if finite is None else mask & finite
+        mask = keys >= low
+        mask &= keys <= high
+        if finite is not None:
+            mask &= finite
+        return mask
+
+
+class _Binning:
+    """How a pass puts the values of a target's interval into bins.
+
+    By key (``scale`` None): bin ``(key - low) >> shift``.  By value (floats, the first
+    pass): bin ``floor((value - start) * scale)`` clipped to the bins, in float64, which
+    follows the values' spread rather than their exponents; a monotonic function of the
+    value, so each bin is an interval of keys (found afterwards by :func:`_value_bin_keys`).
+    """
+
+    def __init__(
+        self,
+        bins: int,
+        shift: np.ndarray | None = None,
+        start: np.ndarray | None = None,
+        scale: np.ndarray | None = None,
+    ) -> None:
+        self.bins, self.shift, self.start, self.scale = bins, shift, start, scale
+
+    def by_value(self) -> bool:
+        return self.scale is not None
+
+
+def value_bins(
+    values: np.ndarray,
+    start: np.ndarray,
+    scale: np.ndarray,
+    bins: int,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """The bin of each value, as float64 (NaN: any bin, masked by the caller)."""
+    position: np.ndarray = np.empty(values.shape, np.float64) if out is None else out
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.copyto(position, values, casting="unsafe")
+        position -= start
+        position *= scale
+        np.floor(position, out=position)
+        np.clip(position, 0, bins - 1, out=position)
+    np.copyto(position, 0.0, where=np.isnan(position))
+    return position
+
+
+def keys_scratch(slices: _Slices, keys: np.ndarray) -> np.ndarray:
+    """A buffer of a slice's key shape (the flip buffer, free once keys are made)."""
+    buffer = slices.flip if slices.flip is not None else slices.scratch_keys()
+    return buffer[: keys.size].reshape(keys.shape)
 
 
 class _BinCounts(_Targets):
@@ -168,37 +306,86 @@ class _BinCounts(_Targets):
         axes: tuple[int, ...],
         low: np.ndarray,
         high: np.ndarray,
-        shift: np.ndarray,
         own: np.ndarray,
-        bins: int,
+        binning: _Binning,
     ) -> None:
         super().__init__(expr, axes, low, high, own)
-        self.shift = shift
-        self.bins = bins
-        self.counts = np.zeros((*low.shape, bins), np.int64)
+        self.binning = binning
+        self.bins = binning.bins
+        self.counts = np.zeros((*low.shape, self.bins), np.int64)
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
         matrix = column_matrix(block, region, self.axes)
         width = matrix.shape[1]
-        low, high = self.state(self.low, region), self.state(self.high, region)
-        shift, own = self.state(self.shift, region), self.state(self.own, region)
-        counts = np.zeros((self.slots, width * self.bins), np.int64)
-        offsets = np.arange(width, dtype=np.intp) * self.bins
+        low, high = self.key_state(region)
+        own = self.state(self.own, region)
+        binning = self.binning
+        if binning.by_value():
+            start = self.state(binning.start, region)  # type: ignore[arg-type]
+            scale = self.state(binning.scale, region)  # type: ignore[arg-type]
+        else:
+            shift = self.state(binning.shift, region).astype(low.dtype)  # type: ignore[arg-type]
+        cells = width * self.bins
+        offsets = (np.arange(width, dtype=np.intp) * self.bins)[:, None]
         slots = [s for s in range(self.slots) if own[s].any()]
-        for rows in _row_slices(matrix):
-            keys, finite = order_keys(matrix[rows])
+        # One more cell, where values outside the intervals are counted (and dropped).
+        counts = {s: np.zeros(cells + 1, np.int64) for s in slots}
+        slices = _Slices(matrix, value_positions=binning.by_value())
+        for values, keys, finite in slices:
+            where = slices.where[: keys.size].reshape(keys.shape)
             for s in slots:
-                mask = self.inside(keys, finite, low[s], high[s]) & own[s]
-                where = ((keys - low[s]) >> shift[s]).astype(np.intp) + offsets
-                counts[s] += np.bincount(where[mask], minlength=width * self.bins)
+                mask = slices.inside(keys, finite, low[s][:, None], high[s][:, None])
+                mask &= own[s][:, None]
+                if binning.by_value():
+                    assert slices.position is not None
+                    position = slices.position[: keys.size].reshape(keys.shape)
+                    value_bins(values, start[s][:, None], scale[s][:, None], self.bins, position)
+                    np.copyto(where, position, casting="unsafe")
+                else:
+                    np.subtract(keys, low[s][:, None], out=keys_scratch(slices, keys))
+                    np.right_shift(
+                        keys_scratch(slices, keys),
+                        shift[s][:, None],
+                        out=keys_scratch(slices, keys),
+                    )
+                    np.copyto(where, keys_scratch(slices, keys), casting="unsafe")
+                where += offsets
+                np.logical_not(mask, out=mask)
+                where[mask] = cells
+                np.add.at(counts[s], where.reshape(-1), 1)
         kept = tuple(1 if i in self.axes else s.stop - s.start for i, s in enumerate(region))
-        return counts.reshape(self.slots, *kept, self.bins)
+        # Only the slots that count here, in 32 bits (a block has fewer than 2**31 values).
+        return {s: counts[s][:cells].astype(np.int32).reshape(*kept, self.bins) for s in slots}
 
     def merge(self, partial: Any, region: Region) -> None:
-        self.counts[(slice(None), *self.target(region), slice(None))] += partial
+        target = self.target(region)
+        for s, counts in partial.items():
+            self.counts[(s, *target, slice(None))] += counts
 
     def finish(self) -> np.ndarray:
         return self.counts
+
+
+def _value_bin_keys(
+    dtype: np.dtype[Any],
+    low: np.ndarray,
+    high: np.ndarray,
+    binning: _Binning,
+    bin_index: np.ndarray,
+) -> np.ndarray:
+    """The smallest key in ``[low, high + 1]`` whose value's bin (by value) is at least
+    ``bin_index``: a bisection of the keys (the bin is monotonic in the key)."""
+    start, scale = binning.start, binning.scale
+    assert start is not None and scale is not None
+    lower = low.copy()
+    upper = high + np.uint64(1)
+    while (open_ := lower < upper).any():
+        middle = lower + (upper - lower) // np.uint64(2)
+        values = from_keys(middle, dtype)
+        at_least = value_bins(values, start, scale, binning.bins).astype(np.intp) >= bin_index
+        upper = np.where(open_ & at_least, middle, upper)
+        lower = np.where(open_ & ~at_least, middle + np.uint64(1), lower)
+    return lower
 
 
 class _Gather(_Targets):
@@ -211,18 +398,20 @@ class _Gather(_Targets):
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
         matrix = column_matrix(block, region, self.axes)
-        low, high, own = (self.state(a, region) for a in (self.low, self.high, self.own))
+        low, high = self.key_state(region)
+        own = self.state(self.own, region)
         cells = self.cells[self.target(region)].reshape(-1)
         total = math.prod(self.kept_shape)
         groups, keys_found = [], []
-        for rows in _row_slices(matrix):
-            keys, finite = order_keys(matrix[rows])
+        slices = _Slices(matrix)
+        for _, keys, finite in slices:
             for s in range(self.slots):
                 if not own[s].any():
                     continue
-                mask = self.inside(keys, finite, low[s], high[s]) & own[s]
-                keys_found.append(keys[mask])
-                groups.append(np.broadcast_to(cells + s * total, mask.shape)[mask])
+                mask = slices.inside(keys, finite, low[s][:, None], high[s][:, None])
+                mask &= own[s][:, None]
+                keys_found.append(keys[mask].astype(np.uint64))
+                groups.append(np.broadcast_to((cells + s * total)[:, None], mask.shape)[mask])
         if not groups:
             return np.empty(0, np.int64), np.empty(0, np.uint64)
         return np.concatenate(groups), np.concatenate(keys_found)
@@ -247,6 +436,24 @@ def _bit_length(width: np.ndarray) -> np.ndarray:
     for bit in range(64):
         length += (width >> np.uint64(bit)) > 0
     return length
+
+
+def _binning(
+    dtype: np.dtype[Any], low: np.ndarray, high: np.ndarray, bins: int, by_value: bool
+) -> _Binning:
+    """Bins by value over each interval's values (floats, where that spreads them), else by
+    key."""
+    if by_value:
+        with np.errstate(all="ignore"):
+            largest = float(np.finfo(dtype).max)
+            start = from_keys(low, dtype).astype(np.float64).clip(-largest, largest)
+            stop = from_keys(high, dtype).astype(np.float64).clip(-largest, largest)
+            scale = bins / (stop - start)
+        scale = np.where(np.isfinite(scale) & (stop > start), scale, 0.0)
+        return _Binning(bins, start=start, scale=scale)
+    shift = np.maximum(_bit_length(high - low), np.uint64(bins.bit_length() - 1))
+    shift -= np.uint64(bins.bit_length() - 1)
+    return _Binning(bins, shift=shift)
 
 
 def _owners(low: np.ndarray, high: np.ndarray, done: np.ndarray) -> np.ndarray:
@@ -295,14 +502,14 @@ def select_ranks(
         "is reduced on its own)",
     )
     index = tuple(np.indices(shape[1:]))
+    by_value = expr.dtype.kind == "f"
     while True:
         owner = _owners(low, high, done)
         own = (owner == np.arange(slots).reshape((-1,) + (1,) * (len(shape) - 1))) & ~done
         if int(count[own].sum()) <= candidate_limit:
             break
-        shift = np.maximum(_bit_length(high - low), np.uint64(bins.bit_length() - 1))
-        shift -= np.uint64(bins.bit_length() - 1)
-        counting = _BinCounts(expr, axes, low, high, shift, own, bins)
+        binning = _binning(expr.dtype, low, high, bins, by_value)
+        counting = _BinCounts(expr, axes, low, high, own, binning)
         evaluate([counting], [], progress, "quantile")
         counts = counting.finish()[(owner, *index)]
         cumulative = np.cumsum(counts, axis=-1)
@@ -313,14 +520,20 @@ def select_ranks(
             0,
         )
         inside = np.take_along_axis(counts, chosen[..., None], -1)[..., 0]
-        start = low + (chosen.astype(np.uint64) << shift)
-        span = (np.uint64(1) << shift) - np.uint64(1)
-        end = start + np.minimum(span, high - start)
+        if binning.by_value():
+            start = _value_bin_keys(expr.dtype, low, high, binning, chosen)
+            end = _value_bin_keys(expr.dtype, low, high, binning, chosen + 1) - np.uint64(1)
+        else:
+            shift = binning.shift
+            assert shift is not None
+            start = low + (chosen.astype(np.uint64) << shift)
+            end = start + np.minimum((np.uint64(1) << shift) - np.uint64(1), high - start)
         rank = np.where(done, rank, rank - before)
         count = np.where(done, count, inside)
         low = np.where(done, low, start)
         high = np.where(done, high, end)
         done |= low == high
+        by_value = False  # later passes bin by key: they need not depend on the spread
     keys = np.where(want, low, np.uint64(0))
     if (own & ~done).any():
         gathering = _Gather(expr, axes, low, high, own)
