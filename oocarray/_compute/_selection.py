@@ -36,6 +36,7 @@ Region = tuple[slice, ...]
 
 MAX_BINS = 4096
 MIN_BINS = 16
+MIN_CANDIDATES = 4096
 # Rows of a block's column matrix turned into keys at once (bounds a partial's temporaries).
 SLICE_ITEMS = 1 << 18
 _HIGH_BIT = np.uint64(1 << 63)
@@ -468,6 +469,12 @@ def _owners(low: np.ndarray, high: np.ndarray, done: np.ndarray) -> np.ndarray:
     return owner
 
 
+def candidate_limit() -> int:
+    """How many values the last pass may gather (each costs about 24 bytes there, and as
+    much again to sort them)."""
+    return max(MIN_CANDIDATES, working_bytes() // 64)
+
+
 def select_ranks(
     expr: Node,
     axes: tuple[int, ...],
@@ -490,7 +497,7 @@ def select_ranks(
     count = np.broadcast_to(summary.valid, shape).copy()
     done = ~want | (low == high)
     memory = working_bytes()
-    candidate_limit = max(4096, memory // 64)
+    limit = candidate_limit()
     bins = MAX_BINS
     while bins > MIN_BINS and slots * cells * bins * 32 > memory:
         bins //= 2
@@ -506,14 +513,15 @@ def select_ranks(
     while True:
         owner = _owners(low, high, done)
         own = (owner == np.arange(slots).reshape((-1,) + (1,) * (len(shape) - 1))) & ~done
-        if int(count[own].sum()) <= candidate_limit:
+        if int(count[own].sum()) <= limit:
             break
         binning = _binning(expr.dtype, low, high, bins, by_value)
         counting = _BinCounts(expr, axes, low, high, own, binning)
         evaluate([counting], [], progress, "quantile")
         counts = counting.finish()[(owner, *index)]
         cumulative = np.cumsum(counts, axis=-1)
-        chosen = (cumulative <= rank[..., None]).sum(axis=-1)
+        # (targets already done have no counts: their bin is any, and left unused)
+        chosen = np.minimum((cumulative <= rank[..., None]).sum(axis=-1), bins - 1)
         before = np.where(
             chosen > 0,
             np.take_along_axis(cumulative, np.maximum(chosen - 1, 0)[..., None], -1)[..., 0],
