@@ -32,7 +32,7 @@ Region = tuple[slice, ...]
 
 # The codec of the runs and of a temporary result: fast to write and read back.
 RUN_CODEC = "lz4"
-MIN_CHUNK_ITEMS = 256
+MIN_CHUNK_ITEMS = 128
 MAX_CHUNK_ITEMS = 1 << 20
 # Chunks of runs this long or longer read and write at full speed.
 PREFERRED_CHUNK_ITEMS = 1 << 16

@@ -136,7 +136,18 @@ def quantile(
     progress: bool = True,
 ) -> Any:
     """``np.quantile``-like ``name`` (quantile, percentile, nanquantile, nanpercentile) of a
-    chunked array or expression: exact, out of core."""
+    chunked array or expression: exact (every NumPy ``method``), out of core.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> data = np.arange(40.0).reshape(10, 4) ** 2
+    >>> x = oc.from_numpy(data, chunks=(3, 2))  # axis 0 is split: counting passes
+    >>> np.percentile(x, [10, 50], axis=0)[:, 0]
+    array([ 14.4, 328. ])
+    >>> np.array_equal(np.quantile(x, 0.3, method="lower"), np.quantile(data, 0.3, method="lower"))
+    True
+    """
     expr = as_node(a)
     function = getattr(np, name)
     if expr.dtype.kind == "c":
@@ -221,7 +232,15 @@ def quantile(
 def median(
     name: str, a: Any, axis: Any = None, keepdims: bool = False, progress: bool = True
 ) -> Any:
-    """``np.median`` or ``np.nanmedian`` of a chunked array or expression, exactly."""
+    """``np.median`` or ``np.nanmedian`` of a chunked array or expression, exactly.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.array([[1.0, np.nan], [3.0, 4.0], [8.0, 6.0]]), chunks=(1, 2))
+    >>> np.median(x, axis=0), np.nanmedian(x, axis=0)
+    (array([ 3., nan]), array([3., 5.]))
+    """
     expr = as_node(a)
     function = getattr(np, name)
     axes = normalize_axes(axis, expr.ndim)

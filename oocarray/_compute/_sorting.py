@@ -96,6 +96,9 @@ def _sort(name: str, a: Any, axis: Any, kind: Any, arg: bool) -> Any:
     if axis is None:  # (a 0-d array sorts as a 1-element one, as in NumPy)
         return sort_flat(node, kind, arg)
     if node.ndim == 0:
+        if arg:  # NumPy argsorts a 0-d array as a 1-element one
+            normalize_axis_index(axis, 1)
+            return np.zeros(1, np.intp)
         raise np.exceptions.AxisError(axis, 0)
     axis = normalize_axis_index(axis, node.ndim)
     if node.ndim == 1:
