@@ -8,6 +8,7 @@ the budget."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 from unittest import mock
 
@@ -68,13 +69,13 @@ def test_sort_and_stable_argsort_like_numpy(case: Any, data: Any, small_budget: 
     axis = data.draw(_axis_options(case.data.ndim))
     x = case.chunked()
     # A tiny working memory: lines that do not fit go to the external merge sort.
-    memory = mock.patch.object(_external_sort, "working_bytes", return_value=4096)
-    lines = mock.patch.object(_sorting, "working_bytes", return_value=64)
-    with memory if small_budget else mock.patch.object(_sorting, "__name__", "sorting"):
-        with lines if small_budget else mock.patch.object(_sorting, "__name__", "sorting"):
-            _check_sort(np.sort, case.data, x, axis=axis)
-            _check_sort(np.argsort, case.data, x, axis=axis, kind="stable")
-            _check_sort(np.argsort, case.data, x, axis=axis, stable=True)
+    with contextlib.ExitStack() as stack:
+        if small_budget:
+            stack.enter_context(mock.patch.object(_external_sort, "working_bytes", return_value=4096))
+            stack.enter_context(mock.patch.object(_sorting, "working_bytes", return_value=64))
+        _check_sort(np.sort, case.data, x, axis=axis)
+        _check_sort(np.argsort, case.data, x, axis=axis, kind="stable")
+        _check_sort(np.argsort, case.data, x, axis=axis, stable=True)
 
 
 @examples(0.3)
