@@ -71,8 +71,8 @@ def test_sort_and_stable_argsort_like_numpy(case: Any, data: Any, small_budget: 
     # A tiny working memory: lines that do not fit go to the external merge sort.
     with contextlib.ExitStack() as stack:
         if small_budget:
-            stack.enter_context(mock.patch.object(_external_sort, "working_bytes", return_value=4096))
-            stack.enter_context(mock.patch.object(_sorting, "working_bytes", return_value=64))
+            for module, memory in ((_external_sort, 4096), (_sorting, 64)):
+                stack.enter_context(mock.patch.object(module, "working_bytes", return_value=memory))
         _check_sort(np.sort, case.data, x, axis=axis)
         _check_sort(np.argsort, case.data, x, axis=axis, kind="stable")
         _check_sort(np.argsort, case.data, x, axis=axis, stable=True)
