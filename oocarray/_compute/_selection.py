@@ -37,6 +37,8 @@ Region = tuple[slice, ...]
 MAX_BINS = 4096
 MIN_BINS = 16
 MIN_CANDIDATES = 4096
+# Memory per bin of a column's counts: the count, its cumulative sum and a comparison.
+COUNT_BYTES = 24
 # Rows of a block's column matrix turned into keys at once (bounds a partial's temporaries).
 SLICE_ITEMS = 1 << 18
 _HIGH_BIT = np.uint64(1 << 63)
@@ -313,7 +315,13 @@ class _BinCounts(_Targets):
         super().__init__(expr, axes, low, high, own)
         self.binning = binning
         self.bins = binning.bins
-        self.counts = np.zeros((*low.shape, self.bins), np.int64)
+        # Counts only for the slots that own an interval somewhere (often one: the first
+        # pass, where a column's targets all share its whole range).
+        self.counts = {
+            s: np.zeros((*low.shape[1:], self.bins), np.int64)
+            for s in range(self.slots)
+            if own[s].any()
+        }
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
         matrix = column_matrix(block, region, self.axes)
@@ -337,20 +345,30 @@ class _BinCounts(_Targets):
             for s in slots:
                 mask = slices.inside(keys, finite, low[s][:, None], high[s][:, None])
                 mask &= own[s][:, None]
+                inside = np.count_nonzero(mask)
+                if inside < mask.size // 4:  # few (later passes): bin only those
+                    column = np.nonzero(mask)[0]
+                    if binning.by_value():
+                        found = value_bins(
+                            values[mask], start[s][column], scale[s][column], self.bins
+                        ).astype(np.intp)
+                    else:
+                        found = ((keys[mask] - low[s][column]) >> shift[s][column]).astype(np.intp)
+                    found += column * self.bins
+                    np.add.at(counts[s], found, 1)
+                    continue
                 if binning.by_value():
                     assert slices.position is not None
                     position = slices.position[: keys.size].reshape(keys.shape)
                     value_bins(values, start[s][:, None], scale[s][:, None], self.bins, position)
                     np.copyto(where, position, casting="unsafe")
                 else:
-                    np.subtract(keys, low[s][:, None], out=keys_scratch(slices, keys))
-                    np.right_shift(
-                        keys_scratch(slices, keys),
-                        shift[s][:, None],
-                        out=keys_scratch(slices, keys),
-                    )
-                    np.copyto(where, keys_scratch(slices, keys), casting="unsafe")
+                    scratch = keys_scratch(slices, keys)
+                    np.subtract(keys, low[s][:, None], out=scratch)
+                    np.right_shift(scratch, shift[s][:, None], out=scratch)
+                    np.copyto(where, scratch, casting="unsafe")
                 where += offsets
+                # Most values are inside: the others go to the last cell (no copy of the many)
                 np.logical_not(mask, out=mask)
                 where[mask] = cells
                 np.add.at(counts[s], where.reshape(-1), 1)
@@ -361,9 +379,10 @@ class _BinCounts(_Targets):
     def merge(self, partial: Any, region: Region) -> None:
         target = self.target(region)
         for s, counts in partial.items():
-            self.counts[(s, *target, slice(None))] += counts
+            self.counts[s][(*target, slice(None))] += counts
 
-    def finish(self) -> np.ndarray:
+    def finish(self) -> dict[int, np.ndarray]:
+        """Counts per bin, by slot that owns intervals: shaped (*kept, bins)."""
         return self.counts
 
 
@@ -469,6 +488,30 @@ def _owners(low: np.ndarray, high: np.ndarray, done: np.ndarray) -> np.ndarray:
     return owner
 
 
+def _locate(
+    counts: dict[int, np.ndarray], owner: np.ndarray, done: np.ndarray, rank: np.ndarray, bins: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each target not done: the bin holding its rank in its owner's counts, the values
+    before that bin, and the values in it."""
+    chosen = np.zeros(rank.shape, np.intp)
+    before = np.zeros(rank.shape, np.int64)
+    inside = np.zeros(rank.shape, np.int64)
+    for slot_owning, owned in counts.items():
+        cumulative = np.cumsum(owned, axis=-1)
+        for s in range(rank.shape[0]):
+            columns = (owner[s] == slot_owning) & ~done[s]
+            if not columns.any():
+                continue
+            found = np.minimum((cumulative <= rank[s][..., None]).sum(axis=-1), bins - 1)
+            earlier = np.take_along_axis(cumulative, np.maximum(found - 1, 0)[..., None], -1)
+            chosen[s] = np.where(columns, found, chosen[s])
+            before[s] = np.where(columns & (found > 0), earlier[..., 0], before[s])
+            inside[s] = np.where(
+                columns, np.take_along_axis(owned, found[..., None], -1)[..., 0], inside[s]
+            )
+    return chosen, before, inside
+
+
 def candidate_limit() -> int:
     """How many values the last pass may gather (each costs about 24 bytes there, and as
     much again to sort them)."""
@@ -498,36 +541,27 @@ def select_ranks(
     done = ~want | (low == high)
     memory = working_bytes()
     limit = candidate_limit()
-    bins = MAX_BINS
-    while bins > MIN_BINS and slots * cells * bins * 32 > memory:
-        bins //= 2
     require_memory(
         "quantile",
-        slots * cells * bins * 32,
-        smallest_bytes=slots * cells * MIN_BINS * 32,
+        cells * MIN_BINS * COUNT_BYTES,
+        smallest_bytes=cells * MIN_BINS * COUNT_BYTES,
         hint="or store the array with the reduced axes whole in each chunk (then each block "
         "is reduced on its own)",
     )
-    index = tuple(np.indices(shape[1:]))
     by_value = expr.dtype.kind == "f"
     while True:
         owner = _owners(low, high, done)
         own = (owner == np.arange(slots).reshape((-1,) + (1,) * (len(shape) - 1))) & ~done
         if int(count[own].sum()) <= limit:
             break
+        owners = int(own.reshape(slots, -1).any(axis=1).sum())
+        bins = MAX_BINS
+        while bins > MIN_BINS and owners * cells * bins * COUNT_BYTES > memory:
+            bins //= 2
         binning = _binning(expr.dtype, low, high, bins, by_value)
         counting = _BinCounts(expr, axes, low, high, own, binning)
         evaluate([counting], [], progress, "quantile")
-        counts = counting.finish()[(owner, *index)]
-        cumulative = np.cumsum(counts, axis=-1)
-        # (targets already done have no counts: their bin is any, and left unused)
-        chosen = np.minimum((cumulative <= rank[..., None]).sum(axis=-1), bins - 1)
-        before = np.where(
-            chosen > 0,
-            np.take_along_axis(cumulative, np.maximum(chosen - 1, 0)[..., None], -1)[..., 0],
-            0,
-        )
-        inside = np.take_along_axis(counts, chosen[..., None], -1)[..., 0]
+        chosen, before, inside = _locate(counting.finish(), owner, done, rank, bins)
         if binning.by_value():
             start = _value_bin_keys(expr.dtype, low, high, binning, chosen)
             end = _value_bin_keys(expr.dtype, low, high, binning, chosen + 1) - np.uint64(1)
