@@ -30,12 +30,20 @@ __all__ = ["flat_regions", "read_region", "sort_flat"]
 
 Region = tuple[slice, ...]
 
-# The codec of the runs and of a temporary result: fast to write and read back.
-RUN_CODEC = "lz4"
+# Runs are stored uncompressed: written once, read back a buffer at a time (an uncompressed
+# chunk serves part of itself without decoding the rest); a result stored as a temporary
+# chunked array is compressed with a fast codec.
+RUN_CODEC = "none"
+RESULT_CODEC = "lz4"
 MIN_CHUNK_ITEMS = 128
 MAX_CHUNK_ITEMS = 1 << 20
-# Chunks of runs this long or longer read and write at full speed.
-PREFERRED_CHUNK_ITEMS = 1 << 16
+# A merge reads this many items of a run at a time when it can, and merges all runs at once
+# as long as it can read at least MIN_MERGE_ITEMS of each.
+PREFERRED_MERGE_ITEMS = 1 << 16
+MIN_MERGE_ITEMS = 1 << 10
+# A merge's memory, in buffers per run: the buffered heads (up to two buffers), the round's
+# pieces, their merge and the output waiting to be written.
+MERGE_BUFFERS = 5
 MAX_RUN_WORKERS = 4
 # Runs shorter than this are not worth a thread of their own.
 MIN_RUN_BYTES = 4 << 20
@@ -88,7 +96,7 @@ def _run_kind(kind: Any) -> Any:
 
 
 class _RunReader:
-    """A run's buffered head, refilled a chunk at a time from the runs array."""
+    """A run's buffered head, refilled a buffer at a time from the runs array."""
 
     def __init__(self, values: Any, indices: Any, start: int, stop: int, chunk: int) -> None:
         self.values_array, self.indices_array = values, indices
@@ -165,20 +173,25 @@ def _merge_round(readers: list[_RunReader]) -> tuple[list[np.ndarray], list[np.n
     return [v for v, _ in taken], [i for _, i in taken]
 
 
-def _merge(readers: list[_RunReader], output: _Output, arg: bool, last: bool) -> None:
-    """Merges the runs into ``output``: values, or (``last`` of argsort) indices only."""
+def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, last: bool) -> None:
+    """Merges the runs into ``output``: values, or (``last`` of argsort) indices only.
+
+    A round's pieces are merged by sorting their concatenation: NumPy's own sort (vectorised
+    where the CPU allows) is faster than a merge for these sizes; argsort's ties keep their
+    order (their runs' order) only when a stable sort was asked for, as in NumPy."""
     while any(len(r.values) for r in readers):
         values, indices = _merge_round(readers)
         joined = np.concatenate(values)
         if arg:
-            order = np.argsort(joined, kind="stable")
+            order = np.argsort(joined, kind="stable" if stable else None)
             index: np.ndarray = np.concatenate(indices)[order]  # type: ignore[arg-type]
             if last:
                 output.write(index, None)
             else:
                 output.write(joined[order], index)
         else:
-            output.write(np.sort(joined, kind="stable"), None)
+            joined.sort()
+            output.write(joined, None)
         del joined, values, indices
         for reader in readers:
             reader.fill()
@@ -192,6 +205,7 @@ def sort_flat(node: Node, kind: Any, arg: bool) -> Any:
     dtype = node.dtype
     item_bytes = dtype.itemsize + (2 * np.dtype(np.intp).itemsize if arg else 0)
     out_dtype = np.dtype(np.intp) if arg else dtype
+    stable = kind in ("stable", "mergesort")
     memory = working_bytes()
     # Sorting in memory holds the values, their sorted copy and (argsort) two index arrays.
     if 3 * size * item_bytes <= memory:
@@ -201,41 +215,47 @@ def sort_flat(node: Node, kind: Any, arg: bool) -> Any:
         return np.sort(values, kind=kind)
     workers = _workers(size * item_bytes, memory)
     run_items = max(MIN_CHUNK_ITEMS, memory // (3 * workers * item_bytes))
-    # A merge holds up to two chunks per run, then the round's pieces and their merge: as
-    # many runs as fit with chunks of PREFERRED_CHUNK_ITEMS are merged at once.
-    fan_in = max(2, memory // (6 * item_bytes * PREFERRED_CHUNK_ITEMS))
-    fan_in = min(fan_in, math.ceil(size / run_items))
-    chunk = max(MIN_CHUNK_ITEMS, min(MAX_CHUNK_ITEMS, memory // (6 * fan_in * item_bytes)))
+    # Runs and results are stored in large chunks (written whole, once); a merge reads each
+    # run a small buffer at a time, which uncompressed chunks serve without reading more.
+    stored = min(MAX_CHUNK_ITEMS, memory // (8 * item_bytes), run_items)
+    stored = max(MIN_CHUNK_ITEMS, 1 << (stored.bit_length() - 1))
+    run_items = max(stored, run_items // stored * stored)
+    runs = math.ceil(size / run_items)
+    # A merge holds a buffer or two per run, then the round's pieces and their merge.  All
+    # runs are merged at once while their buffers stay long enough to be worth a round (a
+    # merge level costs a write and a read of everything).
+    fan_in = runs
+    if memory // (MERGE_BUFFERS * runs * item_bytes) < MIN_MERGE_ITEMS:
+        fan_in = max(2, memory // (MERGE_BUFFERS * item_bytes * PREFERRED_MERGE_ITEMS))
+    buffer = max(MIN_CHUNK_ITEMS, memory // (MERGE_BUFFERS * fan_in * item_bytes))
     require_memory(
         "sort",
-        6 * 2 * MIN_CHUNK_ITEMS * item_bytes,
-        smallest_bytes=6 * 2 * MIN_CHUNK_ITEMS * item_bytes,
+        MERGE_BUFFERS * 2 * MIN_CHUNK_ITEMS * item_bytes,
+        smallest_bytes=MERGE_BUFFERS * 2 * MIN_CHUNK_ITEMS * item_bytes,
         hint="or sort a part at a time",
     )
-    run_items = max(chunk, run_items // chunk * chunk)
-    run_values = temporary((size,), dtype, chunks=(chunk,), codec=RUN_CODEC)
-    run_indices = temporary((size,), np.intp, chunks=(chunk,), codec=RUN_CODEC) if arg else None
+    run_values = temporary((size,), dtype, chunks=(stored,), codec=RUN_CODEC)
+    run_indices = temporary((size,), np.intp, chunks=(stored,), codec=RUN_CODEC) if arg else None
     bounds = _write_runs(node, run_values, run_indices, run_items, kind, arg, workers)
-    fan_in = max(fan_in, min(len(bounds), memory // (6 * item_bytes * chunk)))
     while len(bounds) > fan_in:  # merge levels: groups of runs into longer runs
-        merged_values = temporary((size,), dtype, chunks=(chunk,), codec=RUN_CODEC)
+        merged_values = temporary((size,), dtype, chunks=(stored,), codec=RUN_CODEC)
         merged_indices = (
-            temporary((size,), np.intp, chunks=(chunk,), codec=RUN_CODEC) if arg else None
+            temporary((size,), np.intp, chunks=(stored,), codec=RUN_CODEC) if arg else None
         )
         merged = []
         for first in range(0, len(bounds), fan_in):
             group = bounds[first : first + fan_in]
-            readers = [_RunReader(run_values, run_indices, a, b, chunk) for a, b in group]
-            output = _Output(merged_values, chunk, group[0][0], merged_indices)
-            _merge(readers, output, arg, last=False)
+            readers = [_RunReader(run_values, run_indices, a, b, buffer) for a, b in group]
+            output = _Output(merged_values, stored, group[0][0], merged_indices)
+            _merge(readers, output, arg, stable, last=False)
             merged.append((group[0][0], group[-1][1]))
         run_values, run_indices, bounds = merged_values, merged_indices, merged
     if size * out_dtype.itemsize * 4 <= memory:
         result: Any = np.empty(size, out_dtype)
     else:
-        result = temporary((size,), out_dtype, chunks=(chunk,), codec=RUN_CODEC)
-    readers = [_RunReader(run_values, run_indices, a, b, chunk) for a, b in bounds]
-    _merge(readers, _Output(result, chunk), arg, last=True)
+        result = temporary((size,), out_dtype, chunks=(stored,), codec=RESULT_CODEC)
+    readers = [_RunReader(run_values, run_indices, a, b, buffer) for a, b in bounds]
+    _merge(readers, _Output(result, stored), arg, stable, last=True)
     return result
 
 
@@ -270,6 +290,7 @@ def _write_runs(
 ) -> list[tuple[int, int]]:
     """Sorts each run in memory (``workers`` at once) into the runs arrays; the runs'
     bounds."""
+    stable = kind in ("stable", "mergesort")
     manager = active_manager() or system()
 
     def sort_run(run: tuple[int, int, list[Region]]) -> tuple[int, int]:
@@ -285,7 +306,7 @@ def _write_runs(
                     values[at : at + len(part)] = part
                     at += len(part)
             if arg:
-                order = np.argsort(values, kind="stable")
+                order = np.argsort(values, kind="stable" if stable else kind)
                 run_values[start:stop] = values[order]
                 del values
                 order += start

@@ -109,12 +109,22 @@ def test_merge_levels_when_runs_are_too_many_to_merge_at_once() -> None:
     rng = np.random.default_rng(2)
     data = rng.integers(0, 100, (60, 500)).astype(np.int32)
     x = oc.from_numpy(data, chunks=(7, 90))
+    levels = []
+    merge = _external_sort._merge
+
+    def counted(*args: Any, last: bool) -> None:
+        levels.append(last)
+        merge(*args, last=last)
+
     with (
         mock.patch.object(_external_sort, "working_bytes", return_value=40_000),
-        mock.patch.object(_external_sort, "PREFERRED_CHUNK_ITEMS", 1 << 30),
+        mock.patch.object(_external_sort, "MIN_MERGE_ITEMS", 1 << 30),
+        mock.patch.object(_external_sort, "PREFERRED_MERGE_ITEMS", 1 << 30),
+        mock.patch.object(_external_sort, "_merge", counted),
     ):
         order = np.argsort(x, axis=None, kind="stable")
         ordered = np.sort(x, axis=None)
+    assert levels.count(False) > 2  # runs merged two at a time, level after level
     np.testing.assert_array_equal(_values(order), np.argsort(data, axis=None, kind="stable"))
     np.testing.assert_array_equal(_values(ordered), np.sort(data, axis=None))
 
