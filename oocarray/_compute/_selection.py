@@ -111,7 +111,7 @@ class _Slices:
         self.mask = np.empty(size, bool)
         self.other = np.empty(size, bool)
         self.where = np.empty(size, np.intp)
-        self.position = np.empty(size, np.float64) if value_positions else None
+        self.position = np.empty(size, position_type(dtype)) if value_positions else None
 
     def scratch_keys(self) -> np.ndarray:
         if self.flip is None:
@@ -284,16 +284,23 @@ def value_bins(
     bins: int,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The bin of each value, as float64 (NaN: any bin, masked by the caller)."""
-    position: np.ndarray = np.empty(values.shape, np.float64) if out is None else out
+    """The bin of each value, as a float (NaN: any bin, masked by the caller).  Computed in
+    float32 for values of 32 bits or less, else float64: the same function wherever it is
+    asked, so a bin is an interval of values."""
+    work = position_type(values.dtype)
+    position: np.ndarray = np.empty(values.shape, work) if out is None else out
     with np.errstate(invalid="ignore", over="ignore"):
         np.copyto(position, values, casting="unsafe")
-        position -= start
-        position *= scale
+        position -= start.astype(work, copy=False)
+        position *= scale.astype(work, copy=False)
         np.floor(position, out=position)
         np.clip(position, 0, bins - 1, out=position)
     np.copyto(position, 0.0, where=np.isnan(position))
     return position
+
+
+def position_type(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(np.float32 if dtype.itemsize <= 4 else np.float64)
 
 
 def keys_scratch(slices: _Slices, keys: np.ndarray) -> np.ndarray:
@@ -469,7 +476,8 @@ def _binning(
             start = from_keys(low, dtype).astype(np.float64).clip(-largest, largest)
             stop = from_keys(high, dtype).astype(np.float64).clip(-largest, largest)
             scale = bins / (stop - start)
-        scale = np.where(np.isfinite(scale) & (stop > start), scale, 0.0)
+        finite = np.isfinite(scale.astype(position_type(dtype)))
+        scale = np.where(finite & (stop > start), scale, 0.0)
         return _Binning(bins, start=start, scale=scale)
     shift = np.maximum(_bit_length(high - low), np.uint64(bins.bit_length() - 1))
     shift -= np.uint64(bins.bit_length() - 1)

@@ -28,6 +28,8 @@ from oocarray._storage import StoredArray
 __all__ = ["FUNCTIONS", "SortAlong", "SortedLookup", "argsort", "searchsorted", "sort"]
 
 _KINDS = (None, "quicksort", "mergesort", "heapsort", "stable")
+# A lazy sort's block may take this fraction of the working memory.
+LINE_SHARE = 6
 
 
 class SortAlong(Node):
@@ -65,8 +67,10 @@ def _line_block(node: Node, axis: int) -> tuple[int, ...] | None:
     """The block of a lazy sort along ``axis``: whole lines, the other axes cut (from the
     node's chunks) until a block and its sorting fit a share of the budget; None when one
     line does not fit."""
+    # A block holds its lines, their sorted copy (or order) and the block written out; the
+    # engine runs fewer blocks at once where the budget is short.
     per_item = 3 * node.dtype.itemsize + 2 * np.dtype(np.intp).itemsize
-    share = working_bytes() // 16
+    share = working_bytes() // LINE_SHARE
     block = list(node.chunks() or (1, *node.shape[1:]))
     block = [max(1, min(b, n)) for b, n in zip(block, node.shape, strict=True)]
     block[axis] = node.shape[axis]
