@@ -7,6 +7,11 @@ blocks hold whole lines (as few as fit) and are sorted on their own.  Along a fl
 (``axis=None``, or a 1-d array), or lines too long for memory, it is an external merge sort
 (``_external_sort``): the result is an ndarray when it fits the budget, else a temporary
 chunked array.  A partition is a sort (a sorted array is partitioned at every ``kth``).
+
+A lazy sort along an axis split into chunks reads its lines across those chunks: each input
+chunk is decoded once per block of lines it holds (store such arrays with the sorted axis
+whole in each chunk where sorts along it are frequent).  Lines longer than memory are sorted
+one at a time.
 """
 
 from __future__ import annotations
