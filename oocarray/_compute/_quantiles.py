@@ -22,8 +22,9 @@ from numpy.lib import _function_base_impl as _numpy_quantiles
 from oocarray._compute._engine import evaluate
 from oocarray._compute._limits import unsupported
 from oocarray._compute._nodes import BlockReads, Node, as_node
+from oocarray._compute._order_keys import from_keys
 from oocarray._compute._reduce import Reduction, normalize_axes
-from oocarray._compute._selection import from_keys, select_ranks, summarize
+from oocarray._compute._selection import select_ranks, summarize
 
 __all__ = ["FUNCTIONS", "median", "quantile"]
 

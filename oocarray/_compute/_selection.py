@@ -19,7 +19,6 @@ engine), and ranks whose intervals coincide share their counts.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +27,16 @@ import numpy as np
 from oocarray._compute._engine import evaluate
 from oocarray._compute._limits import require_memory, working_bytes
 from oocarray._compute._nodes import Node
+from oocarray._compute._order_keys import (
+    KeySlices,
+    column_matrix,
+    from_keys,
+    position_type,
+    value_bins,
+)
 from oocarray._compute._reduce import Reduction
 
-__all__ = ["ColumnSummary", "from_keys", "order_keys", "select_ranks", "summarize"]
+__all__ = ["ColumnSummary", "candidate_limit", "select_ranks", "summarize"]
 
 Region = tuple[slice, ...]
 
@@ -39,134 +45,7 @@ MIN_BINS = 16
 MIN_CANDIDATES = 4096
 # Memory per bin of a column's counts: the count, its cumulative sum and a comparison.
 COUNT_BYTES = 24
-# Rows of a block's column matrix turned into keys at once (bounds a partial's temporaries).
-SLICE_ITEMS = 1 << 18
-_HIGH_BIT = np.uint64(1 << 63)
 _ALL_ONES = np.uint64((1 << 64) - 1)
-
-
-def order_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """``values`` as unsigned keys of their width in NumPy's sort order, and where they are
-    not NaN (None: no NaN can occur).  A float's key flips its sign bit, and every bit of a
-    negative one (one xor, no branch)."""
-    kind = values.dtype.kind
-    if kind == "b":
-        return values.view(np.uint8), None
-    if kind == "u":
-        return values, None
-    size = values.dtype.itemsize
-    unsigned = np.dtype(f"u{size}")
-    top = unsigned.type(1 << (8 * size - 1))
-    if kind == "i":
-        return values.view(unsigned) ^ top, None
-    if kind != "f":
-        raise TypeError(f"order keys of {values.dtype} values")
-    flip = (values.view(f"i{size}") >> (8 * size - 1)).view(unsigned) | top
-    return values.view(unsigned) ^ flip, ~np.isnan(values)
-
-
-def from_keys(keys: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
-    """The values of order ``keys`` (the inverse of :func:`order_keys`)."""
-    kind = dtype.kind
-    if kind == "b":
-        return keys.astype(np.uint8).view(np.bool_)
-    size = dtype.itemsize
-    unsigned = np.dtype(f"u{size}")
-    native = keys.astype(unsigned)
-    if kind == "u":
-        return native
-    top = unsigned.type(1 << (8 * size - 1))
-    if kind == "i":
-        signed: np.ndarray = (native ^ top).view(dtype)
-        return signed
-    flip = ((~native).view(f"i{size}") >> (8 * size - 1)).view(unsigned) | top
-    floats: np.ndarray = (native ^ flip).view(dtype)
-    return floats
-
-
-def column_matrix(block: np.ndarray, region: Region, axes: tuple[int, ...]) -> np.ndarray:
-    """A block as a (reduced items, kept cells) matrix, kept cells in C order."""
-    shape = tuple(s.stop - s.start for s in region)
-    moved = np.moveaxis(np.broadcast_to(block, shape), axes, tuple(range(len(axes))))
-    return moved.reshape(math.prod(shape[a] for a in axes), -1)
-
-
-class _Slices:
-    """A block's column matrix a slice of rows at a time, transposed (column by column, so
-    the counts a column touches stay in cache) and turned into keys, in buffers made once
-    per block: the engine evaluates a block in a cyclic workspace, whose arena keeps every
-    temporary of the block, so a partial reuses its buffers rather than making new ones."""
-
-    def __init__(self, matrix: np.ndarray, value_positions: bool = False) -> None:
-        self.matrix = matrix
-        rows, width = matrix.shape
-        self.step = max(1, min(rows, SLICE_ITEMS // max(1, width)))
-        size = width * self.step
-        dtype = matrix.dtype
-        self.key_type = np.dtype(np.uint8 if dtype.kind == "b" else f"u{dtype.itemsize}")
-        self.values = np.empty(size, dtype)
-        self.keys = np.empty(size, self.key_type)
-        self.flip = np.empty(size, self.key_type) if dtype.kind in "fi" else None
-        self.finite = np.empty(size, bool) if dtype.kind == "f" else None
-        self.mask = np.empty(size, bool)
-        self.other = np.empty(size, bool)
-        self.where = np.empty(size, np.intp)
-        self.position = np.empty(size, position_type(dtype)) if value_positions else None
-
-    def scratch_keys(self) -> np.ndarray:
-        if self.flip is None:
-            self.flip = np.empty(self.keys.size, self.key_type)
-        return self.flip
-
-    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
-        """(values, keys, where not NaN), each (width, rows of the slice)."""
-        rows, width = self.matrix.shape
-        for start in range(0, rows, self.step):
-            count = min(self.step, rows - start)
-            shape = (width, count)
-            values = self.values[: width * count].reshape(shape)
-            np.copyto(values, self.matrix[start : start + count].T)
-            keys = self.keys[: width * count].reshape(shape)
-            finite = None if self.finite is None else self.finite[: width * count].reshape(shape)
-            self._keys(values, keys, finite)
-            yield values, keys, finite
-
-    def _keys(self, values: np.ndarray, keys: np.ndarray, finite: np.ndarray | None) -> None:
-        kind = values.dtype.kind
-        if kind in "bu":
-            np.copyto(keys, values.view(self.key_type))
-            return
-        bits = 8 * values.dtype.itemsize
-        top = self.key_type.type(1 << (bits - 1))
-        if kind == "i":
-            np.bitwise_xor(values.view(self.key_type), top, out=keys)
-            return
-        if kind != "f":
-            raise TypeError(f"order keys of {values.dtype} values")
-        assert self.flip is not None and finite is not None
-        flip = self.flip[: values.size].reshape(values.shape)
-        np.right_shift(
-            values.view(f"i{values.dtype.itemsize}"),
-            bits - 1,
-            out=flip.view(f"i{values.dtype.itemsize}"),
-        )
-        flip |= top
-        np.bitwise_xor(values.view(self.key_type), flip, out=keys)
-        np.isnan(values, out=finite)
-        np.logical_not(finite, out=finite)
-
-    def inside(
-        self, keys: np.ndarray, finite: np.ndarray | None, low: np.ndarray, high: np.ndarray
-    ) -> np.ndarray:
-        """Where keys lie in [low, high] (per column) and are not NaN (a reused buffer)."""
-        mask = self.mask[: keys.size].reshape(keys.shape)
-        other = self.other[: keys.size].reshape(keys.shape)
-        np.greater_equal(keys, low, out=mask)
-        np.less_equal(keys, high, out=other)
-        mask &= other
-        if finite is not None:
-            mask &= finite
-        return mask
 
 
 @dataclass
@@ -193,7 +72,7 @@ class _Summary(Reduction):
         valid = np.zeros(width, np.int64)
         low = np.full(width, _ALL_ONES, np.uint64)
         high = np.zeros(width, np.uint64)
-        slices = _Slices(matrix)
+        slices = KeySlices(matrix)
         largest = np.iinfo(slices.key_type).max
         for _, keys, finite in slices:
             if finite is None:
@@ -277,38 +156,6 @@ class _Binning:
         return self.scale is not None
 
 
-def value_bins(
-    values: np.ndarray,
-    start: np.ndarray,
-    scale: np.ndarray,
-    bins: int,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """The bin of each value, as a float (NaN: any bin, masked by the caller).  Computed in
-    float32 for values of 32 bits or less, else float64: the same function wherever it is
-    asked, so a bin is an interval of values."""
-    work = position_type(values.dtype)
-    position: np.ndarray = np.empty(values.shape, work) if out is None else out
-    with np.errstate(invalid="ignore", over="ignore"):
-        np.copyto(position, values, casting="unsafe")
-        position -= start.astype(work, copy=False)
-        position *= scale.astype(work, copy=False)
-        np.floor(position, out=position)
-        np.clip(position, 0, bins - 1, out=position)
-    np.copyto(position, 0.0, where=np.isnan(position))
-    return position
-
-
-def position_type(dtype: np.dtype[Any]) -> np.dtype[Any]:
-    return np.dtype(np.float32 if dtype.itemsize <= 4 else np.float64)
-
-
-def keys_scratch(slices: _Slices, keys: np.ndarray) -> np.ndarray:
-    """A buffer of a slice's key shape (the flip buffer, free once keys are made)."""
-    buffer = slices.flip if slices.flip is not None else slices.scratch_keys()
-    return buffer[: keys.size].reshape(keys.shape)
-
-
 class _BinCounts(_Targets):
     def __init__(
         self,
@@ -346,7 +193,7 @@ class _BinCounts(_Targets):
         slots = [s for s in range(self.slots) if own[s].any()]
         # One more cell, where values outside the intervals are counted (and dropped).
         counts = {s: np.zeros(cells + 1, np.int64) for s in slots}
-        slices = _Slices(matrix, value_positions=binning.by_value())
+        slices = KeySlices(matrix, value_positions=binning.by_value())
         for values, keys, finite in slices:
             where = slices.where[: keys.size].reshape(keys.shape)
             for s in slots:
@@ -370,7 +217,7 @@ class _BinCounts(_Targets):
                     value_bins(values, start[s][:, None], scale[s][:, None], self.bins, position)
                     np.copyto(where, position, casting="unsafe")
                 else:
-                    scratch = keys_scratch(slices, keys)
+                    scratch = slices.scratch(keys)
                     np.subtract(keys, low[s][:, None], out=scratch)
                     np.right_shift(scratch, shift[s][:, None], out=scratch)
                     np.copyto(where, scratch, casting="unsafe")
@@ -430,7 +277,7 @@ class _Gather(_Targets):
         cells = self.cells[self.target(region)].reshape(-1)
         total = math.prod(self.kept_shape)
         groups, keys_found = [], []
-        slices = _Slices(matrix)
+        slices = KeySlices(matrix)
         for _, keys, finite in slices:
             for s in range(self.slots):
                 if not own[s].any():

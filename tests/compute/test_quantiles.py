@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray._compute import _selection
+from oocarray._compute import _order_keys, _selection
 from tests.compute.strategies import (
     BOOL,
     FLOATS,
@@ -219,10 +219,10 @@ def test_arguments_numpy_refuses_and_those_chunked_arrays_do_not_take() -> None:
 @given(st.lists(st.floats(allow_nan=False, width=32), min_size=1, max_size=50))
 def test_order_keys_sort_as_the_values(values: list[float]) -> None:
     array = np.array([*values, np.inf, -np.inf, 0.0], np.float32)
-    keys, finite = _selection.order_keys(array)
+    keys, finite = _order_keys.order_keys(array)
     assert finite is not None and finite.all()
     order = np.argsort(keys, kind="stable")
     ordered = array[order]
     assert (ordered[1:] >= ordered[:-1]).all()
-    back = _selection.from_keys(keys.astype(np.uint64), array.dtype)
+    back = _order_keys.from_keys(keys.astype(np.uint64), array.dtype)
     np.testing.assert_array_equal(back.view(np.uint32), array.view(np.uint32))
