@@ -1,19 +1,22 @@
 """Exact order statistics of chunked arrays along reduced axes, by counting passes.
 
-Values are compared through order keys: unsigned 64-bit integers whose order is NumPy's sort
-order of the values (for floats the sign bit is flipped, and all bits of negatives, so the
-keys of floats sort as the floats; NaN is left out).  Selecting the ``k``-th smallest value of a
-column then narrows an integer interval of keys:
+Values are compared through order keys (``_order_keys``: unsigned integers that sort as
+NumPy sorts the values; NaN left out).  Selecting the ``k``-th smallest value of a column then
+narrows an interval of keys:
 
 1. a pass counts each column's values and finds its smallest and largest key;
 2. each histogram pass counts, for every wanted (column, rank), the values in each of up to
-   4096 equal bins of its interval and keeps the bin holding the rank (each pass divides the
-   interval's width by the number of bins, so 64-bit keys take at most six);
+   4096 bins of its interval and keeps the bin holding the rank.  The first pass over floats
+   bins by value (equal widths of the values' range: few passes for data spread over many
+   exponents); later ones by key (equal widths of keys: each divides the interval's width
+   by the number of bins, so 64-bit keys take at most six);
 3. once the candidates left in all intervals fit in memory, a last pass gathers them and the
    rank is picked exactly (one lexicographic sort of all candidates, by target then key).
 
 Every column and every rank goes through one pass at a time (a :class:`Reduction` of the
-engine), and ranks whose intervals coincide share their counts.
+engine), and ranks whose intervals coincide share their counts.  The counts of one pass take
+``columns x bins x 24`` bytes for each distinct interval per column; the bins shrink (to 16)
+to fit the budget.
 """
 
 from __future__ import annotations
