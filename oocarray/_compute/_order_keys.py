@@ -105,13 +105,18 @@ def column_matrix(block: np.ndarray, region: Region, axes: tuple[int, ...]) -> n
 
 
 class KeySlices:
-    """A block's column matrix a slice of rows at a time, transposed (column by column, so
-    the counts a column touches stay in cache) and turned into keys, in buffers made once
-    per block: the engine evaluates a block in a cyclic workspace, whose arena keeps every
-    temporary of the block, so a partial reuses its buffers rather than making new ones."""
+    """A block's column matrix a slice of rows at a time, turned into keys, in buffers made
+    once per block: the engine evaluates a block in a cyclic workspace, whose arena keeps
+    every temporary of the block, so a partial reuses its buffers rather than making new
+    ones.  ``transposed``: slices come column by column (shaped (columns, rows)), so the
+    counts a column touches stay in cache; else as the matrix's rows (reductions over rows
+    are vectorised across columns)."""
 
-    def __init__(self, matrix: np.ndarray, value_positions: bool = False) -> None:
+    def __init__(
+        self, matrix: np.ndarray, value_positions: bool = False, transposed: bool = True
+    ) -> None:
         self.matrix = matrix
+        self.transposed = transposed
         rows, width = matrix.shape
         self.step = max(1, min(rows, SLICE_ITEMS // max(1, width)))
         size = width * self.step
@@ -133,13 +138,18 @@ class KeySlices:
         return self.flip[: keys.size].reshape(keys.shape)
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
-        """(values, keys, where not NaN), each (width, rows of the slice)."""
+        """(values, keys, where not NaN), each (width, rows of the slice) when transposed."""
         rows, width = self.matrix.shape
         for start in range(0, rows, self.step):
             count = min(self.step, rows - start)
-            shape = (width, count)
-            values = self.values[: width * count].reshape(shape)
-            np.copyto(values, self.matrix[start : start + count].T)
+            part = self.matrix[start : start + count]
+            if self.transposed:
+                shape = (width, count)
+                values = self.values[: width * count].reshape(shape)
+                np.copyto(values, part.T)
+            else:
+                shape = (count, width)
+                values = np.ascontiguousarray(part)
             keys = self.keys[: width * count].reshape(shape)
             finite = None if self.finite is None else self.finite[: width * count].reshape(shape)
             write_keys(values, keys, self.scratch(keys), finite)
@@ -166,18 +176,19 @@ def value_bins(
     bins: int,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The bin of each value, as a float (NaN: any bin, masked by the caller).  Computed in
+    """The bin of each value, as a float to truncate (NaN values: NaN, for the caller to mask
+    out).  Computed in
     float32 for values of 32 bits or less, else float64: the same function wherever it is
     asked, so a bin is an interval of values."""
     work = position_type(values.dtype)
     position: np.ndarray = np.empty(values.shape, work) if out is None else out
     with np.errstate(invalid="ignore", over="ignore"):
-        np.copyto(position, values, casting="unsafe")
-        position -= start.astype(work, copy=False)
+        np.subtract(values, start.astype(work, copy=False), out=position)
         position *= scale.astype(work, copy=False)
-        np.floor(position, out=position)
+        # (clipped at 0, truncation is the floor)
         np.clip(position, 0, bins - 1, out=position)
-    np.copyto(position, 0.0, where=np.isnan(position))
+    if not scale.all():  # a range of one value: its infinities times 0 are NaN
+        np.copyto(position, 0.0, where=np.isnan(position))
     return position
 
 

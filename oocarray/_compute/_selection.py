@@ -75,17 +75,17 @@ class _Summary(Reduction):
         valid = np.zeros(width, np.int64)
         low = np.full(width, _ALL_ONES, np.uint64)
         high = np.zeros(width, np.uint64)
-        slices = KeySlices(matrix)
+        slices = KeySlices(matrix, transposed=False)
         largest = np.iinfo(slices.key_type).max
         for _, keys, finite in slices:
             if finite is None:
-                valid += keys.shape[1]
-                np.minimum(low, keys.min(axis=1, initial=largest), out=low)
-                np.maximum(high, keys.max(axis=1, initial=0), out=high)
+                valid += keys.shape[0]
+                np.minimum(low, keys.min(axis=0, initial=largest), out=low)
+                np.maximum(high, keys.max(axis=0, initial=0), out=high)
             else:
-                valid += np.count_nonzero(finite, axis=1)
-                np.minimum(low, keys.min(axis=1, initial=largest, where=finite), out=low)
-                np.maximum(high, keys.max(axis=1, initial=0, where=finite), out=high)
+                valid += np.count_nonzero(finite, axis=0)
+                np.minimum(low, keys.min(axis=0, initial=largest, where=finite), out=low)
+                np.maximum(high, keys.max(axis=0, initial=0, where=finite), out=high)
         return valid.reshape(kept), low.reshape(kept), high.reshape(kept)
 
     def merge(self, partial: Any, region: Region) -> None:
@@ -218,7 +218,8 @@ class _BinCounts(_Targets):
                     assert slices.position is not None
                     position = slices.position[: keys.size].reshape(keys.shape)
                     value_bins(values, start[s][:, None], scale[s][:, None], self.bins, position)
-                    np.copyto(where, position, casting="unsafe")
+                    with np.errstate(invalid="ignore"):  # NaN values: masked out below
+                        np.copyto(where, position, casting="unsafe")
                 else:
                     scratch = slices.scratch(keys)
                     np.subtract(keys, low[s][:, None], out=scratch)
@@ -259,7 +260,9 @@ def _value_bin_keys(
     while (open_ := lower < upper).any():
         middle = lower + (upper - lower) // np.uint64(2)
         values = from_keys(middle, dtype)
-        at_least = value_bins(values, start, scale, binning.bins).astype(np.intp) >= bin_index
+        with np.errstate(invalid="ignore"):  # (closed targets' keys may be NaN's: unused)
+            bins = value_bins(values, start, scale, binning.bins).astype(np.intp)
+        at_least = bins >= bin_index
         upper = np.where(open_ & at_least, middle, upper)
         lower = np.where(open_ & ~at_least, middle + np.uint64(1), lower)
     return lower
