@@ -110,13 +110,19 @@ class KeySlices:
     every temporary of the block, so a partial reuses its buffers rather than making new
     ones.  ``transposed``: slices come column by column (shaped (columns, rows)), so the
     counts a column touches stay in cache; else as the matrix's rows (reductions over rows
-    are vectorised across columns)."""
+    are vectorised across columns).  ``with_keys=False``: only where values are not NaN
+    (the keys buffer is left as it is)."""
 
     def __init__(
-        self, matrix: np.ndarray, value_positions: bool = False, transposed: bool = True
+        self,
+        matrix: np.ndarray,
+        value_positions: bool = False,
+        transposed: bool = True,
+        with_keys: bool = True,
     ) -> None:
         self.matrix = matrix
         self.transposed = transposed
+        self.with_keys = with_keys
         rows, width = matrix.shape
         self.step = max(1, min(rows, SLICE_ITEMS // max(1, width)))
         size = width * self.step
@@ -152,7 +158,11 @@ class KeySlices:
                 values = np.ascontiguousarray(part)
             keys = self.keys[: width * count].reshape(shape)
             finite = None if self.finite is None else self.finite[: width * count].reshape(shape)
-            write_keys(values, keys, self.scratch(keys), finite)
+            if self.with_keys:
+                write_keys(values, keys, self.scratch(keys), finite)
+            elif finite is not None:
+                np.isnan(values, out=finite)
+                np.logical_not(finite, out=finite)
             yield values, keys, finite
 
     def inside(

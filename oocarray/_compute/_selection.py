@@ -168,9 +168,13 @@ class _BinCounts(_Targets):
         high: np.ndarray,
         own: np.ndarray,
         binning: _Binning,
+        whole: bool = False,
     ) -> None:
         super().__init__(expr, axes, low, high, own)
         self.binning = binning
+        # Every interval is its column's whole range (the first pass): the values in it are
+        # those that are not NaN, and by value their keys are not needed.
+        self.whole = whole and binning.by_value()
         self.bins = binning.bins
         # Counts only for the slots that own an interval somewhere (often one: the first
         # pass, where a column's targets all share its whole range).
@@ -196,12 +200,18 @@ class _BinCounts(_Targets):
         slots = [s for s in range(self.slots) if own[s].any()]
         # One more cell, where values outside the intervals are counted (and dropped).
         counts = {s: np.zeros(cells + 1, np.int64) for s in slots}
-        slices = KeySlices(matrix, value_positions=binning.by_value())
+        slices = KeySlices(matrix, value_positions=binning.by_value(), with_keys=not self.whole)
         for values, keys, finite in slices:
             where = slices.where[: keys.size].reshape(keys.shape)
             for s in slots:
-                mask = slices.inside(keys, finite, low[s][:, None], high[s][:, None])
-                mask &= own[s][:, None]
+                if self.whole:
+                    mask = slices.mask[: keys.size].reshape(keys.shape)
+                    np.copyto(mask, own[s][:, None])
+                    if finite is not None:
+                        mask &= finite
+                else:
+                    mask = slices.inside(keys, finite, low[s][:, None], high[s][:, None])
+                    mask &= own[s][:, None]
                 inside = np.count_nonzero(mask)
                 if inside < mask.size // 4:  # few (later passes): bin only those
                     column = np.nonzero(mask)[0]
@@ -410,6 +420,7 @@ def select_ranks(
         "is reduced on its own)",
     )
     by_value = expr.dtype.kind == "f"
+    first = True
     while True:
         owner = _owners(low, high, done)
         own = (owner == np.arange(slots).reshape((-1,) + (1,) * (len(shape) - 1))) & ~done
@@ -420,7 +431,7 @@ def select_ranks(
         while bins > MIN_BINS and owners * cells * bins * COUNT_BYTES > memory:
             bins //= 2
         binning = _binning(expr.dtype, low, high, bins, by_value)
-        counting = _BinCounts(expr, axes, low, high, own, binning)
+        counting = _BinCounts(expr, axes, low, high, own, binning, whole=first)
         evaluate([counting], [], progress, "quantile")
         chosen, before, inside = _locate(counting.finish(), owner, done, rank, bins)
         if binning.by_value():
@@ -436,7 +447,7 @@ def select_ranks(
         low = np.where(done, low, start)
         high = np.where(done, high, end)
         done |= low == high
-        by_value = False  # later passes bin by key: they need not depend on the spread
+        by_value = first = False  # later passes bin by key: they need not depend on the spread
     keys = np.where(want, low, np.uint64(0))
     if (own & ~done).any():
         gathering = _Gather(expr, axes, low, high, own)
@@ -444,8 +455,8 @@ def select_ranks(
         groups, found = gathering.finish()
         flat_cells = np.arange(cells, dtype=np.int64).reshape(shape[1:])
         group = owner.astype(np.int64) * cells + flat_cells
-        first = np.searchsorted(groups, group, side="left")
-        picked = np.minimum(first + rank, max(len(found) - 1, 0))
+        group_start = np.searchsorted(groups, group, side="left")
+        picked = np.minimum(group_start + rank, max(len(found) - 1, 0))
         if len(found):
             keys = np.where(done, keys, found[picked])
     return keys
