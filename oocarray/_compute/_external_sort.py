@@ -31,19 +31,19 @@ __all__ = ["flat_regions", "read_region", "sort_flat"]
 Region = tuple[slice, ...]
 
 # Runs are stored uncompressed: written once, read back a buffer at a time (an uncompressed
-# chunk serves part of itself without decoding the rest); a result stored as a temporary
-# chunked array is compressed with a fast codec.
+# chunk serves part of itself without decoding the rest), and so is a result stored as a
+# temporary chunked array (sorted values of real data seldom compress much).
 RUN_CODEC = "none"
-RESULT_CODEC = "lz4"
-MIN_CHUNK_ITEMS = 128
+RESULT_CODEC = "none"
+MIN_CHUNK_ITEMS = 64
 MAX_CHUNK_ITEMS = 1 << 20
 # A merge reads this many items of a run at a time when it can, and merges all runs at once
 # as long as it can read at least MIN_MERGE_ITEMS of each.
 PREFERRED_MERGE_ITEMS = 1 << 16
 MIN_MERGE_ITEMS = 1 << 10
 # A merge's memory, in buffers per run: the buffered heads (up to two buffers), the round's
-# pieces, their merge and the output waiting to be written.
-MERGE_BUFFERS = 5
+# pieces and their merge, and the round before being sorted and written meanwhile.
+MERGE_BUFFERS = 7
 MAX_RUN_WORKERS = 4
 # Runs shorter than this are not worth a thread of their own.
 MIN_RUN_BYTES = 4 << 20
@@ -178,23 +178,39 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
 
     A round's pieces are merged by sorting their concatenation: NumPy's own sort (vectorised
     where the CPU allows) is faster than a merge for these sizes; argsort's ties keep their
-    order (their runs' order) only when a stable sort was asked for, as in NumPy."""
-    while any(len(r.values) for r in readers):
-        values, indices = _merge_round(readers)
-        joined = np.concatenate(values)
-        if arg:
-            order = np.argsort(joined, kind="stable" if stable else None)
-            index: np.ndarray = np.concatenate(indices)[order]  # type: ignore[arg-type]
-            if last:
-                output.write(index, None)
+    order (their runs' order) only when a stable sort was asked for, as in NumPy.  A thread
+    sorts and writes each round while the next one is cut and its buffers read."""
+    manager = active_manager() or system()
+
+    def finish(joined: np.ndarray, indices: np.ndarray | None) -> None:
+        with manager.activate():
+            if indices is not None:
+                order = np.argsort(joined, kind="stable" if stable else None)
+                if last:
+                    output.write(indices[order], None)
+                else:
+                    output.write(joined[order], indices[order])
             else:
-                output.write(joined[order], index)
-        else:
-            joined.sort()
-            output.write(joined, None)
-        del joined, values, indices
-        for reader in readers:
-            reader.fill()
+                joined.sort()
+                output.write(joined, None)
+
+    with concurrent.futures.ThreadPoolExecutor(1, "oocarray-merge") as pool:
+        writing: concurrent.futures.Future[None] | None = None
+        while any(len(r.values) for r in readers):
+            values, indices = _merge_round(readers)
+            joined = np.concatenate(values)
+            index: np.ndarray | None = None
+            if arg:
+                index = np.concatenate(indices)  # type: ignore[arg-type]
+            del values, indices
+            for reader in readers:
+                reader.fill()
+            if writing is not None:
+                writing.result()  # (one round in flight: the memory of two at most)
+            writing = pool.submit(finish, joined, index)
+            del joined, index
+        if writing is not None:
+            writing.result()
     output.write(np.empty(0, output.array.dtype), None, final=True)
 
 
