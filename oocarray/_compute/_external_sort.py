@@ -46,7 +46,7 @@ MIN_MERGE_ITEMS = 1 << 10
 MERGE_BUFFERS = 7
 MAX_RUN_WORKERS = 4
 # Runs shorter than this are not worth a thread of their own.
-MIN_RUN_BYTES = 4 << 20
+MIN_RUN_BYTES = 1 << 20
 
 
 def _workers(data_bytes: int, memory: int) -> int:
