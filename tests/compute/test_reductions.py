@@ -434,7 +434,9 @@ def test_unsupported_reduction_arguments_raise() -> None:
     with pytest.raises(TypeError):
         np.histogram(x, bins=3, weights=np.ones((4, 3)))
     with pytest.raises(TypeError):
-        np.median(x)
+        np.median(x, axis=0, out=np.empty(3))
+    with pytest.raises(TypeError):
+        np.average(x)
 
 
 @pytest.mark.parametrize("dtype", INTEGERS)
