@@ -147,3 +147,6 @@ def __getattr__(name: str) -> object:
 
 _refusals.install()
 system()
+
+# The Array API namespace registers itself as the arrays' __array_namespace__ when imported.
+from oocarray import array_api as array_api  # noqa: E402
