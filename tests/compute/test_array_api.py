@@ -47,7 +47,7 @@ def test_arrays_give_the_module_as_their_namespace() -> None:
     assert x.__array_namespace__() is xp
     assert (x + 1).__array_namespace__(api_version="2024.12") is xp
     assert xp.__array_api_version__ == "2024.12"
-    with pytest.raises(ValueError, match="2024.12"):
+    with pytest.raises(ValueError, match=r"2024\.12"):
         x.__array_namespace__(api_version="2099.01")
 
 
@@ -71,7 +71,7 @@ def test_every_function_and_constant_of_the_standard_is_defined() -> None:
 
 def test_linalg_functions_that_need_a_whole_matrix_are_refused_by_name() -> None:
     x = oc.from_numpy(np.eye(3), chunks=2)
-    with pytest.raises(NotImplementedError, match="linalg.inv"):
+    with pytest.raises(NotImplementedError, match=r"linalg\.inv"):
         xp.linalg.inv(x)
 
 
@@ -443,9 +443,9 @@ def test_asarray_of_an_array_is_itself_and_copies_on_request() -> None:
     assert isinstance(copied, oc.ChunkedArray) and copied is not x
     np.testing.assert_array_equal(np.asarray(copied), np.arange(5))
     assert xp.asarray(x, dtype=xp.float32).dtype == xp.float32
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="copy=False"):
         xp.asarray(x, dtype=xp.float32, copy=False)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="copy=False"):
         xp.asarray([1, 2], copy=False)
     np.testing.assert_array_equal(values(xp.from_dlpack(np.arange(3))), np.arange(3))
 
