@@ -25,8 +25,6 @@ __all__ = ["argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "wher
 
 def _arg(function: Any, x: Any, axis: int | None, keepdims: bool, name: str) -> Any:
     check_dtype(check_array(x, name).dtype, "real numeric", name)
-    if x.size == 0:
-        raise ValueError(f"{name} of an empty array")
     if axis is None and keepdims:
         flat = function(x)
         return array_result(np.reshape(np.asarray(flat), (1,) * x.ndim))
