@@ -460,3 +460,27 @@ def test_creation_is_lazy_and_stays_in_a_small_budget() -> None:
     assert float(total) == n + n * (n - 1) / 2
     assert float(diagonal) == 2000.0
     assert big.shape == (n, 8)
+
+
+@few(20)
+@given(data=st.data())
+def test_operators_broadcast_chunked_operands(data: st.DataObject) -> None:
+    """The array object's operators broadcast arrays of different shapes, as the standard's
+    arrays do (``x - mean(x, axis=0)``)."""
+    shapes2 = data.draw(xps.mutually_broadcastable_shapes(2, max_dims=3, max_side=4))
+    dtype = data.draw(xps.real_dtypes())
+    a = data.draw(arrays(dtype, shapes2.input_shapes[0]), label="x1")
+    b = data.draw(arrays(dtype, shapes2.input_shapes[1]), label="x2")
+    x1, x2 = data.draw(chunked(a)), data.draw(chunked(b))
+    for name in ("__add__", "__mul__", "__lt__", "__sub__"):
+        differential(
+            lambda name=name: getattr(x1, name)(x2),
+            lambda name=name: getattr(a, name)(b),
+            f"{name} of {shapes2.input_shapes}",
+        )
+    if a.ndim and a.shape[0]:
+        differential(
+            lambda: x1 - xp.max(x1, axis=0, keepdims=True),
+            lambda: a - strict.max(a, axis=0, keepdims=True),
+            "x - max(x, axis=0)",
+        )
