@@ -364,12 +364,11 @@ def test_matmul_tensordot_vecdot(data: st.DataObject) -> None:
     dtype = data.draw(xps.numeric_dtypes())
     n, k, m = (data.draw(st.integers(1, 4)) for _ in range(3))
     # small values: sums of products in any order agree closely
-    elements: dict[str, Any] = (
-        {"min_value": -8, "max_value": 8}
-        if not strict.isdtype(dtype, "complex floating")
-        else {"max_magnitude": 8, "allow_nan": False, "allow_infinity": False}
-    )
-    if strict.isdtype(dtype, "real floating"):
+    elements: dict[str, Any] = {
+        "min_value": 0 if strict.isdtype(dtype, "unsigned integer") else -8,
+        "max_value": 8,
+    }
+    if strict.isdtype(dtype, ("real floating", "complex floating")):
         elements |= {"allow_nan": False, "allow_infinity": False}
     a = data.draw(arrays(dtype, (n, k), elements=elements), label="a")
     b = data.draw(arrays(dtype, (k, m), elements=elements), label="b")
