@@ -13,6 +13,7 @@ Examples
 8388608
 """
 
+from oocarray import array_api as array_api  # registers itself as x.__array_namespace__()
 from oocarray._compute import (
     ChunkedArray,
     Expr,
@@ -147,6 +148,3 @@ def __getattr__(name: str) -> object:
 
 _refusals.install()
 system()
-
-# The Array API namespace registers itself as the arrays' __array_namespace__ when imported.
-from oocarray import array_api as array_api  # noqa: E402
