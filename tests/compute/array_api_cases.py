@@ -57,15 +57,17 @@ def arrays(dtype: Any = None, shape: Any = None, **kwargs: Any) -> st.SearchStra
 
 
 @st.composite
-def chunked(draw: st.DrawFn, strict_array: Any) -> oc.ChunkedArray:
+def chunked(draw: st.DrawFn, strict_array: Any) -> oc.ChunkedArray | oc.Expr:
     """``strict_array``'s values in a chunked array whose chunks split every axis longer than
-    one (ragged last chunks included)."""
+    one (ragged last chunks included), or in a lazy expression over one (expressions are
+    arrays of the namespace too)."""
     data = np.asarray(strict_array)
     chunks = tuple(
         draw(st.integers(max(1, math.ceil(n / 4)), max(1, n - 1))) if n > 1 else 1
         for n in data.shape
     )
-    return oc.from_numpy(data, chunks=chunks)
+    stored = oc.from_numpy(data, chunks=chunks)
+    return stored.astype(data.dtype) if draw(st.booleans()) else stored
 
 
 def outcome(function: Callable[[], Any]) -> tuple[Any, BaseException | None]:

@@ -246,7 +246,7 @@ def test_clip(data: st.DataObject) -> None:
             value = data.draw(st.floats(-1e3, 1e3))
             bounds.append((value, value))
         else:
-            shape = data.draw(xps.broadcastable_shapes(a.shape, max_dims=len(a.shape)))
+            shape = data.draw(xps.broadcastable_shapes(a.shape, max_dims=len(a.shape), min_side=0))
             bound = data.draw(arrays(a.dtype, shape))
             bounds.append((data.draw(chunked(bound)), bound))
     (low, strict_low), (high, strict_high) = bounds
