@@ -1,5 +1,5 @@
 """What every part of the namespace shares: telling arrays from other values, turning the
-compute layer's answers into arrays of the namespace, and broadcasting lazily.
+compute layer's answers into arrays of the namespace, and normalising axes.
 
 Arrays of the namespace are the compute layer's :class:`ChunkedArray` and :class:`Expr`.
 Small results (a reduction's value) come back from the compute layer as NumPy values; they are
@@ -15,15 +15,11 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from oocarray._compute._array import Expr, LazyArray
-from oocarray._compute._broadcast import Broadcast, broadcast_node
 from oocarray._compute._nodes import Constant, Node, as_node
 from oocarray._storage import StoredArray
 
 __all__ = [
-    "Broadcast",
     "array_result",
-    "as_lazy",
-    "broadcast_node",
     "check_array",
     "normalize_axes",
     "tree",
@@ -57,13 +53,6 @@ def array_result(value: Any) -> Any:
         raise TypeError(f"unexpected stored array type {type(value).__name__}")
     array = np.asarray(value)
     return Expr(Constant(array, array.shape))
-
-
-def as_lazy(value: Any) -> Any:
-    """A lazy value as an :class:`Expr`, other values as they are."""
-    if isinstance(value, Node):
-        return Expr(value)
-    return value
 
 
 def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:

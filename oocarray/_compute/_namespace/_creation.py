@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute._array import Expr, LazyArray
+from oocarray._compute._broadcast import Broadcast
 from oocarray._compute._engine import StoreTarget, evaluate
-from oocarray._compute._namespace._common import Broadcast, check_array, tree
+from oocarray._compute._namespace._common import check_array, tree
 from oocarray._compute._nodes import BlockReads, Constant, ExpandDims, Node, Region
 from oocarray._compute._temporaries import temporary
 from oocarray._storage import StoredArray

@@ -17,7 +17,8 @@ import numpy as np
 
 from oocarray._compute import _build
 from oocarray._compute._array import Expr, LazyArray
-from oocarray._compute._namespace._common import broadcast_node, check_array, tree
+from oocarray._compute._broadcast import broadcast_node
+from oocarray._compute._namespace._common import check_array, tree
 from oocarray._compute._namespace._dtypes import (
     check_dtype,
     in_category,

@@ -15,9 +15,9 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from oocarray._compute._array import Expr
+from oocarray._compute._broadcast import broadcast_node
 from oocarray._compute._namespace._common import (
     array_result,
-    broadcast_node,
     check_array,
     normalize_axes,
     tree,

@@ -10,9 +10,9 @@ import numpy as np
 
 from oocarray._compute import _build
 from oocarray._compute._array import Expr
+from oocarray._compute._broadcast import broadcast_node
 from oocarray._compute._namespace._common import (
     array_result,
-    broadcast_node,
     check_array,
     normalize_axes,
     tree,
