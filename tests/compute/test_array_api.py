@@ -484,3 +484,37 @@ def test_operators_broadcast_chunked_operands(data: st.DataObject) -> None:
             lambda: a - strict.max(a, axis=0, keepdims=True),
             "x - max(x, axis=0)",
         )
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [None, "bool", "signed integer", "unsigned integer", "integral", "real floating",
+     "complex floating", "numeric", ("bool", "integral")],
+)  # fmt: skip
+def test_namespace_info_dtypes_match_the_reference(kind: Any) -> None:
+    with strict_2024():
+        info = strict.__array_namespace_info__()
+        expected = {name: _numpy_dtype(d) for name, d in info.dtypes(kind=kind).items()}
+        defaults = {k: _numpy_dtype(d) for k, d in info.default_dtypes().items()}
+    assert xp.__array_namespace_info__().dtypes(kind=kind) == expected
+    assert xp.__array_namespace_info__().default_dtypes() == defaults
+
+
+@few(20)
+@given(data=st.data())
+def test_result_type_of_arrays_and_scalars(data: st.DataObject) -> None:
+    a = data.draw(arrays(), label="x1")
+    b = data.draw(arrays(), label="x2")
+    scalar = data.draw(st.none() | st.booleans() | st.integers(-5, 5) | st.floats(-1, 1))
+    x1, x2 = data.draw(chunked(a)), data.draw(chunked(b))
+    extra = () if scalar is None else (scalar,)
+    with strict_2024():
+        try:
+            expected: Any = _numpy_dtype(strict.result_type(a, b, *extra))
+        except TypeError:
+            expected = TypeError
+    if expected is TypeError:
+        with pytest.raises(TypeError):
+            xp.result_type(x1, x2, *extra)
+    else:
+        assert xp.result_type(x1, x2, *extra) == expected
