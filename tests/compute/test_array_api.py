@@ -162,7 +162,7 @@ def test_isdtype_finfo_iinfo() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(UNARY))
-@few(12)
+@few(8)
 @given(data=st.data())
 def test_unary_elementwise(name: str, data: st.DataObject) -> None:
     a = data.draw(arrays(), label="x")
@@ -178,7 +178,7 @@ def _shift_safe(name: str, b: Any) -> bool:
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
-@few(12)
+@few(8)
 @given(data=st.data())
 def test_binary_elementwise_with_promotion_and_broadcasting(name: str, data: st.DataObject) -> None:
     shape1, shape2 = data.draw(
@@ -208,7 +208,7 @@ PYTHON_SCALARS = st.one_of(
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
-@few(10)
+@few(6)
 @given(data=st.data())
 def test_binary_elementwise_with_python_scalars(name: str, data: st.DataObject) -> None:
     a = data.draw(arrays(), label="x")
