@@ -28,9 +28,10 @@ NOT_BUILT_MESSAGE = "is not supported on chunked arrays"
 
 
 def few(examples: int) -> settings:
-    """A modest number of examples (each stores arrays in chunks), no deadline."""
+    """A modest number of examples (each stores arrays in chunks), no deadline: ``examples``
+    under the "ci" profile (100 by default), proportionally more under "long"."""
     return settings(
-        max_examples=examples,
+        max_examples=max(examples, settings.default.max_examples * examples // 100),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
