@@ -55,7 +55,10 @@ def summable_arrays(draw: st.DrawFn) -> Any:
     if strict.isdtype(dtype, "real floating"):
         elements = SMALL_REALS
     elif strict.isdtype(dtype, "complex floating"):
-        elements = st.builds(complex, SMALL_REALS, SMALL_REALS)
+        # (finite parts: a complex product with infinite parts is inf or nan depending on
+        # the grouping of its factors, and chunks group them differently from NumPy's loop)
+        finite = SMALL_REALS.filter(lambda v: not np.isinf(v))
+        elements = st.builds(complex, finite, finite)
     return draw(arrays(dtype, elements=elements))
 
 
