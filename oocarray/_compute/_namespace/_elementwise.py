@@ -127,7 +127,22 @@ def operands(
 
 
 def _apply(function: Callable[..., Any], args: list[Any], name: str) -> Expr:
+    shapes = [a.shape for a in args if not is_python_scalar(a)]
+    if shapes and all(shape == () for shape in shapes):
+        function = _on_arrays(function)
     return Expr(_build.elementwise(function, *args, name=name))
+
+
+def _on_arrays(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` given 0-d arrays where a 0-d block reads NumPy scalars: NumPy's scalar
+    arithmetic differs from its array loops at the edges ((1+1j) / 0j is nan+nanj for
+    scalars, inf+infj for arrays, as the standard and array_api_strict have it)."""
+
+    def on_arrays(*values: Any, **kwargs: Any) -> Any:
+        return function(*(v if is_python_scalar(v) else np.asarray(v) for v in values), **kwargs)
+
+    on_arrays.__name__ = getattr(function, "__name__", "function")
+    return on_arrays
 
 
 def _unary(name: str) -> Callable[[Any], Any]:
