@@ -174,7 +174,10 @@ def test_unary_elementwise(name: str, data: st.DataObject) -> None:
 
 def _shift_safe(name: str, b: Any) -> bool:
     """Negative shifts: array_api_strict refuses them after looking at the values."""
-    return "shift" not in name or not bool(np.any(np.asarray(b) < 0))
+    if "shift" not in name:
+        return True
+    with np.errstate(invalid="ignore"):
+        return not bool(np.any(np.asarray(b) < 0))  # (complex: ordered as NumPy orders them)
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
