@@ -13,6 +13,7 @@ Examples
 8388608
 """
 
+from oocarray import array_api as array_api  # registers itself as x.__array_namespace__()
 from oocarray._compute import (
     ChunkedArray,
     Expr,

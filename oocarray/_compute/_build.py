@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from oocarray._compute._broadcast import broadcast_node
 from oocarray._compute._nodes import Apply, Concat, Constant, ExpandDims, Node, as_node
 from oocarray._storage import StoredArray
 
@@ -19,14 +20,16 @@ def _is_lazy(value: Any) -> bool:
 
 
 def _shape_of(args: tuple[Any, ...], what: str) -> tuple[int, ...]:
-    """The shape of the lazy arguments, which must agree; NumPy values must broadcast to it."""
-    shapes = {tuple(a.shape) for a in args if _is_lazy(a)}
-    if len(shapes) != 1:
+    """The shape the lazy arguments broadcast to; NumPy values must broadcast to it without
+    growing it (that would copy them to the full shape)."""
+    lazy_shapes = [tuple(a.shape) for a in args if _is_lazy(a)]
+    try:
+        shape = np.broadcast_shapes(*lazy_shapes)
+    except ValueError:
         raise ValueError(
-            f"{what} combines chunked arrays and expressions of one shape only; got shapes "
-            f"{sorted(shapes)} (index or rechunk them to a common shape first)"
-        )
-    shape = shapes.pop()
+            f"{what}: chunked arrays and expressions of shapes {lazy_shapes} do not broadcast "
+            "together (index or reshape them to compatible shapes first)"
+        ) from None
     for a in args:
         if _is_lazy(a) or np.isscalar(a):
             continue
@@ -41,6 +44,12 @@ def _shape_of(args: tuple[Any, ...], what: str) -> tuple[int, ...]:
                 f"chunked shape {shape}; only values that broadcast without growing it are taken"
             )
     return shape
+
+
+def _leaves(args: tuple[Any, ...], shape: tuple[int, ...]) -> list[Node]:
+    """The arguments as nodes of ``shape``: lazy ones broadcast lazily, NumPy values as
+    constants."""
+    return [broadcast_node(as_node(a), shape) if _is_lazy(a) else as_node(a, shape) for a in args]
 
 
 def _probe(value: Any) -> Any:
@@ -69,7 +78,7 @@ def elementwise(
     what = str(name or getattr(function, "__name__", "an elementwise function"))
     shape = _shape_of(args, what)
     dtype = result_dtype(function, args, kwargs)
-    return Apply(function, [as_node(a, shape) for a in args], shape, dtype, kwargs, name)
+    return Apply(function, _leaves(args, shape), shape, dtype, kwargs, name)
 
 
 def astype(value: Any, dtype: Any) -> Node:
@@ -103,9 +112,7 @@ def map_blocks(function: Callable[..., Any], *args: Any, dtype: Any) -> Node:
         return result.astype(target, copy=False)
 
     name = getattr(function, "__name__", "function")
-    return Apply(
-        apply, [as_node(a, shape) for a in args], shape, target, name=f"map_blocks({name})"
-    )
+    return Apply(apply, _leaves(args, shape), shape, target, name=f"map_blocks({name})")
 
 
 def concatenate(values: Any, axis: int = 0) -> Node:
