@@ -156,7 +156,8 @@ class Scan(Node):
             local = self.ufunc(local, self.carries[tuple(place)], dtype=self.dtype)
         keep = [slice(None)] * local.ndim
         keep[self.axis] = slice(span.start - start, None)
-        return local[tuple(keep)]
+        result: np.ndarray = local[tuple(keep)]
+        return result
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         if not self.include_initial:
@@ -243,7 +244,7 @@ class Diff(Node):
         return np.diff(block, n=self.n, axis=self.axis)
 
 
-_NO_VALUE: Any = np._NoValue  # type: ignore[attr-defined]
+_NO_VALUE: Any = np._NoValue
 
 
 def _edge(value: Any, shape: tuple[int, ...], axis: int) -> Node:
