@@ -136,14 +136,14 @@ def _bincount_table(flat: np.ndarray) -> Table | None:
     span = int(high) - int(low) + 1
     if span > _BINCOUNT_SPAN * flat.size + 1024:
         return None
-    if flat.dtype == np.intp:
-        shifted = flat - low
-    else:  # small or unsigned types: widen first (a difference could wrap)
+    if flat.dtype.itemsize == 8:  # no wrap: every difference is below the span
+        shifted = (flat - low).astype(np.intp, copy=False)
+    else:  # small types: widen first (a difference could wrap)
         shifted = flat.astype(np.intp)
         shifted -= int(low)
     counts = np.bincount(shifted, minlength=span)
     present = np.flatnonzero(counts)
-    values = (present + int(low)).astype(dtype)
+    values = (present.astype(flat.dtype) + low).astype(dtype, copy=False)
     return Table(values, counts[present].astype(COUNT, copy=False), None)
 
 
