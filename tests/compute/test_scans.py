@@ -65,9 +65,11 @@ def _bound(name: str, data: np.ndarray, expected: np.ndarray, kwargs: dict[str, 
         return n * eps * np.abs(expected) + own
     with np.errstate(all="ignore"):
         wide = np.abs(flat.astype(np.complex128 if flat.dtype.kind == "c" else np.float64))
-        magnitude = np.cumsum(np.where(np.isnan(wide), 0, wide), axis=along)
-    if kwargs.get("include_initial"):
-        magnitude = np.concatenate([np.zeros_like(magnitude.take([0], along)), magnitude], along)
+        magnitude = np.cumulative_sum(
+            np.where(np.isnan(wide), 0, wide),
+            axis=along,
+            include_initial=bool(kwargs.get("include_initial")),
+        )
     return n * eps * magnitude + own
 
 
@@ -109,8 +111,9 @@ def test_cumulative_sums_match_numpy(case: Case, data: st.DataObject) -> None:
 @examples(0.4)
 @given(case=cases(dtypes=ALL_DTYPES, for_products=True), data=st.data())
 def test_cumulative_products_match_numpy(case: Case, data: st.DataObject) -> None:
-    # Complex products of infinities are NaN or not by the order of the factors
-    assume(case.data.dtype.kind != "c" or np.isfinite(case.data).all())
+    # Complex products of infinities, and those overflowing (|z| is about 1.4 here), are NaN
+    # or not by the order of the factors
+    assume(case.data.dtype.kind != "c" or (np.isfinite(case.data).all() and case.data.size < 200))
     for name in ("cumprod", "cumulative_prod"):
         kwargs: dict[str, Any] = {
             "axis": data.draw(_axis(case.data.ndim), label=f"{name} axis"),
