@@ -67,22 +67,22 @@ class Lookup(Node):
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         shape = tuple(s.stop - s.start for s in region)
         block = np.broadcast_to(self.part.evaluate(region, reads), shape)
-        index = np.searchsorted(self.values, block).astype(np.intp, copy=False)
+        index = np.asarray(np.searchsorted(self.values, block), dtype=np.intp).reshape(-1)
         if self.nan_start == len(self.values):
-            return index
-        nans = np.isnan(block)
-        if not nans.any():
-            return index
-        if self.equal_nan:
+            return index.reshape(shape)
+        nans = np.flatnonzero(np.isnan(block))
+        if self.equal_nan or not nans.size:
             index[nans] = self.nan_start
-            return index
-        where = np.nonzero(nans)
-        flat = np.ravel_multi_index(
-            tuple(w + s.start for w, s in zip(where, region, strict=True)), self.shape
-        )
+            return index.reshape(shape)
+        flat = nans  # (a 0-d array's one element is at 0)
+        if shape:
+            where = np.unravel_index(nans, shape)
+            flat = np.ravel_multi_index(
+                tuple(w + s.start for w, s in zip(where, region, strict=True)), self.shape
+            )
         rank = np.searchsorted(self.nan_positions, flat)
-        index[where] = self.nan_start + self.nan_order[rank]
-        return index
+        index[nans] = self.nan_start + self.nan_order[rank]
+        return index.reshape(shape)
 
 
 def _inverse(node: Node, table: Table, equal_nan: bool, function: str) -> Lookup:
