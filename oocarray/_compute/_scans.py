@@ -22,7 +22,7 @@ from numpy.lib.array_utils import normalize_axis_index
 
 from oocarray._compute._engine import evaluate
 from oocarray._compute._limits import unsupported
-from oocarray._compute._nodes import BlockReads, Concat, Constant, Node, Region, as_node
+from oocarray._compute._nodes import Apply, BlockReads, Concat, Constant, Node, Region, as_node
 from oocarray._compute._reduce import Reduction
 
 __all__ = ["FUNCTIONS", "Diff", "Ravel", "Scan", "scan"]
@@ -33,6 +33,8 @@ _SCANS: dict[str, tuple[Callable[..., Any], np.ufunc, int]] = {
     "cumprod": (np.cumprod, np.multiply, 1),
     "cumulative_sum": (np.cumulative_sum, np.add, 0),
     "cumulative_prod": (np.cumulative_prod, np.multiply, 1),
+    "nancumsum": (np.nancumsum, np.add, 0),
+    "nancumprod": (np.nancumprod, np.multiply, 1),
 }
 
 
@@ -192,8 +194,9 @@ def scan(
     out: Any = None,
     include_initial: bool = False,
 ) -> Any:
-    """``np.<name>(x, axis, dtype)`` for ``name`` in cumsum, cumprod, cumulative_sum and
-    cumulative_prod: one pass totalling segments now, the result lazy (an expression).
+    """``np.<name>(x, axis, dtype)`` for ``name`` in cumsum, cumprod, cumulative_sum,
+    cumulative_prod, nancumsum and nancumprod: one pass totalling segments now, the result lazy
+    (an expression).
 
     Examples
     --------
@@ -206,8 +209,14 @@ def scan(
     """
     if out is not None:
         raise unsupported(f"np.{name}(..., out=)")
-    function, ufunc, _ = _SCANS[name]
+    function, ufunc, identity = _SCANS[name]
     node = as_node(x)
+    if name.startswith("nan") and node.dtype.kind in "fc":  # NaNs count as the identity
+
+        def nan_as_identity(block: np.ndarray) -> np.ndarray:
+            return np.where(np.isnan(block), np.asarray(identity, block.dtype), block)
+
+        node = Apply(nan_as_identity, [node], node.shape, node.dtype, name=f"{name} NaNs")
     kwargs: dict[str, Any] = {"axis": axis, "dtype": dtype}
     if name.startswith("cumulative"):
         kwargs["include_initial"] = include_initial

@@ -183,7 +183,9 @@ class UniqueCount(Reduction):
         self.table.values = self.table.values.astype(self.expr.dtype, copy=False)
         if not self.runs:
             return self.table
-        return merge_runs([*self.runs, self.table], self.equal_nan, self.limit)
+        # (the merged result may be kept in memory up to a quarter of what the budget leaves)
+        output_limit = max(self.limit, working_bytes() // 4)
+        return merge_runs([*self.runs, self.table], self.equal_nan, self.limit, output_limit)
 
 
 def spill(table: Table, limit: int) -> Table:
@@ -268,7 +270,7 @@ def _exact(stored: StoredArray, length: int, limit: int) -> StoredArray:
     return out
 
 
-def merge_runs(runs: list[Table], equal_nan: bool, limit: int) -> Table:
+def merge_runs(runs: list[Table], equal_nan: bool, limit: int, output_limit: int) -> Table:
     """The sorted runs merged into one table, a window of each at a time: what every window
     holds up to the smallest of their last values is final, and is merged and written out."""
     runs = [r for r in runs if len(r)]
@@ -276,7 +278,7 @@ def merge_runs(runs: list[Table], equal_nan: bool, limit: int) -> Table:
     first = runs[0].firsts is not None
     entry = dtype.itemsize + COUNT.itemsize * (1 + first)
     step = max(256, limit // (3 * entry * len(runs)))
-    output = _Output(sum(len(r) for r in runs), limit)
+    output = _Output(sum(len(r) for r in runs), output_limit)
     positions = [0] * len(runs)
     windows = [r.window(0, step) for r in runs]
     while runs:

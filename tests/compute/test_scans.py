@@ -1,8 +1,8 @@
-"""Scans out of core equal NumPy's on the same data: cumsum, cumprod, cumulative_sum and
-cumulative_prod exactly for integers (overflow wrapping as NumPy's) and booleans, within a bound
-of rounding error for floats; np.diff exactly.  Over every dtype, shape (0-d to 3-d, size-0
-axes), chunking, axis (None flattens), dtype=, include_initial, and under a budget several
-times smaller than the data."""
+"""Scans out of core equal NumPy's on the same data: cumsum, cumprod, cumulative_sum,
+cumulative_prod, nancumsum and nancumprod exactly for integers (overflow wrapping as NumPy's)
+and booleans, within a bound of rounding error for floats; np.diff exactly.  Over every dtype,
+shape (0-d to 3-d, size-0 axes), chunking, axis (None flattens), dtype=, include_initial, and
+under a budget several times smaller than the data."""
 
 from __future__ import annotations
 
@@ -25,8 +25,6 @@ from tests.compute.strategies import (
     numpy_outcome,
     outcome,
 )
-
-SCANS = ("cumsum", "cumprod", "cumulative_sum", "cumulative_prod")
 
 
 def _values(result: Any) -> np.ndarray:
@@ -98,7 +96,7 @@ def check_scan(case: Case, name: str, **kwargs: Any) -> None:
 @examples(0.5)
 @given(case=cases(dtypes=ALL_DTYPES, nan_patterns=("none", "some")), data=st.data())
 def test_cumulative_sums_match_numpy(case: Case, data: st.DataObject) -> None:
-    for name in ("cumsum", "cumulative_sum"):
+    for name in ("cumsum", "cumulative_sum", "nancumsum"):
         kwargs: dict[str, Any] = {
             "axis": data.draw(_axis(case.data.ndim), label=f"{name} axis"),
             "dtype": data.draw(_scan_dtypes(case.data.dtype), label=f"{name} dtype"),
@@ -114,7 +112,7 @@ def test_cumulative_products_match_numpy(case: Case, data: st.DataObject) -> Non
     # Complex products of infinities, and those overflowing (|z| is about 1.4 here), are NaN
     # or not by the order of the factors
     assume(case.data.dtype.kind != "c" or (np.isfinite(case.data).all() and case.data.size < 200))
-    for name in ("cumprod", "cumulative_prod"):
+    for name in ("cumprod", "cumulative_prod", "nancumprod"):
         kwargs: dict[str, Any] = {
             "axis": data.draw(_axis(case.data.ndim), label=f"{name} axis"),
             "dtype": data.draw(_scan_dtypes(case.data.dtype), label=f"{name} dtype"),
