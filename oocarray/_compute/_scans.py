@@ -43,11 +43,15 @@ def _full(block: np.ndarray, region: Region) -> np.ndarray:
 
 
 class Ravel(Node):
-    """``part`` flattened in C order; a block reads the rows (along axis 0) it covers."""
+    """``part`` flattened in C order; a block reads only the elements it covers (whole rows
+    where it covers them, the parts of rows at its ends)."""
+
+    # Flattened blocks are whole rows of the part's chunks when those are at most this many
+    # times a chunk, else a chunk's worth of elements (rows too long to read whole).
+    WHOLE_ROWS_CHUNKS = 16
 
     def __init__(self, part: Node) -> None:
         self.part = part
-        self.row = math.prod(part.shape[1:])
         self.shape = (part.size,)
         self.dtype = part.dtype
 
@@ -55,17 +59,40 @@ class Ravel(Node):
         return (self.part,)
 
     def chunks(self) -> tuple[int, ...] | None:
-        found = self.part.chunks()
-        rows = found[0] if found is not None else 1
-        return (max(1, rows * self.row),)
+        found = self.part.chunks() or (1, *self.part.shape[1:])
+        found = tuple(max(1, min(c, n)) for c, n in zip(found, self.part.shape, strict=True))
+        rows = found[0] * math.prod(self.part.shape[1:])
+        chunk = math.prod(found)
+        return (max(1, rows if rows <= self.WHOLE_ROWS_CHUNKS * chunk else chunk),)
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         (want,) = region
-        first, last = want.start // self.row, -(-want.stop // self.row)
-        rows = (slice(first, last), *(slice(0, n) for n in self.part.shape[1:]))
-        slab = _full(self.part.evaluate(rows, reads), rows).reshape(-1)
-        offset = first * self.row
-        return slab[want.start - offset : want.stop - offset]
+        return self._range((), want.start, want.stop, reads)
+
+    def _range(self, prefix: Region, start: int, stop: int, reads: BlockReads) -> np.ndarray:
+        """Elements ``start:stop`` (flat, C order) of the part at the leading indices
+        ``prefix`` (one index per slice)."""
+        rest = self.part.shape[len(prefix) :]
+        if not rest:
+            return _full(self.part.evaluate(prefix, reads), prefix).reshape(-1)
+        row = math.prod(rest[1:])
+        pieces = []
+        position = start
+        while position < stop:
+            first = position // row
+            if position % row == 0 and stop >= (first + 1) * row:  # whole rows
+                last = stop // row
+                rows = (*prefix, slice(first, last), *(slice(0, n) for n in rest[1:]))
+                pieces.append(_full(self.part.evaluate(rows, reads), rows).reshape(-1))
+                position = last * row
+            else:  # part of one row
+                end = min(stop, (first + 1) * row)
+                inner = (*prefix, slice(first, first + 1))
+                pieces.append(self._range(inner, position - first * row, end - first * row, reads))
+                position = end
+        if len(pieces) == 1:
+            return pieces[0]
+        return np.concatenate(pieces) if pieces else np.empty(0, self.dtype)
 
 
 class _SegmentTotals(Reduction):

@@ -214,3 +214,14 @@ def test_diff_matches_numpy(case: Case, data: st.DataObject) -> None:
         raise AssertionError(f"{what}: NumPy returned {expected!r}") from error
     assert ours.dtype == expected.dtype and ours.shape == expected.shape, what
     np.testing.assert_array_equal(ours, expected, err_msg=what)
+
+
+def test_flattened_scan_of_long_rows_reads_parts_of_rows() -> None:
+    data = np.arange(3 * 40_000, dtype=np.float64).reshape(3, 40_000)  # rows of 40 chunks
+    x = oc.from_numpy(data, chunks=(1, 1000))
+    with oc.Manager(max_bytes="256K"):
+        scanned = np.cumsum(x)
+        middle = scanned[39_500:40_700]  # the end of a row and the start of the next
+        whole = scanned.compute()
+    np.testing.assert_allclose(middle, np.cumsum(data)[39_500:40_700])
+    np.testing.assert_allclose(whole[...], np.cumsum(data))
