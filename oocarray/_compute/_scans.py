@@ -21,7 +21,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from oocarray._compute._engine import evaluate
-from oocarray._compute._limits import unsupported
+from oocarray._compute._limits import require_memory, unsupported
 from oocarray._compute._nodes import Apply, BlockReads, Concat, Constant, Node, Region, as_node
 from oocarray._compute._reduce import Reduction
 
@@ -255,6 +255,14 @@ def scan(
     axis = normalize_axis_index(0 if axis is None else axis, node.ndim)
     chunks = node.chunks()
     length = max(1, chunks[axis] if chunks is not None else node.shape[axis])
+    totals_bytes = (node.size // max(1, node.shape[axis])) * -(-node.shape[axis] // length)
+    totals_bytes *= result_dtype.itemsize
+    require_memory(  # the totals, their scan and the carries, one per chunk along the axis
+        f"np.{name}",
+        3 * totals_bytes,
+        smallest_bytes=3 * totals_bytes,
+        hint="store the array with longer chunks along the axis (a scan keeps a total per chunk)",
+    )
     totals = _SegmentTotals(node, axis, length, ufunc, result_dtype)
     evaluate([totals], [], progress=True, name=name)
     return Scan(node, axis, length, totals.finish(), ufunc, result_dtype, include_initial)

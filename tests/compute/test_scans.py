@@ -225,3 +225,10 @@ def test_flattened_scan_of_long_rows_reads_parts_of_rows() -> None:
         whole = scanned.compute()
     np.testing.assert_allclose(middle, np.cumsum(data)[39_500:40_700])
     np.testing.assert_allclose(whole[...], np.cumsum(data))
+
+
+def test_a_scan_whose_totals_do_not_fit_the_budget_is_refused() -> None:
+    data = np.zeros((400, 1000))
+    x = oc.from_numpy(data, chunks=(1, 1000))  # a total per row: as large as the data
+    with oc.Manager(max_bytes="1M"), pytest.raises(oc.MemoryBudgetError, match="longer chunks"):
+        np.cumsum(x, axis=0)
