@@ -9,6 +9,8 @@ interleaved, the median reported:
   (one streaming pass of per-block tables; integer blocks of a narrow span are counted with
   ``np.bincount``);
 - **dask**: ``da.unique(da.from_zarr(path), return_counts=True)``, threads scheduler;
+- **values only** (context, no target): ``np.unique(x)`` and ``da.unique(y)``; dask's counts
+  go through structured arrays, its values alone do not;
 - **numpy**: ``np.unique(a, return_counts=True)`` of the array already in RAM (loaded untimed;
   the full size does not fit in RAM and is skipped there).
 
@@ -90,6 +92,24 @@ start = time.perf_counter()
 values, counts = dask.compute(*da.unique(y, return_counts=True), scheduler="threads")
 seconds = time.perf_counter() - start
 """,
+    "oocarray (values only)": """
+import oocarray as oc
+x = oc.open({path!r})
+np.unique(oc.open({path!r})[: 1 << 20])
+with oc.Manager(max_bytes={budget!r}):
+    start = time.perf_counter()
+    values = np.unique(x)
+    seconds = time.perf_counter() - start
+counts = np.zeros(0)
+""",
+    "dask (values only)": """
+import dask, dask.array as da
+y = da.from_zarr({path!r})
+start = time.perf_counter()
+values = da.unique(y).compute(scheduler="threads")
+seconds = time.perf_counter() - start
+counts = np.zeros(0)
+""",
     "numpy": """
 import oocarray as oc
 a = oc.open({path!r})[...]
@@ -134,14 +154,16 @@ def run(quick: bool) -> Result:
         path = os.path.join(directory, "ids.zarr")
         values, counts = write_ids(path, n)
         expected = hashlib.sha1(values.tobytes() + counts.tobytes()).hexdigest()
+        expected_values = hashlib.sha1(values.tobytes()).hexdigest()
         _warm(path)
-        sides = ["oocarray", "dask"] + (["numpy"] if n <= NUMPY_LIMIT_IDS else [])
+        sides = ["oocarray", "dask", "oocarray (values only)", "dask (values only)"]
+        sides += ["numpy"] if n <= NUMPY_LIMIT_IDS else []
         times: dict[str, list[float]] = {side: [] for side in sides}
         for round_number in range(ROUNDS):
             shift = round_number % len(sides)
             for side in sides[shift:] + sides[:shift]:
                 seconds, digest = run_side(side, path, budget)
-                if digest != expected:
+                if digest != (expected_values if "values only" in side else expected):
                     raise AssertionError(f"W16: {side}'s values or counts are wrong")
                 times[side].append(seconds)
     finally:
@@ -158,6 +180,17 @@ def run(quick: bool) -> Result:
             DASK_TARGET,
         )
     ]
+    rows.append(
+        Row(
+            "W16v",
+            f"np.unique (values only) of the same {n / 1e6:g}M ids",
+            statistics.median(times["oocarray (values only)"]),
+            "dask",
+            statistics.median(times["dask (values only)"]),
+            Ratio.paired(times["oocarray (values only)"], times["dask (values only)"]),
+            None,
+        )
+    )
     detail = [
         [side, format_seconds(statistics.median(t)), " ".join(format_seconds(s) for s in t)]
         for side, t in times.items()
