@@ -161,11 +161,14 @@ class UniqueCount(Reduction):
         self.runs: list[Table] = []
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
-        return block_table(block, region, self.expr.shape, self.equal_nan, self.first)
+        table = block_table(block, region, self.expr.shape, self.equal_nan, self.first)
+        # (a tuple of arrays: the engine copies them out of the worker's arena)
+        return (table.values, table.counts, table.firsts)
 
     def merge(self, partial: Any, region: Region) -> None:
-        self.pending.append(partial)
-        self.pending_bytes += partial.nbytes
+        table = Table(*partial)
+        self.pending.append(table)
+        self.pending_bytes += table.nbytes
         if self.pending_bytes >= max(self.limit // 2, self.table.nbytes // 2):
             self._fold()
 
