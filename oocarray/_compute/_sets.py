@@ -195,7 +195,8 @@ def isin(
                 2 * table.values.nbytes,
                 smallest_bytes=2 * table.values.nbytes,
             )
-        test, assume_unique = np.asarray(table.values[...]), True
+        # (not assume_unique=True: NumPy would take each block of ``element`` as unique too)
+        test = np.asarray(table.values[...])
     else:
         test = np.asarray(test_elements)
     options = {"assume_unique": assume_unique, "invert": invert, "kind": kind}
