@@ -62,11 +62,13 @@ def _unwrap(value: Any) -> Any:
 
 
 def _wrap(value: Any) -> Any:
-    """What ``_compute._ops`` returns, with each tree (in tuples too) made an :class:`Expr`."""
+    """What ``_compute._ops`` returns, with each tree (in tuples too, named ones staying
+    named: ``np.unique_counts``'s) made an :class:`Expr`."""
     if isinstance(value, Node):
         return Expr(value)
     if isinstance(value, tuple):
-        return tuple(_wrap(v) for v in value)
+        items = [_wrap(v) for v in value]
+        return type(value)._make(items) if hasattr(value, "_fields") else tuple(items)
     return value
 
 

@@ -216,3 +216,16 @@ def test_isin_of_an_ndarray_in_chunked_test_elements() -> None:
     tests = oc.from_numpy(np.array([3, 5, 7, 5]), chunks=(2,))
     element = np.arange(9).reshape(3, 3)
     np.testing.assert_array_equal(np.isin(element, tests), np.isin(element, [3, 5, 7]))
+
+
+def test_the_array_api_variants_keep_numpy_s_field_names() -> None:
+    data = np.array([3, 1, 3, 2, 2, 2])
+    x = oc.from_numpy(data, chunks=4)
+    counts = np.unique_counts(x)
+    assert type(counts).__name__ == "UniqueCountsResult"
+    assert counts.values.tolist() == [1, 2, 3] and counts.counts.tolist() == [1, 3, 2]
+    found = np.unique_all(x)
+    assert found.indices.tolist() == [1, 3, 0]
+    assert (
+        np.asarray(found.inverse_indices).tolist() == np.unique_all(data).inverse_indices.tolist()
+    )
