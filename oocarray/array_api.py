@@ -18,12 +18,12 @@ array([1.732, 3.   , 3.65 ])
 
 import sys
 
-from oocarray._compute._array import use_namespace
 from oocarray._compute._namespace import *  # noqa: F403
 from oocarray._compute._namespace import __all__ as __all__
 from oocarray._compute._namespace import __array_api_version__ as __array_api_version__
 from oocarray._compute._namespace import (
     __array_namespace_info__ as __array_namespace_info__,
 )
+from oocarray._compute._standard import use_namespace
 
 use_namespace(sys.modules[__name__])

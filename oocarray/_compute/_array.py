@@ -12,7 +12,6 @@ as :class:`Expr`.
 from __future__ import annotations
 
 import operator
-import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,23 +31,14 @@ from oocarray._compute._ops import (
 from oocarray._compute._rearrange import permute_dims, swapaxes
 from oocarray._compute._reductions import Reductions
 from oocarray._compute._reshape import ravel, reshape, squeeze
+from oocarray._compute._standard import StandardArray
 from oocarray._compute._temporaries import use_array_type
 from oocarray._memory import active_manager, system
 from oocarray._storage import StoredArray, create, temp
 from oocarray._storage._objects._urls import Remote, locate
 from oocarray._storage._replace import refuse_replacing_an_input
 
-__all__ = ["ChunkedArray", "Expr", "LazyArray", "compute", "use_namespace"]
-
-# The public Array API namespace (``oocarray.array_api``, a higher layer) registers its module
-# object here when imported, so ``__array_namespace__`` returns it without importing it.
-_NAMESPACE: list[types.ModuleType] = []
-_API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12")
-
-
-def use_namespace(module: types.ModuleType) -> None:
-    """Make ``x.__array_namespace__()`` return ``module`` (``oocarray.array_api`` passes itself)."""
-    _NAMESPACE[:] = [module]
+__all__ = ["ChunkedArray", "Expr", "LazyArray", "compute"]
 
 
 def _unwrap(value: Any) -> Any:
@@ -68,7 +58,7 @@ def _wrap(value: Any) -> Any:
         return Expr(value)
     if isinstance(value, tuple):
         items = [_wrap(v) for v in value]
-        return type(value)._make(items) if hasattr(value, "_fields") else tuple(items)
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     return value
 
 
@@ -83,7 +73,7 @@ def _elementwise(ufunc: np.ufunc, *inputs: Any) -> Expr:
     return result
 
 
-class LazyArray(Reductions):
+class LazyArray(Reductions, StandardArray):
     """What chunked arrays and expressions answer: operators and NumPy ufuncs (lazy, fused per
     chunk), NumPy functions, streaming reductions, and materialising.
 
@@ -263,60 +253,6 @@ class LazyArray(Reductions):
     def flatten(self, order: str = "C") -> Expr:
         """The elements along one axis in C order (as :meth:`ravel`)."""
         return Expr(ravel(self._tree(), order))
-
-    # -- the Array API standard ---------------------------------------------------------
-    def __array_namespace__(self, *, api_version: str | None = None) -> types.ModuleType:
-        """The Array API namespace of chunked arrays: the module ``oocarray.array_api``."""
-        if api_version is not None and api_version not in _API_VERSIONS:
-            raise ValueError(
-                f"api_version {api_version!r} is not supported; oocarray.array_api implements "
-                f"the {_API_VERSIONS[-1]} standard (and takes {', '.join(_API_VERSIONS)})"
-            )
-        if not _NAMESPACE:
-            raise RuntimeError("import oocarray (or oocarray.array_api) to use the namespace")
-        return _NAMESPACE[0]
-
-    @property
-    def device(self) -> str:
-        """Where the array's values are computed: always ``"cpu"``."""
-        return "cpu"
-
-    def to_device(self, device: Any, /, *, stream: Any = None) -> LazyArray:
-        """The array itself on ``"cpu"``, its only device."""
-        if device != "cpu" or stream is not None:
-            raise ValueError(f"oocarray arrays live on 'cpu' only, got device={device!r}")
-        return self
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        raise TypeError(
-            "chunked arrays and expressions have no memory to share through DLPack (the values "
-            "are on disk or not computed yet): compute() a part, or np.asarray(x) to load it"
-        )
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)  # DLPack's kDLCPU, device 0
-
-    def _python_scalar(self, kind: type) -> Any:
-        """The value of a 0-d array as a Python ``kind`` (the standard's ``float(x)``...)."""
-        if self._tree().shape != ():
-            raise TypeError(
-                f"only 0-d arrays convert to a Python {kind.__name__}; index one element first"
-            )
-        return kind(np.asarray(self).item())
-
-    def __float__(self) -> float:
-        return float(self._python_scalar(float))
-
-    def __int__(self) -> int:
-        return int(self._python_scalar(int))
-
-    def __complex__(self) -> complex:
-        return complex(self._python_scalar(complex))
-
-    def __index__(self) -> int:
-        if not np.issubdtype(self._tree().dtype, np.integer):
-            raise TypeError("only integer arrays are indices (__index__)")
-        return int(self._python_scalar(int))
 
     def astype(self, dtype: Any) -> Expr:
         """A lazy copy of another dtype."""
