@@ -24,9 +24,10 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from oocarray._compute import _quantiles
+from oocarray._compute._engine import StoreTarget, evaluate
 from oocarray._compute._external_sort import read_region, sort_flat
-from oocarray._compute._limits import unsupported, working_bytes
-from oocarray._compute._nodes import BlockReads, Node, Region, as_node
+from oocarray._compute._limits import working_bytes
+from oocarray._compute._nodes import BlockReads, Node, Region, Source, as_node
 from oocarray._compute._temporaries import temporary
 from oocarray._storage import StoredArray
 
@@ -308,9 +309,9 @@ def searchsorted(a: Any, v: Any, side: Any = "left", sorter: Any = None) -> Any:
         )
     if side not in ("left", "right"):
         raise ValueError(f"side must be 'left' or 'right' (got {side!r})")
+    if isinstance(a, Node):
+        a = _stored(a)
     if not isinstance(a, StoredArray):
-        if isinstance(a, Node):
-            raise unsupported("np.searchsorted of an expression (compute it first)")
         # An ndarray searched for chunked values: a lazy map over the values' blocks.
         sorted_values = np.asarray(a)
         node = as_node(v)
@@ -323,6 +324,16 @@ def searchsorted(a: Any, v: Any, side: Any = "left", sorter: Any = None) -> Any:
         raise TypeError("searchsorted takes numbers")
     found = lookup.find(values, side)
     return found[()] if values.ndim == 0 else found
+
+
+def _stored(node: Node) -> StoredArray:
+    """The array an expression searched in holds: its stored array, or its values written
+    once, block by block, to a temporary one (the search then reads few of its chunks)."""
+    if isinstance(node, Source):
+        return node.array
+    out = temporary(node.shape, node.dtype, chunks=node.chunks())
+    evaluate([], [StoreTarget(node, out.__setitem__, tuple(out.chunks))], False, "searchsorted")
+    return out
 
 
 class _LocalSearch(Node):
