@@ -37,9 +37,10 @@ __all__ = ["contract"]
 
 Region = tuple[slice, ...]
 
-# A step of a product reads at most this much of its operands (less under a tight budget).
+# A step of a product reads at most this much of its operands (a sixteenth of a tighter
+# budget; at least one chunk of the summed axis whatever the budget).
 MAX_PIECE_BYTES = 32 << 20
-MIN_PIECE_BYTES = 64 << 10
+RESULT_CHUNK_BYTES = 4 << 20
 HINT = "rechunk the operands into smaller chunks, or give the manager more memory"
 
 
@@ -48,7 +49,7 @@ def contract(a: Node, b: Node, spec: Contraction, name: str) -> Any:
     small, else a lazy node or a temporary chunked array (see the module's docstring)."""
     budget = working_bytes()
     result_bytes = math.prod(spec.shape) * accumulator_dtype(spec.dtype).itemsize
-    piece_bytes = min(MAX_PIECE_BYTES, max(MIN_PIECE_BYTES, budget // 16))
+    piece_bytes = min(MAX_PIECE_BYTES, max(1, budget // 16))
     if result_bytes <= budget // 4:
         streamed = _streamed(a, b, spec, name)
         if streamed is not None:
@@ -61,10 +62,26 @@ def contract(a: Node, b: Node, spec: Contraction, name: str) -> Any:
     _check(product, name, 0)
     if isinstance(a, Constant) or isinstance(b, Constant):
         return product
-    out = temporary(product.shape, product.dtype)
+    out = temporary(product.shape, product.dtype, chunks=_result_chunks(product, budget))
     grid = out.shards or out.chunks
     evaluate([], [StoreTarget(product, out.__setitem__, grid)], True, name)
     return out
+
+
+def _result_chunks(product: Product, budget: int) -> tuple[int, ...]:
+    """Chunks of a product written to a temporary: its blocks' preferred shape (the operands'
+    chunks), grown from the last axis to about :data:`RESULT_CHUNK_BYTES` (less under a tight
+    budget) so a product of finely chunked operands is not written as many tiny files."""
+    shape = product.shape
+    chunks = list(product.chunks() or shape)
+    target = max(1, min(RESULT_CHUNK_BYTES, budget // 16) // product.dtype.itemsize)
+    for axis in reversed(range(len(shape))):
+        cell = math.prod(chunks)
+        if cell >= target:
+            break
+        grow = max(1, target // max(1, cell))
+        chunks[axis] = min(shape[axis], chunks[axis] * grow)
+    return tuple(max(1, c) for c in chunks)
 
 
 def _loaded_if_small(node: Node, budget: int) -> Node:

@@ -176,7 +176,7 @@ class Product(Node):
         assert total is not None
         batch = tuple(region_sizes[label] for label in spec.batch)
         free = tuple(region_sizes[label] for label in (*spec.free_a, *spec.free_b))
-        total = np.broadcast_to(total, (*batch, *total.shape[-2:])).reshape(*batch, *free)
+        total = np.broadcast_to(total, (*batch, *total.shape[-2:])).reshape((*batch, *free))
         return total.transpose(self.order).astype(self.dtype, copy=False)
 
     def _piece(
