@@ -53,7 +53,7 @@ def contract(a: Node, b: Node, spec: Contraction, name: str) -> Any:
     result_bytes = math.prod(spec.shape) * accumulator_dtype(spec.dtype).itemsize
     piece_bytes = min(MAX_PIECE_BYTES, max(1, budget // 16))
     if result_bytes <= budget // 4:
-        streamed = _streamed(a, b, spec, name)
+        streamed = _streamed(a, b, spec, name, budget)
         if streamed is not None:
             return streamed
         product = Product(a, b, spec, piece_bytes)
@@ -153,8 +153,10 @@ def _rows(node: Node, labels: Sequence[str], summed: str) -> Node:
     return node if labels[0] == summed else permute_dims(node, (1, 0))
 
 
-def _streamed(a: Node, b: Node, spec: Contraction, name: str) -> Any:
-    """The product by one pass along its summed axis, or None when it is not of that form."""
+def _streamed(a: Node, b: Node, spec: Contraction, name: str, budget: int) -> Any:
+    """The product by one pass along its summed axis, or None when it is not of that form,
+    or its rows are wider than they are many, or a block of them would not fit half the budget
+    (``A @ v`` of a wide ``A`` with short rows is better made a block of output at a time)."""
     summed = spec.summed
     if (
         len(summed) != 1
@@ -169,14 +171,15 @@ def _streamed(a: Node, b: Node, spec: Contraction, name: str) -> Any:
     left, right = _rows(a, spec.a_labels, summed[0]), _rows(b, spec.b_labels, summed[0])
     same = _identity(left) == _identity(right) and not (spec.conjugate_a and left.dtype.kind == "c")
     expr = _WholeRows(left if same else Concat([left, right], axis=1))
-    width = left.shape[1]
-    reduction = StreamedProduct(name, expr, width, same, spec)
     rows = (expr.chunks() or (1,))[0]
-    itemsize = expr.dtype.itemsize
     # The accumulator, two partials in flight and one block of rows read, joined and cast.
-    block_bytes = rows * expr.shape[1] * (itemsize * (1 if same else 3) + left.dtype.itemsize)
-    peak = reduction.acc.nbytes + 2 * reduction.acc.nbytes + block_bytes
+    acc_bytes = left.shape[1] * right.shape[1] * accumulator_dtype(spec.dtype).itemsize
+    block_bytes = rows * expr.shape[1] * expr.dtype.itemsize * (1 if same else 3)
+    peak = 3 * acc_bytes + block_bytes
+    if left.shape[0] < expr.shape[1] or peak > budget // 2:
+        return None
     require_memory(name, peak, smallest_bytes=peak, hint=HINT)
+    reduction = StreamedProduct(name, expr, left.shape[1], same, spec)
     _run([reduction], [], name)
     return reduction.finish()
 

@@ -211,6 +211,17 @@ def test_cross_product_of_two_tall_arrays_and_expressions() -> None:
     _assert_product(covariance, c.T @ c, magnitude, len(a), "(X - m).T @ (X - m)")
 
 
+def test_wide_times_vector_is_made_by_rows_of_output() -> None:
+    """A (20000, 8) @ (8,) sums over a short axis: streaming along it would read all of A's
+    rows at once, so the result is made a block of rows at a time, inside the budget."""
+    a, v = _values(23, (20000, 8), "float64"), _values(24, (8,), "float64")
+    x = oc.from_numpy(a, chunks=(1000, 8))
+    with oc.Manager("wide", max_bytes=MiB, spill="fail"):
+        product = x @ v
+    assert isinstance(product, np.ndarray)
+    _assert_product(product, a @ v, np.abs(a) @ np.abs(v), 8, "A @ v")
+
+
 def test_float32_gram_is_float32() -> None:
     """Partials are float32 products (BLAS, as NumPy's), added in float64 across blocks."""
     data = _values(20, (50000, 3), "float32")
