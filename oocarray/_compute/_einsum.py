@@ -68,7 +68,7 @@ def parse_einsum(
                     f"[original->remapped]: {tuple(shapes[0])} and {tuple(shapes[1])} differ "
                     f"in the length of {label!r} ({known} and {n})"
                 )
-            sizes[label] = max(known, n) if 1 in (known, n) else n
+            sizes[label] = n if known == 1 else known  # a length 1 broadcasts, to 0 too
     for label in output:
         if label not in counts:
             raise ValueError(

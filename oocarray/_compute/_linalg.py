@@ -78,13 +78,14 @@ def _batch(
         own = names[width - len(shape) :]
         labels.append(own)
         for label, n in zip(own, shape, strict=True):
-            if sizes.get(label, 1) not in (1, n) and n != 1:
+            known = sizes.get(label, 1)
+            if n != 1 and known not in (1, n):
                 remapped = " ".join(f"({','.join(map(str, s))})" for s in shapes)
                 raise ValueError(
                     f"{function}: operands could not be broadcast together with loop shapes "
                     f"{remapped} (gufunc signature {signature})"
                 )
-            sizes[label] = max(sizes.get(label, 1), n)
+            sizes[label] = n if known == 1 else known
     return labels, names, sizes
 
 

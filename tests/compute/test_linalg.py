@@ -84,11 +84,11 @@ def matmul_cases(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, tuple[int, ..
     chunks, and how they are given."""
     kind = draw(st.sampled_from(["2d", "1d@2d", "2d@1d", "1d@1d", "stack", "stack@2d"]))
     n, k, m = (draw(st.integers(0, 12)) for _ in range(3))
-    batch = draw(st.integers(1, 3))
+    batch = draw(st.integers(0, 3))
     shape_a = {"2d": (n, k), "1d@2d": (k,), "2d@1d": (n, k), "1d@1d": (k,)}.get(kind)
     shape_b = {"2d": (k, m), "1d@2d": (k, m), "2d@1d": (k,), "1d@1d": (k,)}.get(kind)
     if kind == "stack":
-        shape_a = (batch, n, k)
+        shape_a = (draw(st.sampled_from([1, batch])), n, k)
         shape_b = (draw(st.sampled_from([1, batch])), k, m)
     elif kind == "stack@2d":
         shape_a, shape_b = (batch, n, k), (k, m)
