@@ -70,7 +70,13 @@ def _assert_product(ours: Any, expected: Any, magnitude: Any, terms: int, what: 
 
 def _magnitude(function: Any, a: np.ndarray, b: np.ndarray, **kwargs: Any) -> Any:
     """``function`` of the operands' absolute values, in float64: the scale of its errors."""
-    return function(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64), **kwargs)
+    return function(_wide_abs(a), _wide_abs(b), **kwargs)
+
+
+def _wide_abs(values: np.ndarray) -> np.ndarray:
+    """|values| in float64 (an int8's -128 keeps its size)."""
+    wide = values.astype(np.complex128 if values.dtype.kind == "c" else np.float64)
+    return np.abs(wide)
 
 
 # -- matmul over shapes, dtypes, chunkings, operand kinds ---------------------------------
