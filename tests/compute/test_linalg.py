@@ -9,6 +9,7 @@ are lazy or temporary and ``X.T @ X`` streams through an ``X`` larger than the b
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -426,3 +427,35 @@ def test_unsupported_forms_name_the_alternative(call: Any, message: str) -> None
     x = oc.from_numpy(np.ones((4, 4)), chunks=2)
     with pytest.raises(TypeError, match=message):
         call(x)
+
+
+# -- BLAS threads --------------------------------------------------------------------------
+
+
+def test_workers_run_blas_on_one_thread_and_give_the_threads_back() -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads() -> list[int]:
+        info = threadpoolctl.threadpool_info()
+        return [lib["num_threads"] for lib in info if lib["user_api"] == "blas"]
+
+    before = blas_threads()
+    if len(os.sched_getaffinity(0)) < 2 or not before or max(before) < 2:
+        pytest.skip("one CPU or one BLAS thread: nothing to limit")
+    seen: list[list[int]] = []
+    original = _contract.StreamedProduct.partial
+
+    def recorded(self: Any, block: np.ndarray, region: Any) -> Any:
+        seen.append(blas_threads())
+        return original(self, block, region)
+
+    data = _values(25, (40000, 8), "float64")
+    x = oc.from_numpy(data, chunks=(1000, 8))
+    with (
+        mock.patch.object(_contract.StreamedProduct, "partial", recorded),
+        oc.Manager("workers", max_bytes=2 * MiB),  # room for two workers, blocks of 2000 rows
+    ):
+        gram = x.T @ x
+    assert len(seen) > 1 and all(threads == [1] * len(before) for threads in seen)
+    assert blas_threads() == before
+    _assert_product(gram, data.T @ data, np.abs(data).T @ np.abs(data), len(data), "X.T @ X")
