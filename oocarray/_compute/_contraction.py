@@ -135,25 +135,68 @@ class Product(Node):
         sizes = self.spec.shape
         return tuple(n if c is None else c for c, n in zip(found, sizes, strict=True))
 
+    def _per_step_unit(self, region_sizes: Mapping[str, int]) -> int:
+        """Elements of the operands' pieces per unit of the summed axis a step reads."""
+        return sum(
+            math.prod(
+                region_sizes.get(label, self.spec.sizes[label])
+                for label in labels
+                if label != self.step_label
+            )
+            for labels in (self.spec.a_labels, self.spec.b_labels)
+        )
+
+    @property
+    def _itemsize(self) -> int:
+        return max(self.a.dtype.itemsize, self.b.dtype.itemsize, self.dtype.itemsize)
+
     def step_length(self, region_sizes: Mapping[str, int]) -> int:
         """How much of the summed axis one step reads: whole chunks of it, as many as keep
         the operands' pieces within :attr:`piece_bytes` (at least one chunk)."""
         if self.step_label is None:
             return 1
-        per_unit = 0
-        for labels in (self.spec.a_labels, self.spec.b_labels):
-            per_unit += math.prod(
-                region_sizes.get(label, self.spec.sizes[label])
-                for label in labels
-                if label != self.step_label
-            )
-        itemsize = max(self.a.dtype.itemsize, self.b.dtype.itemsize, self.dtype.itemsize)
-        units = max(1, self.piece_bytes // max(1, per_unit * itemsize))
+        per_unit = self._per_step_unit(region_sizes)
+        units = max(1, self.piece_bytes // max(1, per_unit * self._itemsize))
         chunk = self.step_chunk
         total = self.spec.sizes[self.step_label]
         return max(1, min(total, max(chunk, units // chunk * chunk)))
 
+    def parts(self, region: Region) -> list[Region]:
+        """``region`` cut along its longest axis where even a step of one chunk of the summed
+        axis would read more than :attr:`piece_bytes` for it (the engine sizes blocks by
+        their output, not by the rows of the operands behind each output element)."""
+        labels = self.spec.out_labels
+        sizes = {label: s.stop - s.start for label, s in zip(labels, region, strict=True)}
+        if not sizes:
+            return [region]
+        step = min(self.step_chunk, self.spec.sizes[self.step_label]) if self.step_label else 1
+        need = max(1, step) * self._per_step_unit(sizes) * self._itemsize
+        if need <= self.piece_bytes:
+            return [region]
+        axis = max(range(len(region)), key=lambda i: region[i].stop - region[i].start)
+        whole = region[axis].stop - region[axis].start
+        length = max(1, math.ceil(whole / math.ceil(need / self.piece_bytes)))
+        chunk = self._chunk_of(self.spec.out_labels[axis])
+        if chunk is not None and chunk <= length:
+            length = length // chunk * chunk  # whole chunks where they fit
+        start = region[axis].start
+        return [
+            (*region[:axis], slice(lo, min(lo + length, start + whole)), *region[axis + 1 :])
+            for lo in range(start, start + whole, length)
+        ]
+
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
+        parts = self.parts(region)
+        if len(parts) == 1:
+            return self._evaluate_part(region)
+        out = np.empty(tuple(s.stop - s.start for s in region), self.dtype)
+        for part in parts:
+            pairs = zip(part, region, strict=True)
+            local = tuple(slice(p.start - r.start, p.stop - r.start) for p, r in pairs)
+            out[local] = self._evaluate_part(part)
+        return out
+
+    def _evaluate_part(self, region: Region) -> np.ndarray:
         spec = self.spec
         own = dict(zip(spec.out_labels, region, strict=True))
         region_sizes = {label: s.stop - s.start for label, s in own.items()}

@@ -219,11 +219,11 @@ def test_cross_product_of_two_tall_arrays_and_expressions() -> None:
 
 
 def test_wide_times_vector_is_made_by_rows_of_output() -> None:
-    """A (20000, 8) @ (8,) sums over a short axis: streaming along it would read all of A's
+    """A (40000, 8) @ (8,) sums over a short axis: streaming along it would read all of A's
     rows at once, so the result is made a block of rows at a time, inside the budget."""
-    a, v = _values(23, (20000, 8), "float64"), _values(24, (8,), "float64")
+    a, v = _values(23, (40000, 8), "float64"), _values(24, (8,), "float64")  # A: 2.5 MiB
     x = oc.from_numpy(a, chunks=(1000, 8))
-    with oc.Manager("wide", max_bytes=MiB, spill="fail"):
+    with oc.Manager("wide", max_bytes=2 * MiB, spill="fail"):
         product = x @ v
     assert isinstance(product, np.ndarray)
     _assert_product(product, a @ v, np.abs(a) @ np.abs(v), 8, "A @ v")
