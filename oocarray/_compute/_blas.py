@@ -21,19 +21,15 @@ __all__ = ["one_blas_thread"]
 _lock = threading.Lock()
 _users = 0
 _limiter: Any = None
-_controller: list[Any] = []  # the threadpoolctl controller, made once (it scans the libraries)
 
 
 def _make_limiter() -> Any:
-    if not _controller:
-        try:
-            from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
-        except ImportError:
-            _controller.append(None)
-        else:
-            _controller.append(ThreadpoolController())
-    controller = _controller[0]
-    return None if controller is None else controller.limit(limits=1, user_api="blas")
+    try:
+        from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    # Scanned each time (a few ms a pass): a BLAS loaded since (SciPy's own, say) is limited too.
+    return ThreadpoolController().limit(limits=1, user_api="blas")
 
 
 @contextlib.contextmanager
