@@ -13,7 +13,6 @@ from typing import Any
 
 import array_api_strict
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.extra.array_api import make_strategies_namespace
@@ -24,7 +23,6 @@ import oocarray.array_api as xp
 API_VERSION = "2024.12"
 xps = make_strategies_namespace(array_api_strict, api_version=API_VERSION)
 # What the other parts of the compute layer answer raises this until they are built.
-NOT_BUILT_MESSAGE = "is not supported on chunked arrays"
 
 
 def few(examples: int) -> settings:
@@ -123,8 +121,6 @@ def differential(ours: Callable[[], Any], theirs: Callable[[], Any], what: str) 
     with strict_2024():
         expected, their_error = outcome(lambda: values(theirs()))
     result, our_error = outcome(ours)
-    if our_error is not None and NOT_BUILT_MESSAGE in str(our_error):
-        pytest.xfail(f"not built yet: {our_error}")
     got = None
     if our_error is None:
         # Lazy results meet data-dependent errors (an integer to a negative power) only
@@ -140,19 +136,3 @@ def differential(ours: Callable[[], Any], theirs: Callable[[], Any], what: str) 
         return
     assert our_error is None, f"{what}: strict returned, oocarray raised {our_error!r}"
     assert_same_values(got, expected, what)
-
-
-def built(probe: Callable[[], Any]) -> bool:
-    """Whether the compute layer answers what ``probe`` asks (other parts build some
-    functions the namespace calls through NumPy's protocol).  Any other failure counts as
-    built, so that the test runs and shows it."""
-    try:
-        values(probe())
-    except Exception as error:  # only "not supported" means not built
-        return NOT_BUILT_MESSAGE not in str(error)
-    return True
-
-
-def not_built_yet(probe: Callable[[], Any]) -> pytest.MarkDecorator:
-    """xfail (not strict) while the function ``probe`` calls is not built."""
-    return pytest.mark.xfail(not built(probe), reason="not built yet", strict=False)
