@@ -476,6 +476,18 @@ class ChunkedArray(LazyArray, StoredArray):
     def _tree(self) -> StoredArray:
         return self
 
+    def __getitem__(self, key: Any) -> Any:
+        """As the storage layer reads parts; a boolean mask of the array's shape (a
+        ChunkedArray, an expression, or an ndarray of 2 or more axes) selects the values where
+        it is true, in C order, in one streaming pass (as ``Expr`` does)."""
+        mask = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+        lazy_or_whole = isinstance(mask, LazyArray) or (
+            isinstance(mask, np.ndarray) and self.ndim > 1  # (1-d: the storage layer's read)
+        )
+        if lazy_or_whole and _is_bool_array(mask, self.ndim):
+            return masked(self, _unwrap(mask))
+        return StoredArray.__getitem__(self, key)
+
 
 use_array_type(ChunkedArray)
 

@@ -362,6 +362,11 @@ def test_matmul_tensordot_vecdot(data: st.DataObject) -> None:
         lambda: xp.tensordot(x1, x2, axes=1), lambda: strict.tensordot(a, b, axes=1), "tensordot"
     )
     differential(lambda: xp.vecdot(x1, x1), lambda: strict.vecdot(a, a), "vecdot")
+    v1, v2 = a[:, 0], b[0, ...]
+    y1, y2 = data.draw(chunked(np.asarray(v1))), data.draw(chunked(np.asarray(v2)))
+    differential(
+        lambda: xp.linalg.outer(y1, y2), lambda: strict.linalg.outer(v1, v2), "linalg.outer"
+    )
 
 
 @few(15)

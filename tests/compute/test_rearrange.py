@@ -400,6 +400,9 @@ def test_boolean_masks_extract_and_compress(case: Case, data: st.DataObject) -> 
         return (a * 1)[chunked_keep]
 
     check(masked, case, "expr[chunked mask]")
+    check(lambda a: a[chunked_keep if isinstance(a, oc.ChunkedArray) else keep], case, "x[mask]")
+    if case.data.ndim > 1:
+        check(lambda a: a[keep], case, "x[ndarray mask]")
     check(lambda a: (a * 1)[keep], case, "expr[ndarray mask]")
     check(lambda a: np.extract(keep, a), case, "extract")
     if case.data.dtype.kind != "b":

@@ -17,6 +17,7 @@ __all__ = [
     "UNSUPPORTED_LINALG",
     "matmul",
     "matrix_transpose",
+    "outer",
     "tensordot",
     "unsupported_linalg",
     "vecdot",
@@ -36,7 +37,6 @@ UNSUPPORTED_LINALG = (
     "matrix_norm",
     "matrix_power",
     "matrix_rank",
-    "outer",
     "pinv",
     "qr",
     "slogdet",
@@ -68,6 +68,14 @@ def matrix_transpose(x: Any, /) -> Expr:
         raise ValueError("matrix_transpose needs an array of at least 2 dimensions")
     order = [*range(x.ndim - 2), x.ndim - 1, x.ndim - 2]
     return Expr(permute_dims(tree(x), order))
+
+
+def outer(x1: Any, x2: Any, /) -> Any:
+    """The outer product of two vectors (NumPy's ``outer``): lazy, or small enough to hold."""
+    _numeric_pair(x1, x2, "outer")
+    if x1.ndim != 1 or x2.ndim != 1:
+        raise ValueError(f"outer takes 1-d arrays, got {x1.ndim}-d and {x2.ndim}-d")
+    return array_result(np.outer(x1, x2))
 
 
 def tensordot(x1: Any, x2: Any, /, *, axes: Any = 2) -> Any:

@@ -1,12 +1,13 @@
-"""The standard's ``linalg`` extension (``oocarray.array_api.linalg``): the products and
-``vector_norm`` on chunked arrays; the factorisations and solvers, which need a whole matrix
-in memory, raise ``NotImplementedError`` naming NumPy's function to use on a loaded part."""
+"""The standard's ``linalg`` extension (``oocarray.array_api.linalg``): the products,
+``outer`` and ``vector_norm`` on chunked arrays; the factorisations and solvers, which need a
+whole matrix in memory, raise ``NotImplementedError`` naming NumPy's function to use on a loaded part."""
 
 from __future__ import annotations
 
 from oocarray._compute._namespace._linalg import (
     matmul,
     matrix_transpose,
+    outer,
     tensordot,
     unsupported_linalg,
     vecdot,
@@ -23,7 +24,6 @@ inv = unsupported_linalg("inv")
 matrix_norm = unsupported_linalg("matrix_norm")
 matrix_power = unsupported_linalg("matrix_power")
 matrix_rank = unsupported_linalg("matrix_rank")
-outer = unsupported_linalg("outer")
 pinv = unsupported_linalg("pinv")
 qr = unsupported_linalg("qr")
 slogdet = unsupported_linalg("slogdet")
