@@ -1,6 +1,7 @@
 """The standard's ``linalg`` extension (``oocarray.array_api.linalg``): the products,
 ``outer`` and ``vector_norm`` on chunked arrays; the factorisations and solvers, which need a
-whole matrix in memory, raise ``NotImplementedError`` naming NumPy's function to use on a loaded part."""
+whole matrix in memory, raise ``NotImplementedError`` naming NumPy's function to use on a
+loaded part."""
 
 from __future__ import annotations
 
