@@ -3,7 +3,8 @@
 Every function of the 2024.12 standard, by section: whether the namespace defines it and a
 tiny probe on small chunked arrays runs (supported), or why not (the compute algorithm it
 calls is not built yet, or the function is refused on purpose).  README.md's section "Array API
-conformance" is this script's output::
+conformance" is this script's output (and a second table: the NumPy functions on chunked
+arrays, each probed through NumPy's own function)::
 
     python tools/array_api_table.py
 """
@@ -159,6 +160,95 @@ def status(section: str, name: str, arrays: dict[str, Any]) -> tuple[bool, str]:
     return True, ""
 
 
+# The NumPy functions people type first on data larger than RAM (issue list of the compute
+# layer's out-of-core algorithms), by family; each is probed through NumPy's own function.
+NUMPY: dict[str, tuple[str, ...]] = {
+    "sorting and selection": (
+        "sort", "argsort", "partition", "argpartition", "searchsorted", "percentile",
+        "quantile", "median", "nanpercentile", "nanquantile", "nanmedian",
+    ),
+    "set functions": (
+        "unique", "unique_values", "unique_counts", "unique_inverse", "unique_all", "isin",
+    ),
+    "scans": ("cumsum", "cumprod", "cumulative_sum", "cumulative_prod", "diff"),
+    "linear algebra": (
+        "matmul", "dot", "tensordot", "vecdot", "outer", "inner", "einsum", "matrix_transpose",
+    ),
+    "shape and indexing": (
+        "transpose", "permute_dims", "moveaxis", "swapaxes", "reshape", "ravel", "expand_dims",
+        "squeeze", "broadcast_to", "broadcast_arrays", "flip", "roll", "tile", "repeat", "take",
+        "take_along_axis", "nonzero", "argwhere", "flatnonzero", "extract", "compress", "pad",
+    ),
+}  # fmt: skip
+
+# Where NumPy has no function for what is asked, what to use instead.
+NUMPY_ALTERNATIVES = {
+    "top-k": "no NumPy function: `np.partition(x, -k)[-k:]` or `np.sort` (out of core)",
+}
+
+
+def _numpy_probe(name: str, a: dict[str, Any]) -> Callable[[], Any]:
+    f, v = a["f"], a["v"]
+    function = getattr(np, name)
+    special: dict[str, Callable[[], Any]] = {
+        "partition": lambda: function(f, 1, axis=0),
+        "argpartition": lambda: function(f, 1, axis=0),
+        "searchsorted": lambda: function(np.sort(v), 2.0),
+        "percentile": lambda: function(f, [1, 50, 99], axis=0),
+        "quantile": lambda: function(f, 0.5, axis=0),
+        "nanpercentile": lambda: function(f, 50, axis=0),
+        "nanquantile": lambda: function(f, 0.5, axis=0),
+        "isin": lambda: function(f, [1.0, 2.0]),
+        "cumulative_sum": lambda: function(f, axis=0),
+        "cumulative_prod": lambda: function(f, axis=0),
+        "matmul": lambda: f @ f,
+        "dot": lambda: function(f, f),
+        "tensordot": lambda: function(f, f, axes=1),
+        "vecdot": lambda: function(f, f),
+        "outer": lambda: function(v, v),
+        "inner": lambda: function(f, f),
+        "einsum": lambda: function("ij,jk->ik", f, f),
+        "moveaxis": lambda: function(f, 0, 1),
+        "swapaxes": lambda: function(f, 0, 1),
+        "reshape": lambda: function(f, (9,)),
+        "expand_dims": lambda: function(f, 0),
+        "squeeze": lambda: function(np.expand_dims(f, 0)),
+        "broadcast_to": lambda: function(v, (3, 3)),
+        "broadcast_arrays": lambda: function(f, v),
+        "roll": lambda: function(f, 1, axis=0),
+        "tile": lambda: function(f, (2, 1)),
+        "repeat": lambda: function(f, 2, axis=0),
+        "take": lambda: function(f, [2, 0], axis=0),
+        "take_along_axis": lambda: function(f, np.zeros((1, 3), int), axis=0),
+        "extract": lambda: function(f > 1, f),
+        "compress": lambda: function([True, False, True], f, axis=0),
+        "pad": lambda: function(f, 1),
+        "permute_dims": lambda: function(f, (1, 0)),
+    }
+    return special.get(name, lambda: function(f))
+
+
+def numpy_table() -> str:
+    """The NumPy functions on chunked arrays: supported out of core, or why not."""
+    arrays = _arrays()
+    lines = ["| Family | Supported out of core | Not supported (why) |", "| --- | --- | --- |"]
+    for family, names in NUMPY.items():
+        supported, refused = [], []
+        for name in names:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    _evaluated(_numpy_probe(name, arrays)())
+            except TypeError as error:
+                refused.append(f"`np.{name}` ({str(error).split(':')[0]})")
+            else:
+                supported.append(f"`np.{name}`")
+        lines.append(f"| {family} | {', '.join(supported) or '-'} | {', '.join(refused) or '-'} |")
+    for what, why in NUMPY_ALTERNATIVES.items():
+        lines.append(f"| {what} | - | {why} |")
+    return "\n".join(lines)
+
+
 def table() -> str:
     arrays = _arrays()
     lines = [
@@ -186,3 +276,5 @@ def table() -> str:
 
 if __name__ == "__main__":
     print(table())
+    print()
+    print(numpy_table())
