@@ -27,6 +27,9 @@ from benchmarks import (
     w11_paged,
     w12_compressed_spill,
     w13_object_store,
+    w16_gram,
+    w16_sort_quantiles,
+    w16_unique,
 )
 from benchmarks._timing import ROW_HEADERS, Result, markdown_table
 
@@ -65,6 +68,12 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
         "zarr-python (obstore, s3fs, zarrs), dask, tensorstore, torch",
         w13_object_store.run,
     ),
+    "W16S": (
+        "external sort and exact percentiles of chunked arrays vs np.sort in RAM, dask, paged NumPy",
+        w16_sort_quantiles.run,
+    ),
+    "W16U": ("np.unique(return_counts) of int64 ids vs dask and NumPy in RAM", w16_unique.run),
+    "W16G": ("X.T @ X of an (N, 512) float32 zstd store vs NumPy in RAM and dask", w16_gram.run),
     "F1": ("fork with 1 GiB of arrays on disk vs 1 GiB in RAM", fork_cost.run),
     "L1": ("64 MiB allocate + first touch inside a manager", large_alloc.run_large),
     "L2": ("small/large threshold sweep, 16 KiB to 32 MiB", large_alloc.run_sweep),
