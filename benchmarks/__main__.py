@@ -69,7 +69,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
         w13_object_store.run,
     ),
     "W16S": (
-        "external sort and exact percentiles of chunked arrays vs np.sort in RAM, dask, paged NumPy",
+        "external sort and exact percentiles vs np.sort in RAM, dask and paged NumPy",
         w16_sort_quantiles.run,
     ),
     "W16U": ("np.unique(return_counts) of int64 ids vs dask and NumPy in RAM", w16_unique.run),
