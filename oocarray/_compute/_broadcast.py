@@ -7,17 +7,17 @@ Elementwise expressions broadcast their chunked operands with it, as NumPy broad
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from oocarray._compute._nodes import BlockReads, Constant, Node, Region
 
-__all__ = ["Broadcast", "broadcast_node"]
+__all__ = ["BROADCAST_BLOCK_ITEMS", "Broadcast", "broadcast_node"]
 
-# Largest chunk given to an axis a broadcast stretches (the engine joins blocks along the
-# first axis up to its block size, so this only bounds the other axes).
-_STRETCHED_CHUNK = 1024
+# The most elements a block of a broadcast gets along the axes it repeats (they cost no reads).
+BROADCAST_BLOCK_ITEMS = 1 << 20
 
 
 class Broadcast(Node):
@@ -32,24 +32,31 @@ class Broadcast(Node):
     def children(self) -> Sequence[Node]:
         return (self.part,)
 
+    def _repeated(self, axis: int) -> bool:
+        """Whether ``axis`` repeats the part (a new axis, or one of length 1 stretched)."""
+        inner = axis - self.lead
+        return inner < 0 or self.part.shape[inner] != self.shape[axis]
+
     def chunks(self) -> tuple[int, ...] | None:
         found = self.part.chunks()
         if found is None:
             return None
-        own = [1 if i == 0 else min(n, _STRETCHED_CHUNK) for i, n in enumerate(self.shape)]
-        for axis, (chunk, n) in enumerate(zip(found, self.part.shape, strict=True)):
-            if n != 1 or self.shape[self.lead + axis] == 1:
-                own[self.lead + axis] = chunk
-        return tuple(own)
+        grid = [1 if self._repeated(a) else found[a - self.lead] for a in range(self.ndim)]
+        for axis in reversed(range(self.ndim)):  # repeated axes: as long as a block allows
+            if self._repeated(axis):
+                room = BROADCAST_BLOCK_ITEMS // max(1, math.prod(grid))
+                grid[axis] = max(1, min(self.shape[axis], room))
+        return tuple(grid)
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         inner = tuple(
             slice(0, 1) if n == 1 else region[self.lead + axis]
             for axis, n in enumerate(self.part.shape)
         )
-        return np.broadcast_to(
+        block = np.broadcast_to(
             self.part.evaluate(inner, reads), tuple(s.stop - s.start for s in inner)
         )
+        return np.broadcast_to(block, tuple(s.stop - s.start for s in region))
 
 
 def broadcast_node(node: Node, shape: tuple[int, ...]) -> Node:

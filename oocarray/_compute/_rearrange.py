@@ -3,8 +3,8 @@ their input moved to other axes or places, read only where a block needs them.
 
 :class:`Transpose` permutes axes (``x.T``, ``np.transpose``, ``np.moveaxis``,
 ``np.swapaxes``, ``np.matrix_transpose``); its blocks follow the input's chunks, permuted, so
-a transposed array is evaluated one input chunk at a time.  :class:`BroadcastTo` repeats an
-array along new and length-1 axes without reading anything twice per block.
+a transposed array is evaluated one input chunk at a time.  ``np.broadcast_to`` is the
+elementwise expressions' lazy broadcast (``_broadcast``).
 
 This module's :data:`FUNCTIONS` also registers the shape and indexing functions of
 ``_reshape`` (reshape, squeeze, expand_dims), ``_gather`` (flip, roll, tile, repeat, pad),
@@ -14,7 +14,6 @@ compress).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,12 +21,12 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
 from oocarray._compute import _gather, _masks, _reshape, _take
+from oocarray._compute._broadcast import broadcast_node
 from oocarray._compute._nodes import BlockReads, Node, Region, as_node
 from oocarray._compute._reshape import probe
 
 __all__ = [
     "FUNCTIONS",
-    "BroadcastTo",
     "Transpose",
     "broadcast_arrays",
     "broadcast_to",
@@ -36,9 +35,6 @@ __all__ = [
     "permute_dims",
     "swapaxes",
 ]
-
-# The most elements a block of a broadcast gets along the axes it repeats.
-BROADCAST_BLOCK_ITEMS = 1 << 20
 
 
 class Transpose(Node):
@@ -115,49 +111,11 @@ def matrix_transpose(x: Any) -> Node:
     return swapaxes(node, -1, -2)
 
 
-class BroadcastTo(Node):
-    """``part`` broadcast to ``shape`` (new leading axes, length-1 axes repeated)."""
-
-    def __init__(self, part: Node, shape: tuple[int, ...]) -> None:
-        self.part = part
-        self.shape = shape
-        self.dtype = part.dtype
-        self.offset = len(shape) - part.ndim
-
-    def children(self) -> Sequence[Node]:
-        return (self.part,)
-
-    def _repeated(self, axis: int) -> bool:
-        """Whether output ``axis`` repeats the input (a new axis, or one of length 1)."""
-        inner = axis - self.offset
-        return inner < 0 or self.part.shape[inner] != self.shape[axis]
-
-    def chunks(self) -> tuple[int, ...] | None:
-        found = self.part.chunks()
-        if found is None:
-            return None
-        grid = [1 if self._repeated(a) else found[a - self.offset] for a in range(self.ndim)]
-        # Repeated axes cost no reads: give them blocks as long as a bounded block allows.
-        for axis in reversed(range(self.ndim)):
-            if self._repeated(axis):
-                room = BROADCAST_BLOCK_ITEMS // max(1, math.prod(grid))
-                grid[axis] = max(1, min(self.shape[axis], room))
-        return tuple(grid)
-
-    def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
-        inner = tuple(
-            slice(0, 1) if self._repeated(a + self.offset) else region[a + self.offset]
-            for a in range(self.part.ndim)
-        )
-        block = self.part.evaluate(inner, reads)
-        return np.broadcast_to(block, tuple(s.stop - s.start for s in region))
-
-
 def broadcast_to(array: Any, shape: Any, subok: bool = False) -> Node:
     """``np.broadcast_to``: lazily, nothing repeated in memory beyond a block."""
     node = as_node(array)
     target = tuple(np.broadcast_to(probe(node), shape).shape)  # NumPy's errors
-    return node if target == node.shape else BroadcastTo(node, target)
+    return broadcast_node(node, target)
 
 
 def broadcast_arrays(*args: Any, subok: bool = False) -> tuple[Node, ...]:
