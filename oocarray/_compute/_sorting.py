@@ -271,13 +271,13 @@ class SortedLookup:
         return result.reshape(np.shape(values))
 
 
-class _SearchNode(Node):
-    """``np.searchsorted(array, values)`` for lazy ``values``, block by block."""
+class _Search(Node):
+    """``np.searchsorted`` for lazy ``values``, block by block: ``find`` (a block of values
+    -> their positions) searches a chunked sorted array or an ndarray."""
 
-    def __init__(self, lookup: SortedLookup, values: Node, side: Any) -> None:
-        self.lookup = lookup
+    def __init__(self, find: Callable[[np.ndarray], np.ndarray], values: Node) -> None:
+        self.find = find
         self.values = values
-        self.side = side
         self.shape = values.shape
         self.dtype = np.dtype(np.intp)
 
@@ -286,8 +286,7 @@ class _SearchNode(Node):
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         shape = tuple(s.stop - s.start for s in region)
-        block = np.broadcast_to(self.values.evaluate(region, reads), shape)
-        return self.lookup.find(block, self.side)
+        return self.find(np.broadcast_to(self.values.evaluate(region, reads), shape))
 
 
 def searchsorted(a: Any, v: Any, side: Any = "left", sorter: Any = None) -> Any:
@@ -315,10 +314,10 @@ def searchsorted(a: Any, v: Any, side: Any = "left", sorter: Any = None) -> Any:
         # An ndarray searched for chunked values: a lazy map over the values' blocks.
         sorted_values = np.asarray(a)
         node = as_node(v)
-        return _LocalSearch(sorted_values, node, side)
+        return _Search(lambda block: np.searchsorted(sorted_values, block, side), node)
     lookup = SortedLookup(a)
     if isinstance(v, StoredArray | Node):
-        return _SearchNode(lookup, as_node(v), side)
+        return _Search(lambda block: lookup.find(block, side), as_node(v))
     values = np.asarray(v)
     if values.dtype.hasobject:
         raise TypeError("searchsorted takes numbers")
@@ -334,25 +333,6 @@ def _stored(node: Node) -> StoredArray:
     out = temporary(node.shape, node.dtype, chunks=node.chunks())
     evaluate([], [StoreTarget(node, out.__setitem__, tuple(out.chunks))], False, "searchsorted")
     return out
-
-
-class _LocalSearch(Node):
-    """``np.searchsorted(ndarray, values)`` for lazy ``values``, block by block."""
-
-    def __init__(self, sorted_values: np.ndarray, values: Node, side: Any) -> None:
-        self.sorted_values = sorted_values
-        self.values = values
-        self.side = side
-        self.shape = values.shape
-        self.dtype = np.dtype(np.intp)
-
-    def children(self) -> Sequence[Node]:
-        return (self.values,)
-
-    def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
-        block = self.values.evaluate(region, reads)
-        found: np.ndarray = np.searchsorted(self.sorted_values, block, self.side)
-        return found
 
 
 FUNCTIONS: dict[Any, Callable[..., Any]] = {
