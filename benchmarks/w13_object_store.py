@@ -779,7 +779,12 @@ def _rss(o: Outcome) -> str:
     return f"{format_mib(o.peak_tree)} (before {format_mib(o.base_rss)})"
 
 
-def run(quick: bool = False, nbytes: int | None = None, rounds: int | None = None) -> Result:
+def run(
+    quick: bool = False,
+    nbytes: int | None = None,
+    rounds: int | None = None,
+    workloads: Sequence[str] = ("reduce", "scan", "rows", "epoch"),
+) -> Result:
     nbytes = nbytes or (QUICK_BYTES if quick else FULL_BYTES)
     rounds = rounds or (1 if quick or nbytes > QUICK_BYTES else 2)
     local, n_rows, made_s = make_local(nbytes)
@@ -814,6 +819,7 @@ def run(quick: bool = False, nbytes: int | None = None, rounds: int | None = Non
         for layout in LAYOUTS:
             plan += [("reduce", layout, REDUCE_SIDES), ("scan", layout, SCAN_SIDES)]
             plan += [("rows", layout, ROWS_SIDES), ("epoch", layout, EPOCH_SIDES)]
+        plan = [p for p in plan if p[0] in workloads]
         results: dict[tuple[str, str, str], list[Outcome]] = {}
         server_cpu: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {}
         for r in range(rounds):
@@ -1158,6 +1164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.w13_object_store")
     parser.add_argument("--size", default="2G", help="array size, e.g. 2G (default), 256M")
     parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument(
+        "--workloads",
+        default="reduce,scan,rows,epoch",
+        help="which to run, comma-separated (default: all)",
+    )
     parser.add_argument("--serve", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1167,7 +1178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child:
         _child(args.child)
         return 0
-    result = run(nbytes=parse_size(args.size), rounds=args.rounds)
+    result = run(
+        nbytes=parse_size(args.size), rounds=args.rounds, workloads=args.workloads.split(",")
+    )
     sections = [markdown_table(ROW_HEADERS, [r.cells() for r in result.rows])]
     sections += [t.render() for t in result.tables]
     sections.append("\n".join(f"- {n}" for n in result.notes))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import itertools
 import math
 import os
 import pickle
@@ -191,8 +192,13 @@ class _Feeder:
         self._nchunks = nchunks
         self._answers = answers
         self._ahead = max(1, min(AHEAD_CHUNKS, AHEAD_BYTES // max(1, chunk_bytes)))
-        # A thread per fetch running at once: the one asked for, and batches ahead of it.
-        self._pool = concurrent.futures.ThreadPoolExecutor(8, "feeder")
+        # Chunks fetched together: the row chunks of one shard (ranges of one object, one
+        # request); chunks of their own objects each alone, so each is ready when it arrives.
+        self._together = max(1, store.write_grid[0] // max(1, store.chunks[0]))
+        # A thread per fetch running at once: the one asked for, and those ahead of it.
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            self._ahead // self._together + 4, "feeder"
+        )
         self._lock = threading.Lock()
         self._outcome: dict[int, tuple[int, str]] = {}  # chunk -> (status, why)
         self._running: set[int] = set()
@@ -234,10 +240,10 @@ class _Feeder:
             self._start(wanted)
 
     def _start(self, chunks: list[int]) -> None:
-        chunks = [c for c in chunks if c not in self._running]
-        if chunks:
-            self._running.update(chunks)
-            self._pool.submit(self._fetch, sorted(chunks))
+        chunks = sorted(c for c in chunks if c not in self._running)
+        self._running.update(chunks)
+        for _, group in itertools.groupby(chunks, key=lambda c: c // self._together):
+            self._pool.submit(self._fetch, list(group))
 
     def _fetch(self, numbers: list[int]) -> None:
         rest = self._store._rest
