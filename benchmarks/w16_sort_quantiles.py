@@ -48,6 +48,7 @@ from benchmarks._timing import (
     format_seconds,
     markdown_table,
 )
+from oocarray._memory import parse_size
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -157,8 +158,8 @@ def _run_side(code: str) -> tuple[float, cd.Peak, object]:
     return seconds, peak, got
 
 
-def run(quick: bool = False) -> Result:
-    nbytes = QUICK_BYTES if quick else FULL_BYTES
+def run(quick: bool = False, nbytes: int | None = None) -> Result:
+    nbytes = nbytes or (QUICK_BYTES if quick else FULL_BYTES)
     directory = tempfile.mkdtemp(prefix="oocarray-w16-")
     try:
         return _run_in(directory, nbytes, nbytes // BUDGET_FRACTION)
@@ -270,8 +271,9 @@ def _run_in(directory: str, nbytes: int, budget: int) -> Result:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="64 MiB inputs instead of 2 GiB")
+    parser.add_argument("--size", help="the inputs' size, e.g. 512M (default 2G)")
     args = parser.parse_args()
-    result = run(args.quick)
+    result = run(args.quick, parse_size(args.size) if args.size else None)
     print(markdown_table(ROW_HEADERS, [row.cells() for row in result.rows]))
     for table in result.tables:
         print()
