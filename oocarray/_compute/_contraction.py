@@ -7,7 +7,7 @@ summed over.
 
 :class:`Product` evaluates a block of the output by reading, for the block's batch and free
 ranges, the operands whole along the summed axes, in steps along the longest summed axis (whole
-chunks of it, as many as fit :attr:`Product.piece_bytes`), so a block holds bounded pieces
+chunks of it, as many as fit ``Product.piece_bytes``), so a block holds bounded pieces
 however long the contraction is.  Each step is one ``np.matmul`` of the pieces arranged as
 ``(batch..., free, summed) @ (batch..., summed, free)`` (BLAS for floats), accumulated in
 float64 (complex128) for lower-precision floats.
@@ -152,7 +152,7 @@ class Product(Node):
 
     def step_length(self, region_sizes: Mapping[str, int]) -> int:
         """How much of the summed axis one step reads: whole chunks of it, as many as keep
-        the operands' pieces within :attr:`piece_bytes` (at least one chunk)."""
+        the operands' pieces within ``piece_bytes`` (at least one chunk)."""
         if self.step_label is None:
             return 1
         per_unit = self._per_step_unit(region_sizes)
@@ -163,7 +163,7 @@ class Product(Node):
 
     def parts(self, region: Region) -> list[Region]:
         """``region`` cut along its longest axis where even a step of one chunk of the summed
-        axis would read more than :attr:`piece_bytes` for it (the engine sizes blocks by
+        axis would read more than ``piece_bytes`` for it (the engine sizes blocks by
         their output, not by the rows of the operands behind each output element)."""
         labels = self.spec.out_labels
         sizes = {label: s.stop - s.start for label, s in zip(labels, region, strict=True)}

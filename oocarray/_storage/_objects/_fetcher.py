@@ -208,7 +208,7 @@ class Fetcher:
         known: dict[str, str] | None = None,
     ) -> list[np.ndarray | None]:
         """The bytes of a group of requests: one object, or neighbouring ranges of one.
-        ``known``: versions listed at the start of the pass (see :meth:`_Ahead.validate`)."""
+        ``known``: versions listed at the start of the pass (see :meth:`_Ahead.listed`)."""
         first = group[0][1]
         if first.end < 0:
             return [await self._get_object(first.key, manager, known)]
