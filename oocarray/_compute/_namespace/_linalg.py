@@ -14,7 +14,6 @@ from oocarray._compute._namespace._dtypes import check_dtype, promote
 from oocarray._compute._rearrange import permute_dims
 
 __all__ = [
-    "UNSUPPORTED_LINALG",
     "matmul",
     "matrix_transpose",
     "outer",
@@ -23,28 +22,6 @@ __all__ = [
     "vecdot",
     "vector_norm",
 ]
-
-# The linalg extension's functions that chunked arrays do not answer (they would need the
-# whole matrix in memory, or a factorisation out of core).
-UNSUPPORTED_LINALG = (
-    "cholesky",
-    "cross",
-    "det",
-    "diagonal",
-    "eigh",
-    "eigvalsh",
-    "inv",
-    "matrix_norm",
-    "matrix_power",
-    "matrix_rank",
-    "pinv",
-    "qr",
-    "slogdet",
-    "solve",
-    "svd",
-    "svdvals",
-    "trace",
-)
 
 
 def _numeric_pair(x1: Any, x2: Any, name: str) -> None:

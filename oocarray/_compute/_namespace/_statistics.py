@@ -102,38 +102,23 @@ def _scan_axis(x: Any, axis: int | None, name: str) -> int:
     return axis
 
 
-def cumulative_sum(
-    x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False
-) -> Any:
-    """Running sums along ``axis`` (NumPy's ``cumulative_sum``, out of core)."""
-    check_dtype(check_array(x, "cumulative_sum").dtype, "numeric", "cumulative_sum")
-    if x.ndim == 0:
-        raise ValueError("cumulative_sum needs an array of at least one dimension")
-    return array_result(
-        np.cumulative_sum(
-            x,
-            axis=_scan_axis(x, axis, "cumulative_sum"),
-            dtype=dtype,
-            include_initial=include_initial,
-        )
-    )
+def _cumulative(function: Any, name: str, what: str) -> Any:
+    def cumulative(
+        x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False
+    ) -> Any:
+        check_dtype(check_array(x, name).dtype, "numeric", name)
+        if x.ndim == 0:
+            raise ValueError(f"{name} needs an array of at least one dimension")
+        axis = _scan_axis(x, axis, name)
+        return array_result(function(x, axis=axis, dtype=dtype, include_initial=include_initial))
+
+    cumulative.__name__ = cumulative.__qualname__ = name
+    cumulative.__doc__ = f"Running {what} along ``axis`` (NumPy's ``{name}``, out of core)."
+    return cumulative
 
 
-def cumulative_prod(
-    x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False
-) -> Any:
-    """Running products along ``axis`` (NumPy's ``cumulative_prod``, out of core)."""
-    check_dtype(check_array(x, "cumulative_prod").dtype, "numeric", "cumulative_prod")
-    if x.ndim == 0:
-        raise ValueError("cumulative_prod needs an array of at least one dimension")
-    return array_result(
-        np.cumulative_prod(
-            x,
-            axis=_scan_axis(x, axis, "cumulative_prod"),
-            dtype=dtype,
-            include_initial=include_initial,
-        )
-    )
+cumulative_sum = _cumulative(np.cumulative_sum, "cumulative_sum", "sums")
+cumulative_prod = _cumulative(np.cumulative_prod, "cumulative_prod", "products")
 
 
 def diff(x: Any, /, *, axis: int = -1, n: int = 1, prepend: Any = None, append: Any = None) -> Any:

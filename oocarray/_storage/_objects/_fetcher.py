@@ -160,8 +160,10 @@ class Fetcher:
         """With a cache, the versions of the whole objects of ``requests``, from one listing
         of their keys (where they are enough to be worth it), so that their cached copies
         need no request each; what it misses is validated by a conditional request."""
+        if self.cache is None:  # (every read of an uncached array passes here)
+            return {}
         keys = sorted({r.key for r in requests if r.end < 0})
-        if self.cache is None or len(keys) < LIST_VALIDATION_MIN:
+        if len(keys) < LIST_VALIDATION_MIN:
             return {}
         common = posixpath.commonpath(keys)
         prefix = f"{common}/" if common else ""
