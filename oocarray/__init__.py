@@ -24,6 +24,7 @@ from oocarray._compute import (
     from_numpy,
     open,
     temp,
+    top_k,
 )
 from oocarray._diagnostics import (
     MemoryEvent,
@@ -132,6 +133,7 @@ __all__ = [
     "spill",
     "system",
     "temp",
+    "top_k",
     "unspill",
     "who_holds",
 ]

@@ -181,9 +181,9 @@ NUMPY: dict[str, tuple[str, ...]] = {
     ),
 }  # fmt: skip
 
-# Where NumPy has no function for what is asked, what to use instead.
-NUMPY_ALTERNATIVES = {
-    "top-k": "no NumPy function: `np.partition(x, -k)[-k:]` or `np.sort` (out of core)",
+# What NumPy has no function for, and oocarray's own.
+OOCARRAY_FUNCTIONS = {
+    "top-k": "`oc.top_k(x, k, axis)` (one pass holding k values per line)",
 }
 
 
@@ -244,8 +244,8 @@ def numpy_table() -> str:
             else:
                 supported.append(f"`np.{name}`")
         lines.append(f"| {family} | {', '.join(supported) or '-'} | {', '.join(refused) or '-'} |")
-    for what, why in NUMPY_ALTERNATIVES.items():
-        lines.append(f"| {what} | - | {why} |")
+    for what, how in OOCARRAY_FUNCTIONS.items():
+        lines.append(f"| {what} | {how} | - |")
     return "\n".join(lines)
 
 

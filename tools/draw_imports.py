@@ -6,7 +6,8 @@ counting imports made inside functions.  ``tests/test_layers.py`` checks that th
 import downwards, that no modules import each other, and that the drawing is current.
 
 The layers, bottom to top, are the package's subpackages (memory, storage, compute, feed,
-diagnostics, then the xarray backend and chunk manager); ``errors`` and the compiled ``_native`` sit under everything, the public
+diagnostics, then the xarray backend and chunk manager); ``errors`` and the compiled
+``_native`` sit under everything, the public
 ``array_api`` namespace right above compute (over which it is a thin module), the public ``dask``
 submodule with the feed layer, the package's ``__init__`` over everything it re-exports, and
 the command line (which uses the public API) on top.

@@ -4,6 +4,7 @@ streaming reductions, lazy expression trees, and the chunk-loop engine."""
 from oocarray._compute._array import ChunkedArray, Expr, LazyArray, compute
 from oocarray._compute._constructors import create, from_dask, from_numpy, open, temp
 from oocarray._compute._ops import LazyResult, histogram
+from oocarray._compute._top_k import top_k
 
 __all__ = [
     "ChunkedArray",
@@ -17,4 +18,5 @@ __all__ = [
     "histogram",
     "open",
     "temp",
+    "top_k",
 ]
