@@ -257,8 +257,10 @@ class Servers:
 
         out = []
         for p in (self.moto, self.proxy):
-            t = psutil.Process(p.pid).cpu_times()
-            out.append(t.user + t.system)
+            # (moto's server may do its work in a child process: count the whole tree)
+            process = psutil.Process(p.pid)
+            tree = [process, *process.children(recursive=True)]
+            out.append(sum(t.user + t.system for t in (q.cpu_times() for q in tree)))
         machine = psutil.cpu_times()
         busy = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
         return out[0], out[1], busy
