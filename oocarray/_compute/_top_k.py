@@ -41,23 +41,35 @@ class TopK(Reduction):
         """Positions along the last axis of each line's best ``min(k, length)`` values, in
         increasing order; of values equal to the last one kept, the first ones.
 
-        (``np.argpartition`` alone would keep any of them: which index comes back would then
-        depend on the chunking.)"""
+        ``np.argpartition`` finds k of them in one linear pass but keeps any of several equal
+        values at the cut (which index came back would depend on the chunking): lines where
+        values equal to the cut were left out are chosen again by position."""
         length = values.shape[-1]
         if length <= self.k:
             return np.broadcast_to(np.arange(length), values.shape).copy()
         rank = length - self.k if self.largest else self.k - 1
-        threshold = np.partition(values, rank, axis=-1)[..., rank : rank + 1]
+        parted = np.argpartition(values, rank, axis=-1)
+        chosen = parted[..., rank:] if self.largest else parted[..., : self.k]
+        cut = np.take_along_axis(values, parted[..., rank : rank + 1], axis=-1)
+        chosen_equal = np.count_nonzero(
+            _equal(np.take_along_axis(values, chosen, axis=-1), cut), axis=-1
+        )
+        tied = np.count_nonzero(_equal(values, cut), axis=-1) > chosen_equal
+        if tied.any():
+            chosen[tied] = self._first_of_ties(values[tied], cut[tied])
+        return np.sort(chosen, axis=-1)
+
+    def _first_of_ties(self, values: np.ndarray, cut: np.ndarray) -> np.ndarray:
+        """The best k positions of each line (2-d), the first of those equal to ``cut``."""
         with np.errstate(invalid="ignore"):
-            better = values > threshold if self.largest else values < threshold
-            equal = values == threshold
+            better = values > cut if self.largest else values < cut
         if values.dtype.kind in "fc":  # NaN sorts above every number
-            nan, nan_threshold = np.isnan(values), np.isnan(threshold)
-            better |= (nan & ~nan_threshold) if self.largest else (~nan & nan_threshold)
-            equal |= nan & nan_threshold
+            nan, nan_cut = np.isnan(values), np.isnan(cut)
+            better |= (nan & ~nan_cut) if self.largest else (~nan & nan_cut)
+        equal = _equal(values, cut)
         wanted = self.k - better.sum(axis=-1, keepdims=True)
         chosen = better | (equal & (np.cumsum(equal, axis=-1) <= wanted))
-        return np.nonzero(chosen)[-1].reshape(*values.shape[:-1], self.k)
+        return np.nonzero(chosen)[-1].reshape(len(values), self.k)
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
         shape = tuple(s.stop - s.start for s in region)
@@ -71,7 +83,8 @@ class TopK(Reduction):
                 self.expr.shape,
             )
             return lines[0, local][None], np.asarray(indices, dtype=np.int64)[None]
-        lines = np.moveaxis(block, self.axis, -1)
+        # (contiguous lines: a partition of strided ones is slower than the copy)
+        lines = np.ascontiguousarray(np.moveaxis(block, self.axis, -1))
         local = self._best(lines)
         values = np.take_along_axis(lines, local, axis=-1)
         return values, local.astype(np.int64) + region[self.axis].start
@@ -119,6 +132,15 @@ class TopK(Reduction):
         return np.take_along_axis(values, order, axis=-1), np.take_along_axis(
             indices, order, axis=-1
         )
+
+
+def _equal(values: np.ndarray, cut: np.ndarray) -> np.ndarray:
+    """Where ``values`` equal ``cut``, NaN equal to NaN."""
+    with np.errstate(invalid="ignore"):
+        equal = values == cut
+    if values.dtype.kind in "fc":
+        equal |= np.isnan(values) & np.isnan(cut)
+    return equal
 
 
 def top_k(

@@ -93,3 +93,16 @@ def test_top_k_refuses_bad_arguments_and_too_much_memory() -> None:
     big = oc.from_numpy(np.zeros((64, 40_000), np.float32), chunks=(64, 4000))
     with oc.Manager(max_bytes="1M"), pytest.raises(oc.MemoryBudgetError, match=r"np\.sort"):
         oc.top_k(big, 64, axis=0)
+
+
+def test_ties_at_the_cut_keep_the_first_indices_whatever_the_chunking() -> None:
+    data = np.array([3, 7, 7, 1, 7, 7, 0, 7, 2, 7] * 30, dtype=np.int16)
+    first_sevens = np.flatnonzero(data == 7)[:4]
+    for chunk in (1, 3, 7, 64, 300):
+        x = oc.from_numpy(data, chunks=(chunk,))
+        values, indices = oc.top_k(x, 4, axis=0, progress=False)
+        np.testing.assert_array_equal(values, [7, 7, 7, 7])
+        np.testing.assert_array_equal(indices, first_sevens)
+        values, indices = oc.top_k(x, 5, axis=None, largest=False, progress=False)
+        np.testing.assert_array_equal(values, [0, 0, 0, 0, 0])
+        np.testing.assert_array_equal(indices, np.flatnonzero(data == 0)[:5])
