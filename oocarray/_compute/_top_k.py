@@ -137,7 +137,7 @@ class TopK(Reduction):
 def _equal(values: np.ndarray, cut: np.ndarray) -> np.ndarray:
     """Where ``values`` equal ``cut``, NaN equal to NaN."""
     with np.errstate(invalid="ignore"):
-        equal = values == cut
+        equal: np.ndarray = values == cut
     if values.dtype.kind in "fc":
         equal |= np.isnan(values) & np.isnan(cut)
     return equal
