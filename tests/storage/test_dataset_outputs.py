@@ -1,0 +1,70 @@
+"""Writers that put arrays inside a zarr group (``dataset=``) so xarray opens the outputs."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import oocarray as oc
+
+
+def _values() -> np.ndarray:
+    return np.arange(24.0, dtype="float32").reshape(4, 6)
+
+
+def test_to_zarr_into_a_group_opens_in_xarray(tmp_path: os.PathLike[str]) -> None:
+    group = os.path.join(tmp_path, "out.zarr")
+    a = _values()
+    x = oc.from_numpy(a, chunks=(2, 3))
+    (x * 2).to_zarr(
+        group,
+        dataset="double",
+        dimension_names=("y", "x"),
+        attributes={"units": "K"},
+        progress=False,
+    )
+    (x + 1).to_zarr(group, dataset="plus_one", dimension_names=("y", "x"), progress=False)
+    ds = xr.open_zarr(group, consolidated=False)
+    assert set(ds.data_vars) == {"double", "plus_one"}
+    assert ds["double"].dims == ("y", "x")
+    assert ds["double"].attrs == {"units": "K"}
+    np.testing.assert_array_equal(ds["double"].values, a * 2)
+    np.testing.assert_array_equal(ds["plus_one"].values, a + 1)
+
+
+def test_to_zarr_and_create_share_a_group(tmp_path: os.PathLike[str]) -> None:
+    group = os.path.join(tmp_path, "out.zarr")
+    a = _values()
+    t = oc.create(group, (4,), "int64", dataset="y", dimension_names=("y",))
+    t[:] = np.arange(4) * 10
+    oc.from_numpy(a, chunks=(2, 6)).to_zarr(
+        group, dataset="field", dimension_names=("y", "x"), progress=False
+    )
+    ds = xr.open_zarr(group, consolidated=False)
+    np.testing.assert_array_equal(ds["y"].values, np.arange(4) * 10)
+    np.testing.assert_array_equal(ds["field"].values, a)
+    assert "y" in ds.coords
+
+
+def test_to_zarr_dataset_existing_name_follows_mode(tmp_path: os.PathLike[str]) -> None:
+    group = os.path.join(tmp_path, "out.zarr")
+    x = oc.from_numpy(_values(), chunks=(2, 3))
+    x.to_zarr(group, dataset="a", progress=False)
+    (x + 1).to_zarr(group, dataset="b", progress=False)
+    with pytest.raises(oc.StoreExistsError):
+        x.to_zarr(group, dataset="a", progress=False)
+    (x * 3).to_zarr(group, dataset="a", mode="w", progress=False)
+    np.testing.assert_array_equal(oc.open(group, dataset="a")[:], _values() * 3)
+    np.testing.assert_array_equal(oc.open(group, dataset="b")[:], _values() + 1)
+
+
+def test_to_zarr_dataset_on_a_plain_array_is_refused(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(tmp_path, "plain.zarr")
+    x = oc.from_numpy(_values(), chunks=(2, 3))
+    x.to_zarr(path, progress=False)
+    with pytest.raises(ValueError, match="zarr array"):
+        x.to_zarr(path, dataset="inner", progress=False)
+    np.testing.assert_array_equal(oc.open(path)[:], _values())
