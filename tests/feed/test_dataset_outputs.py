@@ -1,0 +1,68 @@
+"""from_batches with ``dataset=``: stream outputs that share a zarr group xarray opens."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import oocarray as oc
+
+
+def _batches(total: int, width: int) -> list[np.ndarray]:
+    a = np.arange(total * width, dtype="float64").reshape(total, width)
+    return [a[i : i + 7] for i in range(0, total, 7)]
+
+
+def test_from_batches_into_a_group_with_create_and_to_zarr(tmp_path: os.PathLike[str]) -> None:
+    group = os.path.join(tmp_path, "out.zarr")
+    parts = _batches(30, 4)
+    expected = np.concatenate(parts)
+    oc.from_batches(
+        parts,
+        group,
+        chunks=(8, 4),
+        dataset="events",
+        dimension_names=("row", "col"),
+        attributes={"long_name": "events"},
+    )
+    col = oc.create(group, (4,), "int64", dataset="col", dimension_names=("col",))
+    col[:] = np.array([10, 20, 30, 40])
+    oc.from_numpy(expected.sum(axis=1), chunks=10).to_zarr(
+        group, dataset="total", dimension_names=("row",), progress=False
+    )
+    ds = xr.open_zarr(group, consolidated=False)
+    assert set(ds.data_vars) == {"events", "total"}
+    assert ds["events"].dims == ("row", "col")
+    assert ds["events"].attrs == {"long_name": "events"}
+    np.testing.assert_array_equal(ds["events"].values, expected)
+    np.testing.assert_array_equal(ds["total"].values, expected.sum(axis=1))
+    np.testing.assert_array_equal(ds["col"].values, [10, 20, 30, 40])
+
+
+def test_from_batches_append_in_a_group(tmp_path: os.PathLike[str]) -> None:
+    group = os.path.join(tmp_path, "out.zarr")
+    parts = _batches(20, 3)
+    y = oc.from_batches(
+        parts[:2], group, chunks=(5, 3), dataset="a/rows", dimension_names=("row", "col")
+    )
+    for part in parts[2:]:
+        y.append(part)
+    ds = xr.open_zarr(group, group="a", consolidated=False)
+    np.testing.assert_array_equal(ds["rows"].values, np.concatenate(parts))
+
+
+def test_from_batches_dataset_refusals(tmp_path: os.PathLike[str]) -> None:
+    group = os.path.join(tmp_path, "out.zarr")
+    oc.from_batches(_batches(10, 2), group, dataset="kept")
+    with pytest.raises(oc.StoreExistsError):
+        oc.from_batches(iter(()), group, dataset="kept")  # refused before the stream is read
+    plain = os.path.join(tmp_path, "plain.zarr")
+    oc.from_batches(_batches(10, 2), plain)
+    with pytest.raises(ValueError, match="zarr array"):
+        oc.from_batches(_batches(10, 2), plain, dataset="inner")
+    np.testing.assert_array_equal(
+        oc.open(group, dataset="kept")[:], np.concatenate(_batches(10, 2))
+    )
