@@ -22,7 +22,7 @@ from oocarray._memory import scratch_step
 from oocarray._storage._base import auto_chunks
 from oocarray._storage._objects._urls import Remote, locate
 from oocarray._storage._replace import prepare_target
-from oocarray._storage._zarr._groups import is_group
+from oocarray._storage._zarr._groups import is_group, refresh_consolidated
 from oocarray._storage._zarr._remote_create import check_remote_target
 
 __all__ = ["from_batches", "read_parquet"]
@@ -170,6 +170,8 @@ def from_batches(
             except StopIteration:
                 break
         writer.finish()
+    if dataset is not None and not isinstance(locate(path, storage_options, "path"), Remote):
+        refresh_consolidated(str(locate(path, storage_options, "path")))  # the grown shape
     return y
 
 

@@ -241,7 +241,7 @@ def create(
     array([280., 280., 280.], dtype=float32)
     """
     from oocarray._storage._zarr._create import CODECS, create_zarr
-    from oocarray._storage._zarr._groups import is_group, require_group
+    from oocarray._storage._zarr._groups import is_group, refresh_consolidated, require_group
     from oocarray._storage._zarr._store import ZarrStore
 
     location = locate(path, storage_options, "path", writing=True)
@@ -313,6 +313,8 @@ def create(
     )
     if replacing:
         finish_replacement(target)
+    if dataset is not None:
+        refresh_consolidated(root)
     return array_type(ZarrStore.open(target, "r+", False))
 
 

@@ -68,3 +68,22 @@ def test_to_zarr_dataset_on_a_plain_array_is_refused(tmp_path: os.PathLike[str])
     with pytest.raises(ValueError, match="zarr array"):
         x.to_zarr(path, dataset="inner", progress=False)
     np.testing.assert_array_equal(oc.open(path)[:], _values())
+
+
+# zarr warns that consolidated metadata is an extension of v3 when the test consolidates.
+@pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
+def test_consolidated_metadata_follows_new_outputs(tmp_path: os.PathLike[str]) -> None:
+    import zarr
+
+    group = os.path.join(tmp_path, "out.zarr")
+    x = oc.from_numpy(_values(), chunks=(2, 3))
+    x.to_zarr(group, dataset="first", dimension_names=("y", "x"), progress=False)
+    zarr.consolidate_metadata(group)
+    (x + 1).to_zarr(group, dataset="second", dimension_names=("y", "x"), progress=False)
+    oc.from_batches(
+        [_values()[:3], _values()[3:]], group, dataset="rows", dimension_names=("y", "x")
+    )
+    ds = xr.open_zarr(group, consolidated=True)
+    assert set(ds.data_vars) == {"first", "second", "rows"}
+    np.testing.assert_array_equal(ds["second"].values, _values() + 1)
+    np.testing.assert_array_equal(ds["rows"].values, _values())
