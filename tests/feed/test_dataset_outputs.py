@@ -66,3 +66,41 @@ def test_from_batches_dataset_refusals(tmp_path: os.PathLike[str]) -> None:
     np.testing.assert_array_equal(
         oc.open(group, dataset="kept")[:], np.concatenate(_batches(10, 2))
     )
+
+
+def _halves(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return block * 0.5, block.sum(axis=1)
+
+
+def test_map_chunks_several_named_outputs_in_one_group(tmp_path: os.PathLike[str]) -> None:
+    group = os.path.join(tmp_path, "out.zarr")
+    a = np.arange(60.0).reshape(20, 3)
+    x = oc.from_numpy(a, chunks=(5, 3))
+    rows = oc.create(group, (20,), "int64", dataset="dim_0", dimension_names=("dim_0",))
+    rows[:] = np.arange(20) * 10
+    half, total = oc.map_chunks(
+        _halves, x, out=(group, group), dataset=("half", "total"), progress=False
+    )
+    assert (half.shape, total.shape) == ((20, 3), (20,))
+    ds = xr.open_zarr(group, consolidated=False)
+    np.testing.assert_array_equal(ds["half"].values, a * 0.5)
+    np.testing.assert_array_equal(ds["total"].values, a.sum(axis=1))
+    np.testing.assert_array_equal(ds["dim_0"].values, np.arange(20) * 10)
+    # A rerun of the same job resumes (all blocks done) and keeps the other arrays.
+    again = oc.map_chunks(_halves, x, out=(group, group), dataset=("half", "total"), progress=False)
+    np.testing.assert_array_equal(again[0][:], a * 0.5)
+    np.testing.assert_array_equal(oc.open(group, dataset="dim_0")[:], np.arange(20) * 10)
+
+
+def test_map_chunks_dataset_refusals(tmp_path: os.PathLike[str]) -> None:
+    x = oc.from_numpy(np.arange(10.0).reshape(10, 1), chunks=(5, 1))
+    plain = os.path.join(tmp_path, "plain.zarr")
+    oc.from_numpy(np.zeros((10, 1)), chunks=(5, 1)).to_zarr(plain, progress=False)
+    with pytest.raises(ValueError, match="zarr array"):
+        oc.map_chunks(np.negative, x, out=plain, dataset="inner", progress=False)
+    group = os.path.join(tmp_path, "g.zarr")
+    oc.create(group, (10, 1), "float64", dataset="theirs")  # not map_chunks' output
+    with pytest.raises(oc.StoreExistsError):
+        oc.map_chunks(np.negative, x, out=group, dataset="theirs", progress=False)
+    with pytest.raises(TypeError, match="structure of out"):
+        oc.map_chunks(np.negative, x, out=(group,), dataset="a", progress=False)

@@ -72,6 +72,7 @@ def map_chunks(
     resume: bool = True,
     progress: bool = True,
     storage_options: Mapping[str, Any] | None = None,
+    dataset: Any = None,
 ) -> Any:
     """Apply ``fn`` to aligned row blocks of ``inputs`` and write what it returns to zarr.
 
@@ -132,6 +133,15 @@ def map_chunks(
     storage_options
         For outputs given as object-store URLs (``s3://...``): the backend's options, as
         for :func:`oocarray.create`.
+    dataset
+        Names of the outputs inside zarr groups, the structure of ``out`` (one name for one
+        output, a tuple or a dict with ``out``'s keys; ``None`` for an output without a
+        group): a path is then a zarr group (made if needed; its other arrays stay) and the
+        output is the array of that name in it, resumed or replaced as above, so several
+        outputs share one group that ``xarray.open_zarr(path)`` opens.  Created outputs get
+        xarray's default axis names (``dim_0``, ...); to name the axes, make the output with
+        ``oc.create(path, ..., dataset=name, dimension_names=...)`` and pass that array in
+        ``out``.  Local paths only.
 
     Returns
     -------
@@ -177,7 +187,7 @@ def map_chunks(
             "register oocarray.dask.MemoryBudgetPlugin(max_bytes=...) on it instead"
         )
     parse_workers(workers)
-    structure, names, targets = parse_out(out, storage_options)
+    structure, names, targets = parse_out(out, storage_options, dataset)
     for target in targets:
         if not isinstance(target, ChunkedArray):
             read = [x.path for x in sources if isinstance(x, ChunkedArray)]
