@@ -288,11 +288,12 @@ class LazyArray(Reductions, StandardArray):
         progress: bool = True,
         storage_options: Any = None,
         dataset: str | None = None,
+        coords: Any = None,
     ) -> ChunkedArray:
         """Write the values to a new zarr array, chunk by chunk (each written whole).
 
         ``path``, ``codec``, ``chunks``, ``shards``, ``mode``, ``dimension_names``,
-        ``attributes``, ``dataset`` and ``storage_options`` are as for
+        ``attributes``, ``dataset``, ``coords`` and ``storage_options`` are as for
         :func:`oocarray.create` (``path`` may be an object-store URL): by default
         (``mode="w-"``) the array must not exist yet (:class:`~oocarray.StoreExistsError`);
         ``mode="w"`` replaces a zarr array, and nothing else.  With ``dataset="name"`` the
@@ -333,6 +334,7 @@ class LazyArray(Reductions, StandardArray):
             dataset=dataset,
             storage_options=storage_options,
             array_type=ChunkedArray,
+            coords=coords,
         )
         evaluate(
             [], [StoreTarget(expr, out.__setitem__, out.shards or out.chunks)], progress, "to_zarr"

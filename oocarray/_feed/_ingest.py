@@ -57,6 +57,7 @@ def from_batches(
     attributes: object = None,
     storage_options: Mapping[str, Any] | None = None,
     dataset: str | None = None,
+    coords: object = None,
 ) -> ChunkedArray:
     """Write a stream of row blocks to a new zarr array, in bounded memory.
 
@@ -91,6 +92,9 @@ def from_batches(
         for :func:`oocarray.create`: the group is made if needed and its other arrays stay,
         so several outputs share one group that ``xarray.open_zarr(path)`` opens as a
         Dataset (name the axes with ``dimension_names``).  ``mode`` applies to that array.
+    coords
+        Coordinate arrays written into the group, as for :func:`oocarray.create` (those
+        along the streamed axis must have its final length, so they suit the other axes).
 
     Returns
     -------
@@ -157,6 +161,7 @@ def from_batches(
         attributes=attributes,
         dataset=dataset,
         storage_options=storage_options,
+        coords=coords,
     )
     writer = _GridRowWriter(y)
     number = 0

@@ -87,3 +87,34 @@ def test_consolidated_metadata_follows_new_outputs(tmp_path: os.PathLike[str]) -
     assert set(ds.data_vars) == {"first", "second", "rows"}
     np.testing.assert_array_equal(ds["second"].values, _values() + 1)
     np.testing.assert_array_equal(ds["rows"].values, _values())
+
+
+def test_coords_written_beside_outputs(tmp_path: os.PathLike[str]) -> None:
+    group = os.path.join(tmp_path, "cube.zarr")
+    a = _values()
+    days = np.arange(4, dtype="int64")
+    lon = np.linspace(0.0, 50.0, 6)
+    coords = {"time": (days, {"units": "days since 2000-01-01", "calendar": "standard"})}
+    x = oc.from_numpy(a, chunks=(2, 3))
+    x.to_zarr(
+        group,
+        dataset="t2m",
+        dimension_names=("time", "lon"),
+        coords={**coords, "lon": (lon, {"units": "degrees_east"})},
+        progress=False,
+    )
+    # A second output passes the same coordinates: they are kept, not refused.
+    (x - 1).to_zarr(
+        group, dataset="anomaly", dimension_names=("time", "lon"), coords=coords, progress=False
+    )
+    ds = xr.open_zarr(group, consolidated=False)
+    assert set(ds.coords) == {"time", "lon"}
+    assert ds["time"].dtype.kind == "M"  # xarray's CF decoding of the units
+    assert str(ds["time"].values[1])[:10] == "2000-01-02"
+    np.testing.assert_array_equal(ds["lon"].values, lon)
+    np.testing.assert_array_equal(ds["anomaly"].values, a - 1)
+    with pytest.raises(oc.StoreExistsError, match="coordinate 'time'"):
+        x.to_zarr(group, dataset="third", coords={"time": days + 1}, progress=False)
+    assert not os.path.exists(os.path.join(group, "third"))  # refused before writing
+    with pytest.raises(ValueError, match="coords="):
+        oc.create(os.path.join(tmp_path, "lone.zarr"), (4,), "f8", coords={"time": days})
