@@ -118,3 +118,23 @@ def test_coords_written_beside_outputs(tmp_path: os.PathLike[str]) -> None:
     assert not os.path.exists(os.path.join(group, "third"))  # refused before writing
     with pytest.raises(ValueError, match="coords="):
         oc.create(os.path.join(tmp_path, "lone.zarr"), (4,), "f8", coords={"time": days})
+
+
+def test_a_group_written_by_zarr_keeps_its_arrays(tmp_path: os.PathLike[str]) -> None:
+    import zarr
+
+    group = os.path.join(tmp_path, "theirs.zarr")
+    root = zarr.open_group(store=group, mode="w", zarr_format=3)
+    theirs = root.create_array("theirs", shape=(4,), dtype="f8", dimension_names=("y",))
+    theirs[...] = np.arange(4.0)
+    x = oc.from_numpy(_values(), chunks=(2, 3))
+    x.to_zarr(group, dataset="ours", dimension_names=("y", "x"), progress=False)
+    with pytest.raises(oc.StoreExistsError):
+        x.to_zarr(group, mode="w", progress=False)  # the group itself is never replaced
+    ds = xr.open_zarr(group, consolidated=False)
+    np.testing.assert_array_equal(ds["theirs"].values, np.arange(4.0))
+    np.testing.assert_array_equal(ds["ours"].values, _values())
+    v2 = os.path.join(tmp_path, "v2.zarr")
+    zarr.open_group(store=v2, mode="w", zarr_format=2)
+    with pytest.raises(ValueError, match="v2 group"):
+        x.to_zarr(v2, dataset="ours", progress=False)
