@@ -104,3 +104,25 @@ def test_map_chunks_dataset_refusals(tmp_path: os.PathLike[str]) -> None:
         oc.map_chunks(np.negative, x, out=group, dataset="theirs", progress=False)
     with pytest.raises(TypeError, match="structure of out"):
         oc.map_chunks(np.negative, x, out=(group,), dataset="a", progress=False)
+
+
+def test_map_chunks_writes_coords_into_its_group(tmp_path: os.PathLike[str]) -> None:
+    group = os.path.join(tmp_path, "out.zarr")
+    a = np.arange(20.0).reshape(10, 2)
+    x = oc.from_numpy(a, chunks=(5, 2))
+    coords = {"dim_0": (np.arange(10) * 3, {"units": "m"})}
+    oc.map_chunks(np.negative, x, out=group, dataset="neg", coords=coords, progress=False)
+    ds = xr.open_zarr(group, consolidated=False)
+    np.testing.assert_array_equal(ds["neg"].values, -a)
+    np.testing.assert_array_equal(ds["dim_0"].values, np.arange(10) * 3)
+    assert ds["dim_0"].attrs == {"units": "m"}
+    with pytest.raises(oc.StoreExistsError, match="coordinate 'dim_0'"):
+        oc.map_chunks(
+            np.negative,
+            x,
+            out=group,
+            dataset="neg2",
+            coords={"dim_0": np.arange(10)},
+            progress=False,
+        )
+    assert not os.path.exists(os.path.join(group, "neg2"))

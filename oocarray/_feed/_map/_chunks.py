@@ -19,6 +19,7 @@ This module checks the call and drives the run; the parts live beside it, in thi
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
@@ -41,6 +42,7 @@ from oocarray._feed._map._outputs import check_existing, open_outputs
 from oocarray._feed._map._threads import ThreadsEngine
 from oocarray._storage._objects._urls import Remote
 from oocarray._storage._replace import refuse_replacing_an_input
+from oocarray._storage._zarr._coords import check_coords, parse_coords, write_coords
 
 __all__ = ["map_chunks"]
 
@@ -73,6 +75,7 @@ def map_chunks(
     progress: bool = True,
     storage_options: Mapping[str, Any] | None = None,
     dataset: Any = None,
+    coords: Any = None,
 ) -> Any:
     """Apply ``fn`` to aligned row blocks of ``inputs`` and write what it returns to zarr.
 
@@ -142,6 +145,10 @@ def map_chunks(
         xarray's default axis names (``dim_0``, ...); to name the axes, make the output with
         ``oc.create(path, ..., dataset=name, dimension_names=...)`` and pass that array in
         ``out``.  Local paths only.
+    coords
+        Coordinate arrays written into the groups of the ``dataset=`` outputs, as for
+        :func:`oocarray.create` (``{"time": values}`` or ``{"time": (values, attrs)}``);
+        checked before any block runs.
 
     Returns
     -------
@@ -188,6 +195,12 @@ def map_chunks(
         )
     parse_workers(workers)
     structure, names, targets = parse_out(out, storage_options, dataset)
+    coordinates = parse_coords(coords)
+    groups = _coordinate_groups(coordinates, targets, dataset, structure, names)
+    for group in groups:
+        check_coords(group, coordinates, "w-")  # before any work
+    for group in groups:
+        write_coords(group, coordinates, "w-")
     for target in targets:
         if not isinstance(target, ChunkedArray):
             read = [x.path for x in sources if isinstance(x, ChunkedArray)]
@@ -223,6 +236,37 @@ def map_chunks(
         job, record, targets, dtypes, row_shapes, codec, resume, progress,
         ThreadsEngine(sources, workers),
     )  # fmt: skip
+
+
+def _coordinate_groups(
+    coordinates: dict[str, Any],
+    targets: Sequence[Target],
+    dataset: Any,
+    structure: str,
+    names: tuple[Any, ...],
+) -> list[str]:
+    """The local groups that ``coords=`` goes into: those of the outputs named by
+    ``dataset=`` (an output's directory less its name's parts)."""
+    if not coordinates:
+        return []
+    if dataset is None:
+        raise ValueError("coords= writes coordinate arrays into the outputs' groups: give dataset=")
+    if structure == "one":
+        given = [dataset]
+    elif isinstance(dataset, Mapping):
+        given = [dataset.get(k) for k in names]
+    else:
+        given = list(dataset)
+    groups: list[str] = []
+    for target, name in zip(targets, given, strict=True):
+        if name is None or not isinstance(target, str):
+            continue
+        group = target
+        for _ in str(name).strip("/").split("/"):
+            group = os.path.dirname(group)
+        if group not in groups:
+            groups.append(group)
+    return groups
 
 
 def _run(
