@@ -126,3 +126,18 @@ def test_map_chunks_writes_coords_into_its_group(tmp_path: os.PathLike[str]) -> 
             progress=False,
         )
     assert not os.path.exists(os.path.join(group, "neg2"))
+
+
+# zarr warns that consolidated metadata is an extension of v3 when the test consolidates.
+@pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
+def test_map_chunks_refreshes_consolidated_metadata(tmp_path: os.PathLike[str]) -> None:
+    import zarr
+
+    group = os.path.join(tmp_path, "out.zarr")
+    a = np.arange(20.0).reshape(10, 2)
+    x = oc.from_numpy(a, chunks=(5, 2))
+    x.to_zarr(group, dataset="x", progress=False)
+    zarr.consolidate_metadata(group)
+    oc.map_chunks(np.negative, x, out=group, dataset="neg", progress=False)
+    ds = xr.open_zarr(group, consolidated=True)
+    np.testing.assert_array_equal(ds["neg"].values, -a)

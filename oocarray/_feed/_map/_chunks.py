@@ -43,6 +43,7 @@ from oocarray._feed._map._threads import ThreadsEngine
 from oocarray._storage._objects._urls import Remote
 from oocarray._storage._replace import refuse_replacing_an_input
 from oocarray._storage._zarr._coords import check_coords, parse_coords, write_coords
+from oocarray._storage._zarr._groups import refresh_consolidated
 
 __all__ = ["map_chunks"]
 
@@ -228,14 +229,18 @@ def map_chunks(
         from oocarray._feed._map import _dask as _map_dask
 
         with _dask.cluster_client(client, workers, worker_max_bytes) as dask_client:
-            return _run(
+            result = _run(
                 job, record, targets, dtypes, row_shapes, codec, resume, progress,
                 _map_dask.DaskEngine(dask_client, sources),
             )  # fmt: skip
-    return _run(
-        job, record, targets, dtypes, row_shapes, codec, resume, progress,
-        ThreadsEngine(sources, workers),
-    )  # fmt: skip
+    else:
+        result = _run(
+            job, record, targets, dtypes, row_shapes, codec, resume, progress,
+            ThreadsEngine(sources, workers),
+        )  # fmt: skip
+    for group in groups:
+        refresh_consolidated(group)  # readers that trust it see the new outputs
+    return result
 
 
 def _coordinate_groups(
@@ -245,12 +250,14 @@ def _coordinate_groups(
     structure: str,
     names: tuple[Any, ...],
 ) -> list[str]:
-    """The local groups that ``coords=`` goes into: those of the outputs named by
-    ``dataset=`` (an output's directory less its name's parts)."""
-    if not coordinates:
-        return []
+    """The local groups of the outputs named by ``dataset=`` (an output's directory less its
+    name's parts), where ``coords=`` goes."""
     if dataset is None:
-        raise ValueError("coords= writes coordinate arrays into the outputs' groups: give dataset=")
+        if coordinates:
+            raise ValueError(
+                "coords= writes coordinate arrays into the outputs' groups: give dataset="
+            )
+        return []
     if structure == "one":
         given = [dataset]
     elif isinstance(dataset, Mapping):
