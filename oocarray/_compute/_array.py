@@ -287,18 +287,39 @@ class LazyArray(Reductions, StandardArray):
         attributes: Any = None,
         progress: bool = True,
         storage_options: Any = None,
+        dataset: str | None = None,
+        coords: Any = None,
     ) -> ChunkedArray:
         """Write the values to a new zarr array, chunk by chunk (each written whole).
 
         ``path``, ``codec``, ``chunks``, ``shards``, ``mode``, ``dimension_names``,
-        ``attributes`` and ``storage_options`` are as for :func:`oocarray.create` (``path``
-        may be an object-store URL): by default (``mode="w-"``) the array must not exist yet
-        (:class:`~oocarray.StoreExistsError`); ``mode="w"`` replaces a zarr array, and nothing
-        else.  ``progress=False`` hides the progress report."""
+        ``attributes``, ``dataset``, ``coords`` and ``storage_options`` are as for
+        :func:`oocarray.create` (``path`` may be an object-store URL): by default
+        (``mode="w-"``) the array must not exist yet (:class:`~oocarray.StoreExistsError`);
+        ``mode="w"`` replaces a zarr array, and nothing else.  With ``dataset="name"`` the
+        array goes inside the zarr group at ``path`` beside the arrays already there, so
+        several outputs share one group that ``xarray.open_zarr(path)`` opens as a Dataset
+        (name the axes with ``dimension_names``).  ``progress=False`` hides the progress
+        report.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc, os, tempfile
+        >>> group = os.path.join(tempfile.mkdtemp(), "out.zarr")
+        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
+        >>> _ = (x * 2).to_zarr(group, dataset="double", dimension_names=("y", "x"),
+        ...                     progress=False)
+        >>> _ = (x + 1).to_zarr(group, dataset="plus_one", dimension_names=("y", "x"),
+        ...                     progress=False)
+        >>> oc.open(group, dataset="plus_one")[1]
+        array([4., 5., 6.])
+        """
         expr = as_node(self._tree())
         if mode == "w":
             location = locate(path, storage_options, "path", writing=True)
             target = location.name if isinstance(location, Remote) else location
+            if dataset is not None and isinstance(dataset, str):
+                target = target.rstrip("/") + "/" + dataset.strip("/")
             refuse_replacing_an_input(target, (s.path for s in expr.sources()), "to_zarr(mode='w')")
         out = create(
             path,
@@ -310,8 +331,10 @@ class LazyArray(Reductions, StandardArray):
             mode=mode,
             dimension_names=dimension_names,
             attributes=attributes,
+            dataset=dataset,
             storage_options=storage_options,
             array_type=ChunkedArray,
+            coords=coords,
         )
         evaluate(
             [], [StoreTarget(expr, out.__setitem__, out.shards or out.chunks)], progress, "to_zarr"

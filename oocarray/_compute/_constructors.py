@@ -75,6 +75,7 @@ def create(
     attributes: object = None,
     dataset: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    coords: object = None,
 ) -> ChunkedArray:
     return _chunked(
         _storage.create(
@@ -90,6 +91,7 @@ def create(
             dataset=dataset,
             storage_options=storage_options,
             array_type=ChunkedArray,
+            coords=coords,
         )
     )
 

@@ -22,9 +22,26 @@ from oocarray._memory import scratch_step
 from oocarray._storage._base import auto_chunks
 from oocarray._storage._objects._urls import Remote, locate
 from oocarray._storage._replace import prepare_target
+from oocarray._storage._zarr._groups import is_group, refresh_consolidated
 from oocarray._storage._zarr._remote_create import check_remote_target
 
 __all__ = ["from_batches", "read_parquet"]
+
+
+def _check_group_target(location: Any, dataset: object, mode: str) -> None:
+    """Refuse, before a stream is read, a ``dataset=`` write into a plain array or over an
+    array that ``mode`` keeps; a remote group is checked when the array is made."""
+    if isinstance(location, Remote):
+        return
+    if not isinstance(dataset, str):
+        raise TypeError(f"dataset must be a str such as 'temperature' or 'a/b', got {dataset!r}")
+    if not is_group(location) and any(
+        os.path.isfile(os.path.join(location, name)) for name in ("zarr.json", ".zarray")
+    ):
+        raise ValueError(f"{location!r} is a zarr array; dataset= needs a zarr group there")
+    inner = os.path.join(location, *dataset.strip("/").split("/"))
+    if is_group(location) and os.path.exists(inner) and mode != "w":
+        prepare_target(inner, mode, "oc.from_batches")
 
 
 def from_batches(
@@ -39,6 +56,8 @@ def from_batches(
     dimension_names: object = None,
     attributes: object = None,
     storage_options: Mapping[str, Any] | None = None,
+    dataset: str | None = None,
+    coords: object = None,
 ) -> ChunkedArray:
     """Write a stream of row blocks to a new zarr array, in bounded memory.
 
@@ -68,6 +87,14 @@ def from_batches(
         replaced (see :func:`oocarray.create`).
     dimension_names, attributes
         As for :func:`oocarray.create`.
+    dataset
+        The array's name inside the zarr group at ``path`` (``"events"`` or ``"a/b"``), as
+        for :func:`oocarray.create`: the group is made if needed and its other arrays stay,
+        so several outputs share one group that ``xarray.open_zarr(path)`` opens as a
+        Dataset (name the axes with ``dimension_names``).  ``mode`` applies to that array.
+    coords
+        Coordinate arrays written into the group, as for :func:`oocarray.create` (those
+        along the streamed axis must have its final length, so they suit the other axes).
 
     Returns
     -------
@@ -97,7 +124,9 @@ def from_batches(
     """
     if mode in ("w", "w-", "x"):  # a path that may not be written fails before the stream runs
         location = locate(path, storage_options, "path", writing=True)
-        if isinstance(location, Remote):
+        if dataset is not None:
+            _check_group_target(location, dataset, mode)
+        elif isinstance(location, Remote):
             check_remote_target(location, mode, "oc.from_batches")
         else:
             prepare_target(location, mode, "oc.from_batches")
@@ -130,7 +159,9 @@ def from_batches(
         shards=shards,
         dimension_names=dimension_names,
         attributes=attributes,
+        dataset=dataset,
         storage_options=storage_options,
+        coords=coords,
     )
     writer = _GridRowWriter(y)
     number = 0
@@ -144,6 +175,8 @@ def from_batches(
             except StopIteration:
                 break
         writer.finish()
+    if dataset is not None and not isinstance(locate(path, storage_options, "path"), Remote):
+        refresh_consolidated(str(locate(path, storage_options, "path")))  # the grown shape
     return y
 
 

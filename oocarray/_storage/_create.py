@@ -168,6 +168,7 @@ def create(
     dataset: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     array_type: type[StoredArray] = StoredArray,
+    coords: object = None,
 ) -> StoredArray:
     """Create a zarr v3 array on disk or in an object store, filled with zeros, open for
     reading and writing.
@@ -212,6 +213,13 @@ def create(
         ``path``, making the group and the groups on the way if needed; ``mode`` then applies
         to that array alone (the group's other arrays are never touched).  Read it back with
         ``oc.open(path, dataset=...)``.
+    coords
+        With ``dataset``: coordinate arrays to write into the group beside it,
+        ``{"time": values}`` or ``{"time": (values, {"units": "days since 2000-01-01"})}``,
+        each a 1-d array named like its dimension (``dimension_names=(name,)``), which xarray
+        shows as the Dataset's coordinates.  One already in the group with the same values
+        is kept (outputs share coordinates); other values raise
+        :class:`~oocarray.StoreExistsError` unless ``mode="w"``.  Local paths only.
     storage_options
         For URLs: the object store's settings (see :func:`open`).
     array_type
@@ -240,8 +248,9 @@ def create(
     >>> oc.open(path, dataset="temperature")[0, :3]
     array([280., 280., 280.], dtype=float32)
     """
+    from oocarray._storage._zarr._coords import check_coords, parse_coords, write_coords
     from oocarray._storage._zarr._create import CODECS, create_zarr
-    from oocarray._storage._zarr._groups import is_group, require_group
+    from oocarray._storage._zarr._groups import is_group, refresh_consolidated, require_group
     from oocarray._storage._zarr._store import ZarrStore
 
     location = locate(path, storage_options, "path", writing=True)
@@ -272,6 +281,12 @@ def create(
     attrs = _parse_attributes(attributes)
     if dataset is not None and not isinstance(dataset, str):
         raise TypeError(f"dataset must be a str such as 'temperature' or 'a/b', got {dataset!r}")
+    coordinates = parse_coords(coords)
+    if coordinates and (dataset is None or isinstance(location, Remote)):
+        raise ValueError(
+            "coords= writes coordinate arrays into a local zarr group: give dataset= and a "
+            "local path"
+        )
     if isinstance(location, Remote):
         from oocarray._storage._zarr._remote_create import create_remote
 
@@ -296,6 +311,7 @@ def create(
     else:
         prepare_group_path(root)
         target = require_group(root, dataset)
+        check_coords(root, coordinates, mode)
     replacing = prepare_target(target, mode)
     if replacing:
         remove_zarr_array(target)
@@ -313,6 +329,9 @@ def create(
     )
     if replacing:
         finish_replacement(target)
+    if dataset is not None:
+        write_coords(root, coordinates, mode)
+        refresh_consolidated(root)
     return array_type(ZarrStore.open(target, "r+", False))
 
 

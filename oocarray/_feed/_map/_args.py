@@ -14,6 +14,8 @@ from oocarray._feed._map._job import Structure
 from oocarray._feed._map._sidecar import check_replaceable
 from oocarray._memory import parse_shape
 from oocarray._storage._objects._urls import Remote, locate
+from oocarray._storage._replace import prepare_group_path
+from oocarray._storage._zarr._groups import require_group
 from oocarray.errors import ReadOnlyError
 
 __all__ = [
@@ -66,30 +68,57 @@ Target = str | Remote | ChunkedArray
 
 
 def parse_out(
-    out: Any, storage_options: Mapping[str, Any] | None = None
+    out: Any, storage_options: Mapping[str, Any] | None = None, dataset: Any = None
 ) -> tuple[Structure, tuple[Any, ...], list[Target]]:
     """The structure of ``out``, its names (dict keys or positions) and its targets: local
-    paths, object-store locations (URLs, with ``storage_options``) or open arrays."""
+    paths, object-store locations (URLs, with ``storage_options``) or open arrays.  With
+    ``dataset`` (one name per path output, the structure of ``out``), a path is a zarr group
+    and the target is the named array inside it."""
     if isinstance(out, Mapping):
         if not out:
             raise ValueError("out is an empty dict; give at least one output")
-        return (
-            "dict",
-            tuple(out),
-            [_parse_target(t, repr(k), storage_options) for k, t in out.items()],
-        )
-    if isinstance(out, (tuple, list)):
+        names: tuple[Any, ...] = tuple(out)
+        structure: Structure = "dict"
+        given = list(out.values())
+        labels = [repr(k) for k in out]
+    elif isinstance(out, (tuple, list)):
         if not out:
             raise ValueError("out is empty; give at least one output")
-        return (
-            "tuple",
-            tuple(range(len(out))),
-            [_parse_target(t, str(i), storage_options) for i, t in enumerate(out)],
+        names, structure, given = tuple(range(len(out))), "tuple", list(out)
+        labels = [str(i) for i in names]
+    else:
+        names, structure, given, labels = (0,), "one", [out], ["out"]
+    datasets = _parse_datasets(dataset, structure, names)
+    targets = [
+        _parse_target(t, label, storage_options, name)
+        for t, label, name in zip(given, labels, datasets, strict=True)
+    ]
+    return structure, names, targets
+
+
+def _parse_datasets(dataset: Any, structure: Structure, names: tuple[Any, ...]) -> list[Any]:
+    if dataset is None:
+        return [None] * len(names)
+    if structure == "one":
+        return [dataset]
+    if structure == "dict" and isinstance(dataset, Mapping) and set(dataset) <= set(names):
+        return [dataset.get(k) for k in names]
+    if structure == "tuple" and isinstance(dataset, (tuple, list)) and len(dataset) == len(names):
+        return list(dataset)
+    raise TypeError(
+        f"dataset= must have the structure of out: a dict with out's keys or a tuple of "
+        f"{len(names)} names (None for an output without a group), got {dataset!r}"
+    )
+
+
+def _parse_target(
+    target: object, name: str, storage_options: Mapping[str, Any] | None, dataset: Any = None
+) -> Target:
+    if dataset is not None and not isinstance(target, (str, os.PathLike)):
+        raise TypeError(
+            f"output {name}: dataset= names an array inside the group at a path, but this "
+            "output is an open array; drop its dataset= name"
         )
-    return "one", (0,), [_parse_target(out, "out", storage_options)]
-
-
-def _parse_target(target: object, name: str, storage_options: Mapping[str, Any] | None) -> Target:
     if isinstance(target, ChunkedArray):
         target._check_open()
         if target.format != "zarr":
@@ -105,12 +134,28 @@ def _parse_target(target: object, name: str, storage_options: Mapping[str, Any] 
         return target
     if isinstance(target, (str, os.PathLike)):
         location = locate(target, storage_options, f"output {name}", writing=True)
+        if dataset is not None:
+            location = _array_in_new_group(location, dataset, name)
         check_replaceable(location)  # before any work: a wrong location fails at once
         return location
     raise TypeError(
         f"output {name} must be a path, an object-store URL or a zarr ChunkedArray, got "
         f"{type(target).__name__}"
     )
+
+
+def _array_in_new_group(location: str | Remote, dataset: object, name: str) -> str:
+    """The directory of the array ``dataset`` in the local zarr group at ``location``, the
+    group made if needed (a zarr array there is refused)."""
+    if isinstance(location, Remote):
+        raise NotImplementedError(
+            f"output {name}: dataset= with an object-store URL is not supported by map_chunks "
+            "yet; make the output with oc.create(url, ..., dataset=...) and pass it as out"
+        )
+    if not isinstance(dataset, str):
+        raise TypeError(f"dataset must be a str such as 'temperature' or 'a/b', got {dataset!r}")
+    prepare_group_path(location)
+    return require_group(location, dataset)
 
 
 def _is_single_dtype(value: object) -> bool:

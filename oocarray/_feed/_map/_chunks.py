@@ -19,6 +19,7 @@ This module checks the call and drives the run; the parts live beside it, in thi
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
@@ -41,6 +42,8 @@ from oocarray._feed._map._outputs import check_existing, open_outputs
 from oocarray._feed._map._threads import ThreadsEngine
 from oocarray._storage._objects._urls import Remote
 from oocarray._storage._replace import refuse_replacing_an_input
+from oocarray._storage._zarr._coords import check_coords, parse_coords, write_coords
+from oocarray._storage._zarr._groups import refresh_consolidated
 
 __all__ = ["map_chunks"]
 
@@ -72,6 +75,8 @@ def map_chunks(
     resume: bool = True,
     progress: bool = True,
     storage_options: Mapping[str, Any] | None = None,
+    dataset: Any = None,
+    coords: Any = None,
 ) -> Any:
     """Apply ``fn`` to aligned row blocks of ``inputs`` and write what it returns to zarr.
 
@@ -132,6 +137,19 @@ def map_chunks(
     storage_options
         For outputs given as object-store URLs (``s3://...``): the backend's options, as
         for :func:`oocarray.create`.
+    dataset
+        Names of the outputs inside zarr groups, the structure of ``out`` (one name for one
+        output, a tuple or a dict with ``out``'s keys; ``None`` for an output without a
+        group): a path is then a zarr group (made if needed; its other arrays stay) and the
+        output is the array of that name in it, resumed or replaced as above, so several
+        outputs share one group that ``xarray.open_zarr(path)`` opens.  Created outputs get
+        xarray's default axis names (``dim_0``, ...); to name the axes, make the output with
+        ``oc.create(path, ..., dataset=name, dimension_names=...)`` and pass that array in
+        ``out``.  Local paths only.
+    coords
+        Coordinate arrays written into the groups of the ``dataset=`` outputs, as for
+        :func:`oocarray.create` (``{"time": values}`` or ``{"time": (values, attrs)}``);
+        checked before any block runs.
 
     Returns
     -------
@@ -177,7 +195,13 @@ def map_chunks(
             "register oocarray.dask.MemoryBudgetPlugin(max_bytes=...) on it instead"
         )
     parse_workers(workers)
-    structure, names, targets = parse_out(out, storage_options)
+    structure, names, targets = parse_out(out, storage_options, dataset)
+    coordinates = parse_coords(coords)
+    groups = _coordinate_groups(coordinates, targets, dataset, structure, names)
+    for group in groups:
+        check_coords(group, coordinates, "w-")  # before any work
+    for group in groups:
+        write_coords(group, coordinates, "w-")
     for target in targets:
         if not isinstance(target, ChunkedArray):
             read = [x.path for x in sources if isinstance(x, ChunkedArray)]
@@ -205,14 +229,51 @@ def map_chunks(
         from oocarray._feed._map import _dask as _map_dask
 
         with _dask.cluster_client(client, workers, worker_max_bytes) as dask_client:
-            return _run(
+            result = _run(
                 job, record, targets, dtypes, row_shapes, codec, resume, progress,
                 _map_dask.DaskEngine(dask_client, sources),
             )  # fmt: skip
-    return _run(
-        job, record, targets, dtypes, row_shapes, codec, resume, progress,
-        ThreadsEngine(sources, workers),
-    )  # fmt: skip
+    else:
+        result = _run(
+            job, record, targets, dtypes, row_shapes, codec, resume, progress,
+            ThreadsEngine(sources, workers),
+        )  # fmt: skip
+    for group in groups:
+        refresh_consolidated(group)  # readers that trust it see the new outputs
+    return result
+
+
+def _coordinate_groups(
+    coordinates: dict[str, Any],
+    targets: Sequence[Target],
+    dataset: Any,
+    structure: str,
+    names: tuple[Any, ...],
+) -> list[str]:
+    """The local groups of the outputs named by ``dataset=`` (an output's directory less its
+    name's parts), where ``coords=`` goes."""
+    if dataset is None:
+        if coordinates:
+            raise ValueError(
+                "coords= writes coordinate arrays into the outputs' groups: give dataset="
+            )
+        return []
+    if structure == "one":
+        given = [dataset]
+    elif isinstance(dataset, Mapping):
+        given = [dataset.get(k) for k in names]
+    else:
+        given = list(dataset)
+    groups: list[str] = []
+    for target, name in zip(targets, given, strict=True):
+        if name is None or not isinstance(target, str):
+            continue
+        group = target
+        for _ in str(name).strip("/").split("/"):
+            group = os.path.dirname(group)
+        if group not in groups:
+            groups.append(group)
+    return groups
 
 
 def _run(

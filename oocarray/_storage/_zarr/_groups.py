@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+import warnings
+from typing import Any, Literal
 
 import zarr
 
 from oocarray.errors import StoreNotFoundError
 
-__all__ = ["array_in_group", "array_member", "is_group", "require_group"]
+__all__ = ["array_in_group", "array_member", "is_group", "refresh_consolidated", "require_group"]
 
 
 def is_group(path: str) -> bool:
@@ -85,3 +86,25 @@ def require_group(path: str, dataset: str) -> str:
     for part in parts[:-1]:
         group = group.require_group(part)
     return os.path.join(path, *parts)
+
+
+def refresh_consolidated(path: str) -> None:
+    """Rewrite the consolidated metadata of the group at ``path`` when it has any, so readers
+    that trust it (``xarray.open_zarr``) see an array just added or grown; a group without
+    consolidated metadata is left without."""
+    meta_path = os.path.join(path, "zarr.json")
+    zarr_format: Literal[2, 3]
+    if os.path.isfile(meta_path):
+        with open(meta_path, "rb") as f:
+            meta = json.load(f)
+        has = isinstance(meta, dict) and meta.get("consolidated_metadata") is not None
+        zarr_format = 3
+    else:
+        has = os.path.isfile(os.path.join(path, ".zmetadata"))
+        zarr_format = 2
+    if has:
+        with warnings.catch_warnings():
+            # The group already chose consolidated metadata; zarr's note that v3 has it only
+            # as an extension says nothing new here.
+            warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+            zarr.consolidate_metadata(path, zarr_format=zarr_format)
