@@ -176,14 +176,14 @@ def test_guess_can_open(tmp_path: Path) -> None:
 
 def test_missing_path_names_it(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere.zarr"
-    with pytest.raises(FileNotFoundError, match="nowhere.zarr"):
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.zarr"):
         xr.open_dataset(missing, engine="oocarray")
 
 
 def test_a_file_that_is_not_hdf5_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "fake.nc"
     path.write_bytes(b"CDF\x01 netCDF3 is not HDF5")
-    with pytest.raises(ValueError, match="fake.nc.*neither"):
+    with pytest.raises(ValueError, match=r"fake\.nc.*neither"):
         xr.open_dataset(path, engine="oocarray")
 
 
@@ -192,5 +192,5 @@ def test_a_damaged_hdf5_file_raises(tmp_path: Path) -> None:
     corpus.write_netcdf(good)
     damaged = tmp_path / "damaged.nc"
     damaged.write_bytes(good.read_bytes()[:600])
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match=r"damaged\.nc"):
         xr.open_dataset(damaged, engine="oocarray")
