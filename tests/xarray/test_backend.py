@@ -194,3 +194,20 @@ def test_a_damaged_hdf5_file_raises(tmp_path: Path) -> None:
     damaged.write_bytes(good.read_bytes()[:600])
     with pytest.raises(OSError, match=r"damaged\.nc"):
         xr.open_dataset(damaged, engine="oocarray")
+
+
+def test_a_slice_reads_only_the_chunks_it_needs(tmp_path: Path) -> None:
+    path = tmp_path / "big.zarr"
+    big = xr.Dataset(
+        {"v": (("time", "x"), np.arange(800 * 1000, dtype="float64").reshape(800, 1000))},
+        coords={"time": np.arange(800), "x": np.arange(1000)},
+    )
+    big["v"].encoding["chunks"] = (50, 1000)
+    big.to_zarr(path, mode="w", consolidated=False)  # 6.4 MB in 16 chunks
+    ds = xr.open_dataset(path, engine="oocarray", consolidated=False, cache=False)
+    chunked = backend_array(ds.v).chunked
+    rows = ds.v.isel(time=slice(100, 110)).values
+    np.testing.assert_array_equal(rows, big.v.values[100:110])
+    assert chunked.chunk_reads == 1
+    np.testing.assert_array_equal(ds.v.isel(time=[5, 790]).values, big.v.values[[5, 790]])
+    assert chunked.chunk_reads == 3
