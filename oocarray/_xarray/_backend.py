@@ -65,6 +65,33 @@ def _normalize(filename_or_obj: Any) -> str:
     return path
 
 
+# obstore's S3 names (as ``oc.open`` takes them) -> s3fs's, for the metadata that xarray reads
+# through zarr-python's fsspec store; oocarray's reader takes either spelling.
+_S3FS_NAMES = {"access_key_id": "key", "secret_access_key": "secret", "token": "token"}
+
+
+def _fsspec_options(options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``options`` spelled as s3fs takes them."""
+    if not options:
+        return options
+    translated: dict[str, Any] = {}
+    client_kwargs = dict(options.get("client_kwargs") or {})
+    for name, value in options.items():
+        if name in _S3FS_NAMES:
+            translated[_S3FS_NAMES[name]] = value
+        elif name == "endpoint":
+            translated["endpoint_url"] = value
+        elif name == "region":
+            client_kwargs["region_name"] = value
+        elif name == "skip_signature":
+            translated["anon"] = bool(value)
+        elif name not in ("client_options", "retry_config", "client_kwargs"):
+            translated[name] = value
+    if client_kwargs:
+        translated["client_kwargs"] = client_kwargs
+    return translated
+
+
 def _zarr_stores(
     path: str,
     group: str | None,
@@ -74,6 +101,7 @@ def _zarr_stores(
 ) -> dict[str, OOCArrayStore]:
     """The zarr group(s) at ``path``, by path in the hierarchy."""
     options = storage_options if _is_url(path) else None
+    metadata_options = _fsspec_options(options)
     if all_groups:
         parent = _absolute(group)
         inner_stores = ZarrStore.open_store(
@@ -82,7 +110,7 @@ def _zarr_stores(
             mode="r",
             consolidated=consolidated,
             consolidate_on_close=False,
-            storage_options=options,
+            storage_options=metadata_options,
         )
     else:
         inner_stores = {
@@ -92,7 +120,7 @@ def _zarr_stores(
                 mode="r",
                 consolidated=consolidated,
                 consolidate_on_close=False,
-                storage_options=options,
+                storage_options=metadata_options,
             )
         }
     return {

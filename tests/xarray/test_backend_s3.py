@@ -58,6 +58,19 @@ def test_zarr_in_s3_round_trip(bucket: Bucket) -> None:
     xr.testing.assert_identical(ours.t2m, written.t2m)
 
 
+def test_obstore_style_options_work_too(bucket: Bucket) -> None:
+    written = corpus.climate().drop_vars("station")
+    url = bucket.url("native.zarr")
+    written.to_zarr(url, storage_options=s3fs_options(bucket), mode="w", consolidated=False)
+    ours = xr.open_dataset(
+        url, engine="oocarray", storage_options=bucket.storage_options, consolidated=False
+    )
+    theirs = xr.open_dataset(
+        url, engine="zarr", storage_options=s3fs_options(bucket), consolidated=False
+    )
+    xr.testing.assert_identical(ours.load(), theirs.load())
+
+
 def test_credentials_never_in_errors(bucket: Bucket) -> None:
     options = s3fs_options(bucket)
     url = bucket.url("missing.zarr")
