@@ -211,3 +211,17 @@ def test_a_slice_reads_only_the_chunks_it_needs(tmp_path: Path) -> None:
     assert chunked.chunk_reads == 1
     np.testing.assert_array_equal(ds.v.isel(time=[5, 790]).values, big.v.values[[5, 790]])
     assert chunked.chunk_reads == 3
+
+
+def test_plain_hdf5_gets_phony_dimensions_as_h5netcdf_names_them(tmp_path: Path) -> None:
+    import h5py
+
+    path = tmp_path / "plain.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("grid", data=np.arange(60.0).reshape(6, 10), chunks=(3, 10))
+        f["grid"].attrs["units"] = "m"
+        f.attrs["origin"] = "h5py"
+    ours = xr.open_dataset(path, engine="oocarray")
+    theirs = xr.open_dataset(path, engine="h5netcdf", phony_dims="access")
+    assert isinstance(backend_array(ours["grid"]), OOCArrayBackendArray)
+    assert_same(ours, theirs)
