@@ -225,3 +225,24 @@ def test_plain_hdf5_gets_phony_dimensions_as_h5netcdf_names_them(tmp_path: Path)
     theirs = xr.open_dataset(path, engine="h5netcdf", phony_dims="access")
     assert isinstance(backend_array(ours["grid"]), OOCArrayBackendArray)
     assert_same(ours, theirs)
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_unwritten_chunks_read_as_the_fill_value(tmp_path: Path, zarr_format: int) -> None:
+    import zarr
+
+    path = tmp_path / "sparse.zarr"
+    root = zarr.open_group(path, mode="w", zarr_format=zarr_format)
+    kwargs: dict[str, Any] = (
+        {"dimension_names": ["y", "x"]} if zarr_format == 3 else {"attributes": {}}
+    )
+    array = root.create_array(
+        "sparse", shape=(8, 8), chunks=(4, 4), dtype="int16", fill_value=-7, **kwargs
+    )
+    if zarr_format == 2:
+        array.attrs["_ARRAY_DIMENSIONS"] = ["y", "x"]
+    array[:4, :4] = 1
+    ours = xr.open_dataset(path, engine="oocarray", consolidated=False)
+    theirs = xr.open_dataset(path, engine="zarr", consolidated=False)
+    assert isinstance(backend_array(ours["sparse"]), OOCArrayBackendArray)
+    assert_same(ours, theirs)
