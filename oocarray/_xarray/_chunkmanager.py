@@ -105,7 +105,7 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
         future work), so only the reported block sizes would differ."""
         return data
 
-    def compute(self, *data: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+    def compute(self, *data: Any, **kwargs: Any) -> Any:
         """NumPy arrays for each input, evaluated by oocarray's streaming engine."""
         return tuple(np.asarray(unwrap(d)) for d in data)
 

@@ -60,6 +60,12 @@ def test_opening_gives_lazy_oocarray_variables(stores: tuple[xr.Dataset, xr.Data
         lambda ds: ds.t2m.sum(("lat", "lon"), skipna=False),
         lambda ds: ds.t2m - ds.t2m.mean("time"),
         lambda ds: np.sqrt(ds.t2m),
+        lambda ds: ds.t2m.isel(time=slice(3, 400, 7), lat=2),
+        lambda ds: ds.t2m.isel(time=[5, 2, 9, 333]),
+        lambda ds: ds.t2m.groupby("time.month").mean(),
+        lambda ds: ds.t2m.resample(time="1MS").mean(),
+        lambda ds: ds.t2m.where(ds.t2m > 280),
+        lambda ds: ds.t2m.quantile(0.3, "time"),
     ],
 )
 def test_results_equal_dask(stores: tuple[xr.Dataset, xr.Dataset], operation: object) -> None:
@@ -86,7 +92,19 @@ def test_unsupported_operations_raise_a_clear_error(
     stores: tuple[xr.Dataset, xr.Dataset],
 ) -> None:
     ooc, _ = stores
-    with pytest.raises(NotImplementedError, match="oocarray"):
-        ooc.t2m.isel(time=slice(0, 10)).compute()
+    with pytest.raises(TypeError, match="einsum"):
+        ooc.t2m.weighted(np.cos(np.deg2rad(ooc.lat))).mean(("lat", "lon")).compute()
+    with pytest.raises(TypeError, match="sliding_window_view"):
+        ooc.t2m.rolling(time=3).mean().compute()
     with pytest.raises(NotImplementedError, match="apply_gufunc"):
         xr.apply_ufunc(np.negative, ooc.t2m, dask="parallelized").compute()
+
+
+def test_groupby_mean_stays_within_a_budget_smaller_than_the_data(
+    stores: tuple[xr.Dataset, xr.Dataset],
+) -> None:
+    ooc, dask = stores  # t2m is 140 kB
+    with oc.Manager(max_bytes="64k"):
+        climatology = ooc.t2m.groupby("time.month").mean().compute()
+    expected = dask.t2m.groupby("time.month").mean().compute()
+    xr.testing.assert_allclose(climatology, expected, rtol=1e-5)
