@@ -122,9 +122,32 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
         raise _missing("a cumulative scan (chunkmanager.scan)")
 
     def apply_gufunc(
-        self, func: Callable[..., Any], signature: str, *args: Any, **kwargs: Any
+        self,
+        func: Callable[..., Any],
+        signature: str,
+        *args: Any,
+        axes: Any = None,
+        keepdims: bool = False,
+        output_dtypes: Any = None,
+        vectorize: bool | None = None,
+        **kwargs: Any,
     ) -> Any:
-        raise _missing("xr.apply_ufunc(..., dask='parallelized') (apply_gufunc)")
+        """``xr.apply_ufunc(..., dask="parallelized")`` for element-wise functions (every core
+        dimension empty): ``func`` runs block by block through oocarray's ``map_blocks``."""
+        if signature.replace(" ", "") != "->".join(
+            [",".join(["()"] * len(args)), "()"]
+        ) or kwargs.get("output_sizes"):
+            raise _missing(f"apply_gufunc with core dimensions (signature {signature!r})")
+        function = np.vectorize(func) if vectorize else func
+        dtype = np.dtype(output_dtypes[0]) if output_dtypes else None
+        lazy = [unwrap(a) for a in args]
+        first = next(i for i, a in enumerate(lazy) if isinstance(a, ChunkedArray | Expr))
+        others = lazy[:first] + lazy[first + 1 :]
+
+        def ordered(block: Any, *rest: Any) -> Any:
+            return function(*rest[:first], block, *rest[first:])
+
+        return wrap(lazy[first].map_blocks(ordered, *others, dtype=dtype))
 
     def map_blocks(self, *args: Any, **kwargs: Any) -> Any:
         raise _missing("map_blocks")
