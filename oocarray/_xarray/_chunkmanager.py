@@ -58,6 +58,14 @@ def _block_regions(chunks: tuple[tuple[int, ...], ...]) -> list[tuple[slice, ...
     ]
 
 
+def _copy(data: Any, blocks: tuple[tuple[int, ...], ...]) -> OOCLazyArray:
+    """``data`` copied region by region into a temporary chunked array of chunks ``blocks``."""
+    out = temp(tuple(data.shape), data.dtype, tuple(max(b[0], 1) for b in blocks))
+    for region in _block_regions(blocks):
+        out[region] = np.asarray(data[region])
+    return OOCLazyArray(out)
+
+
 class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
     """xarray's chunk manager for oocarray: chunked variables computed out of core."""
 
@@ -90,20 +98,19 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
             return data
         if isinstance(data, ChunkedArray | Expr):
             return OOCLazyArray(data)
-        shape = tuple(data.shape)
-        blocks = _normalize(chunks, shape)
-        chunk = tuple(max(b[0], 1) for b in blocks)
+        blocks = _normalize(chunks, tuple(data.shape))
         if isinstance(data, np.ndarray):
-            return OOCLazyArray(from_numpy(data, chunks=chunk))
-        out = temp(shape, data.dtype, chunk)
-        for region in _block_regions(blocks):
-            out[region] = np.asarray(data[region])
-        return OOCLazyArray(out)
+            return OOCLazyArray(from_numpy(data, chunks=tuple(max(b[0], 1) for b in blocks)))
+        return _copy(data, blocks)
 
-    def rechunk(self, data: Any, chunks: Any, **kwargs: Any) -> Any:
-        """Keeps the stored chunks: oocarray streams over any chunking (a full rechunk is
-        future work), so only the reported block sizes would differ."""
-        return data
+    def rechunk(self, data: Any, chunks: Any, **kwargs: Any) -> OOCLazyArray:
+        """A temporary chunked array of the new regular chunks, written block by block (each
+        block evaluates only its region; a full rechunker is future work)."""
+        lazy = wrap(unwrap(data))
+        blocks = _normalize(chunks, lazy.shape)
+        if blocks == lazy.chunks:
+            return lazy
+        return _copy(lazy.lazy, blocks)
 
     def compute(self, *data: Any, **kwargs: Any) -> Any:
         """NumPy arrays for each input, evaluated by oocarray's streaming engine."""

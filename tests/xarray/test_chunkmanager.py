@@ -124,3 +124,37 @@ def test_groupby_mean_stays_within_a_budget_smaller_than_the_data(
         climatology = ooc.t2m.groupby("time.month").mean().compute()
     expected = dask.t2m.groupby("time.month").mean().compute()
     xr.testing.assert_allclose(climatology, expected, rtol=1e-5)
+
+
+def test_rechunk_gives_the_new_chunks_and_the_same_values(
+    stores: tuple[xr.Dataset, xr.Dataset],
+) -> None:
+    ooc, dask = stores
+    with oc.Manager(max_bytes="64k"):
+        rechunked = ooc.chunk(time=100, lat=3, chunked_array_type="oocarray")
+    assert isinstance(rechunked.t2m.data, OOCLazyArray)
+    assert rechunked.t2m.chunks == dask.chunk(time=100, lat=3).t2m.chunks
+    xr.testing.assert_identical(rechunked.compute(), dask.compute())
+
+
+def test_mixing_with_numpy_keeps_the_oocarray_manager(
+    stores: tuple[xr.Dataset, xr.Dataset],
+) -> None:
+    ooc, dask = stores
+    plain = np.linspace(0, 1, ooc.sizes["lon"], dtype="float32")
+    mixed = ooc.t2m * xr.DataArray(plain, dims="lon")
+    assert isinstance(mixed.data, OOCLazyArray)
+    assert isinstance(get_chunked_array_type(mixed.data, plain), OOCArrayChunkManager)
+    xr.testing.assert_allclose(
+        mixed.compute(), (dask.t2m * xr.DataArray(plain, dims="lon")).compute()
+    )
+
+
+def test_normalize_chunks_matches_dask() -> None:
+    from dask.array.core import normalize_chunks
+
+    manager = OOCArrayChunkManager()
+    for chunks in [5, (4, -1), ((3, 3, 4), 2), {0: 7}]:
+        assert manager.normalize_chunks(chunks, shape=(10, 6)) == normalize_chunks(
+            chunks, shape=(10, 6)
+        )
