@@ -106,7 +106,7 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
     def rechunk(self, data: Any, chunks: Any, **kwargs: Any) -> OOCLazyArray:
         """A temporary chunked array of the new regular chunks, written block by block (each
         block evaluates only its region; a full rechunker is future work)."""
-        lazy = wrap(unwrap(data))
+        lazy: OOCLazyArray = wrap(unwrap(data))
         blocks = _normalize(chunks, lazy.shape)
         if blocks == lazy.chunks:
             return lazy
