@@ -1,0 +1,270 @@
+"""A lazy duck array that lets xarray hold oocarray expressions without reading them.
+
+xarray indexes chunked data with ``array[key]``, but oocarray's ``ChunkedArray`` and ``Expr``
+read eagerly on ``[]`` (a public contract).  :class:`OOCLazyArray` wraps one of them and keeps
+every operation lazy: operators, ufuncs and NumPy functions give another ``OOCLazyArray``;
+whole-array keys give the array itself; other keys raise a clear error instead of loading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from oocarray._compute import ChunkedArray, Expr
+
+
+def wrap(value: Any) -> Any:
+    """An ``OOCLazyArray`` around an oocarray lazy value; anything else unchanged."""
+    return OOCLazyArray(value) if isinstance(value, ChunkedArray | Expr) else value
+
+
+def unwrap(value: Any) -> Any:
+    """The oocarray value inside an ``OOCLazyArray`` (recursing into lists and tuples)."""
+    if isinstance(value, OOCLazyArray):
+        return value.lazy
+    if isinstance(value, list | tuple):
+        return type(value)(unwrap(v) for v in value)
+    return value
+
+
+def regular_chunks(shape: tuple[int, ...], chunk: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Dask-style block sizes per axis for a regular chunk shape."""
+    out = []
+    for n, c in zip(shape, chunk, strict=True):
+        c = max(int(c), 1)
+        sizes = [c] * (n // c) + ([n % c] if n % c else [])
+        out.append(tuple(sizes) if sizes else (0,))
+    return tuple(out)
+
+
+def _chunk_shape(lazy: ChunkedArray | Expr) -> tuple[int, ...]:
+    if isinstance(lazy, ChunkedArray):
+        return tuple(lazy.chunks)
+    for source in lazy.sources():
+        if tuple(source.shape) == tuple(lazy.shape):
+            return tuple(source.chunks)
+    return tuple(lazy.shape)
+
+
+def _is_whole(key: Any, ndim: int) -> bool:
+    key = key if isinstance(key, tuple) else (key,)
+    return all(k is Ellipsis or (isinstance(k, slice) and k == slice(None)) for k in key) and len(
+        key
+    ) <= max(ndim, 1)
+
+
+def _positions(key: Any, shape: tuple[int, ...]) -> list[tuple[np.ndarray, bool]]:
+    """Per axis: the positions selected and whether the axis is dropped (an integer key)."""
+    key = key if isinstance(key, tuple) else (key,)
+    if any(k is Ellipsis for k in key):
+        at = next(i for i, k in enumerate(key) if k is Ellipsis)
+        key = (*key[:at], *(slice(None),) * (len(shape) - len(key) + 1), *key[at + 1 :])
+    key = (*key, *(slice(None),) * (len(shape) - len(key)))
+    out: list[tuple[np.ndarray, bool]] = []
+    for k, n in zip(key, shape, strict=True):
+        if isinstance(k, slice):
+            out.append((np.arange(*k.indices(n)), False))
+        elif isinstance(k, int | np.integer) and not isinstance(k, bool):
+            out.append((np.array([int(k) % n]), True))
+        else:
+            k = np.asarray(k)
+            if k.ndim == 0 and k.dtype.kind in "iu":
+                out.append((np.array([int(k) % n]), True))
+                continue
+            if k.ndim != 1 or k.dtype.kind not in "iu":
+                raise NotImplementedError(
+                    f"selecting an oocarray-backed xarray variable with {type(k).__name__} "
+                    f"keys of dtype {k.dtype} is not supported: use slices, integers or "
+                    "1-d integer arrays, or .compute() first"
+                )
+            out.append((k % n if n else k, False))
+    return out
+
+
+def _select(lazy: ChunkedArray | Expr, key: Any) -> ChunkedArray:
+    from oocarray._compute import from_numpy, temp
+
+    axes = _positions(key, tuple(lazy.shape))
+    kept = [i for i, (_, dropped) in enumerate(axes) if not dropped]
+    out_shape = tuple(len(axes[i][0]) for i in kept)
+    chunk = _chunk_shape(lazy)
+    if 0 in out_shape or not out_shape:
+        return from_numpy(np.asarray(_read(lazy, axes)).reshape(out_shape))
+    band = max(int(chunk[0]), 1)
+    out = temp(out_shape, lazy.dtype, tuple(max(min(chunk[i], len(axes[i][0])), 1) for i in kept))
+    first = axes[0][0]
+    for start in range(0, len(first), band):
+        rows = first[start : start + band]
+        block = _read(lazy, [(rows, axes[0][1]), *axes[1:]])
+        if axes[0][1]:
+            out[...] = block
+        else:
+            out[start : start + len(rows)] = block
+    return out
+
+
+def _read(lazy: ChunkedArray | Expr, axes: list[tuple[np.ndarray, bool]]) -> np.ndarray:
+    """The selected values of one band, reading runs of consecutive first-axis positions."""
+    rows = axes[0][0]
+    bounds = [slice(int(p.min()), int(p.max()) + 1) for p, _ in axes[1:]]
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    parts = []
+    for run in np.split(rows, breaks):
+        region = np.asarray(lazy[(slice(int(run[0]), int(run[-1]) + 1), *bounds)])
+        for axis, ((p, _), b) in enumerate(zip(axes[1:], bounds, strict=True), start=1):
+            region = np.take(region, p - b.start, axis=axis)
+        parts.append(region)
+    values = np.concatenate(parts, axis=0)
+    dropped = tuple(i for i, (_, d) in enumerate(axes) if d)
+    return values.reshape(tuple(n for i, n in enumerate(values.shape) if i not in dropped))
+
+
+class OOCLazyArray:
+    """An oocarray ``ChunkedArray`` or ``Expr`` seen by xarray as a lazy chunked array.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> from oocarray._xarray._lazy import OOCLazyArray
+    >>> x = OOCLazyArray(oc.from_numpy(np.arange(6.0), chunks=3))
+    >>> (x * 2).chunks, np.asarray((x * 2).compute())[-1]
+    (((3, 3),), np.float64(10.0))
+    """
+
+    def __init__(self, lazy: ChunkedArray | Expr) -> None:
+        self.lazy = lazy
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.lazy.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return np.dtype(self.lazy.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def chunks(self) -> tuple[tuple[int, ...], ...]:
+        return regular_chunks(self.shape, _chunk_shape(self.lazy))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"OOCLazyArray({self.lazy!r})"
+
+    def compute(self) -> np.ndarray:
+        """The values, evaluated by oocarray's streaming engine."""
+        return np.asarray(self.lazy)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        out = self.compute()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __getitem__(self, key: Any) -> OOCLazyArray:
+        """The selection (slices, integers, integer arrays per axis, as xarray's outer
+        indexing gives), copied band by band into a temporary chunked array: the parent's
+        values never sit in memory whole."""
+        if _is_whole(key, self.ndim):
+            return self
+        return OOCLazyArray(_select(self.lazy, key))
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        return wrap(getattr(ufunc, method)(*unwrap(inputs), **kwargs))
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        if func is np.result_type:  # needs dtypes only; the chunked arrays refuse it
+            return np.result_type(*(a.dtype if isinstance(a, OOCLazyArray) else a for a in args))
+        args, kwargs = unwrap(args), {k: unwrap(v) for k, v in kwargs.items()}
+        result = func(*args, **kwargs)
+        if isinstance(result, tuple):
+            return tuple(wrap(r) for r in result)
+        return wrap(result)
+
+    def astype(self, dtype: Any, **kwargs: Any) -> Any:
+        return self if np.dtype(dtype) == self.dtype else wrap(self.lazy.astype(dtype))
+
+    def transpose(self, *axes: Any) -> Any:
+        return wrap(self.lazy.transpose(*axes))
+
+    def _binary(self, name: str, other: Any) -> Any:
+        return wrap(getattr(self.lazy, name)(unwrap(other)))
+
+    def __add__(self, o: Any) -> Any:
+        return self._binary("__add__", o)
+
+    def __radd__(self, o: Any) -> Any:
+        return self._binary("__radd__", o)
+
+    def __sub__(self, o: Any) -> Any:
+        return self._binary("__sub__", o)
+
+    def __rsub__(self, o: Any) -> Any:
+        return self._binary("__rsub__", o)
+
+    def __mul__(self, o: Any) -> Any:
+        return self._binary("__mul__", o)
+
+    def __rmul__(self, o: Any) -> Any:
+        return self._binary("__rmul__", o)
+
+    def __truediv__(self, o: Any) -> Any:
+        return self._binary("__truediv__", o)
+
+    def __rtruediv__(self, o: Any) -> Any:
+        return self._binary("__rtruediv__", o)
+
+    def __pow__(self, o: Any) -> Any:
+        return self._binary("__pow__", o)
+
+    def __lt__(self, o: Any) -> Any:
+        return self._binary("__lt__", o)
+
+    def __le__(self, o: Any) -> Any:
+        return self._binary("__le__", o)
+
+    def __gt__(self, o: Any) -> Any:
+        return self._binary("__gt__", o)
+
+    def __ge__(self, o: Any) -> Any:
+        return self._binary("__ge__", o)
+
+    def __eq__(self, o: Any) -> Any:
+        return self._binary("__eq__", o)
+
+    def __ne__(self, o: Any) -> Any:
+        return self._binary("__ne__", o)
+
+    def __neg__(self) -> Any:
+        return wrap(-self.lazy)
+
+    def __invert__(self) -> Any:
+        return wrap(~self.lazy)
+
+    def __and__(self, o: Any) -> Any:
+        return self._binary("__and__", o)
+
+    def __rand__(self, o: Any) -> Any:
+        return self._binary("__rand__", o)
+
+    def __or__(self, o: Any) -> Any:
+        return self._binary("__or__", o)
+
+    def __ror__(self, o: Any) -> Any:
+        return self._binary("__ror__", o)
+
+    def __abs__(self) -> Any:
+        return wrap(abs(self.lazy))
