@@ -24,6 +24,7 @@ from oocarray._compute import (
     from_numpy,
     open,
     temp,
+    rechunk,
     top_k,
 )
 from oocarray._diagnostics import (
@@ -128,6 +129,7 @@ __all__ = [
     "owner",
     "parse_size",
     "read_parquet",
+    "rechunk",
     "remove_listener",
     "serve_metrics",
     "spill",
