@@ -23,8 +23,8 @@ from oocarray._compute import (
     from_dask,
     from_numpy,
     open,
-    temp,
     rechunk,
+    temp,
     top_k,
 )
 from oocarray._diagnostics import (

@@ -13,6 +13,7 @@ __all__ = [
     "Expr",
     "LazyArray",
     "LazyResult",
+    "RechunkPlan",
     "compute",
     "create",
     "from_dask",
@@ -20,7 +21,6 @@ __all__ = [
     "histogram",
     "open",
     "rechunk",
-    "RechunkPlan",
     "temp",
     "top_k",
 ]

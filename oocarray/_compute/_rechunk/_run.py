@@ -24,14 +24,10 @@ __all__ = ["rechunk"]
 def _regions(shape: tuple[int, ...], block: tuple[int, ...]) -> Iterator[tuple[slice, ...]]:
     starts = [range(0, max(n, 1), b) for n, b in zip(shape, block, strict=True)]
     for corner in itertools.product(*starts):
-        yield tuple(
-            slice(c, min(n, c + b)) for c, n, b in zip(corner, shape, block, strict=True)
-        )
+        yield tuple(slice(c, min(n, c + b)) for c, n, b in zip(corner, shape, block, strict=True))
 
 
-def _copy(
-    source: Any, out: Any, work: Pass, progress: bool, marker: Marker | None = None
-) -> None:
+def _copy(source: Any, out: Any, work: Pass, progress: bool, marker: Marker | None = None) -> None:
     regions = list(_regions(tuple(source.shape), work.block))
     done = marker.done if marker is not None else set()
     bar = progress_bar(
@@ -100,7 +96,11 @@ def rechunk(
     dtype = np.dtype(x.dtype)
     source_chunks = tuple(min(c, max(n, 1)) for c, n in zip(x.chunks, shape, strict=True))
     target = normalize_chunks(chunks, shape, source_chunks, dtype.itemsize)
-    budget = working_bytes() if max_mem is None else min(parse_size(max_mem, "max_mem") or 0, working_bytes())
+    budget = (
+        working_bytes()
+        if max_mem is None
+        else min(parse_size(max_mem, "max_mem") or 0, working_bytes())
+    )
     plan = make_plan(shape, dtype, source_chunks, target, budget)
     if dry_run:
         return plan
@@ -170,4 +170,3 @@ def _run_plan(x: Any, plan: Plan, result: Any, progress: bool, marker: Marker | 
     _copy(x, middle, plan.passes[0], progress)
     _copy(middle, result, plan.passes[1], progress, marker)
     del middle
-
