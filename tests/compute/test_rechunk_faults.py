@@ -69,7 +69,7 @@ def test_kill_minus_nine_then_resume(tmp_path: Path) -> None:
     assert MARKER not in zarr.open_array(out, mode="r").attrs
 
 
-BUDGET = 4 * MiB
+BUDGET = MiB // 2
 
 LIMITED = """
 import sys, json, oocarray as oc
@@ -88,8 +88,8 @@ print(json.dumps({"peak": peak, "strategy": plan.strategy}), flush=True)
 
 def test_rechunk_under_a_hard_memory_limit(tmp_path: Path) -> None:
     rng = np.random.default_rng(26)
-    values = rng.random((64, 256, 256)).astype("f4")  # 16 MiB, 4x the budget
-    x = oc.create(tmp_path / "src.zarr", values.shape, values.dtype, chunks=(1, 256, 256))
+    values = rng.random((32, 128, 128)).astype("f4")  # 2 MiB, 4x the budget
+    x = oc.create(tmp_path / "src.zarr", values.shape, values.dtype, chunks=(1, 128, 128))
     x[...] = values
     out = tmp_path / "out.zarr"
     child = start_python(LIMITED, str(x.path), str(out), str(BUDGET), stdin=subprocess.PIPE)
