@@ -129,3 +129,14 @@ def test_unfinished_rechunk_of_another_source_is_refused(tmp_path):
         oc.rechunk(x, (8, 2), out, progress=False)
     y = oc.rechunk(x, (8, 2), out, mode="w", progress=False)
     np.testing.assert_array_equal(y[...], np.ones((8, 8)))
+
+
+def test_rechunk_from_a_path_and_dataset(tmp_path):
+    import h5py
+
+    values = np.arange(48.0).reshape(6, 8)
+    with h5py.File(tmp_path / "in.h5", "w") as f:
+        f.create_dataset("a/b", data=values, chunks=(1, 8))
+    y = oc.rechunk(tmp_path / "in.h5", (6, 2), dataset="a/b", progress=False)
+    assert y.chunks == (6, 2)
+    np.testing.assert_array_equal(y[...], values)

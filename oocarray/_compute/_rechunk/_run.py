@@ -46,7 +46,7 @@ def _copy(source: Any, out: Any, work: Pass, progress: bool, marker: Marker | No
 
 
 def rechunk(
-    x: StoredArray,
+    x: Any,
     chunks: Any,
     out: Any = None,
     *,
@@ -55,6 +55,7 @@ def rechunk(
     max_mem: int | str | None = None,
     resume: bool = True,
     dry_run: bool = False,
+    dataset: str | None = None,
     mode: str = "w-",
     storage_options: Any = None,
     progress: bool = True,
@@ -63,8 +64,9 @@ def rechunk(
 
     Parameters
     ----------
-    x : ChunkedArray
-        Any array oocarray opens (zarr, HDF5, .npy).
+    x : ChunkedArray or path
+        Any array oocarray opens (zarr, HDF5, .npy); a path or URL is opened read-only, with
+        ``dataset`` (the array inside an HDF5 file or zarr group) and ``storage_options``.
     chunks : tuple, dict, int or "auto"
         Per axis: a size, ``-1`` for the whole axis, ``None`` to keep, ``"auto"`` sized for
         about 8 MiB per chunk; a dict ``{axis: size}`` keeps the axes it omits.
@@ -92,6 +94,10 @@ def rechunk(
     >>> y.chunks  # doctest: +SKIP
     (1000, 100)
     """
+    if not isinstance(x, StoredArray):
+        from oocarray._storage import open as open_stored
+
+        x = open_stored(x, "r", dataset, storage_options=storage_options, array_type=_ARRAY_TYPE[0])
     shape = tuple(x.shape)
     dtype = np.dtype(x.dtype)
     source_chunks = tuple(min(c, max(n, 1)) for c, n in zip(x.chunks, shape, strict=True))
