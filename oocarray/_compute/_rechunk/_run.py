@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from oocarray._compute._interrupt import DeferredInterrupt
 from oocarray._compute._limits import working_bytes
 from oocarray._compute._progress import progress_bar
 from oocarray._compute._rechunk._plan import Pass, Plan, make_plan, normalize_chunks
@@ -33,14 +34,17 @@ def _copy(source: Any, out: Any, work: Pass, progress: bool, marker: Marker | No
     bar = progress_bar(
         total=len(regions), desc=f"rechunk {work.name}", initial=len(done), disable=not progress
     )
+    # Ctrl-C lands between blocks, never between a block's write and its record.
     try:
-        for index, region in enumerate(regions):
-            if index in done:
-                continue
-            out[region] = source[region]
-            if marker is not None:
-                marker.record(index)
-            bar.update(1)
+        with DeferredInterrupt() as interrupt:
+            for index, region in enumerate(regions):
+                if index in done:
+                    continue
+                out[region] = source[region]
+                if marker is not None:
+                    marker.record(index)
+                bar.update(1)
+                interrupt.check()
     finally:
         bar.close()
 
