@@ -151,6 +151,34 @@ def _pass(
     return Pass(name, block, source, target, read_span * itemsize, nbytes, peak)
 
 
+def _grown_middle(
+    shape: tuple[int, ...],
+    itemsize: int,
+    source: tuple[int, ...],
+    target: tuple[int, ...],
+    budget: int,
+) -> tuple[int, ...]:
+    """Intermediate chunks: per axis the smaller of source and target, then doubled along the
+    axes where the source's is smaller (up to the target's) while pass 1 fits the budget, so
+    the temporary store holds fewer, larger chunks."""
+    middle = [min(s, t) for s, t in zip(source, target, strict=True)]
+    grown = True
+    while grown:
+        grown = False
+        for axis, (s, t) in enumerate(zip(source, target, strict=True)):
+            if s >= t or middle[axis] >= t:
+                continue
+            trial = list(middle)
+            trial[axis] = min(t, 2 * middle[axis])
+            block = _lcm_block(source, tuple(trial), shape)
+            if BLOCK_COPIES * math.prod(block) * itemsize + math.prod(source) * itemsize > budget:
+                continue
+            if _lcm_block(tuple(trial), target, shape) != _lcm_block(tuple(middle), target, shape):
+                continue  # pass 2's blocks would grow
+            middle, grown = trial, True
+    return tuple(middle)
+
+
 def make_plan(
     shape: tuple[int, ...],
     dtype: np.dtype[Any],
@@ -170,7 +198,7 @@ def make_plan(
         itemsize,
     )
     candidates = [Plan(shape, dtype, source_chunks, target_chunks, "direct", (direct,), None)]
-    middle = tuple(min(s, t) for s, t in zip(source_chunks, target_chunks, strict=True))
+    middle = _grown_middle(shape, itemsize, source_chunks, target_chunks, budget)
     if middle != source_chunks and middle != target_chunks:
         first = _pass(
             "pass 1 (source -> intermediate)",
