@@ -27,6 +27,7 @@ from benchmarks import (
     w11_paged,
     w12_compressed_spill,
     w13_object_store,
+    w15_rechunk,
     w16_gram,
     w16_sort_quantiles,
     w16_unique,
@@ -68,6 +69,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
         "zarr-python (obstore, s3fs, zarrs), dask, tensorstore, torch",
         w13_object_store.run,
     ),
+    "W15": ("rechunk in a 256 MiB budget, four shapes, vs dask (tasks) and Cubed", w15_rechunk.run),
     "W16S": (
         "external sort and exact percentiles vs np.sort in RAM, dask and paged NumPy",
         w16_sort_quantiles.run,

@@ -23,6 +23,7 @@ from oocarray._compute import (
     from_dask,
     from_numpy,
     open,
+    rechunk,
     temp,
     top_k,
 )
@@ -128,6 +129,7 @@ __all__ = [
     "owner",
     "parse_size",
     "read_parquet",
+    "rechunk",
     "remove_listener",
     "serve_metrics",
     "spill",

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from oocarray._cli import _bench, _convert, _demo, _info, _stats
+from oocarray._cli import _bench, _convert, _demo, _info, _rechunk, _stats
 from oocarray._cli._args import Parser, UsageError
 
 __all__ = ["build_parser", "main"]
@@ -39,7 +39,7 @@ def build_parser() -> Parser:
         help="on an error, show the full Python traceback instead of one line",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (_info, _stats, _convert, _demo, _bench):
+    for module in (_info, _stats, _convert, _rechunk, _demo, _bench):
         module.add_parser(commands)
     return parser
 

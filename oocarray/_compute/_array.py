@@ -29,6 +29,7 @@ from oocarray._compute._ops import (
     clip,
 )
 from oocarray._compute._rearrange import permute_dims, swapaxes
+from oocarray._compute._rechunk import rechunk
 from oocarray._compute._reductions import Reductions
 from oocarray._compute._reshape import ravel, reshape, squeeze
 from oocarray._compute._standard import StandardArray
@@ -275,6 +276,19 @@ class LazyArray(Reductions, StandardArray):
         """The values: an ``ndarray`` when it fits the active manager's budget, else a
         temporary :class:`~oocarray.ChunkedArray`."""
         return compute(self, progress=progress)[0]
+
+    def rechunk(self, chunks: Any, out: Any = None, **options: Any) -> Any:
+        """Rechunk into a zarr array of ``chunks`` in a memory budget (see
+        :func:`oocarray.rechunk`, which takes the same ``options``).
+
+        An expression is written with :meth:`to_zarr` (``chunks=``) instead: it has no
+        source chunks to regroup."""
+        if not isinstance(self, StoredArray):
+            raise TypeError(
+                "rechunk needs a stored array; write an expression in new chunks with "
+                "expr.to_zarr(path, chunks=...)"
+            )
+        return rechunk(self, chunks, out, **options)
 
     def to_zarr(
         self,

@@ -1,0 +1,186 @@
+"""W15: rechunking larger than RAM in a budget, oocarray vs dask and Cubed on the same data.
+
+Four shapes (PERFORMANCE.md W15), float32 zstd zarr, at ``--size`` bytes (default 4G; the
+budget is 256 MiB, scaled down to size/16, at least 16 MiB, at small sizes):
+
+- ``time->series``: (T, Y, X) chunked (1, Y, X) -> (T, Y/32, X/32);
+- ``series->time``: the reverse;
+- ``rows->columns``: (N, 1024) in row blocks -> (N, 16) column blocks;
+- ``mild``: (T, Y, X) chunked (1, Y, X) -> (4, Y, X).
+
+Each side runs in a fresh process, the sides interleaved over rounds; the median time and
+the peak RSS (ru_maxrss) are reported.  Peers: dask ``rechunk(method="tasks")`` on threads
+and Cubed (``Spec(allowed_mem=budget)``).  Not run yet: dask ``method="p2p"`` (LocalCluster)
+and rechunker (it needs zarr<3, a separate environment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+import oocarray as oc
+from benchmarks._timing import Ratio, Result, Row, Table, format_seconds
+
+ROUNDS = 3
+DEFAULT_SIZE = 4 << 30
+QUICK_SIZE = 16 << 20
+BUDGET = 256 << 20
+# The issue's target: at least twice as fast as the fastest peer that completes.
+TARGET = 0.5
+
+_CHILD = """
+import json, resource, sys, time
+src, out, work = sys.argv[1], sys.argv[2], sys.argv[5]
+target, budget = tuple(json.loads(sys.argv[3])), int(sys.argv[4])
+start = time.perf_counter()
+{body}
+seconds = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print("RESULT " + json.dumps([seconds, peak]))
+"""
+
+_SIDES = {
+    "oocarray": """
+import oocarray as oc
+with oc.Manager("w15", max_bytes=budget):
+    oc.rechunk(oc.open(src), target, out, progress=False)
+""",
+    "dask tasks": """
+import dask, dask.array as da
+with dask.config.set(scheduler="threads"):
+    da.from_zarr(src).rechunk(target, method="tasks").to_zarr(out)
+""",
+    "cubed": """
+import cubed, zarr
+spec = cubed.Spec(work_dir=work, allowed_mem=budget)
+x = cubed.from_zarr(src, spec=spec)
+store = zarr.open_array(out, mode="w", shape=x.shape, dtype=x.dtype, chunks=target)
+cubed.to_zarr(x.rechunk(target), store)
+""",
+}
+
+
+def shapes(size: int) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+    """Each case's shape, source chunks and target chunks for ``size`` bytes of float32."""
+    side = 2048 if size >= 4 << 30 else 256
+    t = max(32, size // (4 * side * side))
+    n = max(1024, size // (4 * 1024))
+    return {
+        "time->series": ((t, side, side), (1, side, side), (t, side // 32, side // 32)),
+        "series->time": ((t, side, side), (t, side // 32, side // 32), (1, side, side)),
+        "rows->columns": ((n, 1024), (max(1, n // 64), 1024), (n, 16)),
+        "mild": ((t, side, side), (1, side, side), (4, side, side)),
+    }
+
+
+def _write(path: str, shape: tuple[int, ...], chunks: tuple[int, ...]) -> None:
+    x = oc.create(path, shape, "float32", chunks=chunks)
+    rows = max(1, (8 << 20) // (4 * int(np.prod(shape[1:]))))
+    rng = np.random.default_rng(15)
+    for start in range(0, shape[0], rows):
+        stop = min(shape[0], start + rows)
+        x[start:stop] = rng.random((stop - start, *shape[1:]), dtype=np.float32)
+
+
+def run_side(side: str, src: str, out: str, target: tuple[int, ...], budget: int) -> tuple:
+    """One timed run of ``side`` in a fresh process: seconds and peak RSS, or an error."""
+    work = tempfile.mkdtemp(prefix="w15-work-")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env.get("PYTHONPATH", "")]
+    )
+    code = _CHILD.format(body=_SIDES[side])
+    args = [src, out, json.dumps(list(target)), str(budget), work]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if done.returncode != 0:
+        return None, None, done.stderr.strip().splitlines()[-1][:120]
+    line = next(s for s in done.stdout.splitlines() if s.startswith("RESULT "))
+    seconds, peak = json.loads(line[7:])
+    return float(seconds), int(peak), ""
+
+
+def run(quick: bool, size: int | None = None) -> Result:
+    size = size or (QUICK_SIZE if quick else DEFAULT_SIZE)
+    budget = BUDGET if size >= 4 << 30 else max(16 << 20, size // 16)
+    sides = list(_SIDES)
+    rows, detail = [], []
+    directory = tempfile.mkdtemp(prefix="w15-")
+    try:
+        for case, (shape, source, target) in shapes(size).items():
+            src = os.path.join(directory, f"{case}.zarr")
+            _write(src, shape, source)
+            expected = oc.open(src)
+            times: dict[str, list[float]] = {s: [] for s in sides}
+            peaks: dict[str, int] = {}
+            errors: dict[str, str] = {}
+            for round_number in range(ROUNDS):
+                shift = round_number % len(sides)
+                for side in sides[shift:] + sides[:shift]:
+                    if side in errors:
+                        continue
+                    out = os.path.join(directory, "out.zarr")
+                    shutil.rmtree(out, ignore_errors=True)
+                    seconds, peak, error = run_side(side, src, out, target, budget)
+                    if error:
+                        errors[side] = error
+                        continue
+                    got = oc.open(out)
+                    if got.chunks != target or not np.array_equal(got[...], expected[...]):
+                        raise AssertionError(f"W15 {case}: {side}'s output is wrong")
+                    times[side].append(seconds)
+                    peaks[side] = max(peaks.get(side, 0), peak)
+            ours = statistics.median(times["oocarray"])
+            peers = {s: statistics.median(t) for s, t in times.items() if t and s != "oocarray"}
+            best = min(peers, key=lambda s: peers[s]) if peers else "none"
+            rows.append(
+                Row(
+                    "W15",
+                    f"rechunk {case} {shape} {source}->{target} float32, budget {budget >> 20} MiB",
+                    ours,
+                    best,
+                    peers.get(best),
+                    Ratio.paired(times["oocarray"], times[best]) if peers else None,
+                    TARGET,
+                )
+            )
+            for side in sides:
+                median = format_seconds(statistics.median(times[side])) if times[side] else "-"
+                peak_mib = f"{peaks[side] / 2**20:.0f}" if side in peaks else "-"
+                detail.append([case, side, median, peak_mib, errors.get(side, "")])
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    headers = ("case", "side", "median", "peak RSS MiB", "error")
+    return Result(rows, [Table("W15 sides (each in a fresh process)", headers, detail)])
+
+
+def main() -> None:
+    import argparse
+
+    from benchmarks._timing import ROW_HEADERS, markdown_table
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--size", type=oc.parse_size, default=None, help="data size, e.g. 64M")
+    args = parser.parse_args()
+    result = run(args.quick, args.size)
+    print(markdown_table(ROW_HEADERS, [row.cells() for row in result.rows]))
+    for table in result.tables:
+        print()
+        print(table.render())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""The strategy of a rechunk and its printable plan.
+
+Direct, one pass, when a block made of whole source chunks and whole target chunks (per axis
+the lcm of the two chunk sizes, capped at the axis) fits the memory: every source chunk is
+read once and every target chunk written once.  Otherwise two passes through a temporary
+store whose chunks are, per axis, the smaller of the source and target chunk: pass 1 reads
+source-aligned blocks, pass 2 writes whole target chunks (as rechunker does).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from oocarray._memory._units import format_bytes
+from oocarray.errors import MemoryBudgetError
+
+__all__ = ["AUTO_CHUNK_BYTES", "Pass", "Plan", "make_plan", "normalize_chunks"]
+
+# The byte target of a chunk sized "auto": large enough for few files, small enough to read.
+AUTO_CHUNK_BYTES = 8 << 20
+
+# A block is held while it is read (decode buffers) and again while it is encoded for writing.
+BLOCK_COPIES = 2
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass: blocks of ``block`` elements per axis, read from ``source_chunks``-chunked
+    data and written into ``target_chunks``-chunked data."""
+
+    name: str
+    block: tuple[int, ...]
+    source_chunks: tuple[int, ...]
+    target_chunks: tuple[int, ...]
+    bytes_read: int
+    bytes_written: int
+    peak_bytes: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A rechunk's plan: its strategy, passes and projected totals (``str()`` prints it).
+
+    Examples
+    --------
+    >>> plan = oc.rechunk(x, (-1, 10), dry_run=True)  # doctest: +SKIP
+    >>> print(plan)  # doctest: +SKIP
+    rechunk (100, 100) float64 chunks (10, 100) -> (100, 10): direct, 1 pass ...
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    source_chunks: tuple[int, ...]
+    target_chunks: tuple[int, ...]
+    strategy: str
+    passes: tuple[Pass, ...]
+    intermediate_chunks: tuple[int, ...] | None
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(p.bytes_read for p in self.passes)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(p.bytes_written for p in self.passes)
+
+    @property
+    def peak_bytes(self) -> int:
+        return max((p.peak_bytes for p in self.passes), default=0)
+
+    def __str__(self) -> str:
+        lines = [
+            f"rechunk {self.shape} {self.dtype} chunks {self.source_chunks} -> "
+            f"{self.target_chunks}: {self.strategy}, {len(self.passes)} pass(es)"
+        ]
+        for p in self.passes:
+            lines.append(
+                f"  {p.name}: blocks {p.block}, read {format_bytes(p.bytes_read)}, "
+                f"write {format_bytes(p.bytes_written)}, peak {format_bytes(p.peak_bytes)}"
+            )
+        lines.append(
+            f"  total: read {format_bytes(self.bytes_read)}, write "
+            f"{format_bytes(self.bytes_written)}, projected peak {format_bytes(self.peak_bytes)}"
+        )
+        return "\n".join(lines)
+
+
+def normalize_chunks(
+    chunks: Any, shape: tuple[int, ...], current: tuple[int, ...], itemsize: int
+) -> tuple[int, ...]:
+    """Target chunks from the user's form: a tuple per axis (int, -1 whole axis, None keep,
+    "auto"), a dict {axis: size}, a single int for every axis, or "auto" for all axes."""
+    ndim = len(shape)
+    if isinstance(chunks, str):
+        if chunks != "auto":
+            raise ValueError(f"chunks={chunks!r}: give sizes per axis or 'auto'")
+        chunks = ("auto",) * ndim
+    elif isinstance(chunks, int):
+        chunks = (chunks,) * ndim
+    elif isinstance(chunks, dict):
+        chunks = tuple(chunks.get(axis, chunks.get(axis - ndim)) for axis in range(ndim))
+    chunks = tuple(chunks)
+    if len(chunks) != ndim:
+        raise ValueError(f"chunks {chunks} has {len(chunks)} entries for a {ndim}-d array")
+    sizes: list[int | None] = []
+    for axis, (c, n) in enumerate(zip(chunks, shape, strict=True)):
+        if c is None:
+            sizes.append(min(current[axis], max(n, 1)))
+        elif c == "auto":
+            sizes.append(None)
+        elif isinstance(c, (int, np.integer)) and (c == -1 or c > 0):
+            sizes.append(max(n, 1) if c == -1 else min(int(c), max(n, 1)))
+        else:
+            raise ValueError(f"chunks[{axis}]={c!r}: give a positive size, -1, None or 'auto'")
+    auto = [axis for axis, s in enumerate(sizes) if s is None]
+    if auto:
+        fixed = math.prod(s for s in sizes if s is not None) * itemsize
+        per_axis = max(1, int((AUTO_CHUNK_BYTES / max(fixed, 1)) ** (1 / len(auto))))
+        for axis in auto:
+            sizes[axis] = min(max(shape[axis], 1), per_axis)
+    return tuple(int(s) for s in sizes if s is not None)
+
+
+def _lcm_block(a: tuple[int, ...], b: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(min(math.lcm(x, y), max(n, 1)) for x, y, n in zip(a, b, shape, strict=True))
+
+
+def _pass(
+    name: str,
+    block: tuple[int, ...],
+    source: tuple[int, ...],
+    target: tuple[int, ...],
+    shape: tuple[int, ...],
+    itemsize: int,
+) -> Pass:
+    """A pass's bytes: each block reads the source chunks it touches whole."""
+    read_span = 1
+    for n, b, s in zip(shape, block, source, strict=True):
+        covered = 0
+        for start in range(0, n, b):
+            stop = min(n, start + b)
+            covered += min(n, -(-stop // s) * s) - (start // s) * s
+        read_span *= covered
+    nbytes = math.prod(shape) * itemsize
+    chunk = math.prod(source) * itemsize
+    peak = BLOCK_COPIES * math.prod(block) * itemsize + chunk
+    return Pass(name, block, source, target, read_span * itemsize, nbytes, peak)
+
+
+def _grown_middle(
+    shape: tuple[int, ...],
+    itemsize: int,
+    source: tuple[int, ...],
+    target: tuple[int, ...],
+    budget: int,
+) -> tuple[int, ...]:
+    """Intermediate chunks: per axis the smaller of source and target, then doubled along the
+    axes where the source's is smaller (up to the target's) while pass 1 fits the budget, so
+    the temporary store holds fewer, larger chunks."""
+    middle = [min(s, t) for s, t in zip(source, target, strict=True)]
+    grown = True
+    while grown:
+        grown = False
+        for axis, (s, t) in enumerate(zip(source, target, strict=True)):
+            if s >= t or middle[axis] >= t:
+                continue
+            trial = list(middle)
+            trial[axis] = min(t, 2 * middle[axis])
+            block = _lcm_block(source, tuple(trial), shape)
+            if BLOCK_COPIES * math.prod(block) * itemsize + math.prod(source) * itemsize > budget:
+                continue
+            if _lcm_block(tuple(trial), target, shape) != _lcm_block(tuple(middle), target, shape):
+                continue  # pass 2's blocks would grow
+            middle, grown = trial, True
+    return tuple(middle)
+
+
+def make_plan(
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    source_chunks: tuple[int, ...],
+    target_chunks: tuple[int, ...],
+    budget: int,
+) -> Plan:
+    """The cheapest plan (bytes read plus written) whose peak fits ``budget``, else
+    :class:`MemoryBudgetError` naming the smallest budget that would do."""
+    itemsize = dtype.itemsize
+    direct = _pass(
+        "pass 1 (direct)",
+        _lcm_block(source_chunks, target_chunks, shape),
+        source_chunks,
+        target_chunks,
+        shape,
+        itemsize,
+    )
+    candidates = [Plan(shape, dtype, source_chunks, target_chunks, "direct", (direct,), None)]
+    middle = _grown_middle(shape, itemsize, source_chunks, target_chunks, budget)
+    if middle != source_chunks and middle != target_chunks:
+        first = _pass(
+            "pass 1 (source -> intermediate)",
+            _lcm_block(source_chunks, middle, shape),
+            source_chunks,
+            middle,
+            shape,
+            itemsize,
+        )
+        second = _pass(
+            "pass 2 (intermediate -> target)",
+            _lcm_block(middle, target_chunks, shape),
+            middle,
+            target_chunks,
+            shape,
+            itemsize,
+        )
+        candidates.append(
+            Plan(shape, dtype, source_chunks, target_chunks, "two-pass", (first, second), middle)
+        )
+    fitting = [p for p in candidates if p.peak_bytes <= budget]
+    if not fitting:
+        least = min(p.peak_bytes for p in candidates)
+        raise MemoryBudgetError(
+            f"rechunk from chunks {source_chunks} to {target_chunks} needs at least "
+            f"{format_bytes(least)} at once, but the budget is {format_bytes(budget)}: give it "
+            f"at least {format_bytes(least)}, or choose smaller target chunks"
+        )
+    return min(fitting, key=lambda p: (p.bytes_read + p.bytes_written, p.peak_bytes))

@@ -1,0 +1,182 @@
+"""The passes of a rechunk: each reads blocks of whole chunks and writes them whole."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from oocarray._compute._interrupt import DeferredInterrupt
+from oocarray._compute._limits import working_bytes
+from oocarray._compute._progress import progress_bar
+from oocarray._compute._rechunk._plan import Pass, Plan, make_plan, normalize_chunks
+from oocarray._compute._rechunk._resume import Marker
+from oocarray._compute._temporaries import _ARRAY_TYPE, temporary
+from oocarray._memory._units import parse_size
+from oocarray._storage import StoredArray, create
+from oocarray.errors import StoreExistsError
+
+__all__ = ["rechunk"]
+
+
+def _regions(shape: tuple[int, ...], block: tuple[int, ...]) -> Iterator[tuple[slice, ...]]:
+    starts = [range(0, max(n, 1), b) for n, b in zip(shape, block, strict=True)]
+    for corner in itertools.product(*starts):
+        yield tuple(slice(c, min(n, c + b)) for c, n, b in zip(corner, shape, block, strict=True))
+
+
+def _copy(source: Any, out: Any, work: Pass, progress: bool, marker: Marker | None = None) -> None:
+    regions = list(_regions(tuple(source.shape), work.block))
+    done = marker.done if marker is not None else set()
+    bar = progress_bar(
+        total=len(regions), desc=f"rechunk {work.name}", initial=len(done), disable=not progress
+    )
+    # Ctrl-C lands between blocks, never between a block's write and its record.
+    try:
+        with DeferredInterrupt() as interrupt:
+            for index, region in enumerate(regions):
+                if index in done:
+                    continue
+                out[region] = source[region]
+                if marker is not None:
+                    marker.record(index)
+                bar.update(1)
+                interrupt.check()
+    finally:
+        bar.close()
+
+
+def rechunk(
+    x: Any,
+    chunks: Any,
+    out: Any = None,
+    *,
+    shards: Any = None,
+    codec: str | None = None,
+    max_mem: int | str | None = None,
+    resume: bool = True,
+    dry_run: bool = False,
+    dataset: str | None = None,
+    mode: str = "w-",
+    storage_options: Any = None,
+    progress: bool = True,
+) -> Any:
+    """Rechunk ``x`` into a zarr array of ``chunks``, in a memory budget.
+
+    Parameters
+    ----------
+    x : ChunkedArray or path
+        Any array oocarray opens (zarr, HDF5, .npy); a path or URL is opened read-only, with
+        ``dataset`` (the array inside an HDF5 file or zarr group) and ``storage_options``.
+    chunks : tuple, dict, int or "auto"
+        Per axis: a size, ``-1`` for the whole axis, ``None`` to keep, ``"auto"`` sized for
+        about 8 MiB per chunk; a dict ``{axis: size}`` keeps the axes it omits.
+    out : path or URL, optional
+        The output zarr array; a temporary one when omitted.
+    shards, codec : optional
+        As for :func:`oocarray.create` (``codec`` defaults to zstd).
+    max_mem : int or str, optional
+        The memory the rechunk may hold at once; the active manager's budget by default.
+    resume : bool
+        Continue an unfinished rechunk of the same source and chunks found at ``out``.
+    dry_run : bool
+        Return the :class:`Plan` instead of running it.
+    mode : {"w-", "w"}
+        ``"w-"`` refuses an existing output (:class:`~oocarray.StoreExistsError`) unless it is
+        an unfinished rechunk to resume; ``"w"`` replaces a zarr array oocarray wrote.
+
+    Returns
+    -------
+    ChunkedArray or Plan
+
+    Examples
+    --------
+    >>> y = oc.rechunk(x, (-1, 100), "y.zarr", max_mem="64M")  # doctest: +SKIP
+    >>> y.chunks  # doctest: +SKIP
+    (1000, 100)
+    """
+    if not isinstance(x, StoredArray):
+        from oocarray._storage import open as open_stored
+
+        x = open_stored(x, "r", dataset, storage_options=storage_options, array_type=_ARRAY_TYPE[0])
+    shape = tuple(x.shape)
+    dtype = np.dtype(x.dtype)
+    source_chunks = tuple(min(c, max(n, 1)) for c, n in zip(x.chunks, shape, strict=True))
+    target = normalize_chunks(chunks, shape, source_chunks, dtype.itemsize)
+    budget = (
+        working_bytes()
+        if max_mem is None
+        else min(parse_size(max_mem, "max_mem") or 0, working_bytes())
+    )
+    plan = make_plan(shape, dtype, source_chunks, target, budget)
+    if dry_run:
+        return plan
+    codec = codec or "zstd"
+    return _execute(x, plan, out, shards, codec, resume, mode, storage_options, progress)
+
+
+def _execute(
+    x: StoredArray,
+    plan: Plan,
+    out: Any,
+    shards: Any,
+    codec: str,
+    resume: bool,
+    mode: str,
+    storage_options: Any,
+    progress: bool,
+) -> Any:
+    if out is None:
+        result = temporary(plan.shape, plan.dtype, plan.target_chunks, codec)
+        _run_plan(x, plan, result, progress, None)
+        return result
+    identity = {"source": str(getattr(x, "path", "")), "chunks": list(plan.target_chunks)}
+    local = isinstance(out, (str, os.PathLike)) and "://" not in str(out)
+    found = Marker.found(os.fspath(out)) if local else None
+    done: list[int] = []
+    if found is not None and resume and all(found.get(k) == v for k, v in identity.items()):
+        result = _reopen(out)
+        done = [int(i) for i in found.get("done", [])]
+    else:
+        if found is not None and mode == "w-":
+            raise StoreExistsError(
+                f"{out} holds an unfinished rechunk of another source or chunks: pass "
+                "mode='w' to replace it"
+            )
+        result = create(
+            out,
+            plan.shape,
+            plan.dtype,
+            plan.target_chunks,
+            codec,
+            "w" if found is not None else mode,
+            shards,
+            storage_options=storage_options,
+            array_type=_ARRAY_TYPE[0],
+        )
+    marker = Marker(os.fspath(out), identity) if local else None
+    if marker is not None:
+        marker.start(done)
+    _run_plan(x, plan, result, progress, marker)
+    if marker is not None:
+        marker.finish()
+    return result
+
+
+def _reopen(out: Any) -> Any:
+    from oocarray._storage import open as open_stored
+
+    return open_stored(out, "r+", array_type=_ARRAY_TYPE[0])
+
+
+def _run_plan(x: Any, plan: Plan, result: Any, progress: bool, marker: Marker | None) -> None:
+    if plan.intermediate_chunks is None:
+        _copy(x, result, plan.passes[0], progress, marker)
+        return
+    middle = temporary(plan.shape, plan.dtype, plan.intermediate_chunks, "zstd")
+    _copy(x, middle, plan.passes[0], progress)
+    _copy(middle, result, plan.passes[1], progress, marker)
+    del middle

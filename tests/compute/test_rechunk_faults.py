@@ -1,0 +1,118 @@
+"""oc.rechunk after kill -9 resumes with what is unwritten; under a hard memory limit it
+stays in its budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+import oocarray as oc
+from oocarray._compute._rechunk._resume import MARKER
+from testkit import cgroup
+from testkit.children import start_python
+
+MiB = 1 << 20
+
+SLOW_RECHUNK = """
+import sys, oocarray as oc
+x = oc.open(sys.argv[1])
+print("ready", flush=True)
+oc.rechunk(x, (2, 16), sys.argv[2], progress=False)
+"""
+
+
+def _chunk_files(path: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in (path / "c").rglob("*") if p.is_file()}
+
+
+def test_kill_minus_nine_then_resume(tmp_path: Path) -> None:
+    values = np.arange(2000 * 16, dtype="f8").reshape(2000, 16)
+    x = oc.create(tmp_path / "src.zarr", values.shape, values.dtype, chunks=(4, 16))
+    x[...] = values
+    out = tmp_path / "out.zarr"
+    child = start_python(SLOW_RECHUNK, str(x.path), str(out))
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        done: list[int] = []
+        for _ in range(3000):  # until a few target blocks are recorded (not a timing check)
+            try:
+                done = zarr.open_array(out, mode="r").attrs.get(MARKER, {}).get("done", [])
+            except Exception:  # the output not created yet
+                done = []
+            if len(done) >= 3 or child.poll() is not None:
+                break
+            time.sleep(0.01)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=30)
+    marker = zarr.open_array(out, mode="r").attrs.get(MARKER)
+    if marker is None:
+        pytest.skip("the child finished before it was killed")
+    written = _chunk_files(out)
+    recorded = set(marker["done"])
+    y = oc.rechunk(x, (2, 16), out, progress=False)
+    np.testing.assert_array_equal(y[...], values)
+    after = _chunk_files(out)
+    # A recorded block (target rows 4b..4b+3: chunks 2b, 2b+1) is not written again.
+    for block in recorded:
+        for chunk in (2 * block, 2 * block + 1):
+            name = str(out / "c" / str(chunk) / "0")
+            assert after[name] == written[name]
+    assert MARKER not in zarr.open_array(out, mode="r").attrs
+
+
+BUDGET = MiB // 2
+
+LIMITED = """
+import sys, json, oocarray as oc
+x = oc.open(sys.argv[1])
+with oc.Manager("warm-up"):
+    oc.rechunk(x, (8, 8, 8), progress=False)
+print("ready", flush=True)
+sys.stdin.readline()  # the parent moved this process into the cgroup
+with oc.Manager("limited", max_bytes=int(sys.argv[3])) as m:
+    plan = oc.rechunk(x, (-1, 16, 16), dry_run=True)
+    oc.rechunk(x, (-1, 16, 16), sys.argv[2], progress=False)
+    peak = m.stats().peak_bytes
+print(json.dumps({"peak": peak, "strategy": plan.strategy}), flush=True)
+"""
+
+
+def test_rechunk_under_a_hard_memory_limit(tmp_path: Path) -> None:
+    rng = np.random.default_rng(26)
+    values = rng.random((32, 128, 128)).astype("f4")  # 2 MiB, 4x the budget
+    x = oc.create(tmp_path / "src.zarr", values.shape, values.dtype, chunks=(1, 128, 128))
+    x[...] = values
+    out = tmp_path / "out.zarr"
+    child = start_python(LIMITED, str(x.path), str(out), str(BUDGET), stdin=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "ready"
+        try:
+            with cgroup.memory_cgroup(BUDGET + 64 * MiB) as group:
+                with open(group.procs, "w") as procs:
+                    procs.write(str(child.pid))
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                output, errors = child.communicate(timeout=300)
+                kills = group.oom_kills()
+        except cgroup.CgroupUnavailable as why:
+            pytest.skip(str(why))
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, f"rc {child.returncode}, OOM kills {kills}: {errors[-2000:]}"
+    assert kills in (None, 0)
+    result = json.loads(output.strip().splitlines()[-1])
+    assert result["strategy"] == "two-pass" and result["peak"] <= BUDGET
+    np.testing.assert_array_equal(oc.open(out)[...], values)
+    assert os.path.isdir(out)
