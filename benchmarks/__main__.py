@@ -27,6 +27,7 @@ from benchmarks import (
     w11_paged,
     w12_compressed_spill,
     w13_object_store,
+    w14_xarray,
     w16_gram,
     w16_sort_quantiles,
     w16_unique,
@@ -67,6 +68,11 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
         "object store (moto S3 + 20 ms per request): reduce, scan, random rows, epochs vs "
         "zarr-python (obstore, s3fs, zarrs), dask, tensorstore, torch",
         w13_object_store.run,
+    ),
+    "W14": (
+        'xarray groupby("time.month").mean() and an anomaly to_zarr of a daily cube in '
+        'Manager(max_bytes="512M") vs xarray with dask and with Cubed',
+        w14_xarray.run,
     ),
     "W16S": (
         "external sort and exact percentiles vs np.sort in RAM, dask and paged NumPy",
