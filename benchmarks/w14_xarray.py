@@ -42,6 +42,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import NDArray
 
 import oocarray as oc
 from benchmarks._timing import Ratio, Result, Row, Table, TextRow, format_mib, format_seconds
@@ -103,6 +104,12 @@ class SideRuns:
     error: str | None = None
 
 
+def _bytes(size: str) -> int:
+    nbytes = oc.parse_size(size)
+    assert nbytes is not None
+    return nbytes
+
+
 def run_side(side: str, path: str, directory: str, budget: str) -> tuple[float, float, int]:
     """One round of ``side`` in a fresh process: the two workloads' seconds and peak RSS."""
     work = tempfile.mkdtemp(prefix=f"cubed-{side}-", dir=directory)
@@ -141,13 +148,17 @@ def check_equal(side: str, reference: str, directory: str) -> None:
     if a.shape != b.shape:
         raise AssertionError(f"W14: {side}'s anomaly has shape {a.shape}, not {b.shape}")
     for days in (slice(0, 40), slice(a.shape[0] - 40, a.shape[0])):
-        np.testing.assert_allclose(a[days], b[days], atol=1e-3, err_msg=f"W14: {side}'s anomaly")
+        mine: NDArray[np.float32] = np.asarray(a[days])
+        reference_days: NDArray[np.float32] = np.asarray(b[days])
+        np.testing.assert_allclose(
+            mine, reference_days, atol=1e-3, err_msg=f"W14: {side}'s anomaly"
+        )
 
 
 def run(quick: bool, size: str | None = None) -> Result:
     from datasets.w14_data import write_cube
 
-    nbytes = oc.parse_size(size or (QUICK_SIZE if quick else FULL_SIZE))
+    nbytes = _bytes(size or (QUICK_SIZE if quick else FULL_SIZE))
     rounds = QUICK_ROUNDS if quick else ROUNDS
     directory = tempfile.mkdtemp(prefix="w14-")
     runs = {side: SideRuns() for side in SIDES}
@@ -201,7 +212,7 @@ def _result(runs: dict[str, SideRuns], nbytes: int, days: int) -> Result:
                 PEER_TARGET,
             )
         )
-    limit = oc.parse_size(BUDGET) + RSS_SLACK
+    limit = _bytes(BUDGET) + RSS_SLACK
     if ours.error is None:
         rss_peer = ", ".join(
             f"{s} {format_mib(runs[s].peak_rss)}" for s in peers if runs[s].peak_rss

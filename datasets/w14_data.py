@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +76,8 @@ def t2m_block(shape: CubeShape, chunk: int) -> np.ndarray:
     field = 258 + 42 * np.cos(lat) + 14 * season + 2 * np.sin(2 * lon) + day * 1e-4
     rng = np.random.default_rng((SEED, chunk))
     field = field + rng.standard_normal(field.shape) * 3
-    return np.round(field, 2).astype(DTYPE)
+    rounded: np.ndarray = np.round(field, 2).astype(DTYPE)
+    return rounded
 
 
 def write_cube(path: str, nbytes: int) -> CubeShape:
@@ -87,7 +89,7 @@ def write_cube(path: str, nbytes: int) -> CubeShape:
     group = zarr.open_group(path, mode="w", zarr_format=3)
     group.attrs.update({"Conventions": "CF-1.8", "title": "synthetic daily 2 m temperature"})
     coords = coordinates(shape)
-    coord_attrs = {
+    coord_attrs: dict[str, dict[str, Any]] = {
         "time": {"units": TIME_UNITS, "calendar": "standard", "standard_name": "time"},
         "lat": {"units": "degrees_north", "standard_name": "latitude"},
         "lon": {"units": "degrees_east", "standard_name": "longitude"},
