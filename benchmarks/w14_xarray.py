@@ -8,6 +8,10 @@ other in the same process:
 - **(a) climatology**: ``ds.t2m.groupby("time.month").mean()``, computed;
 - **(b) anomaly**: ``(ds.t2m.groupby("time.month") - clim).to_zarr(out)`` with (a)'s result.
 
+The grouped subtraction chunks ``clim`` (NumPy) with xarray's default chunk manager, so the
+oocarray and Cubed sides set ``xr.set_options(chunk_manager=...)`` to their own, as a user
+switching from dask would.
+
 Sides, each in a fresh process (imports and opening untimed), rounds interleaved:
 
 - **oocarray**: ``xr.open_dataset(path, engine="oocarray", chunks={},
@@ -61,6 +65,7 @@ _OPEN = {
 import oocarray as oc
 manager = oc.Manager("w14", max_bytes={budget!r})
 manager.__enter__()
+xr.set_options(chunk_manager="oocarray")
 ds = xr.open_dataset({path!r}, engine="oocarray", chunks={{}}, chunked_array_type="oocarray")
 """,
     "dask": """
@@ -71,6 +76,7 @@ ds = xr.open_zarr({path!r})
     "cubed": """
 import cubed
 spec = cubed.Spec(work_dir={work!r}, allowed_mem="2GB", executor_name="threads")
+xr.set_options(chunk_manager="cubed")
 ds = xr.open_zarr({path!r}, chunks={{}}, chunked_array_type="cubed",
                   from_array_kwargs={{"spec": spec}})
 """,
