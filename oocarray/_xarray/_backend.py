@@ -5,6 +5,7 @@ readers and CF decoding, their numeric variables read lazily through oocarray's 
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,7 +16,6 @@ from xarray.backends.store import StoreBackendEntrypoint
 from xarray.backends.zarr import ZarrStore
 from xarray.core.dataset import Dataset
 from xarray.core.datatree import DataTree
-from xarray.core.treenode import NodePath
 from xarray.core.utils import close_on_error
 
 from oocarray._xarray._backend_stores import OOCArrayStore, hdf5_locator, zarr_locator
@@ -41,7 +41,13 @@ def _is_hdf5(path: str) -> bool:
         return False
 
 
+def _absolute(group: str | None) -> str:
+    """``group`` as an absolute path in the hierarchy ("/" for the root)."""
+    return posixpath.normpath("/" + (group or "").strip("/"))
+
+
 def _normalize(filename_or_obj: Any) -> str:
+    """The local path or URL to open, checked to exist when local."""
     if isinstance(filename_or_obj, os.PathLike):
         filename_or_obj = os.fspath(filename_or_obj)
     if not isinstance(filename_or_obj, str):
@@ -55,7 +61,35 @@ def _normalize(filename_or_obj: Any) -> str:
         filename_or_obj = os.path.expanduser(filename_or_obj)
         if not os.path.exists(filename_or_obj):
             raise FileNotFoundError(f"no such file or directory: {filename_or_obj!r}")
-    return filename_or_obj
+    path: str = filename_or_obj
+    return path
+
+
+# obstore's S3 names (as ``oc.open`` takes them) -> s3fs's, for the metadata that xarray reads
+# through zarr-python's fsspec store; oocarray's reader takes either spelling.
+_S3FS_NAMES = {"access_key_id": "key", "secret_access_key": "secret", "token": "token"}
+
+
+def _fsspec_options(options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``options`` spelled as s3fs takes them."""
+    if not options:
+        return options
+    translated: dict[str, Any] = {}
+    client_kwargs = dict(options.get("client_kwargs") or {})
+    for name, value in options.items():
+        if name in _S3FS_NAMES:
+            translated[_S3FS_NAMES[name]] = value
+        elif name == "endpoint":
+            translated["endpoint_url"] = value
+        elif name == "region":
+            client_kwargs["region_name"] = value
+        elif name == "skip_signature":
+            translated["anon"] = bool(value)
+        elif name not in ("client_options", "retry_config", "client_kwargs"):
+            translated[name] = value
+    if client_kwargs:
+        translated["client_kwargs"] = client_kwargs
+    return translated
 
 
 def _zarr_stores(
@@ -67,15 +101,16 @@ def _zarr_stores(
 ) -> dict[str, OOCArrayStore]:
     """The zarr group(s) at ``path``, by path in the hierarchy."""
     options = storage_options if _is_url(path) else None
+    metadata_options = _fsspec_options(options)
     if all_groups:
-        parent = str(NodePath("/") / NodePath(group or "/"))
+        parent = _absolute(group)
         inner_stores = ZarrStore.open_store(
             path,
             group=parent,
             mode="r",
             consolidated=consolidated,
             consolidate_on_close=False,
-            storage_options=options,
+            storage_options=metadata_options,
         )
     else:
         inner_stores = {
@@ -85,7 +120,7 @@ def _zarr_stores(
                 mode="r",
                 consolidated=consolidated,
                 consolidate_on_close=False,
-                storage_options=options,
+                storage_options=metadata_options,
             )
         }
     return {
@@ -96,12 +131,16 @@ def _zarr_stores(
 
 def _hdf5_stores(path: str, group: str | None, all_groups: bool) -> dict[str, OOCArrayStore]:
     """The netCDF4/HDF5 group(s) in the file ``path``, by path in the hierarchy."""
-    root = H5NetCDFStore.open(path, group=group, phony_dims="access")
+    try:
+        root = H5NetCDFStore.open(path, group=group, phony_dims="access")
+    except OSError as error:
+        # h5py's messages ("truncated file: eof = ...") do not say which file.
+        raise OSError(f"cannot read {path!r} as netCDF4/HDF5 (damaged?): {error}") from error
     if not all_groups:
         return {group or "/": OOCArrayStore(root, hdf5_locator(path, root))}
-    parent = NodePath("/") / NodePath(group or "/")
     stores = {}
-    for path_group in _iter_nc_groups(root.ds, parent=parent):
+    iter_groups: Any = _iter_nc_groups  # untyped in xarray
+    for path_group in iter_groups(root.ds, parent=_absolute(group)):
         inner = H5NetCDFStore(root._manager, group=path_group)
         stores[str(path_group)] = OOCArrayStore(inner, hdf5_locator(path, inner))
     return stores
@@ -177,7 +216,7 @@ class OOCArrayBackendEntrypoint(BackendEntrypoint):
             return _is_hdf5(path)
         return path.endswith(".zarr")
 
-    def open_dataset(  # type: ignore[override]
+    def open_dataset(
         self,
         filename_or_obj: Any,
         *,
@@ -206,7 +245,7 @@ class OOCArrayBackendEntrypoint(BackendEntrypoint):
         ).values()
         return _decode(store, locals())
 
-    def open_groups_as_dict(  # type: ignore[override]
+    def open_groups_as_dict(
         self,
         filename_or_obj: Any,
         *,
@@ -223,16 +262,15 @@ class OOCArrayBackendEntrypoint(BackendEntrypoint):
     ) -> dict[str, Dataset]:
         """Every group at or below ``group``, as Datasets keyed by their path relative to it."""
         stores = _stores(filename_or_obj, group, consolidated, storage_options, all_groups=True)
-        parent = NodePath("/") / NodePath(group or "/")
+        parent = _absolute(group)
         result = {}
         for path_group, store in stores.items():
-            name = str(NodePath(path_group).relative_to(parent)) if group else path_group
+            # Named as xarray's own backends name them: relative to ``group`` ("." for it).
+            name = posixpath.relpath(path_group, parent) if group else path_group
             result[name] = _decode(store, locals())
         return result
 
-    def open_datatree(  # type: ignore[override]
-        self, filename_or_obj: Any, **kwargs: Any
-    ) -> DataTree:
+    def open_datatree(self, filename_or_obj: Any, **kwargs: Any) -> DataTree:
         """The store's groups as a DataTree (the keywords are :meth:`open_dataset`'s)."""
         from xarray.backends.common import datatree_from_dict_with_io_cleanup
 

@@ -73,7 +73,7 @@ class OOCArrayStore(AbstractDataStore):
         locate: Locator,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.inner = inner
+        self.inner: Any = inner  # xarray's stores are untyped
         self._locate = locate
         self._storage_options = storage_options
         self._opened: list[ChunkedArray] = []
