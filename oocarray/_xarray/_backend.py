@@ -18,7 +18,7 @@ from xarray.core.dataset import Dataset
 from xarray.core.datatree import DataTree
 from xarray.core.utils import close_on_error
 
-from oocarray._xarray._backend_stores import OOCArrayStore, hdf5_locator, zarr_locator
+from oocarray._xarray._backend_stores import HDF5Locator, OOCArrayStore, ZarrLocator
 
 __all__ = ["OOCArrayBackendEntrypoint"]
 
@@ -124,7 +124,7 @@ def _zarr_stores(
             )
         }
     return {
-        name: OOCArrayStore(inner, zarr_locator(path, inner), options)
+        name: OOCArrayStore(inner, ZarrLocator(path, inner), options)
         for name, inner in inner_stores.items()
     }
 
@@ -137,12 +137,12 @@ def _hdf5_stores(path: str, group: str | None, all_groups: bool) -> dict[str, OO
         # h5py's messages ("truncated file: eof = ...") do not say which file.
         raise OSError(f"cannot read {path!r} as netCDF4/HDF5 (damaged?): {error}") from error
     if not all_groups:
-        return {group or "/": OOCArrayStore(root, hdf5_locator(path, root))}
+        return {group or "/": OOCArrayStore(root, HDF5Locator(path, root))}
     stores = {}
     iter_groups: Any = _iter_nc_groups  # untyped in xarray
     for path_group in iter_groups(root.ds, parent=_absolute(group)):
         inner = H5NetCDFStore(root._manager, group=path_group)
-        stores[str(path_group)] = OOCArrayStore(inner, hdf5_locator(path, inner))
+        stores[str(path_group)] = OOCArrayStore(inner, HDF5Locator(path, inner))
     return stores
 
 

@@ -19,7 +19,8 @@ from oocarray._compute._constructors import open as open_chunked
 # which decode their variable-length encodings.
 _NATIVE_KINDS = frozenset("biufc")
 
-#: Finds a variable's array for oocarray: (its location, its dataset path) or None.
+#: Finds a variable's array for oocarray: (its location, its dataset path) or None.  The
+#: locators below are classes, not closures, so that opened datasets pickle (dask workers).
 Locator = Callable[[str], "tuple[Any, str] | None"]
 
 
@@ -118,23 +119,25 @@ class OOCArrayStore(AbstractDataStore):
         self.inner.close(**kwargs)
 
 
-def zarr_locator(root: Any, inner: Any) -> Locator:
+class ZarrLocator:
     """Locate variables of the zarr ``ZarrStore`` ``inner`` inside ``root``."""
 
-    def locate(name: str) -> tuple[Any, str] | None:
-        member = inner.members.get(name)
-        return None if member is None else (root, member.path)
+    def __init__(self, root: Any, inner: Any) -> None:
+        self.root = root
+        self.inner = inner
 
-    return locate
+    def __call__(self, name: str) -> tuple[Any, str] | None:
+        member = self.inner.members.get(name)
+        return None if member is None else (self.root, member.path)
 
 
-def hdf5_locator(path: Any, inner: Any) -> Locator:
+class HDF5Locator:
     """Locate variables of the ``H5NetCDFStore`` ``inner`` inside the HDF5 file ``path``."""
 
-    def locate(name: str) -> tuple[Any, str] | None:
-        var = inner.ds.variables.get(name)
-        if var is None:
-            return None
-        return (path, var._h5ds.name.lstrip("/"))
+    def __init__(self, path: Any, inner: Any) -> None:
+        self.path = path
+        self.inner = inner
 
-    return locate
+    def __call__(self, name: str) -> tuple[Any, str] | None:
+        var = self.inner.ds.variables.get(name)
+        return None if var is None else (self.path, var._h5ds.name.lstrip("/"))

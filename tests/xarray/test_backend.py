@@ -246,3 +246,14 @@ def test_unwritten_chunks_read_as_the_fill_value(tmp_path: Path, zarr_format: in
     theirs = xr.open_dataset(path, engine="zarr", consolidated=False)
     assert isinstance(backend_array(ours["sparse"]), OOCArrayBackendArray)
     assert_same(ours, theirs)
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "netcdf"])
+def test_datasets_pickle_as_dask_workers_need(tmp_path: Path, fmt: str) -> None:
+    import pickle
+
+    path = tmp_path / ("cube.zarr" if fmt == "zarr" else "cube.nc")
+    (corpus.write_zarr if fmt == "zarr" else corpus.write_netcdf)(path)
+    ds = xr.open_dataset(path, engine="oocarray", chunks={})
+    again = pickle.loads(pickle.dumps(ds))
+    xr.testing.assert_identical(again.load(), ds.load())

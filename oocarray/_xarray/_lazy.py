@@ -1,0 +1,186 @@
+"""A lazy duck array that lets xarray hold oocarray expressions without reading them.
+
+xarray indexes chunked data with ``array[key]``, but oocarray's ``ChunkedArray`` and ``Expr``
+read eagerly on ``[]`` (a public contract).  :class:`OOCLazyArray` wraps one of them and keeps
+every operation lazy: operators, ufuncs and NumPy functions give another ``OOCLazyArray``;
+whole-array keys give the array itself; other keys raise a clear error instead of loading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from oocarray._compute import ChunkedArray, Expr, LazyArray
+
+
+def wrap(value: Any) -> Any:
+    """An ``OOCLazyArray`` around an oocarray lazy value; anything else unchanged."""
+    return OOCLazyArray(value) if isinstance(value, LazyArray) else value
+
+
+def unwrap(value: Any) -> Any:
+    """The oocarray value inside an ``OOCLazyArray`` (recursing into lists and tuples)."""
+    if isinstance(value, OOCLazyArray):
+        return value.lazy
+    if isinstance(value, list | tuple):
+        return type(value)(unwrap(v) for v in value)
+    return value
+
+
+def regular_chunks(shape: tuple[int, ...], chunk: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Dask-style block sizes per axis for a regular chunk shape."""
+    out = []
+    for n, c in zip(shape, chunk, strict=True):
+        c = max(int(c), 1)
+        sizes = [c] * (n // c) + ([n % c] if n % c else [])
+        out.append(tuple(sizes) if sizes else (0,))
+    return tuple(out)
+
+
+def _chunk_shape(lazy: LazyArray) -> tuple[int, ...]:
+    if isinstance(lazy, ChunkedArray):
+        return tuple(lazy.chunks)
+    assert isinstance(lazy, Expr)
+    for source in lazy.sources():
+        if tuple(source.shape) == tuple(lazy.shape):
+            return tuple(source.chunks)
+    return tuple(lazy.shape)
+
+
+def _is_whole(key: Any, ndim: int) -> bool:
+    key = key if isinstance(key, tuple) else (key,)
+    return all(k is Ellipsis or k == slice(None) for k in key) and len(key) <= max(ndim, 1)
+
+
+class OOCLazyArray:
+    """An oocarray ``ChunkedArray`` or ``Expr`` seen by xarray as a lazy chunked array.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> from oocarray._xarray._lazy import OOCLazyArray
+    >>> x = OOCLazyArray(oc.from_numpy(np.arange(6.0), chunks=3))
+    >>> (x * 2).chunks, np.asarray((x * 2).compute())[-1]
+    (((3, 3),), np.float64(10.0))
+    """
+
+    def __init__(self, lazy: LazyArray) -> None:
+        self.lazy = lazy
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.lazy.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return np.dtype(self.lazy.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def chunks(self) -> tuple[tuple[int, ...], ...]:
+        return regular_chunks(self.shape, _chunk_shape(self.lazy))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"OOCLazyArray({self.lazy!r})"
+
+    def compute(self) -> np.ndarray:
+        """The values, evaluated by oocarray's streaming engine."""
+        return np.asarray(self.lazy)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        out = self.compute()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __getitem__(self, key: Any) -> OOCLazyArray:
+        if _is_whole(key, self.ndim):
+            return self
+        raise NotImplementedError(
+            f"lazy selection {key!r} of an oocarray-backed xarray variable is not supported "
+            "yet: .compute() the variable first, or use chunked_array_type='dask'"
+        )
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        return wrap(getattr(ufunc, method)(*unwrap(inputs), **kwargs))
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        args, kwargs = unwrap(args), {k: unwrap(v) for k, v in kwargs.items()}
+        result = func(*args, **kwargs)
+        if isinstance(result, tuple):
+            return tuple(wrap(r) for r in result)
+        return wrap(result)
+
+    def astype(self, dtype: Any, **kwargs: Any) -> Any:
+        return self if np.dtype(dtype) == self.dtype else wrap(self.lazy.astype(dtype))
+
+    def transpose(self, *axes: Any) -> Any:
+        return wrap(self.lazy.transpose(*axes))
+
+    def _binary(self, name: str, other: Any) -> Any:
+        return wrap(getattr(self.lazy, name)(unwrap(other)))
+
+    def __add__(self, o: Any) -> Any:
+        return self._binary("__add__", o)
+
+    def __radd__(self, o: Any) -> Any:
+        return self._binary("__radd__", o)
+
+    def __sub__(self, o: Any) -> Any:
+        return self._binary("__sub__", o)
+
+    def __rsub__(self, o: Any) -> Any:
+        return self._binary("__rsub__", o)
+
+    def __mul__(self, o: Any) -> Any:
+        return self._binary("__mul__", o)
+
+    def __rmul__(self, o: Any) -> Any:
+        return self._binary("__rmul__", o)
+
+    def __truediv__(self, o: Any) -> Any:
+        return self._binary("__truediv__", o)
+
+    def __rtruediv__(self, o: Any) -> Any:
+        return self._binary("__rtruediv__", o)
+
+    def __pow__(self, o: Any) -> Any:
+        return self._binary("__pow__", o)
+
+    def __lt__(self, o: Any) -> Any:
+        return self._binary("__lt__", o)
+
+    def __le__(self, o: Any) -> Any:
+        return self._binary("__le__", o)
+
+    def __gt__(self, o: Any) -> Any:
+        return self._binary("__gt__", o)
+
+    def __ge__(self, o: Any) -> Any:
+        return self._binary("__ge__", o)
+
+    def __eq__(self, o: Any) -> Any:  # type: ignore[override]
+        return self._binary("__eq__", o)
+
+    def __ne__(self, o: Any) -> Any:  # type: ignore[override]
+        return self._binary("__ne__", o)
+
+    def __neg__(self) -> Any:
+        return wrap(-self.lazy)
+
+    def __abs__(self) -> Any:
+        return wrap(abs(self.lazy))
