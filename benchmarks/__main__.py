@@ -27,6 +27,7 @@ from benchmarks import (
     w11_paged,
     w12_compressed_spill,
     w13_object_store,
+    w14_xarray,
     w15_rechunk,
     w16_gram,
     w16_sort_quantiles,
@@ -68,6 +69,11 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
         "object store (moto S3 + 20 ms per request): reduce, scan, random rows, epochs vs "
         "zarr-python (obstore, s3fs, zarrs), dask, tensorstore, torch",
         w13_object_store.run,
+    ),
+    "W14": (
+        'xarray groupby("time.month").mean() and an anomaly to_zarr of a daily cube in '
+        'Manager(max_bytes="512M") vs xarray with dask and with Cubed',
+        w14_xarray.run,
     ),
     "W15": ("rechunk in a 256 MiB budget, four shapes, vs dask (tasks) and Cubed", w15_rechunk.run),
     "W16S": (

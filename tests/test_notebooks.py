@@ -30,6 +30,7 @@ SMALL = {
         'BUDGET = "32M"\nALLOCATE = "96M"\nPART = "8M"\nLOOP_STEPS = 40'
     ),
     "03_etl_to_training.ipynb": 'RAW_SIZE = "24M"\nBUDGET = "32M"\nEPOCHS = 2\nBATCH_SIZE = 2048',
+    "04_xarray_climate_cube.ipynb": 'SIZE = "32M"\nBUDGET = "8M"',
 }
 NUMBER = r"([-+0-9.,e]+)"
 
@@ -156,3 +157,30 @@ def test_etl_to_training(tmp_path: Path) -> None:
         rf"peak NumPy memory of the pipeline: {NUMBER} MiB of its {NUMBER} MiB budget", out
     )
     assert 0 < peak <= budget == 32.0
+
+
+def test_xarray_climate_cube(tmp_path: Path) -> None:
+    out = execute("04_xarray_climate_cube.ipynb", tmp_path)
+    days, times = numbers(
+        rf"cube of {NUMBER} days: 32.0 MiB in memory, .* {NUMBER}x the budget", out
+    )
+    assert days == 1024
+    assert times == 4.0
+    # variables come back lazy, on oocarray's chunk manager, not on dask or NumPy
+    assert "t2m is backed by oocarray." in out
+    assert (
+        number(r"climatology vs xarray\+NumPy: largest absolute difference " + NUMBER, out) < 1e-3
+    )
+    mean, std, difference = numbers(
+        rf"anomaly at .*: mean {NUMBER} K, std {NUMBER} K; "
+        rf"vs xarray\+NumPy: largest absolute difference {NUMBER} K",
+        out,
+    )
+    assert abs(mean) < 0.2  # anomalies about their own climatology average to zero
+    assert 0.8 < std < 2.5  # 1 K of noise and the season's drift within each month
+    assert difference < 1e-3
+    peak, budget = numbers(
+        rf"peak NumPy memory in 'cube': {NUMBER} MiB of the {NUMBER} MiB budget", out
+    )
+    assert 0 < peak <= budget == 8.0
+    assert re.search(r"removed /\S+oocarray-notebook-04-", out)
