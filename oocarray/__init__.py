@@ -59,6 +59,7 @@ from oocarray._memory import (
     system,
     unspill,
 )
+from oocarray._xarray._open import open_dataset
 from oocarray.errors import (
     ClosedError,
     CompressedSpillFallbackWarning,
@@ -126,6 +127,7 @@ __all__ = [
     "move_guard",
     "on_event",
     "open",
+    "open_dataset",
     "owner",
     "parse_size",
     "read_parquet",

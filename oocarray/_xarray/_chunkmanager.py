@@ -23,6 +23,7 @@ from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 
 from oocarray._compute import ChunkedArray, Expr, from_numpy, temp
 from oocarray._xarray._lazy import OOCLazyArray, unwrap, wrap
+from oocarray._xarray._unwrap import stored_source
 
 
 def _missing(operation: str) -> NotImplementedError:
@@ -92,12 +93,16 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
         return _normalize(chunks, tuple(shape))
 
     def from_array(self, data: Any, chunks: Any, **kwargs: Any) -> OOCLazyArray:
-        """An oocarray array over ``data``, copied block by block into a temporary chunked
-        array (never the whole array in memory when ``data`` is a lazy backend array)."""
+        """An oocarray array over ``data``: the stored array itself for a variable that
+        ``engine="oocarray"`` opened (its CF decoding applied lazily), else ``data`` copied
+        block by block into a temporary chunked array (never whole in memory)."""
         if isinstance(data, OOCLazyArray):
             return data
         if isinstance(data, ChunkedArray | Expr):
             return OOCLazyArray(data)
+        source = stored_source(data)
+        if source is not None:
+            return self.rechunk(OOCLazyArray(source), chunks)
         blocks = _normalize(chunks, tuple(data.shape))
         if isinstance(data, np.ndarray):
             return OOCLazyArray(from_numpy(data, chunks=tuple(max(b[0], 1) for b in blocks)))
