@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -164,3 +165,31 @@ def unavailable(limit_bytes: int = 1 << 30) -> str | None:
             return None
     except CgroupUnavailable as error:
         return str(error)
+
+
+def run_after_warm_up(child: subprocess.Popen[str], limit_bytes: int, timeout: float) -> str:
+    """Move ``child`` into a cgroup of ``limit_bytes`` once it has warmed up, let it run, and
+    return what it printed.
+
+    The child prints ``ready`` once its imports and set-up are done (memory the limit is not
+    about), then waits for a line on its stdin before the work under test.  Raises
+    :class:`CgroupUnavailable` where no cgroup can be made (the child is killed), and
+    ``AssertionError`` when the child failed or the kernel OOM-killed it."""
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        ready = child.stdout.readline().strip()
+        assert ready == "ready", child.stderr and child.stderr.read()
+        with memory_cgroup(limit_bytes) as group:
+            with open(group.procs, "w") as procs:
+                procs.write(str(child.pid))
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            out, errors = child.communicate(timeout=timeout)
+            kills = group.oom_kills()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, f"rc {child.returncode}, OOM kills {kills}: {errors[-3000:]}"
+    assert kills in (None, 0), f"{kills} OOM kills"
+    return out
