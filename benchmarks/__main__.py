@@ -33,7 +33,7 @@ from benchmarks import (
     w16_sort_quantiles,
     w16_unique,
 )
-from benchmarks._timing import ROW_HEADERS, Result, markdown_table
+from benchmarks._timing import Result
 
 BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
     "W1": ("workspace cycle vs plain NumPy and the out= floor", w1_workspace.run),
@@ -144,16 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key in selected(args.only, args.large):
         print(f"running {key}: {known[key][0]} ...", file=sys.stderr, flush=True)
         results.append(known[key][1](args.quick))
-    rows = [row.cells() for result in results for row in result.rows]
-    tables = [table for result in results for table in result.tables]
-    notes = [note for result in results for note in result.notes]
-    sections = []
-    if rows:
-        sections.append(markdown_table(ROW_HEADERS, rows))
-    sections += [table.render() for table in tables]
-    if notes:
-        sections.append("\n".join(f"- {note}" for note in notes))
-    print("\n\n".join(sections))
+    combined = Result(
+        rows=[row for result in results for row in result.rows],
+        tables=[table for result in results for table in result.tables],
+        notes=[note for result in results for note in result.notes],
+    )
+    print(combined.render())
     return 0
 
 

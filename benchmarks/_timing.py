@@ -178,3 +178,13 @@ class Result:
     rows: Sequence[Row | TextRow]
     tables: list[Table]
     notes: Sequence[str] = ()
+
+    def render(self) -> str:
+        """The main table's rows, the extra tables and the notes, as Markdown."""
+        sections = []
+        if self.rows:
+            sections.append(markdown_table(ROW_HEADERS, [row.cells() for row in self.rows]))
+        sections += [table.render() for table in self.tables]
+        if self.notes:
+            sections.append("\n".join(f"- {note}" for note in self.notes))
+        return "\n\n".join(sections)

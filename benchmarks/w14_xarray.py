@@ -254,17 +254,12 @@ def _result(runs: dict[str, SideRuns], nbytes: int, days: int) -> Result:
 
 
 def main() -> None:
-    from benchmarks._timing import ROW_HEADERS, markdown_table
 
     parser = argparse.ArgumentParser(description=(__doc__ or "W14").splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--size", help=f"cube size, e.g. 64M (default {FULL_SIZE})")
     arguments = parser.parse_args()
-    result = run(arguments.quick, arguments.size)
-    print(markdown_table(ROW_HEADERS, [row.cells() for row in result.rows]))
-    for table in result.tables:
-        print()
-        print(table.render())
+    print(run(arguments.quick, arguments.size).render())
 
 
 if __name__ == "__main__":

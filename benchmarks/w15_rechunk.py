@@ -169,17 +169,11 @@ def run(quick: bool, size: int | None = None) -> Result:
 def main() -> None:
     import argparse
 
-    from benchmarks._timing import ROW_HEADERS, markdown_table
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--size", type=oc.parse_size, default=None, help="data size, e.g. 64M")
     args = parser.parse_args()
-    result = run(args.quick, args.size)
-    print(markdown_table(ROW_HEADERS, [row.cells() for row in result.rows]))
-    for table in result.tables:
-        print()
-        print(table.render())
+    print(run(args.quick, args.size).render())
 
 
 if __name__ == "__main__":

@@ -35,14 +35,12 @@ import numpy as np
 
 from benchmarks import _compute_data as cd
 from benchmarks._timing import (
-    ROW_HEADERS,
     Result,
     Table,
     TextRow,
     format_bytes,
     format_mib,
     format_seconds,
-    markdown_table,
 )
 
 MiB = 1 << 20
@@ -203,11 +201,7 @@ def _run_in(directory: str, nbytes: int) -> Result:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.w16_gram")
     parser.add_argument("--quick", action="store_true", help=f"{format_bytes(QUICK_BYTES)}")
-    result = run(parser.parse_args().quick)
-    print(markdown_table(ROW_HEADERS, [row.cells() for row in result.rows]))
-    for table in result.tables:
-        print("\n" + table.render())
-    print("\n" + "\n".join(f"- {note}" for note in result.notes))
+    print(run(parser.parse_args().quick).render())
 
 
 if __name__ == "__main__":

@@ -39,14 +39,12 @@ import numpy as np
 import oocarray as oc
 from benchmarks import _compute_data as cd
 from benchmarks._timing import (
-    ROW_HEADERS,
     Result,
     Table,
     TextRow,
     format_bytes,
     format_mib,
     format_seconds,
-    markdown_table,
 )
 from oocarray._memory import parse_size
 
@@ -273,13 +271,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="64 MiB inputs instead of 2 GiB")
     parser.add_argument("--size", help="the inputs' size, e.g. 512M (default 2G)")
     args = parser.parse_args()
-    result = run(args.quick, parse_size(args.size) if args.size else None)
-    print(markdown_table(ROW_HEADERS, [row.cells() for row in result.rows]))
-    for table in result.tables:
-        print()
-        print(table.render())
-    for note in result.notes:
-        print(f"\n{note}")
+    print(run(args.quick, parse_size(args.size) if args.size else None).render())
 
 
 if __name__ == "__main__":

@@ -203,15 +203,9 @@ def run(quick: bool) -> Result:
 def main() -> None:
     import argparse
 
-    from benchmarks._timing import ROW_HEADERS, markdown_table
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    result = run(parser.parse_args().quick)
-    print(markdown_table(ROW_HEADERS, [row.cells() for row in result.rows]))
-    for table in result.tables:
-        print()
-        print(table.render())
+    print(run(parser.parse_args().quick).render())
 
 
 if __name__ == "__main__":
