@@ -26,7 +26,7 @@ extensions = [
     "sphinx.ext.autosummary",
 ]
 
-# The notebooks live in notebooks/ (executed by tests/test_notebooks.py); the site renders a
+# The notebooks live in notebooks/ (checked by tests/docs/test_notebooks.py); the site renders a
 # copy executed at build time, with the small sizes the tests use injected after each
 # notebook's parameters cell, so every page shows its outputs and plots in seconds.
 NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
@@ -42,14 +42,14 @@ for source in sorted((ROOT / "notebooks").glob("*.ipynb")):
     cells.insert(at + 1, small)
     (NOTEBOOKS / source.name).write_text(json.dumps(notebook, indent=1))
 
-# Pages kept readable on their own at the repository's root, included by docs pages.
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "jupyter_execute"]
+# docs/imports.md is the layer drawing for developers (Mermaid, which GitHub renders), not a page.
+exclude_patterns = ["imports.md", "_build", "**.ipynb_checkpoints", "jupyter_execute"]
 # .rst first: autosummary writes its generated pages with the first suffix.
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 nb_execution_mode = "force"
-nb_execution_timeout = 600
+nb_execution_timeout = 120  # seconds per cell
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 

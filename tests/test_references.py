@@ -11,6 +11,7 @@ from tools import check_references
 # in the repository.
 CHECKED = (
     "README.md",
+    "docs",
     "tests",
     "tools",
     "oocarray/__init__.py",

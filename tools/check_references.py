@@ -34,8 +34,27 @@ import tokenize
 from collections.abc import Iterator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT = ("oocarray", "tests", "benchmarks", "tools", "native", "README.md", "BENCHMARKS.md")
-SKIP_DIRS = {".git", "build", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+DEFAULT = (
+    "oocarray",
+    "tests",
+    "benchmarks",
+    "tools",
+    "native",
+    "docs",
+    "README.md",
+    "BENCHMARKS.md",
+)
+SKIP_DIRS = {
+    ".git",
+    "build",
+    "_build",
+    "generated",
+    "jupyter_execute",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+}
 EXTENSIONS = ("py", "pyi", "c", "h", "md", "toml", "ipynb", "json", "yml", "yaml", "cfg", "txt")
 
 PATH = re.compile(
@@ -49,7 +68,7 @@ ROLE = re.compile(r":(func|class|meth|attr|mod|data|exc|obj):`~?([^`<>]+?)`")
 
 # References that name things outside this repository or that a test makes on purpose.
 ALLOWED = {
-    "block.py",  # tests/test_readme.py: each README block runs as this script
+    "block.py",  # tests/docs/test_pages.py: each page's block runs as this script
     "sitecustomize.py",  # tools/sanitize.py writes it beside the sanitized build
     "x.py::test_y",  # this module's own example
 }

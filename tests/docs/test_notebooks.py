@@ -1,7 +1,8 @@
 """The notebooks in notebooks/ run top to bottom in a fresh kernel and show what they claim.
 
-Each notebook is executed with nbclient (kernel ``python3``, in a temporary directory), with
-small sizes injected after its ``parameters`` cell, and the lines its cells print are checked:
+Each notebook is executed by the documentation site's build (the ``site`` fixture: myst-nb,
+kernel ``python3``), with small sizes injected after its ``parameters`` cell, and the lines its
+cells print are checked:
 the statistics match NumPy's, arrays moved to disk at the same address, the manager kept
 memory under its budget while plain NumPy went past it, the workspace loop stopped faulting
 pages, the training loss went down.  The committed notebooks must carry no outputs.
@@ -11,18 +12,19 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from tests.docs.conftest import Site
+
 nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 pytest.importorskip("matplotlib")
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-CELL_TIMEOUT_S = 120
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 # What each notebook's parameters cell is overridden with: a run of a few seconds each (the
 # documentation site renders the notebooks with the same sizes).
@@ -52,20 +54,11 @@ def test_committed_notebook_has_no_outputs(name: str) -> None:
     assert nb.metadata["kernelspec"]["name"] == "python3"
 
 
-def execute(name: str, cwd: Path) -> str:
-    """Run the notebook with the small parameters; return everything its cells printed."""
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    index = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
-    nb.cells.insert(index + 1, nbformat.v4.new_code_cell(SMALL[name]))
-    client = nbclient.NotebookClient(
-        nb,
-        kernel_name="python3",
-        timeout=CELL_TIMEOUT_S,
-        resources={"metadata": {"path": str(cwd)}},
-    )
-    start = time.monotonic()
-    client.execute()
-    print(f"{name}: {time.monotonic() - start:.1f} s")
+def execute(site: Site, name: str) -> str:
+    """Everything the notebook printed when the documentation build ran it (small sizes)."""
+    executed = site.executed / name
+    assert executed.exists(), f"the site's build did not execute {name}:\n{site.output[-5000:]}"
+    nb = nbformat.read(executed, as_version=4)
     text = []
     for cell in nb.cells:
         for output in cell.get("outputs", []):
@@ -87,8 +80,8 @@ def numbers(pattern: str, text: str) -> list[float]:
     return [float(g.replace(",", "")) for g in match.groups()]
 
 
-def test_explore_larger_than_ram(tmp_path: Path) -> None:
-    out = execute("01_explore_larger_than_ram.ipynb", tmp_path)
+def test_explore_larger_than_ram(site: Site) -> None:
+    out = execute(site, "01_explore_larger_than_ram.ipynb")
     assert "48.0 MiB of data, 3.0x the budget of 16.0 MiB" in out
     # oocarray's one-pass statistics against NumPy's, block by block in float64.
     assert number(r"mean vs NumPy: largest absolute difference " + NUMBER, out) < 1e-4
@@ -109,8 +102,8 @@ def test_explore_larger_than_ram(tmp_path: Path) -> None:
     assert re.search(r"removed /\S+oocarray-notebook-01-", out)  # its temporary directory
 
 
-def test_managers_budgets_spill_workspaces(tmp_path: Path) -> None:
-    out = execute("02_managers_budgets_spill_workspaces.ipynb", tmp_path)
+def test_managers_budgets_spill_workspaces(site: Site) -> None:
+    out = execute(site, "02_managers_budgets_spill_workspaces.ipynb")
     assert "features owned by transform at ram" in out
     assert "MemoryBudgetError: cannot allocate 48.0 MiB in manager 'strict'" in out
     # an explicit spill, and an eviction under a budget: same address, same data
@@ -140,8 +133,8 @@ def test_managers_budgets_spill_workspaces(tmp_path: Path) -> None:
     assert faults_with * 4 < faults_without
 
 
-def test_etl_to_training(tmp_path: Path) -> None:
-    out = execute("03_etl_to_training.ipynb", tmp_path)
+def test_etl_to_training(site: Site) -> None:
+    out = execute(site, "03_etl_to_training.ipynb")
     assert re.search(r"training with (torch|NumPy)", out)
     assert 0.45 < number(r"share of positive labels: " + NUMBER, out) < 0.55
     first, last = numbers(rf"mean loss: first epoch {NUMBER}, last epoch {NUMBER}", out)
@@ -154,8 +147,8 @@ def test_etl_to_training(tmp_path: Path) -> None:
     assert 0 < peak <= budget == 32.0
 
 
-def test_xarray_climate_cube(tmp_path: Path) -> None:
-    out = execute("04_xarray_climate_cube.ipynb", tmp_path)
+def test_xarray_climate_cube(site: Site) -> None:
+    out = execute(site, "04_xarray_climate_cube.ipynb")
     days, times = numbers(
         rf"cube of {NUMBER} days: 32.0 MiB in memory, .* {NUMBER}x the budget", out
     )

@@ -1,6 +1,8 @@
-"""Every code block of README.md runs as written and prints what the README shows.
+"""Every code block of README.md and of the documentation's pages (docs/**/*.md) runs as
+written and prints what the page shows.
 
-How the README shows what a block prints, and how this test compares it:
+How a page shows what a block prints, and how this test compares it (below, "the README"
+stands for any of these pages):
 
 - A ``text`` block right after a ``python`` block (only prose between them, such as
   "prints (...):") is the block's whole standard output, line by line.  What varies from run
@@ -40,8 +42,14 @@ import pytest
 
 from testkit import children
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+# The README, then the site's pages (not those the build generates or copies in).
+PAGES = [README] + sorted(
+    p
+    for p in (ROOT / "docs").rglob("*.md")
+    if not {"_build", "generated", "notebooks", "jupyter_execute"} & set(p.parts)
+)
 HANG_GUARD_S = 600  # a hang guard only: no block is expected to come near it
 
 # What a README line shows that varies: (pattern in the README, pattern it stands for).
@@ -113,6 +121,7 @@ CLI_NOT_RUN = {"demo", "bench"}  # see the module's docstring
 
 @dataclass(frozen=True)
 class Block:
+    page: Path
     lang: str
     code: str
     section: str
@@ -121,12 +130,13 @@ class Block:
 
     @property
     def name(self) -> str:
+        where = self.page.relative_to(ROOT).with_suffix("").as_posix()
         slug = re.sub(r"[^a-z0-9]+", "-", self.section.lower()).strip("-")
-        return f"{slug}-{self.number}"
+        return f"{where}:{slug}-{self.number}"
 
 
-def _blocks() -> list[Block]:
-    lines = README.read_text().splitlines()
+def _blocks(page: Path) -> list[Block]:
+    lines = page.read_text().splitlines()
     blocks: list[Block] = []
     section = ""
     i = 0
@@ -146,16 +156,16 @@ def _blocks() -> list[Block]:
             code = "\n".join(body) + "\n"
             last = blocks[-1] if blocks else None
             if lang == "text" and last is not None and last.lang == "python" and between_prose:
-                blocks[-1] = Block(last.lang, last.code, last.section, last.number, code)
+                blocks[-1] = Block(page, last.lang, last.code, last.section, last.number, code)
             else:
                 number = 1 + sum(b.section == section for b in blocks)
-                blocks.append(Block(lang, code, section, number, None))
+                blocks.append(Block(page, lang, code, section, number, None))
             between_prose = lang == "python"
         i += 1
     return blocks
 
 
-BLOCKS = _blocks()
+BLOCKS = [block for page in PAGES for block in _blocks(page)]
 PYTHON = [b for b in BLOCKS if b.lang == "python"]
 SHELL = [b for b in BLOCKS if b.lang == "sh"]
 
@@ -256,13 +266,13 @@ def test_readme_starts_with_the_two_commands() -> None:
 def test_every_commented_print_has_its_expectation() -> None:
     commented = {line for b in PYTHON for line in _commented_prints(b.code)}
     missing = sorted(commented - SHOWN.keys())
-    assert not missing, f"README lines not in tests/test_readme.py SHOWN: {missing}"
+    assert not missing, f"page lines not in tests/docs/test_pages.py SHOWN: {missing}"
     gone = sorted(SHOWN.keys() - commented)
-    assert not gone, f"SHOWN lists lines the README no longer has: {gone}"
+    assert not gone, f"SHOWN lists lines no page has any more: {gone}"
 
 
 @pytest.mark.parametrize("block", PYTHON, ids=[b.name for b in PYTHON])
-def test_readme_python_block_prints_what_the_readme_shows(block: Block, tmp_path: Path) -> None:
+def test_python_block_prints_what_the_page_shows(block: Block, tmp_path: Path) -> None:
     result = _run_script(block.code, tmp_path)
     assert result.returncode == 0, result.stderr[-5000:]
     if block.shown is not None:
@@ -274,7 +284,7 @@ GUARDED = [b for b in PYTHON if 'if __name__ == "__main__":' in b.code]
 
 
 @pytest.mark.parametrize("block", GUARDED, ids=[b.name for b in GUARDED])
-def test_readme_scripts_are_spawn_safe(block: Block, tmp_path: Path) -> None:
+def test_scripts_are_spawn_safe(block: Block, tmp_path: Path) -> None:
     # What multiprocessing's spawn (and so dask's nannies) runs in each new process.
     importer = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__mp_main__')"
     result = _run_script(block.code, tmp_path, "-c", importer)
@@ -288,7 +298,7 @@ def test_readme_scripts_are_spawn_safe(block: Block, tmp_path: Path) -> None:
 
 def _cli_commands() -> list[list[str]]:
     commands = []
-    for block in SHELL[1:]:  # the first: the install commands
+    for block in SHELL:
         for line in block.code.splitlines():
             words = line.split("#", 1)[0].split()
             if words[:1] == ["oocarray"] and words[1] not in CLI_NOT_RUN:
@@ -315,7 +325,7 @@ CLI = _cli_commands()
 
 
 @pytest.mark.parametrize("args", CLI, ids=[" ".join(a) for a in CLI])
-def test_readme_cli_command_runs(args: list[str], tmp_path: Path) -> None:
+def test_cli_command_runs(args: list[str], tmp_path: Path) -> None:
     source = args[1]  # what the command reads; convert's second name is what it writes
     assert source in CLI_INPUTS, f"make a small {source} for the README's command {args}"
     _make_input(source, tmp_path)
