@@ -45,11 +45,8 @@ from testkit import children
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 # The README, then the site's pages (not those the build generates or copies in).
-PAGES = [README] + sorted(
-    p
-    for p in (ROOT / "docs").rglob("*.md")
-    if not {"_build", "generated", "notebooks", "jupyter_execute"} & set(p.parts)
-)
+BUILT = {"_build", "generated", "notebooks", "jupyter_execute"}
+PAGES = [README, *sorted(p for p in (ROOT / "docs").rglob("*.md") if not BUILT & set(p.parts))]
 HANG_GUARD_S = 600  # a hang guard only: no block is expected to come near it
 
 # What a README line shows that varies: (pattern in the README, pattern it stands for).
