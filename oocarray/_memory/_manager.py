@@ -593,7 +593,6 @@ class Manager:
         ------
         ClosedError
             This manager is closed.
-        ------
         ValueError
             ``arr`` was not allocated by oocarray; copy it in with :meth:`asarray`.
         MemoryBudgetError
