@@ -35,7 +35,26 @@ __all__ = [
 
 class LazyResult:
     """A reduction not yet computed (``compute=False``); :func:`oocarray.compute` evaluates
-    several of them, and expressions, in one read of each chunk."""
+    several of them, and expressions, in one read of each chunk.
+
+    Parameters
+    ----------
+    make : callable
+        Makes the reduction's accumulator (internal: reductions with ``compute=False`` make
+        lazy results).
+    name
+        The reduction's name, e.g. ``"sum"``.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.arange(10.0), chunks=5)
+    >>> lazy = x.sum(compute=False)
+    >>> lazy
+    <lazy sum>
+    >>> oc.compute(lazy, x.max(compute=False), progress=False)
+    (np.float64(45.0), np.float64(9.0))
+    """
 
     def __init__(self, make: Callable[[], Reduction], name: str) -> None:
         self._make = make
