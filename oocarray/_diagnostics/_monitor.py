@@ -76,7 +76,7 @@ class MemoryPeak:
     """The highest values a monitor saw (between samples a peak can be missed: sample more
     often, or look at ``oc.memory_report().resident.peak_bytes``, the kernel's own peak).
 
-    :attr:`MemoryMonitor.peak` returns it; every field is also an attribute.
+    :attr:`oocarray.MemoryMonitor.peak` returns it; every field is also an attribute.
 
     Parameters
     ----------

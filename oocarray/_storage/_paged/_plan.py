@@ -78,7 +78,6 @@ class Plan:
     dtype: np.dtype[Any]
     codec: int
     table: Callable[[int], ChunkTable]
-    #: Makes the context manager held until the pager watches writes (none by default).
     guard: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
     watch: Callable[[Any], None] | None = None
     native_writer: NativeWriter | None = None
