@@ -211,8 +211,10 @@ class PagedChunkError(CorruptChunkError):
     --------
     >>> import oocarray as oc
     >>> error = oc.errors.PagedChunkError("chunk (0,) of x.zarr cannot be read")
-    >>> ([base.__name__ for base in type(error).__mro__[:3]], str(error))
-    (['PagedChunkError', 'CorruptChunkError', 'OOCArrayError'], 'chunk (0,) of x.zarr cannot be read')
+    >>> [base.__name__ for base in type(error).__mro__[:3]]
+    ['PagedChunkError', 'CorruptChunkError', 'OOCArrayError']
+    >>> str(error)
+    'chunk (0,) of x.zarr cannot be read'
     """
 
     def __init__(self, *args: object) -> None:

@@ -79,7 +79,8 @@ class Reductions:
         Returns
         -------
         numpy.ndarray, NumPy scalar or LazyResult
-            The sum, as NumPy gives it for the same data; a lazy result with ``compute=False``.
+            The sum, as NumPy gives it for the same data;
+            a lazy result with ``compute=False``.
 
         Examples
         --------
@@ -148,7 +149,8 @@ class Reductions:
         Returns
         -------
         numpy.ndarray, NumPy scalar or LazyResult
-            The product, as NumPy gives it for the same data; a lazy result with ``compute=False``.
+            The product, as NumPy gives it for the same data;
+            a lazy result with ``compute=False``.
 
         Examples
         --------
@@ -217,7 +219,8 @@ class Reductions:
         Returns
         -------
         numpy.ndarray, NumPy scalar or LazyResult
-            The mean, as NumPy gives it for the same data; a lazy result with ``compute=False``.
+            The mean, as NumPy gives it for the same data;
+            a lazy result with ``compute=False``.
 
         Examples
         --------
@@ -292,7 +295,8 @@ class Reductions:
         Returns
         -------
         numpy.ndarray, NumPy scalar or LazyResult
-            The variance, as NumPy gives it for the same data; a lazy result with ``compute=False``.
+            The variance, as NumPy gives it for the same data;
+            a lazy result with ``compute=False``.
 
         Examples
         --------
@@ -367,7 +371,8 @@ class Reductions:
         Returns
         -------
         numpy.ndarray, NumPy scalar or LazyResult
-            The standard deviation, as NumPy gives it for the same data; a lazy result with ``compute=False``.
+            The standard deviation, as NumPy gives it for the same data;
+            a lazy result with ``compute=False``.
 
         Examples
         --------
@@ -422,7 +427,8 @@ class Reductions:
         Returns
         -------
         numpy.ndarray, NumPy scalar or LazyResult
-            The minimum, as NumPy gives it for the same data; a lazy result with ``compute=False``.
+            The minimum, as NumPy gives it for the same data;
+            a lazy result with ``compute=False``.
 
         Examples
         --------
@@ -477,7 +483,8 @@ class Reductions:
         Returns
         -------
         numpy.ndarray, NumPy scalar or LazyResult
-            The maximum, as NumPy gives it for the same data; a lazy result with ``compute=False``.
+            The maximum, as NumPy gives it for the same data;
+            a lazy result with ``compute=False``.
 
         Examples
         --------
@@ -533,7 +540,8 @@ class Reductions:
         Returns
         -------
         numpy.ndarray, NumPy scalar or LazyResult
-            Whether any is true, as NumPy gives it for the same data; a lazy result with ``compute=False``.
+            Whether any is true, as NumPy gives it for the same data;
+            a lazy result with ``compute=False``.
 
         Examples
         --------
@@ -588,7 +596,8 @@ class Reductions:
         Returns
         -------
         numpy.ndarray, NumPy scalar or LazyResult
-            Whether all are true, as NumPy gives it for the same data; a lazy result with ``compute=False``.
+            Whether all are true, as NumPy gives it for the same data;
+            a lazy result with ``compute=False``.
 
         Examples
         --------
@@ -643,7 +652,8 @@ class Reductions:
         Returns
         -------
         numpy.ndarray, NumPy scalar or LazyResult
-            The index of the first minimum, as NumPy gives it for the same data; a lazy result with ``compute=False``.
+            The index of the first minimum, as NumPy gives it for the same data;
+            a lazy result with ``compute=False``.
 
         Examples
         --------
@@ -698,7 +708,9 @@ class Reductions:
         Returns
         -------
         numpy.ndarray, NumPy scalar or LazyResult
-            The flat index (or the index along ``axis``) of the first maximum, as NumPy gives it for the same data; a lazy result with ``compute=False``.
+            The flat index (or the index along ``axis``) of the first maximum, as NumPy
+            gives it for the same data;
+            a lazy result with ``compute=False``.
 
         Examples
         --------
@@ -753,7 +765,8 @@ class Reductions:
         Returns
         -------
         numpy.ndarray, NumPy scalar or LazyResult
-            The count, as NumPy gives it for the same data; a lazy result with ``compute=False``.
+            The count, as NumPy gives it for the same data;
+            a lazy result with ``compute=False``.
 
         Examples
         --------
