@@ -417,6 +417,24 @@ class LazyArray(Reductions, StandardArray):
         return Expr(clip(self._tree(), _unwrap(min), _unwrap(max)))
 
     def round(self, decimals: int = 0) -> Expr:
+        """Values rounded to ``decimals`` decimals, lazily (``np.round``).
+
+        Parameters
+        ----------
+        decimals
+            Decimals to keep (default 0); negative rounds to tens, hundreds, ...
+
+        Returns
+        -------
+        Expr
+            The lazy rounded array.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.array([0.123, 4.567])).round(1)[...]
+        array([0.1, 4.6])
+        """
         return Expr(_build.elementwise(np.round, self._tree(), name="round", decimals=decimals))
 
     def map_blocks(self, function: Callable[..., Any], *others: Any, dtype: Any = None) -> Expr:
@@ -646,22 +664,63 @@ class Expr(LazyArray):
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The length of each axis (known without computing anything).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.zeros((4, 3)))
+        >>> (x * np.ones(3)).shape
+        (4, 3)
+        """
         return self._node.shape
 
     @property
     def dtype(self) -> np.dtype[Any]:
+        """The data type of the values, as NumPy's type promotion gives it.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> (oc.from_numpy(np.arange(3)) / 2).dtype == np.float64
+        True
+        """
         return self._node.dtype
 
     @property
     def ndim(self) -> int:
+        """The number of axes.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> (oc.from_numpy(np.zeros((4, 3))) * 2).ndim
+        2
+        """
         return self._node.ndim
 
     @property
     def size(self) -> int:
+        """The number of elements.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> (oc.from_numpy(np.zeros((4, 3))) * 2).size
+        12
+        """
         return self._node.size
 
     @property
     def nbytes(self) -> int:
+        """Logical bytes of the values (as if in memory): ``size * dtype.itemsize``.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> (oc.from_numpy(np.zeros((4, 3))) * 2).nbytes
+        96
+        """
         return self._node.nbytes
 
     def sources(self) -> Iterator[StoredArray]:

@@ -208,6 +208,15 @@ class MetricsServer:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.serve_metrics() as server:
+        ...     server.closed
+        False
+        """
         return self._closed
 
     def __enter__(self) -> Self:

@@ -216,6 +216,14 @@ class Batches:
 
     @property
     def batch_size(self) -> int:
+        """Rows per batch (the last batch of an epoch may have fewer).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.batches(np.arange(5), batch_size=2).batch_size
+        2
+        """
         return self._batch_size
 
     @property
@@ -232,6 +240,14 @@ class Batches:
 
     @property
     def seed(self) -> int:
+        """The shuffle's seed: the one given, or the one drawn when none was.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.batches(np.arange(5), batch_size=2, shuffle=True, seed=7).seed
+        7
+        """
         return self._seed
 
     @property

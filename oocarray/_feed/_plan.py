@@ -87,10 +87,26 @@ class Plan:
 
     @property
     def n_chunks(self) -> int:
+        """The number of chunks (the last may be short).
+
+        Examples
+        --------
+        >>> from oocarray._feed._plan import Plan
+        >>> Plan(n_rows=10, chunk_rows=4, mode="none", window_chunks=2, seed=0, epoch=0).n_chunks
+        3
+        """
         return -(-self.n_rows // self.chunk_rows)
 
     @property
     def n_windows(self) -> int:
+        """The number of shuffle windows of ``window_chunks`` chunks (the last may be short).
+
+        Examples
+        --------
+        >>> from oocarray._feed._plan import Plan
+        >>> Plan(n_rows=10, chunk_rows=4, mode="none", window_chunks=2, seed=0, epoch=0).n_windows
+        2
+        """
         return -(-self.n_chunks // self.window_chunks)
 
     @cached_property

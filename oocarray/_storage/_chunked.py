@@ -74,14 +74,38 @@ class StoredArray:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The length of each axis.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros((4, 3))).shape
+        (4, 3)
+        """
         return self._store.shape
 
     @property
     def dtype(self) -> np.dtype[Any]:
+        """The data type of the elements.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros(3, np.float32)).dtype == np.float32
+        True
+        """
         return self._store.dtype
 
     @property
     def chunks(self) -> tuple[int, ...]:
+        """The chunk shape: the unit read and decoded (inside shards, for sharded arrays).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros((4, 3)), chunks=(2, 3)).chunks
+        (2, 3)
+        """
         return self._store.chunks
 
     @property
@@ -101,10 +125,26 @@ class StoredArray:
 
     @property
     def ndim(self) -> int:
+        """The number of axes.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros((4, 3))).ndim
+        2
+        """
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """The number of elements.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros((4, 3))).size
+        12
+        """
         return math.prod(self.shape)  # Python ints: no overflow, whatever a store says
 
     @property
@@ -121,6 +161,15 @@ class StoredArray:
 
     @property
     def path(self) -> str:
+        """Where the array is: its directory or file, or its URL in an object store.
+
+        Examples
+        --------
+        >>> import os, tempfile, oocarray as oc
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.zarr")
+        >>> oc.create(path, (3,), "int8").path == path
+        True
+        """
         return self._store.path
 
     @property
@@ -137,10 +186,28 @@ class StoredArray:
 
     @property
     def codec(self) -> str:
+        """The codecs of the chunks, joined by ``+``: ``"zstd+crc32c"`` (compression and
+        checksum), ``"blosc+crc32c"`` for ``codec="lz4"``, ``"none"`` for raw data.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros(3), codec="zstd").codec.split("+")[0]
+        'zstd'
+        """
         return self._store.codec
 
     @property
     def readonly(self) -> bool:
+        """Whether the array was opened read-only (``mode="r"``).
+
+        Examples
+        --------
+        >>> import os, tempfile, oocarray as oc
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.zarr")
+        >>> (oc.create(path, (3,), "int8").readonly, oc.open(path).readonly)
+        (False, True)
+        """
         return self._store.readonly
 
     @property

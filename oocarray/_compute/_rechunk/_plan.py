@@ -82,14 +82,42 @@ class Plan:
 
     @property
     def bytes_read(self) -> int:
+        """Bytes all passes read, decoded.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.zeros((100, 100)), chunks=(10, 100))
+        >>> oc.rechunk(x, (-1, 10), dry_run=True).bytes_read
+        80000
+        """
         return sum(p.bytes_read for p in self.passes)
 
     @property
     def bytes_written(self) -> int:
+        """Bytes all passes write, before encoding.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.zeros((100, 100)), chunks=(10, 100))
+        >>> oc.rechunk(x, (-1, 10), dry_run=True).bytes_written
+        80000
+        """
         return sum(p.bytes_written for p in self.passes)
 
     @property
     def peak_bytes(self) -> int:
+        """The most memory a pass holds at once, projected.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.zeros((100, 100)), chunks=(10, 100))
+        >>> plan = oc.rechunk(x, (-1, 10), dry_run=True)
+        >>> plan.peak_bytes >= plan.passes[0].block[0] * plan.passes[0].block[1] * 8
+        True
+        """
         return max((p.peak_bytes for p in self.passes), default=0)
 
     def __str__(self) -> str:
