@@ -568,7 +568,8 @@ class LazyArray(Reductions, StandardArray):
         codec
             ``"zstd"`` (default), ``"lz4"``, ``"blosc"``, ``"gzip"`` or ``"none"``.
         chunks, shards : optional
-            Chunk and shard shapes; default: this array's chunks, about 4 MiB each.
+            Chunk and shard shapes; default: chunks of about 4 MiB, no shards (as for
+            :func:`oocarray.create`).
         mode
             ``"w-"`` (default) refuses an existing array; ``"w"`` replaces a zarr array.
         dimension_names : optional

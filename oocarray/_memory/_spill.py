@@ -64,8 +64,8 @@ def move_guard() -> MoveGuard:
     write into a moving array wait too), ``"uffd-user"`` or ``"signal"`` (only user-mode writes
     wait; a system call may fail with ``EFAULT`` meanwhile).
 
-    Chosen once per process (``OOCARRAY_MOVE_GUARD``, default ``"auto"``: the first of these
-    that the kernel allows).
+    Chosen once per process, when oocarray is imported: ``OOCARRAY_MOVE_GUARD`` names one, or
+    ``"auto"`` (the default) takes the best the kernel allows.
 
     Returns
     -------
