@@ -284,9 +284,9 @@ class MemoryMonitor:
         --------
         >>> import numpy as np, oocarray as oc
         >>> mon = oc.MemoryMonitor()
-        >>> with oc.Manager("etl"):
+        >>> with oc.Manager("sampled"):
         ...     a = np.ones(1000)
-        ...     mon.sample().managers["etl"]
+        ...     mon.sample().managers["sampled"]
         8000
         """
         rss = resident_memory()
@@ -352,10 +352,10 @@ class MemoryMonitor:
         Examples
         --------
         >>> import numpy as np, oocarray as oc
-        >>> with oc.MemoryMonitor(interval=0.01) as mon, oc.Manager("etl"):
+        >>> with oc.MemoryMonitor(interval=0.01) as mon, oc.Manager("peaked"):
         ...     a = np.ones(1000)
         ...     _ = mon.sample()
-        >>> mon.peak.managers["etl"]
+        >>> mon.peak.managers["peaked"]
         8000
         """
         samples = self.samples

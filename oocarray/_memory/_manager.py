@@ -192,7 +192,8 @@ class Manager:
         Examples
         --------
         >>> import oocarray as oc
-        >>> oc.Manager("etl").name
+        >>> with oc.Manager("etl") as m:
+        ...     m.name
         'etl'
         """
         return self._name
@@ -288,7 +289,8 @@ class Manager:
         Examples
         --------
         >>> import oocarray as oc
-        >>> oc.Manager(on_close="spill").on_close
+        >>> with oc.Manager(on_close="spill") as m:
+        ...     m.on_close
         'spill'
         """
         return self._on_close
@@ -300,7 +302,8 @@ class Manager:
         Examples
         --------
         >>> import oocarray as oc
-        >>> oc.Manager(location="mmap").location
+        >>> with oc.Manager(location="mmap") as m:
+        ...     m.location
         'mmap'
         """
         return self._location
@@ -313,7 +316,8 @@ class Manager:
         Examples
         --------
         >>> import oocarray as oc
-        >>> oc.Manager(spill="fail").spill_policy
+        >>> with oc.Manager(spill="fail") as m:
+        ...     m.spill_policy
         'fail'
         """
         return self._spill
