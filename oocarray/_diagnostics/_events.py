@@ -147,8 +147,7 @@ def on_event(callback: Callback, kinds: str | tuple[str, ...] | None = None) -> 
             )
     with _lock:
         _callbacks.append((callback, wanted))
-        if _dispatch not in _events.listeners:
-            _events.listeners.append(_dispatch)
+        _events.listen(_dispatch)
     return callback
 
 
@@ -173,8 +172,8 @@ def remove_listener(callback: Callback) -> None:
     """
     with _lock:
         _callbacks[:] = [entry for entry in _callbacks if entry[0] is not callback]
-        if not _callbacks and _dispatch in _events.listeners:
-            _events.listeners.remove(_dispatch)
+        if not _callbacks:
+            _events.unlisten(_dispatch)
 
 
 def _path(manager: Any) -> str:
