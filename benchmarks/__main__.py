@@ -13,6 +13,7 @@ from benchmarks import (
     large_alloc,
     w1_workspace,
     w1c_lazy,
+    w2_disk,
     w2_small_alloc,
     w3_spill,
     w4_hard,
@@ -39,6 +40,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
     "W1": ("workspace cycle vs plain NumPy and the out= floor", w1_workspace.run),
     "W1C": ("W1's step as a lazy chunked expression vs the out= floor", w1c_lazy.run),
     "W2": ("small-allocation overhead inside a manager", w2_small_alloc.run),
+    "W2-DISK": ("small arrays on disk (a full budget) vs the same in RAM", w2_disk.run),
     "W3": ("spill a 2 GiB live array to disk vs os.write + fdatasync", w3_spill.run),
     "W4": (
         "4x the budget in 32 MiB arrays in Manager(max_bytes=256M): peak RSS",

@@ -70,7 +70,13 @@ numpydoc_validation_checks = {
     "EX01",  # no Examples section
 }
 # Members the base classes give (exceptions' args, dataclasses' fields) are not ours to document.
-numpydoc_validation_exclude = {r"\.args$", r"\.with_traceback$", r"\.add_note$"}
+numpydoc_validation_exclude = {
+    r"\.args$",
+    r"\.with_traceback$",
+    r"\.add_note$",
+    # distributed.WorkerPlugin's own hook, inherited as distributed documents it.
+    r"^oocarray\.dask\.MemoryBudgetPlugin\.transition$",
+}
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"oocarray {release}"
@@ -83,7 +89,9 @@ html_static_path: list[str] = []
 
 # The build is offline (no intersphinx inventories): names of other libraries stay plain text.
 nitpick_ignore_regex = [
-    ("py:.*", r"(numpy|np|pandas|pd|xarray|xr|dask|distributed|zarr|h5py|torch|pyarrow|scipy)"
-     r"(\..*)?"),
+    ("py:.*", r"(numpy|np|pandas|pd|xarray|xr|dask|distributed|zarr|h5py|torch|pyarrow|scipy"
+     r"|contextlib)(\..*)?"),
+    # A page of distributed's own site, named by the docstring MemoryBudgetPlugin inherits.
+    ("std:doc", r"worker-state"),
     ("py:.*", r"(int|float|str|bytes|bool|dict|list|tuple|callable|iterable|optional|None)"),
 ]

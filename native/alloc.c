@@ -157,14 +157,14 @@ static void *block_new(oc_node *owner, size_t size, int zero)
 }
 
 /* A block whose data lives in a temporary file from the start: not counted as RAM. */
-static void *block_new_on_disk(oc_node *owner, size_t size, int *err)
+static void *block_new_on_disk(oc_node *owner, size_t size, int zero, int *err)
 {
     size_t page = oc_page_bytes();
     size_t data_bytes = size == 0 ? page : (size + page - 1) / page * page;
     size_t map_bytes;
     /* Small ones: header and data in one mapping of a heap slot; larger ones (EFBIG there) get
      * reserved address space and a file of their own over the data. */
-    void *data = oc_map_small_on_disk(data_bytes, &map_bytes, err);
+    void *data = oc_map_small_on_disk(data_bytes, zero, &map_bytes, err);
     oc_header *h;
     if (data == NULL && *err != EFBIG) {
         return NULL;
@@ -193,10 +193,10 @@ static void *block_new_on_disk(oc_node *owner, size_t size, int *err)
     return data;
 }
 
-static void *place_on_disk(oc_node *owner, size_t size, oc_node *refused)
+static void *place_on_disk(oc_node *owner, size_t size, int zero, oc_node *refused)
 {
     int err = 0;
-    void *data = block_new_on_disk(owner, size, &err);
+    void *data = block_new_on_disk(owner, size, zero, &err);
     if (data == NULL) {
         oc_disk_refused(owner, refused, (int64_t)size, err);
         oc_record_failure(OC_FAIL_SPILL, err, owner, refused, (int64_t)size);
@@ -239,7 +239,7 @@ static void *alloc_plain(oc_node *owner, size_t size, int zero, int refuse_close
         return place_compressed(owner, size);
     }
     if (location != OC_LOCATION_RAM && size >= oc_page_bytes()) {
-        return place_on_disk(owner, size, NULL);
+        return place_on_disk(owner, size, zero, NULL);
     }
     if (size > (size_t)INT64_MAX / 2) {
         /* Beyond any machine, and too big to add to a counter: the first budget on the way
@@ -270,14 +270,14 @@ static void *alloc_plain(oc_node *owner, size_t size, int zero, int refuse_close
                 oc_record_failure(OC_FAIL_BUDGET, 0, owner, refused, (int64_t)size);
                 return NULL;
             }
-            return place_on_disk(owner, size, refused);
+            return place_on_disk(owner, size, zero, refused);
         }
     }
     if (size >= atomic_load_explicit(&oc_large_threshold, memory_order_relaxed) &&
         !oc_physical_admit((int64_t)size) && atomic_load(&owner->spill_policy) != OC_SPILL_FAIL) {
         /* Over max_physical_bytes with nothing left to spill: the new array goes to disk. */
         oc_release(owner, (int64_t)size);
-        return place_on_disk(owner, size, NULL);
+        return place_on_disk(owner, size, zero, NULL);
     }
     /* Budgets are checked first: an absurd request under a budget is the budget's refusal. */
     void *data = size > (size_t)PTRDIFF_MAX / 2 ? NULL : block_new(owner, size, zero);
@@ -370,9 +370,14 @@ static void block_free(oc_header *h)
         atomic_fetch_sub_explicit(&owner->region_bytes, size, memory_order_relaxed);
         atomic_fetch_sub_explicit(&owner->region_count, 1, memory_order_relaxed);
         h->magic = 0;
-        oc_region_unmap(h, region_cache_cap(owner));
-        if (on_disk) {
-            oc_disk_space_give(space); /* after the unmap: the header may live in that space */
+        if (on_disk && oc_keep_small_on_disk(h, space)) {
+            /* a heap slot kept mapped for the next small region: h is not ours any more */
+        }
+        else {
+            oc_region_unmap(h, region_cache_cap(owner));
+            if (on_disk) {
+                oc_disk_space_give(space); /* after the unmap: the header may live in that space */
+            }
         }
     }
     else {

@@ -7,11 +7,14 @@
 #include "oc_alloc.h"
 
 #include <stdarg.h>
+#include <time.h>
 
 atomic_int oc_trace_enabled = 0;
 PyObject *oc_trace_alloc_cb = NULL;
 PyObject *oc_trace_free_cb = NULL;
 PyObject *oc_pressure_cb = NULL;
+atomic_llong oc_pressure_quiet_until_ns = 0;
+atomic_int oc_pressure_heard = 0;
 PyObject *oc_disk_refusal_cb = NULL;
 
 /* GIL held: calls cb with the arguments Py_BuildValue makes of format, the pending exception
@@ -78,6 +81,18 @@ int oc_relieve_pressure(oc_node *asked, int64_t size)
 {
     if (oc_pressure_cb == NULL || !Py_IsInitialized()) {
         return 0;
+    }
+    /* Nothing for Python to do until its next collection is allowed, unless an event listener
+     * waits or a refusal (spill="fail") needs its snapshot: a budget that stays full sends every
+     * array to disk without taking the GIL. */
+    if (!atomic_load_explicit(&oc_pressure_heard, memory_order_relaxed) &&
+        atomic_load_explicit(&asked->spill_policy, memory_order_relaxed) != OC_SPILL_FAIL) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long ns = (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+        if (ns < atomic_load_explicit(&oc_pressure_quiet_until_ns, memory_order_relaxed)) {
+            return 0;
+        }
     }
     PyGILState_STATE g = PyGILState_Ensure();
     int retry = 0;

@@ -14,6 +14,10 @@ extern atomic_int oc_trace_enabled;
 extern PyObject *oc_trace_alloc_cb;
 extern PyObject *oc_trace_free_cb;
 extern PyObject *oc_pressure_cb;
+/* Until when (CLOCK_MONOTONIC ns) the pressure callback has nothing to do, and whether event
+ * listeners want every call anyway (set from Python). */
+extern atomic_llong oc_pressure_quiet_until_ns;
+extern atomic_int oc_pressure_heard;
 extern PyObject *oc_disk_refusal_cb; /* cb(node_id, refused_id, size, errno): at the failure */
 int oc_is_our_handler(PyObject *capsule);
 

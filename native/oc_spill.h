@@ -10,7 +10,7 @@
 
 /* spill.c: same-address remapping, eviction */
 int oc_map_region_to_file(oc_header *h);   /* registry lock held; errno value or 0 */
-void *oc_map_small_on_disk(size_t data_bytes, size_t *map_bytes, int *err); /* data, or NULL */
+void *oc_map_small_on_disk(size_t data_bytes, int zero, size_t *map_bytes, int *err); /* data, or NULL */
 int oc_spill_block(oc_header *h);          /* registry lock held; errno value or 0 */
 int oc_unspill_block(oc_header *h);        /* registry lock held; errno value or 0 */
 /* A freed on-disk block's file space, given back once its mapping is gone (a header kept in
@@ -24,6 +24,9 @@ typedef struct {
 } oc_disk_space;
 oc_disk_space oc_disk_release(oc_header *h); /* accounts the block; give the space after unmap */
 void oc_disk_space_give(oc_disk_space space);
+/* A freed region placed whole in a heap slot stays mapped for the next one (1: the caller
+ * neither unmaps nor gives it), else 0. */
+int oc_keep_small_on_disk(oc_header *h, oc_disk_space space);
 int oc_node_in_subtree(oc_node *n, oc_node *root);
 int64_t oc_evict(oc_node *scope, int64_t need_bytes, int *err);
 int oc_drop_disk_pages(void);
@@ -33,6 +36,13 @@ void oc_spill_atfork(int phase);
 size_t oc_heap_slot_max_bytes(void);
 int oc_heap_take(size_t bytes, int *fd, uint64_t *offset); /* 0 or errno */
 void oc_heap_give(uint64_t offset, size_t bytes, int reuse);
+/* A freed slot still mapped at `base` (1), or none of that size (0). */
+int oc_heap_reuse(size_t bytes, char **base, int *fd, uint64_t *offset);
+/* Keeps a freed slot mapped at `base` for oc_heap_reuse (1), or refuses: unmap and give it. */
+int oc_heap_keep(char *base, uint64_t offset, size_t bytes);
+/* Gives every kept slot's blocks back to the file system (a full disk); the bytes dropped. */
+size_t oc_heap_drop_kept(void);
+void oc_heap_kept_stats(size_t *slots, size_t *bytes, uint64_t *reused);
 void oc_heap_atfork(int phase);
 
 /* moves.c: keeping writers waiting while a region's pages move */

@@ -8,6 +8,7 @@
 #include "pager_int.h"
 #include "oc_files.h"
 #include "oc_codecs.h"
+#include "oc_spill.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -34,6 +35,9 @@ int oc_zs_encode_append(int fd, atomic_llong *file_end, const char *src, size_t 
     long long at = atomic_fetch_add(file_end, (long long)m);
     /* a write to a full disk fails here with ENOSPC (no file mapping: never SIGBUS) */
     err = oc_pwrite_all(fd, packed, m, (uint64_t)at);
+    if (err == ENOSPC && oc_heap_drop_kept() > 0) { /* the heap's kept slots give their blocks */
+        err = oc_pwrite_all(fd, packed, m, (uint64_t)at);
+    }
     oc_zstd_pack_done();
     if (err != 0) {
         return err;

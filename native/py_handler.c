@@ -210,6 +210,18 @@ static PyObject *set_pressure_callback(PyObject *Py_UNUSED(m), PyObject *cb)
     return set_callback(&oc_pressure_cb, cb, "pressure");
 }
 
+static PyObject *set_pressure_quiet(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    double until;
+    int heard;
+    if (!PyArg_ParseTuple(args, "dp", &until, &heard)) {
+        return NULL;
+    }
+    atomic_store(&oc_pressure_quiet_until_ns, (long long)(until * 1e9));
+    atomic_store(&oc_pressure_heard, heard);
+    Py_RETURN_NONE;
+}
+
 static PyObject *set_disk_refusal_callback(PyObject *Py_UNUSED(m), PyObject *cb)
 {
     return set_callback(&oc_disk_refusal_cb, cb, "disk refusal");
@@ -293,6 +305,8 @@ PyMethodDef oc_py_handler_methods[] = {
     {"get_large_threshold", get_large_threshold, METH_NOARGS, "Bytes from which blocks are regions."},
     {"set_large_threshold", set_large_threshold, METH_O, "Set the region threshold in bytes."},
     {"set_pressure_callback", set_pressure_callback, METH_O, "cb(node_id, size) -> retry?, or None."},
+    {"set_pressure_quiet", set_pressure_quiet, METH_VARARGS,
+     "(until, heard): no pressure callback before time.monotonic() reaches until, unless heard."},
     {"set_disk_refusal_callback", set_disk_refusal_callback, METH_O,
      "cb(node_id, refused_id, size, errno) when placing an array on disk fails, or None."},
     {"set_huge_pages", set_huge_pages, METH_O, "Advise huge pages for large mappings; returns the old setting."},

@@ -226,6 +226,14 @@ static PyObject *set_zspill(PyObject *Py_UNUSED(m), PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *heap_kept(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    size_t slots, bytes;
+    uint64_t reused;
+    oc_heap_kept_stats(&slots, &bytes, &reused);
+    return Py_BuildValue("(nnK)", (Py_ssize_t)slots, (Py_ssize_t)bytes, (unsigned long long)reused);
+}
+
 PyMethodDef oc_py_spill_methods[] = {
     {"spill", spill, METH_O, "Move an array's block to disk; the bytes moved."},
     {"unspill", unspill, METH_O, "Bring a block back to RAM; bytes moved or (refused_id, limit, used)."},
@@ -235,6 +243,7 @@ PyMethodDef oc_py_spill_methods[] = {
     {"set_spill_dir", set_spill_dir, METH_O, "Directory for temporary files."},
     {"set_spill_limit", set_spill_limit, METH_O, "Cap on bytes on disk (-1: none)."},
     {"spill_used", spill_used, METH_NOARGS, "Bytes reserved on disk now."},
+    {"heap_kept", heap_kept, METH_NOARGS, "(slots, bytes) of the heap file kept mapped for reuse, and the reuses so far."},
     {"move_guard", move_guard, METH_NOARGS, "How moves hold concurrent writers: a GUARD_* constant."},
     {"set_move_guard", set_move_guard, METH_O, "Choose the guard (GUARD_*) for moves; OSError EBUSY once another is in force."},
     {"zspill_check", zspill_check, METH_NOARGS, "0, or the errno of why compressed spill cannot work here."},

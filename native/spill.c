@@ -28,7 +28,7 @@
 
 /* Space for `bytes` of a region's data, counted against max_spill_bytes: (fd, offset), and
  * whether it is a heap slot.  0 or an errno value. */
-static int take_space(size_t bytes, int *fd, uint64_t *offset, int *heap)
+static int take_space_once(size_t bytes, int *fd, uint64_t *offset, int *heap)
 {
     int err = oc_disk_reserve(bytes);
     if (err) {
@@ -45,6 +45,16 @@ static int take_space(size_t bytes, int *fd, uint64_t *offset, int *heap)
     }
     if (err) {
         oc_disk_unreserve(bytes);
+    }
+    return err;
+}
+
+/* As take_space_once; a full disk first takes back the heap's kept slots (heap.c). */
+static int take_space(size_t bytes, int *fd, uint64_t *offset, int *heap)
+{
+    int err = take_space_once(bytes, fd, offset, heap);
+    if (err == ENOSPC && oc_heap_drop_kept() > 0) {
+        err = take_space_once(bytes, fd, offset, heap);
     }
     return err;
 }
@@ -102,8 +112,10 @@ int oc_map_region_to_file(oc_header *h)
 }
 
 /* A region of data_bytes whose header page and data are one mapping of a heap slot; the
- * header records where.  NULL with *err set when that is not possible (too large, no space). */
-void *oc_map_small_on_disk(size_t data_bytes, size_t *map_bytes, int *err)
+ * header records where.  A freed slot still mapped is taken first, without a system call (its
+ * data cleared when `zero`; a fresh slot is zeros already).  NULL with *err set when that is
+ * not possible (too large, no space). */
+void *oc_map_small_on_disk(size_t data_bytes, int zero, size_t *map_bytes, int *err)
 {
     size_t page = oc_page_bytes();
     size_t bytes = page + data_bytes;
@@ -111,23 +123,51 @@ void *oc_map_small_on_disk(size_t data_bytes, size_t *map_bytes, int *err)
         *err = EFBIG;
         return NULL;
     }
-    int fd, heap;
+    int fd, heap = 1;
     uint64_t offset;
-    *err = take_space(bytes, &fd, &offset, &heap);
-    if (*err) {
-        return NULL;
+    char *base = NULL;
+    if (oc_disk_reserve(bytes) == 0) {
+        if (!oc_heap_reuse(bytes, &base, &fd, &offset)) {
+            oc_disk_unreserve(bytes);
+        }
+        else if (zero) {
+            memset(base + page, 0, data_bytes);
+        }
     }
-    char *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
-    if (base == MAP_FAILED) {
-        *err = errno;
-        give_space(fd, offset, bytes, heap, 0);
-        return NULL;
+    if (base == NULL) {
+        *err = take_space(bytes, &fd, &offset, &heap);
+        if (*err) {
+            return NULL;
+        }
+        base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
+        if (base == MAP_FAILED) {
+            *err = errno;
+            give_space(fd, offset, bytes, heap, 0);
+            return NULL;
+        }
     }
     oc_header *h = (oc_header *)(base + page - OC_HEADER_BYTES);
     atomic_init(&h->flags, 0);
     place(h, fd, offset, heap, OC_FLAG_MAPPED | OC_FLAG_HEADER_IN_FILE);
     *map_bytes = bytes;
     return base + page;
+}
+
+int oc_keep_small_on_disk(oc_header *h, oc_disk_space space)
+{
+    unsigned flags = atomic_load(&h->flags);
+    size_t page = oc_page_bytes();
+    /* Only a slot mapped whole, shared with no other process: its mapping is the slot. */
+    if (!space.heap || space.shared_by_fork || (flags & OC_FLAG_COW) ||
+        (flags & (OC_FLAG_MAPPED | OC_FLAG_HEADER_IN_FILE)) != (OC_FLAG_MAPPED | OC_FLAG_HEADER_IN_FILE) ||
+        h->map_bytes != space.bytes) {
+        return 0;
+    }
+    if (!oc_heap_keep(oc_block_data(h) - page, space.offset, space.bytes)) {
+        return 0;
+    }
+    oc_disk_unreserve(space.bytes);
+    return 1;
 }
 
 /* The part of an on-disk region that its file backs: the data, or with the header page. */

@@ -206,12 +206,33 @@ class LazyArray(Reductions, StandardArray):
     # -- rearranging ----------------------------------------------------------------------
     @property
     def T(self) -> Expr:
-        """The axes reversed, lazily (``np.transpose``)."""
+        """The axes reversed, lazily (``np.transpose``).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.arange(6).reshape(2, 3))
+        >>> x.T.shape, x.T[2]
+        ((3, 2), array([2, 5]))
+        """
         return Expr(permute_dims(self._tree()))
 
     @property
     def mT(self) -> Expr:
-        """The last two axes swapped, lazily (a stack of matrices transposed)."""
+        """The last two axes swapped, lazily (a stack of matrices transposed).
+
+        Raises
+        ------
+        ValueError
+            The array has fewer than 2 dimensions.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.zeros((5, 2, 3)))
+        >>> x.mT.shape
+        (5, 3, 2)
+        """
         ndim = self._tree().ndim
         if ndim < 2:
             raise ValueError("mT needs an array of at least 2 dimensions")
@@ -219,12 +240,47 @@ class LazyArray(Reductions, StandardArray):
         return Expr(permute_dims(self._tree(), order))
 
     def transpose(self, *axes: Any) -> Expr:
-        """The axes permuted (reversed by default), lazily."""
+        """The axes permuted (reversed by default), lazily.
+
+        Parameters
+        ----------
+        *axes : int or tuple of int
+            The new order of the axes, as separate ints or one tuple; none reverses them.
+
+        Returns
+        -------
+        Expr
+            The lazy, permuted array.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.zeros((2, 3, 4)))
+        >>> (x.transpose().shape, x.transpose(1, 0, 2).shape)
+        ((4, 3, 2), (3, 2, 4))
+        """
         order = axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else axes
         return Expr(permute_dims(self._tree(), order or None))
 
     def swapaxes(self, axis1: int, axis2: int) -> Expr:
-        """Two axes interchanged, lazily (``np.swapaxes``)."""
+        """Two axes interchanged, lazily (``np.swapaxes``).
+
+        Parameters
+        ----------
+        axis1, axis2 : int
+            The axes to interchange.
+
+        Returns
+        -------
+        Expr
+            The lazy array with those axes swapped.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros((2, 3, 4))).swapaxes(0, 2).shape
+        (4, 3, 2)
+        """
         return Expr(swapaxes(self._tree(), axis1, axis2))
 
     def reshape(self, *shape: Any, order: str = "C") -> Expr:
@@ -232,6 +288,18 @@ class LazyArray(Reductions, StandardArray):
 
         Lazy when blocks of the result line up with bands of the input's chunks; otherwise
         the result is streamed once into a temporary chunked array (never loaded whole).
+
+        Parameters
+        ----------
+        *shape : int or tuple of int
+            The new shape, as separate ints or one tuple; one length may be ``-1``.
+        order
+            ``"C"`` (the only order supported).
+
+        Returns
+        -------
+        Expr
+            The reshaped array.
 
         Examples
         --------
@@ -244,37 +312,185 @@ class LazyArray(Reductions, StandardArray):
         return Expr(reshape(self._tree(), wanted, order))
 
     def squeeze(self, axis: Any = None) -> Expr:
-        """Axes of length 1 removed (all of them, or ``axis``), lazily."""
+        """Axes of length 1 removed (all of them, or ``axis``), lazily.
+
+        Parameters
+        ----------
+        axis : int or tuple of int, optional
+            The axes to remove; each must have length 1.  Default: every axis of length 1.
+
+        Returns
+        -------
+        Expr
+            The lazy array without those axes.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros((1, 3, 1))).squeeze().shape
+        (3,)
+        """
         return Expr(squeeze(self._tree(), axis))
 
     def ravel(self, order: str = "C") -> Expr:
-        """The elements along one axis in C order (as :meth:`reshape` of ``-1``)."""
+        """The elements along one axis in C order (as :meth:`reshape` of ``-1``).
+
+        Parameters
+        ----------
+        order
+            ``"C"`` (the only order supported).
+
+        Returns
+        -------
+        Expr
+            The 1-d array.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.arange(6).reshape(2, 3)).ravel()[...]
+        array([0, 1, 2, 3, 4, 5])
+        """
         return Expr(ravel(self._tree(), order))
 
     def flatten(self, order: str = "C") -> Expr:
-        """The elements along one axis in C order (as :meth:`ravel`)."""
+        """The elements along one axis in C order (as :meth:`ravel`).
+
+        Parameters
+        ----------
+        order
+            ``"C"`` (the only order supported).
+
+        Returns
+        -------
+        Expr
+            The 1-d array.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.arange(6).reshape(2, 3)).flatten().shape
+        (6,)
+        """
         return Expr(ravel(self._tree(), order))
 
     def astype(self, dtype: Any) -> Expr:
-        """A lazy copy of another dtype."""
+        """A lazy copy of another dtype.
+
+        Parameters
+        ----------
+        dtype
+            The new data type (anything :class:`numpy.dtype` takes).
+
+        Returns
+        -------
+        Expr
+            The lazy converted array.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.arange(3)).astype("float32")[...]
+        array([0., 1., 2.], dtype=float32)
+        """
         return Expr(_build.astype(self._tree(), dtype))
 
     def clip(self, min: Any = None, max: Any = None) -> Expr:
-        """Values limited to ``[min, max]``, lazily."""
+        """Values limited to ``[min, max]``, lazily.
+
+        Parameters
+        ----------
+        min, max : scalar or array, optional
+            The lower and upper limits; ``None`` leaves that side open.
+
+        Returns
+        -------
+        Expr
+            The lazy clipped array.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.arange(5)).clip(1, 3)[...]
+        array([1, 1, 2, 3, 3])
+        """
         return Expr(clip(self._tree(), _unwrap(min), _unwrap(max)))
 
     def round(self, decimals: int = 0) -> Expr:
+        """Values rounded to ``decimals`` decimals, lazily (``np.round``).
+
+        Parameters
+        ----------
+        decimals
+            Decimals to keep (default 0); negative rounds to tens, hundreds, ...
+
+        Returns
+        -------
+        Expr
+            The lazy rounded array.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.array([0.123, 4.567])).round(1)[...]
+        array([0.1, 4.6])
+        """
         return Expr(_build.elementwise(np.round, self._tree(), name="round", decimals=decimals))
 
     def map_blocks(self, function: Callable[..., Any], *others: Any, dtype: Any = None) -> Expr:
         """``function`` applied to aligned blocks of this array (and ``others``), lazily; it
-        must return a block of the same shape, of ``dtype``."""
+        must return a block of the same shape, of ``dtype``.
+
+        Parameters
+        ----------
+        function : callable
+            Called as ``function(block, *other_blocks)`` with NumPy arrays.
+        *others
+            Further arrays (chunked arrays, expressions or scalars), broadcast against this one.
+        dtype
+            The dtype of the blocks ``function`` returns (required).
+
+        Returns
+        -------
+        Expr
+            The lazy result.
+
+        Raises
+        ------
+        TypeError
+            ``dtype`` is not given.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.arange(4.0), chunks=2)
+        >>> x.map_blocks(np.sqrt, dtype="float64")[...]
+        array([0.        , 1.        , 1.41421356, 1.73205081])
+        """
         return Expr(_build.map_blocks(function, self._tree(), *_unwrap(others), dtype=dtype))
 
     # -- materialising --------------------------------------------------------------------
     def compute(self, progress: bool = True) -> Any:
-        """The values: an ``ndarray`` when it fits the active manager's budget, else a
-        temporary :class:`~oocarray.ChunkedArray`."""
+        """Evaluate the array.
+
+        Parameters
+        ----------
+        progress
+            Show a progress bar (default ``True``).
+
+        Returns
+        -------
+        numpy.ndarray or ChunkedArray
+            The values: an ``ndarray`` when it fits the active manager's budget, else a
+            temporary :class:`~oocarray.ChunkedArray`.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.arange(4))
+        >>> (x * 10).compute(progress=False)
+        array([ 0, 10, 20, 30])
+        """
         return compute(self, progress=progress)[0]
 
     def rechunk(self, chunks: Any, out: Any = None, **options: Any) -> Any:
@@ -282,7 +498,36 @@ class LazyArray(Reductions, StandardArray):
         :func:`oocarray.rechunk`, which takes the same ``options``).
 
         An expression is written with :meth:`to_zarr` (``chunks=``) instead: it has no
-        source chunks to regroup."""
+        source chunks to regroup.
+
+        Parameters
+        ----------
+        chunks : tuple, dict, int or "auto"
+            The new chunk shape (see :func:`oocarray.rechunk`).
+        out : path or URL, optional
+            The output zarr array; a temporary one when omitted.
+        **options
+            ``shards``, ``codec``, ``max_mem``, ``resume``, ``dry_run``, ``dataset``,
+            ``mode``, ``storage_options``, ``progress``: as for :func:`oocarray.rechunk`.
+
+        Returns
+        -------
+        ChunkedArray
+            The rechunked array (the plan instead, with ``dry_run=True``).
+
+        Raises
+        ------
+        TypeError
+            This is an expression, not a stored array.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.arange(12).reshape(4, 3), chunks=(1, 3))
+        >>> y = x.rechunk((4, 1), progress=False)
+        >>> (y.chunks, y[:, 2])
+        ((4, 1), array([ 2,  5,  8, 11]))
+        """
         if not isinstance(self, StoredArray):
             raise TypeError(
                 "rechunk needs a stored array; write an expression in new chunks with "
@@ -315,6 +560,40 @@ class LazyArray(Reductions, StandardArray):
         several outputs share one group that ``xarray.open_zarr(path)`` opens as a Dataset
         (name the axes with ``dimension_names``).  ``progress=False`` hides the progress
         report.
+
+        Parameters
+        ----------
+        path
+            The new array's directory (or the group's, with ``dataset``), or a URL.
+        codec
+            ``"zstd"`` (default), ``"lz4"``, ``"blosc"``, ``"gzip"`` or ``"none"``.
+        chunks, shards : optional
+            Chunk and shard shapes; default: chunks of about 4 MiB, no shards (as for
+            :func:`oocarray.create`).
+        mode
+            ``"w-"`` (default) refuses an existing array; ``"w"`` replaces a zarr array.
+        dimension_names : optional
+            One name per axis.
+        attributes : optional
+            JSON-serialisable metadata stored with the array.
+        progress
+            Show a progress bar (default ``True``).
+        storage_options : optional
+            For URLs: the object store's settings (see :func:`oocarray.open`).
+        dataset : optional
+            The array's path inside the zarr group at ``path``.
+        coords : optional
+            With ``dataset``: coordinate arrays written into the group beside it.
+
+        Returns
+        -------
+        ChunkedArray
+            The new zarr array, open for reading and writing.
+
+        Raises
+        ------
+        StoreExistsError
+            Something is at the array's path that ``mode`` may not replace.
 
         Examples
         --------
@@ -363,6 +642,12 @@ class Expr(LazyArray):
     Made by operators, NumPy ufuncs and functions on chunked arrays and expressions; nothing
     is read until it is indexed, computed, written (:meth:`to_zarr`) or reduced.
 
+    Parameters
+    ----------
+    node
+        The graph node that computes the values (made by operators and functions, never by
+        hand).
+
     Examples
     --------
     >>> import numpy as np, oocarray as oc
@@ -380,26 +665,80 @@ class Expr(LazyArray):
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The length of each axis (known without computing anything).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.zeros((4, 3)))
+        >>> (x * np.ones(3)).shape
+        (4, 3)
+        """
         return self._node.shape
 
     @property
     def dtype(self) -> np.dtype[Any]:
+        """The data type of the values, as NumPy's type promotion gives it.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> (oc.from_numpy(np.arange(3)) / 2).dtype == np.float64
+        True
+        """
         return self._node.dtype
 
     @property
     def ndim(self) -> int:
+        """The number of axes.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> (oc.from_numpy(np.zeros((4, 3))) * 2).ndim
+        2
+        """
         return self._node.ndim
 
     @property
     def size(self) -> int:
+        """The number of elements.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> (oc.from_numpy(np.zeros((4, 3))) * 2).size
+        12
+        """
         return self._node.size
 
     @property
     def nbytes(self) -> int:
+        """Logical bytes of the values (as if in memory): ``size * dtype.itemsize``.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> (oc.from_numpy(np.zeros((4, 3))) * 2).nbytes
+        96
+        """
         return self._node.nbytes
 
     def sources(self) -> Iterator[StoredArray]:
-        """The chunked arrays this expression reads, each once."""
+        """The chunked arrays this expression reads, each once.
+
+        Returns
+        -------
+        iterator of ChunkedArray
+            The inputs, in the order the expression first reads them.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.arange(3))
+        >>> [s is x for s in (x + x * 2).sources()]
+        [True]
+        """
         return self._node.sources()
 
     def __getitem__(self, key: Any) -> Any:
@@ -494,9 +833,16 @@ class ChunkedArray(LazyArray, StoredArray):
     Create one with :func:`~oocarray.open`, :func:`~oocarray.create`, :func:`~oocarray.temp`,
     :func:`~oocarray.from_numpy` or :func:`~oocarray.from_dask`.  Data access (shape, dtype,
     chunks, indexing, writing, :meth:`append`, :meth:`as_ndarray`, :meth:`flush`,
-    :meth:`close`, pickling by path) is the storage layer's :class:`StoredArray`; operators,
-    NumPy ufuncs and functions give lazy :class:`Expr` objects, and reductions stream over the
-    chunks once (:class:`LazyArray`).
+    :meth:`close`, pickling by path) is the storage layer's ``StoredArray``; operators,
+    NumPy ufuncs and functions give lazy :class:`~oocarray.Expr` objects, and reductions
+    stream over the chunks once (``LazyArray``).
+
+    Parameters
+    ----------
+    store
+        The opened zarr, HDF5 or ``.npy`` store (internal: use the functions above).
+    temporary
+        Whether the array's data is deleted when it closes or is no longer referenced.
 
     Examples
     --------
@@ -531,6 +877,25 @@ use_array_type(ChunkedArray)
 
 def compute(*items: Any, progress: bool = True) -> tuple[Any, ...]:
     """Evaluate lazy reductions and expressions together, reading each input chunk once.
+
+    Parameters
+    ----------
+    *items : LazyResult or Expr
+        Reductions made with ``compute=False`` and lazy expressions.
+    progress
+        Show a progress bar (default ``True``).
+
+    Returns
+    -------
+    tuple
+        One result per item, in order: a reduction's value (NumPy scalar or array); an
+        expression as a :class:`numpy.ndarray` when it fits the active manager's budget, else
+        as a temporary :class:`~oocarray.ChunkedArray`.
+
+    Raises
+    ------
+    TypeError
+        An item is neither a lazy result nor an expression.
 
     Examples
     --------

@@ -35,16 +35,70 @@ __all__ = [
 
 class LazyResult:
     """A reduction not yet computed (``compute=False``); :func:`oocarray.compute` evaluates
-    several of them, and expressions, in one read of each chunk."""
+    several of them, and expressions, in one read of each chunk.
+
+    Parameters
+    ----------
+    make : callable
+        Makes the reduction's accumulator (internal: reductions with ``compute=False`` make
+        lazy results).
+    name
+        The reduction's name, e.g. ``"sum"``.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.arange(10.0), chunks=5)
+    >>> lazy = x.sum(compute=False)
+    >>> lazy
+    <lazy sum>
+    >>> oc.compute(lazy, x.max(compute=False), progress=False)
+    (np.float64(45.0), np.float64(9.0))
+    """
 
     def __init__(self, make: Callable[[], Reduction], name: str) -> None:
         self._make = make
         self.name = name
 
     def reduction(self) -> Reduction:
+        """A new accumulator of this reduction, for the engine to feed (as
+        :func:`oocarray.compute` does).
+
+        Returns
+        -------
+        Reduction
+            The accumulator: it takes the blocks it reads and ``finish()`` gives the value.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> lazy = oc.from_numpy(np.arange(4)).sum(compute=False)
+        >>> lazy.reduction() is not lazy.reduction()
+        True
+        """
         return self._make()
 
     def compute(self, progress: bool = True) -> Any:
+        """Compute this reduction alone (:func:`oocarray.compute` computes several in one
+        pass).  It can be computed again: each time reads its input anew.
+
+        Parameters
+        ----------
+        progress
+            Show a progress bar (default ``True``).
+
+        Returns
+        -------
+        numpy.ndarray or NumPy scalar
+            The value.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> lazy = oc.from_numpy(np.arange(4.0)).mean(compute=False)
+        >>> lazy.compute(progress=False)
+        np.float64(1.5)
+        """
         return compute_reductions(self, progress=progress)[0]
 
     def __repr__(self) -> str:

@@ -46,11 +46,43 @@ class StandardArray:
 
     @property
     def device(self) -> str:
-        """Where the array's values are computed: always ``"cpu"``."""
+        """Where the array's values are computed: always ``"cpu"``.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.arange(3)).device
+        'cpu'
+        """
         return "cpu"
 
     def to_device(self, device: Any, /, *, stream: Any = None) -> StandardArray:
-        """The array itself on ``"cpu"``, its only device."""
+        """The array itself on ``"cpu"``, its only device.
+
+        Parameters
+        ----------
+        device
+            ``"cpu"``.
+        stream
+            ``None`` (no streams on the CPU).
+
+        Returns
+        -------
+        ChunkedArray or Expr
+            The array itself.
+
+        Raises
+        ------
+        ValueError
+            Another device, or a stream.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.arange(3))
+        >>> x.to_device("cpu") is x
+        True
+        """
         if device != "cpu" or stream is not None:
             raise ValueError(f"oocarray arrays live on 'cpu' only, got device={device!r}")
         return self

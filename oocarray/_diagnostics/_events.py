@@ -35,9 +35,10 @@ EVENT_KINDS = (
 
 @dataclass(frozen=True, slots=True)
 class MemoryEvent:
-    """Something that happened to a manager or a workspace.
+    """Something that happened to a manager or a workspace, as listeners registered with
+    :func:`on_event` receive it; every field is also an attribute.
 
-    Attributes
+    Parameters
     ----------
     kind
         ``"manager_opened"``, ``"manager_closed"`` (details ``escaped``, ``escaped_bytes``),
@@ -62,6 +63,19 @@ class MemoryEvent:
         The name of the thread where it happened.
     details
         The kind's figures (read-only mapping).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> events = []
+    >>> listener = oc.on_event(events.append, "spill")
+    >>> with oc.Manager("etl") as m:
+    ...     a = np.ones(1_000_000)
+    ...     _ = m.spill()
+    >>> oc.remove_listener(listener)
+    >>> e = events[0]
+    >>> (e.kind, e.path, e.workspace, e.details["bytes"], e.details["reason"])
+    ('spill', 'System/etl', False, 8000000, 'manager')
     """
 
     kind: str
@@ -89,7 +103,26 @@ def on_event(callback: Callback, kinds: str | tuple[str, ...] | None = None) -> 
 
     The callback runs in the thread where the event happens, so it should be quick; an
     exception it raises is reported as a :class:`RuntimeWarning`, never passed to the code
-    that caused the event.  Returns ``callback``, so it can be used as a decorator.
+    that caused the event.
+
+    Parameters
+    ----------
+    callback : callable
+        Called with each :class:`MemoryEvent`.
+    kinds : str or tuple of str, optional
+        Only events of these kinds (``"spill"``, ``("escape", "cycle_end")``); default: all.
+
+    Returns
+    -------
+    callable
+        ``callback`` itself, so ``on_event`` can be used as a decorator.
+
+    Raises
+    ------
+    TypeError
+        ``callback`` is not callable.
+    ValueError
+        An unknown kind.
 
     Examples
     --------
@@ -114,17 +147,33 @@ def on_event(callback: Callback, kinds: str | tuple[str, ...] | None = None) -> 
             )
     with _lock:
         _callbacks.append((callback, wanted))
-        if _dispatch not in _events.listeners:
-            _events.listeners.append(_dispatch)
+        _events.listen(_dispatch)
     return callback
 
 
 def remove_listener(callback: Callback) -> None:
-    """Stop calling ``callback`` (registered with :func:`on_event`); unknown ones are ignored."""
+    """Stop calling ``callback`` (registered with :func:`on_event`); unknown ones are ignored.
+
+    Parameters
+    ----------
+    callback : callable
+        The listener given to :func:`on_event`.
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> seen = []
+    >>> listener = oc.on_event(seen.append)
+    >>> oc.remove_listener(listener)
+    >>> with oc.Manager("job"):
+    ...     pass
+    >>> seen
+    []
+    """
     with _lock:
         _callbacks[:] = [entry for entry in _callbacks if entry[0] is not callback]
-        if not _callbacks and _dispatch in _events.listeners:
-            _events.listeners.remove(_dispatch)
+        if not _callbacks:
+            _events.unlisten(_dispatch)
 
 
 def _path(manager: Any) -> str:

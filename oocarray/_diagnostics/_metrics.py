@@ -146,7 +146,26 @@ class _Collector:
 
 class MetricsServer:
     """A running metrics endpoint (see :func:`serve_metrics`): ``.port``, ``.url``,
-    ``.close()``; a context manager."""
+    ``.close()``; a context manager.
+
+    Parameters
+    ----------
+    server
+        The HTTP server prometheus_client started (made by :func:`serve_metrics`).
+    thread : threading.Thread
+        The thread serving it.
+    addr
+        The address it listens on.
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> with oc.serve_metrics() as server:
+    ...     (server.port > 0, server.closed)
+    (True, False)
+    >>> server.closed
+    True
+    """
 
     def __init__(self, server: Any, thread: threading.Thread, addr: str) -> None:
         self._server = server
@@ -157,12 +176,29 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        """Where to scrape: ``http://addr:port/metrics``."""
+        """Where to scrape: ``http://addr:port/metrics``.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.serve_metrics(addr="127.0.0.1") as server:
+        ...     server.url == f"http://127.0.0.1:{server.port}/metrics"
+        True
+        """
         host = f"[{self.addr}]" if ":" in self.addr else self.addr
         return f"http://{host}:{self.port}/metrics"
 
     def close(self) -> None:
-        """Stop serving and release the port.  Closing twice does nothing."""
+        """Stop serving and release the port.  Closing twice does nothing.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> server = oc.serve_metrics()
+        >>> server.close()
+        >>> server.closed
+        True
+        """
         if self._closed:
             return
         self._closed = True
@@ -172,6 +208,15 @@ class MetricsServer:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.serve_metrics() as server:
+        ...     server.closed
+        False
+        """
         return self._closed
 
     def __enter__(self) -> Self:

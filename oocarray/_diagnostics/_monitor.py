@@ -76,7 +76,9 @@ class MemoryPeak:
     """The highest values a monitor saw (between samples a peak can be missed: sample more
     often, or look at ``oc.memory_report().resident.peak_bytes``, the kernel's own peak).
 
-    Attributes
+    :attr:`oocarray.MemoryMonitor.peak` returns it; every field is also an attribute.
+
+    Parameters
     ----------
     rss_bytes, rss_time_s
         Highest resident memory (all kinds) and when.
@@ -88,6 +90,16 @@ class MemoryPeak:
         Highest RAM bytes of each named manager.
     duration_s, samples
         How long the monitor ran, and how many samples it took.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> with oc.MemoryMonitor(interval=0.01) as mon, oc.Manager("etl"):
+    ...     a = np.ones(2**20)
+    ...     _ = mon.sample()
+    >>> peak = mon.peak
+    >>> (peak.managers["etl"] >= 8388608, peak.samples >= 3, peak.rss_bytes > 0)
+    (True, True, True)
     """
 
     rss_bytes: int
@@ -137,8 +149,8 @@ class MemoryMonitor:
     ...         a = np.ones(2**20)   # 8 MiB
     ...         _ = mon.sample()     # one now, besides the thread's
     ...         del a
-    >>> mon.peak.managers["etl"]
-    8388608
+    >>> mon.peak.managers["etl"] >= 8388608
+    True
     >>> len(mon.samples) >= 3
     True
     """
@@ -162,12 +174,40 @@ class MemoryMonitor:
         self._stopped_at: float | None = None
         self.budgets: dict[str, int] = {}
         """Budgets seen: ``"max_bytes"`` and ``"max_physical_bytes"`` of the settings, and
-        the ``max_bytes`` of each named manager (by name)."""
+        the ``max_bytes`` of each named manager (by name).
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.MemoryMonitor() as mon, oc.Manager("etl", max_bytes="1M"):
+        ...     _ = mon.sample()
+        >>> mon.budgets["etl"]
+        1048576
+        """
 
     # ---- running ----
 
     def start(self) -> Self:
-        """Start sampling (a new timeline: earlier samples are dropped)."""
+        """Start sampling (a new timeline: earlier samples are dropped).
+
+        Returns
+        -------
+        MemoryMonitor
+            The monitor itself, running.
+
+        Raises
+        ------
+        RuntimeError
+            The monitor is already running.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> mon = oc.MemoryMonitor(interval=0.01).start()
+        >>> mon.running
+        True
+        >>> mon.stop()
+        """
         if self.running:
             raise RuntimeError("the monitor is already running; stop() it first")
         with self._lock:
@@ -182,7 +222,16 @@ class MemoryMonitor:
         return self
 
     def stop(self) -> None:
-        """Stop sampling, after one last sample.  Stopping twice does nothing."""
+        """Stop sampling, after one last sample.  Stopping twice does nothing.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> mon = oc.MemoryMonitor(interval=0.01).start()
+        >>> mon.stop()
+        >>> (mon.running, len(mon.samples) >= 2)
+        (False, True)
+        """
         thread = self._thread
         if thread is None:
             return
@@ -194,7 +243,17 @@ class MemoryMonitor:
 
     @property
     def running(self) -> bool:
-        """Whether the sampling thread runs."""
+        """Whether the sampling thread runs.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.MemoryMonitor() as mon:
+        ...     mon.running
+        True
+        >>> mon.running
+        False
+        """
         return self._thread is not None
 
     def __enter__(self) -> Self:
@@ -213,7 +272,23 @@ class MemoryMonitor:
             self.sample()
 
     def sample(self) -> MemorySample:
-        """Take one sample now (any thread may), add it to the timeline and return it."""
+        """Take one sample now (any thread may), add it to the timeline and return it.
+
+        Returns
+        -------
+        MemorySample
+            Resident memory, managed bytes (in RAM, on disk), spill-file bytes and the RAM
+            bytes of each named manager, at ``time_s`` seconds since the start.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> mon = oc.MemoryMonitor()
+        >>> with oc.Manager("sampled"):
+        ...     a = np.ones(1000)
+        ...     mon.sample().managers["sampled"]
+        8000
+        """
         rss = resident_memory()
         tree = manager_usage()
         settings = config()
@@ -251,13 +326,38 @@ class MemoryMonitor:
 
     @property
     def samples(self) -> list[MemorySample]:
-        """The timeline so far (a copy)."""
+        """The timeline so far (a copy), oldest sample first.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> mon = oc.MemoryMonitor()
+        >>> _ = mon.sample()
+        >>> len(mon.samples)
+        1
+        """
         with self._lock:
             return list(self._samples)
 
     @property
     def peak(self) -> MemoryPeak:
-        """The highest values seen (:class:`MemoryPeak`)."""
+        """The highest values seen, as a
+        :class:`~oocarray._diagnostics._monitor.MemoryPeak`.
+
+        Raises
+        ------
+        ValueError
+            The monitor has no samples yet.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> with oc.MemoryMonitor(interval=0.01) as mon, oc.Manager("peaked"):
+        ...     a = np.ones(1000)
+        ...     _ = mon.sample()
+        >>> mon.peak.managers["peaked"]
+        8000
+        """
         samples = self.samples
         if not samples:
             raise ValueError("the monitor has no samples yet; start() it first")
@@ -280,7 +380,22 @@ class MemoryMonitor:
         )
 
     def manager_names(self) -> list[str]:
-        """Names of the managers seen, in the order they first appeared."""
+        """Names of the managers seen, in the order they first appeared.
+
+        Returns
+        -------
+        list of str
+            The names of the named managers and workspaces of the samples.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> mon = oc.MemoryMonitor()
+        >>> with oc.Manager("load"), oc.Manager("train"):
+        ...     _ = mon.sample()
+        >>> mon.manager_names()
+        ['load', 'train']
+        """
         names: dict[str, None] = {}
         for s in self.samples:
             names.update(dict.fromkeys(s.managers))
@@ -288,7 +403,24 @@ class MemoryMonitor:
 
     def rows(self) -> list[dict[str, float | int | None]]:
         """The samples as flat rows (the columns of :meth:`to_csv`); a manager that was not
-        open at a sample has ``None`` there (an empty CSV field, NaN in :meth:`to_frame`)."""
+        open at a sample has ``None`` there (an empty CSV field, NaN in :meth:`to_frame`).
+
+        Returns
+        -------
+        list of dict
+            One dict per sample: ``time_s``, the byte counts, and ``ram_bytes[<name>]`` per
+            manager.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> mon = oc.MemoryMonitor()
+        >>> with oc.Manager("etl"):
+        ...     _ = mon.sample()
+        >>> _ = mon.sample()
+        >>> [row["ram_bytes[etl]"] for row in mon.rows()]
+        [0, None]
+        """
         names = self.manager_names()
         out = []
         for s in self.samples:
@@ -299,7 +431,27 @@ class MemoryMonitor:
         return out
 
     def to_frame(self) -> Any:
-        """The samples as a :class:`pandas.DataFrame` indexed by ``time_s`` (needs pandas)."""
+        """The samples as a :class:`pandas.DataFrame` indexed by ``time_s`` (needs pandas).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per sample, the columns of :meth:`rows`.
+
+        Raises
+        ------
+        ImportError
+            pandas is not installed.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> mon = oc.MemoryMonitor()
+        >>> _ = mon.sample()
+        >>> frame = mon.to_frame()
+        >>> (frame.index.name, len(frame), "rss_anon_bytes" in frame.columns)
+        ('time_s', 1, True)
+        """
         try:
             pd: Any = importlib.import_module("pandas")
         except ImportError as error:
@@ -313,7 +465,24 @@ class MemoryMonitor:
 
     def to_csv(self, path: str | os.PathLike[str]) -> None:
         """Write the samples to a CSV file: a header, then one row per sample (bytes as
-        integers, ``time_s`` in seconds); :meth:`from_csv` reads it back."""
+        integers, ``time_s`` in seconds); :meth:`from_csv` reads it back.
+
+        Parameters
+        ----------
+        path
+            The file to write (replaced if it exists).
+
+        Examples
+        --------
+        >>> import os, tempfile, oocarray as oc
+        >>> path = os.path.join(tempfile.mkdtemp(), "memory.csv")
+        >>> mon = oc.MemoryMonitor()
+        >>> _ = mon.sample()
+        >>> mon.to_csv(path)
+        >>> with open(path) as f:
+        ...     f.readline().split(",")[:2]
+        ['time_s', 'rss_anon_bytes']
+        """
         rows = self.rows()
         columns = list(rows[0]) if rows else list(_FIXED)
         with open(path, "w", newline="", encoding="utf-8") as f:
@@ -324,7 +493,35 @@ class MemoryMonitor:
     @classmethod
     def from_csv(cls, path: str | os.PathLike[str]) -> MemoryMonitor:
         """A stopped monitor holding the samples of a file :meth:`to_csv` wrote (to plot a
-        saved timeline)."""
+        saved timeline).
+
+        Parameters
+        ----------
+        path
+            A CSV file written by :meth:`to_csv`.
+
+        Returns
+        -------
+        MemoryMonitor
+            A stopped monitor with those samples.
+
+        Raises
+        ------
+        ValueError
+            The file lacks the monitor's columns.
+
+        Examples
+        --------
+        >>> import os, tempfile, oocarray as oc
+        >>> path = os.path.join(tempfile.mkdtemp(), "memory.csv")
+        >>> mon = oc.MemoryMonitor()
+        >>> with oc.Manager("etl"):
+        ...     _ = mon.sample()
+        >>> mon.to_csv(path)
+        >>> again = oc.MemoryMonitor.from_csv(path)
+        >>> (len(again.samples), again.manager_names())
+        (1, ['etl'])
+        """
         monitor = cls()
         samples = []
         with open(path, newline="", encoding="utf-8") as f:
@@ -373,10 +570,26 @@ class MemoryMonitor:
             A matplotlib ``Axes`` to draw on; by default a new ``Figure`` is made (not
             registered with pyplot, so nothing stays open; a notebook shows it as the cell's
             result).
+        managers
+            Draw a line per named manager (default ``True``).
+        budgets
+            Draw the budgets as dotted lines (default ``True``).
+        title
+            The plot's title, or ``None`` for none.
 
         Returns
         -------
         matplotlib.figure.Figure
+            The figure drawn on.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> mon = oc.MemoryMonitor()
+        >>> _ = mon.sample(), mon.sample()
+        >>> figure = mon.plot(title="two samples")
+        >>> figure.axes[0].get_title()
+        'two samples'
         """
         from oocarray._diagnostics._plot import plot_timeline
 

@@ -21,22 +21,25 @@ _BAR_WIDTH = 10
 class MemoryReport:
     """A snapshot of the process's memory: resident memory, budgets, managers, disk.
 
-    Attributes
+    :func:`memory_report` takes one; every field is also an attribute.
+
+    Parameters
     ----------
     time
         ``time.time()`` when it was taken.
     pid
         The process.
     resident
-        Resident memory split anonymous / shared / file-backed (:class:`ResidentMemory`).
+        Resident memory split anonymous / shared / file-backed
+        (:class:`~oocarray._memory._physical.ResidentMemory`).
     config
         The settings in force (``oc.config()``): the budgets.
     managers
         The manager tree from the system manager down, with workspaces
-        (:class:`ManagerUsage`).
+        (:class:`~oocarray._memory._usage.ManagerUsage`).
     spill
         The spill directory, the bytes of spill files and the temporary chunked arrays
-        (:class:`SpillUsage`).
+        (:class:`~oocarray._diagnostics._usage.SpillUsage`).
 
     Examples
     --------
@@ -59,12 +62,46 @@ class MemoryReport:
 
     @property
     def managed_bytes(self) -> int:
-        """Live bytes of every managed array, in RAM or on disk."""
+        """Live bytes of every managed array, in RAM or on disk.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> with oc.Manager():
+        ...     a = np.ones(1000)
+        ...     oc.memory_report().managed_bytes >= 8000
+        True
+        """
         return self.managers.current_bytes
 
     def find(self, name: str) -> ManagerUsage:
         """The manager or workspace called ``name`` (or with that path): an open one before a
-        closed one that still owns escaped arrays, and the newest of several."""
+        closed one that still owns escaped arrays, and the newest of several.
+
+        Parameters
+        ----------
+        name
+            A manager's name, or its path from the system manager (``"System/etl/batch"``).
+
+        Returns
+        -------
+        ManagerUsage
+            That manager's figures at the time of the report.
+
+        Raises
+        ------
+        KeyError
+            No manager of that name or path is in the report.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> with oc.Manager("etl"):
+        ...     a = np.ones(1000)
+        ...     usage = oc.memory_report().find("etl")
+        >>> (usage.name, usage.current_bytes, usage.count)
+        ('etl', 8000, 1)
+        """
         found = [u for _, u in self.managers.walk() if name in (u.name, u.path)]
         if not found:
             raise KeyError(f"no manager named {name!r} in the report")
@@ -72,7 +109,21 @@ class MemoryReport:
         return (open_ones or found)[-1]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (dicts, lists, numbers, strings), for JSON or logging."""
+        """Plain data (dicts, lists, numbers, strings), for JSON or logging.
+
+        Returns
+        -------
+        dict
+            The report's fields, nested as dicts, with ``total_bytes``, ``managed_bytes`` and
+            ``temporary_bytes`` added.
+
+        Examples
+        --------
+        >>> import json, oocarray as oc
+        >>> data = oc.memory_report().to_dict()
+        >>> (data["managers"]["name"], isinstance(json.dumps(data), str))
+        ('System', True)
+        """
         data = dataclasses.asdict(self)
         data["resident"]["total_bytes"] = self.resident.total_bytes
         data["managed_bytes"] = self.managed_bytes
@@ -119,6 +170,11 @@ def memory_report() -> MemoryReport:
     Reads ``/proc/self/status`` and ``/proc/self/smaps_rollup``, walks the manager tree from
     :func:`oc.system() <oocarray.system>` and lists the spill directory: milliseconds, not
     for a hot loop (:class:`MemoryMonitor` samples cheaply).
+
+    Returns
+    -------
+    MemoryReport
+        The snapshot; ``print`` it for a table, or show it in a notebook.
 
     Examples
     --------

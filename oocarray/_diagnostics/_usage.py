@@ -55,7 +55,9 @@ class TemporaryUsage:
 class SpillUsage:
     """What oocarray keeps on disk for this process.
 
-    Attributes
+    ``MemoryReport.spill`` holds one; every field is also an attribute.
+
+    Parameters
     ----------
     directory
         The private spill directory (``<spill_dir>/oocarray-<uid>``).
@@ -66,6 +68,14 @@ class SpillUsage:
         Temporary chunked arrays of this process, with their disk space.
     free_bytes
         Space left for this user on the spill directory's disk, or -1 if unknown.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.ones(1000))
+    >>> spill = oc.memory_report().spill
+    >>> any(t.path == x.path for t in spill.temporaries)
+    True
     """
 
     directory: str
@@ -75,7 +85,15 @@ class SpillUsage:
 
     @property
     def temporary_bytes(self) -> int:
-        """Disk space of all temporary chunked arrays."""
+        """Disk space of all temporary chunked arrays, in bytes.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.ones(1000))
+        >>> oc.memory_report().spill.temporary_bytes >= x.stored_bytes()
+        True
+        """
         return sum(t.stored_bytes for t in self.temporaries)
 
 

@@ -77,7 +77,8 @@ def batches(
         wherever they are, which costs a chunk read per row touched for compressed chunks
         (use it with arrays in memory, memory maps, or sharded zarr with small chunks).
     seed
-        The shuffle's seed; with None one is drawn now (and kept: see :meth:`state_dict`).
+        The shuffle's seed; with None one is drawn now (and kept: see
+        :meth:`Batches.state_dict`).
         Required when shuffling over several ranks, so that they agree on the order.
     prefetch
         Batches made ahead by a background thread; 0 makes each batch when asked for.
@@ -134,6 +135,23 @@ class Batches:
 
     Picklable: chunked arrays and memory maps travel by path and are reopened read-only,
     arrays in memory by value.
+
+    Parameters
+    ----------
+    sources, batch_size, shuffle, seed, prefetch, drop_last, rank, world_size, window, on_escape
+        As for :func:`batches`, which makes these objects.
+
+    Raises
+    ------
+    ValueError
+        Sources of different lengths, or a setting out of its range.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> b = oc.Batches(np.arange(5), batch_size=2)
+    >>> (len(b), [batch.tolist() for batch in b])
+    (3, [[0, 1], [2, 3], [4]])
     """
 
     def __init__(
@@ -198,25 +216,77 @@ class Batches:
 
     @property
     def batch_size(self) -> int:
+        """Rows per batch (the last batch of an epoch may have fewer).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.batches(np.arange(5), batch_size=2).batch_size
+        2
+        """
         return self._batch_size
 
     @property
     def shuffle(self) -> str:
-        """``"none"``, ``"chunks"`` or ``"full"``."""
+        """How rows are shuffled: ``"none"``, ``"chunks"`` or ``"full"``.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> (oc.batches(np.arange(5), 2).shuffle, oc.batches(np.arange(5), 2, True).shuffle)
+        ('none', 'chunks')
+        """
         return self._mode
 
     @property
     def seed(self) -> int:
+        """The shuffle's seed: the one given, or the one drawn when none was.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.batches(np.arange(5), batch_size=2, shuffle=True, seed=7).seed
+        7
+        """
         return self._seed
 
     @property
     def epoch(self) -> int:
-        """The epoch the next iteration makes."""
+        """The epoch the next iteration makes.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> b = oc.batches(np.arange(5), batch_size=2)
+        >>> _ = list(b)
+        >>> b.epoch
+        1
+        """
         return self._next_epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch ``epoch`` (each iteration otherwise advances by one).
-        Call it every epoch when a torch DataLoader's workers iterate copies of this object."""
+        Call it every epoch when a torch DataLoader's workers iterate copies of this object.
+
+        Parameters
+        ----------
+        epoch
+            The epoch number, from 0; with shuffling it decides the order.
+
+        Raises
+        ------
+        ValueError
+            ``epoch`` is negative.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> b = oc.batches(np.arange(6), batch_size=3, shuffle="full", seed=0)
+        >>> first = [batch.tolist() for batch in b]
+        >>> b.set_epoch(0)
+        >>> [batch.tolist() for batch in b] == first
+        True
+        """
         self._next_epoch = _positive("epoch", epoch, 0)
         self._skip = 0
 
@@ -320,6 +390,13 @@ class Batches:
         what the order depends on.  :meth:`load_state_dict` on an object made with the same
         sources and settings resumes there.
 
+        Returns
+        -------
+        dict
+            ``"epoch"``, ``"batches"`` and ``"seed"``, with the settings the order depends on
+            (``"shuffle"``, ``"batch_size"``, ``"n_rows"``, ``"rank"``, ``"world_size"``,
+            ``"drop_last"``, ``"window"``): plain values, to save with a checkpoint.
+
         Examples
         --------
         >>> import numpy as np, oocarray as oc
@@ -358,11 +435,24 @@ class Batches:
         """Continue from :meth:`state_dict`: the next iteration makes the rest of its epoch.
         A torch DataLoader's workers each skip their share of the ``"batches"`` consumed.
 
+        Parameters
+        ----------
+        state : dict
+            What :meth:`state_dict` returned.
+
         Raises
         ------
         ValueError
             The state comes from batches with other sources or settings (the order would not
             be the same).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> b = oc.batches(np.arange(6), batch_size=2)
+        >>> b.load_state_dict({"epoch": 3, "batches": 2})
+        >>> (b.epoch, [batch.tolist() for batch in b])
+        (3, [[4, 5]])
         """
         mine = self.state_dict()
         for key in ("shuffle", "batch_size", "n_rows", "rank", "world_size", "drop_last", "window"):
@@ -389,10 +479,22 @@ class Batches:
         epoch, with ``fork``, ``forkserver`` or ``spawn`` workers (chunked arrays are reopened
         by path in each worker).  See :class:`oocarray._feed._torch.TorchBatches`.
 
+        Returns
+        -------
+        TorchBatches
+            The dataset, iterating these batches (and advancing their epoch).
+
         Raises
         ------
         ImportError
             torch is not installed.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> ds = oc.batches(np.arange(4.0), batch_size=2).torch()
+        >>> [t.tolist() for t in ds]
+        [[0.0, 1.0], [2.0, 3.0]]
         """
         try:
             from oocarray._feed._torch import TorchBatches

@@ -57,6 +57,11 @@ class MemoryBudgetPlugin(distributed.WorkerPlugin):
     spill_dir, max_physical_bytes
         When given, :func:`oocarray.configure` them in the worker process.
 
+    Raises
+    ------
+    ValueError
+        ``max_bytes`` is not a size, or ``spill`` not a policy.
+
     Examples
     --------
     >>> from distributed import Client, LocalCluster
@@ -90,6 +95,23 @@ class MemoryBudgetPlugin(distributed.WorkerPlugin):
         return {**self.__dict__, "manager": None}
 
     def setup(self, worker: Any) -> None:
+        """Open the worker's budget manager (``distributed`` calls this in each worker).
+
+        Parameters
+        ----------
+        worker : distributed.Worker
+            The worker; its ``name`` names the manager ``"dask-worker <name>"``.
+
+        Examples
+        --------
+        >>> from types import SimpleNamespace
+        >>> import oocarray as oc
+        >>> plugin = oc.dask.MemoryBudgetPlugin(max_bytes="1M")
+        >>> plugin.setup(SimpleNamespace(name="w1"))
+        >>> (plugin.manager.name, plugin.manager.max_bytes)
+        ('dask-worker w1', 1048576)
+        >>> plugin.teardown(None)
+        """
         settings: dict[str, Any] = {}
         if self.spill_dir is not None:
             settings["spill_dir"] = self.spill_dir
@@ -105,13 +127,45 @@ class MemoryBudgetPlugin(distributed.WorkerPlugin):
         )
 
     def teardown(self, worker: Any) -> None:
+        """Close the worker's budget manager (``distributed`` calls this when the plugin is
+        removed or the worker stops).
+
+        Parameters
+        ----------
+        worker : distributed.Worker
+            The worker.
+
+        Examples
+        --------
+        >>> from types import SimpleNamespace
+        >>> import oocarray as oc
+        >>> plugin = oc.dask.MemoryBudgetPlugin(max_bytes="1M")
+        >>> plugin.setup(SimpleNamespace(name="w1"))
+        >>> manager = plugin.manager
+        >>> plugin.teardown(None)
+        >>> (manager.closed, plugin.manager)
+        (True, None)
+        """
         if self.manager is not None:
             self.manager.close()
             self.manager = None
 
 
 def worker_manager() -> Manager | None:
-    """The budget manager of the dask worker this runs in, or None (no plugin, no worker)."""
+    """The budget manager of the dask worker this runs in, or None (no plugin, no worker).
+
+    Returns
+    -------
+    Manager or None
+        The manager :class:`~oocarray.dask.MemoryBudgetPlugin` opened in this worker, while
+        open.
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> oc.dask.worker_manager() is None  # not in a dask worker
+    True
+    """
     try:
         worker = distributed.get_worker()
     except ValueError:
@@ -122,8 +176,14 @@ def worker_manager() -> Manager | None:
 
 
 class budgeted:  # lowercase: used like a function decorator
-    """Wrap a task function so it runs with its worker's :class:`MemoryBudgetPlugin` budget
-    active (plain, where the worker has none).  Picklable when the function is.
+    """Wrap a task function so it runs with its worker's
+    :class:`~oocarray.dask.MemoryBudgetPlugin` budget active (plain, where the worker has
+    none).  Picklable when the function is.
+
+    Parameters
+    ----------
+    fn : callable
+        The task function; the wrapper calls it with the same arguments.
 
     Examples
     --------
@@ -150,8 +210,31 @@ def _stats_of(dask_worker: Any) -> MemoryStats | None:
 
 
 def budget_stats(client: Any) -> dict[str, MemoryStats | None]:
-    """Each worker's budget manager's :class:`~oocarray.MemoryStats` (None where a worker has
-    no :class:`MemoryBudgetPlugin`), by worker address."""
+    """Each worker's budget manager's :class:`~oocarray.MemoryStats`, by worker address.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A client of the cluster.
+
+    Returns
+    -------
+    dict
+        Worker address to :class:`~oocarray.MemoryStats`, or to ``None`` where a worker has
+        no :class:`~oocarray.dask.MemoryBudgetPlugin`.
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> from distributed import Client, LocalCluster
+    >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+    >>> client = Client(cluster)
+    >>> client.register_plugin(oc.dask.MemoryBudgetPlugin(max_bytes="1G"))  # doctest: +ELLIPSIS
+    {...}
+    >>> [stats.max_bytes for stats in oc.dask.budget_stats(client).values()]
+    [1073741824]
+    >>> client.close(); cluster.close()
+    """
     return client.run(_stats_of)  # type: ignore[no-any-return]
 
 

@@ -87,6 +87,8 @@ def from_batches(
         replaced (see :func:`oocarray.create`).
     dimension_names, attributes
         As for :func:`oocarray.create`.
+    storage_options
+        For URLs: the object store's settings (see :func:`oocarray.open`).
     dataset
         The array's name inside the zarr group at ``path`` (``"events"`` or ``"a/b"``), as
         for :func:`oocarray.create`: the group is made if needed and its other arrays stay,

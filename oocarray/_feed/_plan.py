@@ -53,7 +53,30 @@ class Window:
 
 @dataclass(frozen=True)
 class Plan:
-    """The order of one epoch of ``n_rows`` rows read in chunks of ``chunk_rows`` rows."""
+    """The order of one epoch of ``n_rows`` rows read in chunks of ``chunk_rows`` rows.
+
+    A pure function of its fields: every rank and DataLoader worker makes the same plan.
+
+    Parameters
+    ----------
+    n_rows
+        Rows of the sources.
+    chunk_rows
+        Rows per chunk of the first chunked source.
+    mode
+        ``"none"``, ``"chunks"`` or ``"full"`` (the shuffle).
+    window_chunks
+        Chunks per shuffle window.
+    seed, epoch
+        What the order is drawn from.
+
+    Examples
+    --------
+    >>> from oocarray._feed._plan import Plan
+    >>> plan = Plan(n_rows=10, chunk_rows=4, mode="none", window_chunks=2, seed=0, epoch=0)
+    >>> (plan.n_chunks, plan.n_windows, plan.rank_range(1, 2))
+    (3, 2, (5, 10))
+    """
 
     n_rows: int
     chunk_rows: int
@@ -64,10 +87,26 @@ class Plan:
 
     @property
     def n_chunks(self) -> int:
+        """The number of chunks (the last may be short).
+
+        Examples
+        --------
+        >>> from oocarray._feed._plan import Plan
+        >>> Plan(n_rows=10, chunk_rows=4, mode="none", window_chunks=2, seed=0, epoch=0).n_chunks
+        3
+        """
         return -(-self.n_rows // self.chunk_rows)
 
     @property
     def n_windows(self) -> int:
+        """The number of shuffle windows of ``window_chunks`` chunks (the last may be short).
+
+        Examples
+        --------
+        >>> from oocarray._feed._plan import Plan
+        >>> Plan(n_rows=10, chunk_rows=4, mode="none", window_chunks=2, seed=0, epoch=0).n_windows
+        2
+        """
         return -(-self.n_chunks // self.window_chunks)
 
     @cached_property
@@ -85,17 +124,63 @@ class Plan:
 
     @cached_property
     def permutation(self) -> np.ndarray:
-        """``"full"``: the source row of every position."""
+        """``"full"``: the source row of every position.
+
+        Examples
+        --------
+        >>> from oocarray._feed._plan import Plan
+        >>> plan = Plan(n_rows=5, chunk_rows=5, mode="full", window_chunks=1, seed=0, epoch=0)
+        >>> sorted(plan.permutation.tolist())
+        [0, 1, 2, 3, 4]
+        """
         rng = np.random.default_rng([self.seed, self.epoch, 1])
         dtype = np.int32 if self.n_rows < 2**31 else np.int64
         return rng.permutation(np.arange(self.n_rows, dtype=dtype))
 
     def window_at(self, position: int) -> int:
-        """The number of the window holding ``position`` (modes "none" and "chunks")."""
+        """The number of the window holding ``position`` (modes "none" and "chunks").
+
+        Parameters
+        ----------
+        position
+            A position of the epoch, from 0.
+
+        Returns
+        -------
+        int
+            The window's number, from 0.
+
+        Examples
+        --------
+        >>> from oocarray._feed._plan import Plan
+        >>> plan = Plan(n_rows=10, chunk_rows=2, mode="none", window_chunks=2, seed=0, epoch=0)
+        >>> [plan.window_at(p) for p in (0, 3, 4, 9)]
+        [0, 0, 1, 2]
+        """
         return bisect.bisect_right(self._window_starts, position) - 1
 
     def window(self, number: int) -> Window:
-        """Window ``number``: its chunks' row runs in file order and its row order."""
+        """Window ``number``: its chunks' row runs in file order and its row order.
+
+        Parameters
+        ----------
+        number
+            The window's number, from 0.
+
+        Returns
+        -------
+        Window
+            Its first position, the row runs ``(a, b)`` it reads, and the order of its rows
+            (``None``: in reading order).
+
+        Examples
+        --------
+        >>> from oocarray._feed._plan import Plan
+        >>> plan = Plan(n_rows=10, chunk_rows=2, mode="none", window_chunks=2, seed=0, epoch=0)
+        >>> w = plan.window(1)
+        >>> (w.start, w.runs, w.order)
+        (4, ((4, 8),), None)
+        """
         chunks = np.sort(
             self._chunk_order[number * self.window_chunks : (number + 1) * self.window_chunks]
         )
@@ -116,7 +201,25 @@ class Plan:
 
     def runs_between(self, q0: int, q1: int) -> Iterator[tuple[int, int]]:
         """The row runs the windows of positions ``[q0, q1)`` read, in reading order (modes
-        "none" and "chunks"; "full" reads rows one by one)."""
+        "none" and "chunks"; "full" reads rows one by one).
+
+        Parameters
+        ----------
+        q0, q1
+            The first position and the position after the last.
+
+        Yields
+        ------
+        tuple of (int, int)
+            Row ranges ``(a, b)`` of the sources.
+
+        Examples
+        --------
+        >>> from oocarray._feed._plan import Plan
+        >>> plan = Plan(n_rows=10, chunk_rows=2, mode="none", window_chunks=2, seed=0, epoch=0)
+        >>> list(plan.runs_between(3, 6))
+        [(0, 4), (4, 8)]
+        """
         if self.mode == "full" or q1 <= q0:
             return
         for number in range(self.window_at(q0), self.window_at(q1 - 1) + 1):
@@ -125,7 +228,25 @@ class Plan:
     # ---- splits ----
 
     def rank_range(self, rank: int, world_size: int) -> tuple[int, int]:
-        """The positions of ``rank``: contiguous, sizes within one row of each other."""
+        """The positions of ``rank``: contiguous, sizes within one row of each other.
+
+        Parameters
+        ----------
+        rank, world_size
+            This rank, of ``world_size`` ranks.
+
+        Returns
+        -------
+        tuple of (int, int)
+            The first position and the position after the last.
+
+        Examples
+        --------
+        >>> from oocarray._feed._plan import Plan
+        >>> plan = Plan(n_rows=10, chunk_rows=2, mode="none", window_chunks=2, seed=0, epoch=0)
+        >>> [plan.rank_range(r, 3) for r in range(3)]
+        [(0, 3), (3, 6), (6, 10)]
+        """
         return rank * self.n_rows // world_size, (rank + 1) * self.n_rows // world_size
 
 

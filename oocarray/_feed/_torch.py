@@ -34,6 +34,11 @@ class TorchBatches(IterableDataset[Any]):
       :meth:`set_epoch` before every epoch (as with ``DistributedSampler``).
     - **Ranks**: give ``rank=`` and ``world_size=`` (and ``seed=``) to :func:`oocarray.batches`.
 
+    Parameters
+    ----------
+    batches : Batches
+        The batches to yield (:meth:`oocarray.Batches.torch` makes this dataset).
+
     Examples
     --------
     >>> import numpy as np, oocarray as oc
@@ -53,19 +58,67 @@ class TorchBatches(IterableDataset[Any]):
         return len(self.batches)
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next epoch ``epoch``, in this process and in workers started after."""
+        """Make the next epoch ``epoch``, in this process and in workers started after.
+
+        Parameters
+        ----------
+        epoch
+            The epoch number, from 0.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> ds = oc.batches(np.arange(4.0), batch_size=2).torch()
+        >>> ds.set_epoch(5)
+        >>> ds.batches.epoch
+        5
+        """
         self.batches.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        """:meth:`Batches.state_dict`.  With workers, this process does not see the batches:
-        save ``{"epoch": epoch, "batches": steps}`` from the training loop instead (steps:
-        batches taken from the DataLoader this epoch)."""
+        """Where the iteration is, as :meth:`oocarray.Batches.state_dict` says.
+
+        With workers, this process does not see the batches: save ``{"epoch": epoch,
+        "batches": steps}`` from the training loop instead (steps: batches taken from the
+        DataLoader this epoch).
+
+        Returns
+        -------
+        dict
+            The epoch, the batches handed out, the seed and the settings.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> ds = oc.batches(np.arange(4.0), batch_size=2).torch()
+        >>> (ds.state_dict()["epoch"], ds.state_dict()["batches"])
+        (0, 0)
+        """
         state: dict[str, Any] = self.batches.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next epoch skips ``state["batches"]`` batches of the DataLoader's
-        order, each worker its own share of them."""
+        order, each worker its own share of them.
+
+        Parameters
+        ----------
+        state : dict
+            What :meth:`state_dict` returned, or ``{"epoch": ..., "batches": ...}``.
+
+        Raises
+        ------
+        ValueError
+            The state comes from batches with other sources or settings.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> ds = oc.batches(np.arange(4.0), batch_size=2).torch()
+        >>> ds.load_state_dict({"epoch": 0, "batches": 1})
+        >>> [t.tolist() for t in ds]
+        [[2.0, 3.0]]
+        """
         self.batches.load_state_dict(state)
 
     def __iter__(self) -> Iterator[Any]:

@@ -18,6 +18,29 @@ def owner(arr: np.ndarray) -> Manager | None:
     """The manager that owns the memory under ``arr`` (a view's base counts), or ``None``.
 
     Arrays that escaped a closed scope report the open manager they were handed to.
+
+    Parameters
+    ----------
+    arr
+        Any NumPy array.
+
+    Returns
+    -------
+    Manager or None
+        The owning manager, or ``None`` when oocarray does not manage the memory.
+
+    Raises
+    ------
+    TypeError
+        ``arr`` is not a :class:`numpy.ndarray`.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> with oc.Manager("etl") as m:
+    ...     a = np.ones(10)
+    ...     oc.owner(a[2:]).name
+    'etl'
     """
     require_array(arr, "owner")
     info = _native.block_info(arr)
@@ -25,9 +48,35 @@ def owner(arr: np.ndarray) -> Manager | None:
 
 
 def location(arr: np.ndarray) -> str | None:
-    """Where the memory under ``arr`` lives: ``"ram"``, ``"mmap"`` (a spilled or file-placed
-    array, or a view of a memory-mapped file), ``"zarr"`` (compressed chunks paged back on
-    touch), ``"workspace"``, or ``None`` when oocarray does not manage it."""
+    """Where the memory under ``arr`` lives.
+
+    Parameters
+    ----------
+    arr
+        Any NumPy array.
+
+    Returns
+    -------
+    str or None
+        ``"ram"``, ``"mmap"`` (a spilled or file-placed array, or a view of a memory-mapped
+        file), ``"zarr"`` (compressed chunks paged back on touch), ``"workspace"``, or ``None``
+        when oocarray does not manage it.
+
+    Raises
+    ------
+    TypeError
+        ``arr`` is not a :class:`numpy.ndarray`.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> with oc.Manager(location="mmap"):
+    ...     on_disk = np.zeros(100_000)
+    >>> with oc.Manager(location="ram"):
+    ...     in_ram = np.zeros(100_000)
+    >>> (oc.location(on_disk), oc.location(in_ram))
+    ('mmap', 'ram')
+    """
     require_array(arr, "location")
     info = _native.block_info(arr)
     if info is None:
@@ -52,6 +101,23 @@ def detach(arr: np.ndarray) -> np.ndarray:
     """Release ``arr`` from every scope: it is owned by the system manager from now on and is
     never reported as an escape.  A workspace array is copied out to the workspace's parent
     manager instead, and the copy is returned.  Unmanaged arrays are returned unchanged.
+
+    Parameters
+    ----------
+    arr
+        Any NumPy array.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``arr`` itself, or its copy outside the workspace for a workspace array.
+
+    Raises
+    ------
+    TypeError
+        ``arr`` is not a :class:`numpy.ndarray`.
+    MemoryBudgetError
+        The system manager's budget refuses it.
 
     Examples
     --------

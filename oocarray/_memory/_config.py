@@ -15,9 +15,9 @@ __all__ = ["Config", "config", "configure", "on_change"]
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """The settings in force; see :func:`configure`.
+    """The settings in force, as :func:`config` and :func:`configure` return them.
 
-    Attributes
+    Parameters
     ----------
     max_bytes
         RAM budget of the system (root) manager, or ``None`` for no limit.
@@ -34,6 +34,13 @@ class Config:
         ``crc32c`` codec), checked on every read of a whole chunk: a damaged chunk is then
         :class:`~oocarray.CorruptChunkError`, never wrong data.  ``False`` saves the check's
         4-7 % of a chunk read, and loses that detection for the arrays created meanwhile.
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> settings = oc.config()
+    >>> (type(settings).__name__, isinstance(settings.checksum, bool))
+    ('Config', True)
     """
 
     max_bytes: int | None = None
@@ -109,6 +116,11 @@ _current: Config = _from_environment()
 def config() -> Config:
     """Return the frozen settings in force.
 
+    Returns
+    -------
+    Config
+        The process-wide settings, changed only by :func:`configure`.
+
     Examples
     --------
     >>> import oocarray as oc
@@ -133,6 +145,22 @@ def configure(
     ``OOCARRAY_SPILL_DIR``, ``OOCARRAY_MAX_SPILL_BYTES``, ``OOCARRAY_TRACE`` and
     ``OOCARRAY_CHECKSUM`` give the initial values.  ``checksum`` (default ``True``) decides
     whether the zarr arrays created from then on carry a CRC-32C of every chunk.
+
+    Parameters
+    ----------
+    max_bytes
+        RAM budget of the system (root) manager, or ``None`` for no limit.
+    max_physical_bytes
+        Resident-memory limit of the process, or ``None``.
+    spill_dir
+        Directory for temporary files, or ``None`` for the system temporary directory.
+    max_spill_bytes
+        Cap on disk used for spilled data, or ``None``.
+    trace
+        Whether allocation tracebacks are recorded (for :meth:`Manager.debug_dump` and
+        budget errors).
+    checksum
+        Whether the zarr arrays created from now on carry a CRC-32C of every chunk.
 
     Returns
     -------

@@ -187,17 +187,41 @@ class Manager:
 
     @property
     def name(self) -> str:
-        """The manager's name."""
+        """The manager's name, as given or ``"manager-<id>"``.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager("etl") as m:
+        ...     m.name
+        'etl'
+        """
         return self._name
 
     @property
     def parent(self) -> Manager | None:
-        """The parent manager (``None`` for the system manager)."""
+        """The parent manager (``None`` for the system manager).
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager("outer") as outer, oc.Manager("inner") as inner:
+        ...     inner.parent is outer
+        True
+        """
         return self._parent
 
     @property
     def children(self) -> tuple[Manager, ...]:
-        """Open child managers."""
+        """The open child managers, oldest first.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager("outer") as outer, outer.sub("inner"):
+        ...     [child.name for child in outer.children]
+        ['inner']
+        """
         return tuple(c for c in self._children if not c.closed)
 
     @property
@@ -207,7 +231,17 @@ class Manager:
 
     @property
     def closed(self) -> bool:
-        """Whether the manager has closed."""
+        """Whether the manager has closed.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager() as m:
+        ...     m.closed
+        False
+        >>> m.closed
+        True
+        """
         return self._closed
 
     @property
@@ -215,7 +249,16 @@ class Manager:
         """The budget of this manager and its subtree, or ``None``.
 
         For the system manager this is ``oc.config().max_bytes``: setting one sets the other.
-        A closed manager keeps reporting its budget, but no longer applies it.
+        A closed manager keeps reporting its budget, but no longer applies it.  Set it with an
+        int or a ``"2G"``-style string.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager(max_bytes="1M") as m:
+        ...     m.max_bytes = "2M"
+        ...     m.max_bytes
+        2097152
         """
         if self._closed:
             return self._budget_when_closed
@@ -241,18 +284,42 @@ class Manager:
 
     @property
     def on_close(self) -> str:
-        """The close policy: ``"keep"``, ``"spill"`` or ``"raise"``."""
+        """The close policy: ``"keep"``, ``"spill"`` or ``"raise"``.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager(on_close="spill") as m:
+        ...     m.on_close
+        'spill'
+        """
         return self._on_close
 
     @property
     def location(self) -> str:
-        """Where new arrays are placed: ``"ram"``, ``"mmap"`` or ``"zarr"``."""
+        """Where new arrays are placed: ``"ram"``, ``"mmap"`` or ``"zarr"``.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager(location="mmap") as m:
+        ...     m.location
+        'mmap'
+        """
         return self._location
 
     @property
     def spill_policy(self) -> str:
         """What an over-budget allocation does: ``"mmap"``, ``"evict"``, ``"zarr"`` or
-        ``"fail"``."""
+        ``"fail"``.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager(spill="fail") as m:
+        ...     m.spill_policy
+        'fail'
+        """
         return self._spill
 
     def _subtree(self) -> Iterator[Manager]:
@@ -271,6 +338,12 @@ class Manager:
 
     def activate(self) -> Activation:
         """Make this manager active in the current thread without closing it on exit.
+
+        Returns
+        -------
+        Activation
+            A context manager: NumPy allocations inside its ``with`` block are owned by this
+            manager; leaving it makes the previously active manager active again.
 
         Examples
         --------
@@ -301,20 +374,105 @@ class Manager:
         self._close(raise_leaks=exc_type is None)
 
     def sub(self, name: str | None = None, **kwargs: Any) -> Manager:
-        """Create a child scope: ``with m.sub("batch") as s: ...``."""
+        """Create a child scope: ``with m.sub("batch") as s: ...``.
+
+        Parameters
+        ----------
+        name
+            The child's name; defaults to ``"manager-<id>"``.
+        **kwargs
+            The other arguments of :class:`~oocarray.Manager` (``max_bytes``, ``location``,
+            ``spill``, ``on_close``).
+
+        Returns
+        -------
+        Manager
+            The new child manager, open (not yet active).
+
+        Raises
+        ------
+        ClosedError
+            This manager is closed.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager("job") as m, m.sub("batch", max_bytes="1M") as s:
+        ...     (s.parent is m, s.max_bytes)
+        (True, 1048576)
+        """
         return Manager(name, parent=self, **kwargs)
 
     # ---- explicit allocation ----
 
     def empty(self, shape: object, dtype: npt.DTypeLike = float, *, order: str = "C") -> np.ndarray:
-        """A new uninitialised array owned by this manager (like :func:`numpy.empty`)."""
+        """A new uninitialised array owned by this manager (like :func:`numpy.empty`).
+
+        Parameters
+        ----------
+        shape
+            An int or a tuple of ints.
+        dtype
+            The data type (default ``float``).
+        order
+            ``"C"`` (default) or ``"F"`` memory layout.
+
+        Returns
+        -------
+        numpy.ndarray
+            The array, counted against this manager's budget.
+
+        Raises
+        ------
+        ClosedError
+            This manager is closed.
+        MemoryBudgetError
+            The array does not fit and the spill policy is ``"fail"``.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager() as m:
+        ...     a = m.empty((10, 10))
+        ...     (a.shape, oc.owner(a) is m)
+        ((10, 10), True)
+        """
         dims = parse_shape(shape)
         self._check_open()
         with self.activate():
             return np.empty(dims, dtype=dtype, order=order)  # type: ignore[call-overload,no-any-return]
 
     def zeros(self, shape: object, dtype: npt.DTypeLike = float, *, order: str = "C") -> np.ndarray:
-        """A new zero-filled array owned by this manager (like :func:`numpy.zeros`)."""
+        """A new zero-filled array owned by this manager (like :func:`numpy.zeros`).
+
+        Parameters
+        ----------
+        shape
+            An int or a tuple of ints.
+        dtype
+            The data type (default ``float``).
+        order
+            ``"C"`` (default) or ``"F"`` memory layout.
+
+        Returns
+        -------
+        numpy.ndarray
+            The array, counted against this manager's budget.
+
+        Raises
+        ------
+        ClosedError
+            This manager is closed.
+        MemoryBudgetError
+            The array does not fit and the spill policy is ``"fail"``.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager() as m:
+        ...     m.zeros(3, dtype="int8")
+        array([0, 0, 0], dtype=int8)
+        """
         dims = parse_shape(shape)
         self._check_open()
         with self.activate():
@@ -328,7 +486,39 @@ class Manager:
         *,
         order: str = "C",
     ) -> np.ndarray:
-        """A new array filled with ``fill_value``, owned by this manager."""
+        """A new array filled with ``fill_value``, owned by this manager (like
+        :func:`numpy.full`).
+
+        Parameters
+        ----------
+        shape
+            An int or a tuple of ints.
+        fill_value
+            The value of every element.
+        dtype
+            The data type; by default that of ``fill_value``.
+        order
+            ``"C"`` (default) or ``"F"`` memory layout.
+
+        Returns
+        -------
+        numpy.ndarray
+            The array, counted against this manager's budget.
+
+        Raises
+        ------
+        ClosedError
+            This manager is closed.
+        MemoryBudgetError
+            The array does not fit and the spill policy is ``"fail"``.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager() as m:
+        ...     m.full(3, 7)
+        array([7, 7, 7])
+        """
         dims = parse_shape(shape)
         self._check_open()
         with self.activate():
@@ -336,7 +526,36 @@ class Manager:
 
     def asarray(self, obj: object, dtype: npt.DTypeLike | None = None) -> np.ndarray:
         """``obj`` as an array owned by this manager: the array itself if it already is one,
-        else a copy made in this manager."""
+        else a copy made in this manager.
+
+        Parameters
+        ----------
+        obj
+            An array or anything :func:`numpy.array` takes.
+        dtype
+            The data type; by default that of ``obj``.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``obj`` itself when this manager owns it with that dtype, else a copy it owns.
+
+        Raises
+        ------
+        ClosedError
+            This manager is closed.
+        MemoryBudgetError
+            The copy does not fit and the spill policy is ``"fail"``.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> outside = np.arange(3)
+        >>> with oc.Manager() as m:
+        ...     inside = m.asarray(outside)
+        ...     (oc.owner(inside) is m, m.asarray(inside) is inside)
+        (True, True)
+        """
         self._check_open()
         if isinstance(obj, np.ndarray) and (dtype is None or obj.dtype == np.dtype(dtype)):
             info = _native.block_info(obj)
@@ -364,12 +583,32 @@ class Manager:
     def attach(self, arr: np.ndarray) -> np.ndarray:
         """Take ownership of a managed array (counted against this manager's budget).
 
+        Parameters
+        ----------
+        arr
+            An array whose memory oocarray manages (allocated under any manager).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``arr`` itself, now owned by this manager.
+
         Raises
         ------
+        ClosedError
+            This manager is closed.
         ValueError
             ``arr`` was not allocated by oocarray; copy it in with :meth:`asarray`.
         MemoryBudgetError
             The array does not fit in this manager's budget.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> with oc.Manager("a") as a, oc.Manager("b") as b:
+        ...     x = a.zeros(4)
+        ...     (oc.owner(b.attach(x)) is b, b.stats().current_bytes)
+        (True, 32)
         """
         require_array(arr, "attach")
         self._check_open()
@@ -385,10 +624,28 @@ class Manager:
         """Mark ``arr`` as an intended escape: it is handed to the parent when this manager
         closes, without counting as a leak.
 
+        Parameters
+        ----------
+        arr
+            An array owned by this manager or one of its descendants.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``arr`` itself.
+
         Raises
         ------
         ValueError
             ``arr`` is not owned by this manager or one of its descendants.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> with oc.Manager(on_close="raise") as m:
+        ...     result = m.keep(np.ones(3))
+        >>> oc.owner(result) is oc.system()
+        True
         """
         require_array(arr, "keep")
         info = _native.block_info(arr)
@@ -404,7 +661,21 @@ class Manager:
     # ---- accounting ----
 
     def stats(self) -> MemoryStats:
-        """Counters of this manager and its subtree (see :class:`MemoryStats`)."""
+        """Counters of this manager and its subtree.
+
+        Returns
+        -------
+        MemoryStats
+            A snapshot: current, peak, spilled and escaped bytes and counts, and the budget.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> with oc.Manager() as m:
+        ...     a = np.zeros(1000)
+        ...     (m.stats().current_bytes, m.stats().current_count)
+        (8000, 1)
+        """
         return self._memory_stats()
 
     def _memory_stats(self) -> MemoryStats:
@@ -419,13 +690,26 @@ class Manager:
     def spill(self) -> int:
         """Move every array of this manager's subtree to disk, at the same addresses.
 
-        Arrays under the region threshold (256 KiB) stay in RAM.  Returns the bytes moved.
+        Arrays under the region threshold (256 KiB) stay in RAM.
+
+        Returns
+        -------
+        int
+            The bytes moved to disk.
 
         Raises
         ------
         SpillError
             The disk refused (``errno`` says why; ``ENOSPC`` when full); arrays moved before
             the failure stay on disk, the others stay in RAM, all stay valid.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> with oc.Manager() as m:
+        ...     a = np.ones(1_000_000)
+        ...     (m.spill(), oc.location(a), float(a.sum()))
+        (8000000, 'mmap', 1000000.0)
         """
         return self._spill_subtree(skip_kept=False)
 
@@ -441,7 +725,18 @@ class Manager:
         return moved
 
     def reset_peak(self) -> None:
-        """Restart peak tracking from the current bytes."""
+        """Restart peak tracking from the current bytes.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> with oc.Manager() as m:
+        ...     a = np.zeros(1000)
+        ...     del a
+        ...     m.reset_peak()
+        ...     m.stats().peak_bytes
+        0
+        """
         self._node.reset_peak()
 
     def debug_dump(self) -> str:
@@ -449,6 +744,18 @@ class Manager:
 
         With ``oc.configure(trace=True)``, live traced allocations are listed with the place
         they were made.
+
+        Returns
+        -------
+        str
+            One or more lines per manager, children indented under their parent.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager("etl") as m:
+        ...     "etl" in m.debug_dump()
+        True
         """
         lines: list[str] = []
         tracing = _config.config().trace
@@ -463,7 +770,21 @@ class Manager:
 
     def close(self) -> None:
         """Close the manager (and its open children): it refuses new allocations, and arrays
-        still referenced are handled per ``on_close``.  Closing twice does nothing."""
+        still referenced are handled per ``on_close``.  Closing twice does nothing.
+
+        Raises
+        ------
+        ScopeLeakError
+            ``on_close="raise"`` and arrays of this subtree are still referenced.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> m = oc.Manager()
+        >>> m.close()
+        >>> m.closed
+        True
+        """
         self._close(raise_leaks=True)
 
     def _close(self, *, raise_leaks: bool) -> None:
@@ -497,6 +818,11 @@ _system_lock = threading.Lock()
 
 def system() -> Manager:
     """The root ("System") manager; its budget is ``oc.config().max_bytes``.
+
+    Returns
+    -------
+    Manager
+        The one system manager of this process, created on first use.
 
     Examples
     --------

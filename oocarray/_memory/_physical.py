@@ -65,7 +65,9 @@ def status_bytes(*keys: str) -> dict[str, int]:
 class ResidentMemory:
     """The process's resident memory, as the kernel counts it (``/proc/self/status``).
 
-    Attributes
+    ``MemoryReport.resident`` holds one; every field is also an attribute.
+
+    Parameters
     ----------
     anon_bytes
         Anonymous pages (``RssAnon``): the heap, NumPy arrays in RAM, arenas.
@@ -81,6 +83,13 @@ class ResidentMemory:
     pss_bytes
         Proportional set size (``/proc/self/smaps_rollup``: shared pages divided among the
         processes sharing them), or ``None`` where it was not read.
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> resident = oc.memory_report().resident
+    >>> resident.total_bytes >= resident.owned_bytes > 0
+    True
     """
 
     anon_bytes: int
@@ -92,12 +101,28 @@ class ResidentMemory:
 
     @property
     def owned_bytes(self) -> int:
-        """What the process owns and the kernel cannot drop: anonymous + shared."""
+        """What the process owns and the kernel cannot drop: anonymous + shared.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> r = oc.memory_report().resident
+        >>> r.owned_bytes == r.anon_bytes + r.shmem_bytes
+        True
+        """
         return self.anon_bytes + self.shmem_bytes
 
     @property
     def total_bytes(self) -> int:
-        """Everything resident: anonymous + shared + file-backed (``VmRSS``)."""
+        """Everything resident: anonymous + shared + file-backed (``VmRSS``).
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> r = oc.memory_report().resident
+        >>> r.total_bytes == r.anon_bytes + r.shmem_bytes + r.file_bytes
+        True
+        """
         return self.anon_bytes + self.shmem_bytes + self.file_bytes
 
 

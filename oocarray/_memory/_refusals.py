@@ -102,6 +102,8 @@ def collect_garbage_throttled() -> bool:
     collect_garbage()
     end = time.monotonic()
     _next_allowed = end + max(GC_MIN_INTERVAL_S, GC_TIME_FACTOR * (end - start))
+    # Until then the handler need not call back (time.monotonic is CLOCK_MONOTONIC).
+    _native.set_pressure_quiet(_next_allowed, bool(_events.listeners))
     return True
 
 

@@ -64,6 +64,14 @@ def move_guard() -> MoveGuard:
     write into a moving array wait too), ``"uffd-user"`` or ``"signal"`` (only user-mode writes
     wait; a system call may fail with ``EFAULT`` meanwhile).
 
+    Chosen once per process, when oocarray is imported: ``OOCARRAY_MOVE_GUARD`` names one, or
+    ``"auto"`` (the default) takes the best the kernel allows.
+
+    Returns
+    -------
+    str
+        ``"uffd"``, ``"uffd-user"`` or ``"signal"``.
+
     Examples
     --------
     >>> import oocarray as oc
@@ -93,6 +101,11 @@ def spill(arr: np.ndarray) -> int:
     address, and release its RAM.
 
     Arrays under the region threshold (256 KiB) are too small to move and stay in RAM.
+
+    Parameters
+    ----------
+    arr
+        An array whose memory oocarray manages.
 
     Returns
     -------
@@ -129,6 +142,11 @@ def spill(arr: np.ndarray) -> int:
 def unspill(arr: np.ndarray) -> int:
     """Bring the memory under ``arr`` back into RAM, at the same address.
 
+    Parameters
+    ----------
+    arr
+        An array whose memory oocarray manages.
+
     Returns
     -------
     int
@@ -140,6 +158,17 @@ def unspill(arr: np.ndarray) -> int:
         RAM for it does not fit the owner's budget; the array stays on disk, valid.
     SpillError
         The move failed; the array stays on disk, valid.
+    ValueError
+        ``arr`` is not managed by oocarray.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> with oc.Manager() as m:
+    ...     a = np.arange(1_000_000.0)
+    ...     _ = oc.spill(a)
+    ...     (oc.unspill(a), oc.location(a), a[123_456])
+    (8000000, 'ram', np.float64(123456.0))
     """
     info = _block(arr, "unspill")
     try:

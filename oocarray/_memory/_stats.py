@@ -23,7 +23,9 @@ __all__ = [
 class MemoryStats:
     """Counters of a manager and its subtree; bytes are exact, as NumPy requested them.
 
-    Attributes
+    :meth:`Manager.stats` returns them; every field is also an attribute.
+
+    Parameters
     ----------
     name
         The manager's name.
@@ -54,6 +56,15 @@ class MemoryStats:
         Arrays that were still alive when a child scope closed and were handed to this manager.
     kept, kept_bytes
         Arrays marked with :meth:`Manager.keep` and still alive.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> with oc.Manager("etl", max_bytes="1M") as m:
+    ...     a = np.zeros(1000)
+    ...     s = m.stats()
+    >>> (s.name, s.current_bytes, s.ram_bytes, s.max_bytes)
+    ('etl', 8000, 8000, 1048576)
     """
 
     name: str

@@ -28,6 +28,11 @@ def parse_size(value: object, setting: str = "size", *, allow_none: bool = False
     allow_none
         Whether ``None`` (no limit) is accepted.
 
+    Returns
+    -------
+    int or None
+        The number of bytes; ``None`` only when ``value`` is ``None`` and ``allow_none``.
+
     Raises
     ------
     TypeError

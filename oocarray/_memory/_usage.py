@@ -59,7 +59,9 @@ class TreeNode(Protocol):
 class ManagerUsage:
     """What one manager or workspace of the tree holds, with its subtree below it.
 
-    Attributes
+    ``MemoryReport.managers`` is the tree's root; every field is also an attribute.
+
+    Parameters
     ----------
     name, path
         The manager's name, and its place in the tree (``"System/etl/batch"``).
@@ -84,6 +86,15 @@ class ManagerUsage:
         arrays, and allocations outside the arena; ``None`` for other managers.
     children
         The child managers and workspaces, oldest first.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> with oc.Manager("etl", max_bytes="1M"):
+    ...     a = np.ones(1000)
+    ...     usage = oc.memory_report().find("etl")
+    >>> (usage.kind, usage.open, usage.ram_bytes, usage.max_bytes)
+    ('manager', True, 8000, 1048576)
     """
 
     name: str
@@ -111,11 +122,34 @@ class ManagerUsage:
 
     @property
     def named(self) -> bool:
-        """Whether the manager was given a name (not ``"manager-<id>"``)."""
+        """Whether the manager was given a name (not ``"manager-<id>"``).
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager("etl"), oc.Manager():
+        ...     report = oc.memory_report()
+        >>> [(u.name == "etl", u.named) for _, u in report.find("etl").walk()]
+        [(True, True), (False, False)]
+        """
         return not _DEFAULT_NAME.fullmatch(self.name)
 
     def walk(self) -> Iterator[tuple[int, ManagerUsage]]:
-        """This manager and every one below it, depth first, with its depth."""
+        """This manager and every one below it, depth first, with its depth.
+
+        Yields
+        ------
+        tuple of (int, ManagerUsage)
+            The depth below this manager (0 for itself) and the manager's figures.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> with oc.Manager("etl") as m, m.sub("batch"):
+        ...     report = oc.memory_report()
+        >>> [(depth, u.name) for depth, u in report.find("etl").walk()]
+        [(0, 'etl'), (1, 'batch')]
+        """
         stack: list[tuple[int, ManagerUsage]] = [(0, self)]
         while stack:
             depth, usage = stack.pop()

@@ -65,7 +65,7 @@ def _choice(name: str, value: object, choices: tuple[str, ...]) -> str:
 class WorkspaceConfig:
     """The policies of a :class:`Workspace`.
 
-    Attributes
+    Parameters
     ----------
     initial_size
         Arena bytes before anything is learned (int or ``"64M"``-style string).
@@ -103,6 +103,23 @@ class WorkspaceConfig:
     on_escape
         ``"raise"`` makes the cycle exit raise :class:`WorkspaceLeakError` naming arrays that
         outlive their cycle; ``"pin"`` only counts them.  Either way their memory is pinned.
+
+    Raises
+    ------
+    ValueError
+        A policy is not one of its choices, or ``initial_size`` exceeds ``max_size``.
+    TypeError
+        ``overallocation`` is not a number.
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> policies = oc.WorkspaceConfig(initial_size="1M", learning="over_time")
+    >>> policies.initial_size
+    1048576
+    >>> with oc.Manager() as m:
+    ...     oc.Workspace("step", policies).config.learning
+    'over_time'
     """
 
     initial_size: int | str = 0
@@ -140,10 +157,12 @@ class WorkspaceConfig:
 
 @dataclass(frozen=True, slots=True)
 class WorkspaceStats:
-    """Counters of a workspace.
+    """Counters of a workspace, as :meth:`Workspace.stats` returns them.
 
-    Attributes
+    Parameters
     ----------
+    name
+        The workspace's name.
     size_bytes
         The arena's size now.
     learned_bytes
@@ -164,6 +183,19 @@ class WorkspaceStats:
         with ``location="zarr"`` its size counts in ``compressed_bytes`` (and
         ``spilled_bytes``) instead, the pages of it in RAM now in ``ram_bytes`` and its
         encoded pages in ``compressed_disk_bytes`` (both 0 again after each cycle).
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> ws = oc.Workspace("step")
+    >>> for _ in range(2):
+    ...     with ws:
+    ...         tmp = np.ones(1000)
+    ...         del tmp
+    >>> s = ws.stats()
+    >>> (s.name, s.cycles, s.escapes)
+    ('step', 2, 0)
+    >>> ws.close()
     """
 
     name: str
@@ -216,6 +248,19 @@ class Workspace(Manager):
         allocation over it does follows the parent's ``spill`` policy, as for a child manager.
         With ``location="zarr"`` the arena's size is not reserved on it: the pages touched
         are, and over it written ones are encoded and dropped (see :class:`WorkspaceConfig`).
+    **policies
+        The fields of :class:`WorkspaceConfig` (``initial_size``, ``learning``, ``spill``,
+        ...), when ``config`` is not given.
+
+    Raises
+    ------
+    TypeError
+        Both ``config`` and policies are given, or a policy is unknown.
+    ClosedError
+        The parent manager is closed.
+    WorkspaceLeakError
+        On leaving a cycle, with ``on_escape="raise"``, when arrays of the cycle are still
+        referenced.
 
     Examples
     --------
@@ -418,7 +463,25 @@ class Workspace(Manager):
     # ---- accounting ----
 
     def stats(self) -> WorkspaceStats:  # type: ignore[override]
-        """The workspace's counters (see :class:`WorkspaceStats`)."""
+        """The workspace's counters.
+
+        Returns
+        -------
+        WorkspaceStats
+            Arena size, learned bytes, cycles, allocations, escapes, and the
+            :class:`MemoryStats` of the workspace as a manager.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> ws = oc.Workspace("step")
+        >>> with ws:
+        ...     tmp = np.ones(1000)
+        ...     del tmp
+        >>> (ws.stats().cycles, ws.stats().escapes)
+        (1, 0)
+        >>> ws.close()
+        """
         ws = self._node.ws_stats()
         return WorkspaceStats(
             name=self.name,
@@ -443,11 +506,41 @@ class Workspace(Manager):
         )
 
     def close(self) -> None:
-        """Release the arena (kept, pinned, while escaped arrays live) and close."""
+        """Release the arena (kept, pinned, while escaped arrays live) and close.
+
+        Raises
+        ------
+        RuntimeError
+            A cycle is running in the workspace.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> ws = oc.Workspace("step")
+        >>> ws.close()
+        >>> ws.closed
+        True
+        """
         self.destroy()
 
     def destroy(self) -> None:
-        """Release the arena and close the workspace; escaped arrays stay valid."""
+        """Release the arena and close the workspace; escaped arrays stay valid.
+
+        Same as :meth:`close`.
+
+        Raises
+        ------
+        RuntimeError
+            A cycle is running in the workspace.
+
+        Examples
+        --------
+        >>> import oocarray as oc
+        >>> ws = oc.Workspace("step")
+        >>> ws.destroy()
+        >>> ws.closed
+        True
+        """
         if self._cycle_thread is not None:
             raise RuntimeError(f"workspace {self.name!r} is in a cycle; end it before closing")
         super().close()
@@ -491,7 +584,21 @@ def _round_page(n: int) -> int:
 
 
 def destroy_workspaces() -> int:
-    """Destroy every workspace created by the current thread; returns how many were open."""
+    """Destroy every workspace created by the current thread.
+
+    Returns
+    -------
+    int
+        How many were open.
+
+    Examples
+    --------
+    >>> import oocarray as oc
+    >>> _ = oc.destroy_workspaces()
+    >>> ws = oc.Workspace("step")
+    >>> (oc.destroy_workspaces(), ws.closed)
+    (1, True)
+    """
     refs = _workspaces_of_this_thread()
     count = 0
     for ref in list(refs):

@@ -74,59 +74,175 @@ class StoredArray:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The length of each axis.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros((4, 3))).shape
+        (4, 3)
+        """
         return self._store.shape
 
     @property
     def dtype(self) -> np.dtype[Any]:
+        """The data type of the elements.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros(3, np.float32)).dtype == np.float32
+        True
+        """
         return self._store.dtype
 
     @property
     def chunks(self) -> tuple[int, ...]:
+        """The chunk shape: the unit read and decoded (inside shards, for sharded arrays).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros((4, 3)), chunks=(2, 3)).chunks
+        (2, 3)
+        """
         return self._store.chunks
 
     @property
     def shards(self) -> tuple[int, ...] | None:
-        """The shard shape of a sharded zarr array (chunks are then inside shards), else None."""
+        """The shard shape of a sharded zarr array (chunks are then inside shards), else None.
+
+        Examples
+        --------
+        >>> import os, tempfile, oocarray as oc
+        >>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
+        >>> x = oc.create(path, (64, 64), "uint8", chunks=(8, 64), shards=(32, 64))
+        >>> (x.chunks, x.shards)
+        ((8, 64), (32, 64))
+        """
         grid = self._store.write_grid
         return None if grid == self._store.chunks else grid
 
     @property
     def ndim(self) -> int:
+        """The number of axes.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros((4, 3))).ndim
+        2
+        """
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """The number of elements.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros((4, 3))).size
+        12
+        """
         return math.prod(self.shape)  # Python ints: no overflow, whatever a store says
 
     @property
     def nbytes(self) -> int:
-        """Logical bytes (as if in memory)."""
+        """Logical bytes (as if in memory): ``size * dtype.itemsize``.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros((10, 10), np.float32)).nbytes
+        400
+        """
         return self.size * self.dtype.itemsize
 
     @property
     def path(self) -> str:
+        """Where the array is: its directory or file, or its URL in an object store.
+
+        Examples
+        --------
+        >>> import os, tempfile, oocarray as oc
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.zarr")
+        >>> oc.create(path, (3,), "int8").path == path
+        True
+        """
         return self._store.path
 
     @property
     def format(self) -> str:
-        """``"zarr"``, ``"hdf5"`` or ``"npy"``."""
+        """The storage format: ``"zarr"``, ``"hdf5"`` or ``"npy"``.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.arange(3)).format
+        'zarr'
+        """
         return self._store.format
 
     @property
     def codec(self) -> str:
+        """The codecs of the chunks, joined by ``+``: ``"zstd+crc32c"`` (compression and
+        checksum), ``"blosc+crc32c"`` for ``codec="lz4"``, ``"none"`` for raw data.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.zeros(3), codec="zstd").codec.split("+")[0]
+        'zstd'
+        """
         return self._store.codec
 
     @property
     def readonly(self) -> bool:
+        """Whether the array was opened read-only (``mode="r"``).
+
+        Examples
+        --------
+        >>> import os, tempfile, oocarray as oc
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.zarr")
+        >>> (oc.create(path, (3,), "int8").readonly, oc.open(path).readonly)
+        (False, True)
+        """
         return self._store.readonly
 
     @property
     def location(self) -> str:
-        """``"mmap"`` for memory-mapped data, else ``"chunks"``."""
+        """How the data is read: ``"mmap"`` for memory-mapped data (``.npy``, contiguous
+        uncompressed HDF5), else ``"chunks"``.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.arange(3)).location
+        'chunks'
+        """
         return "mmap" if self._store.memmap is not None else "chunks"
 
     def stored_bytes(self) -> int:
-        """Bytes the data takes on disk."""
+        """Bytes the data takes on disk.
+
+        Returns
+        -------
+        int
+            The stored (compressed) bytes of the array's chunks and metadata.
+
+        Raises
+        ------
+        ClosedError
+            The array is closed.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.zeros(1_000_000))
+        >>> x.stored_bytes() < x.nbytes // 100  # zeros compress well
+        True
+        """
         self._check_open()
         return self._store.stored_bytes()
 
@@ -139,7 +255,28 @@ class StoredArray:
         self, regions: Iterable[tuple[slice, ...]]
     ) -> contextlib.AbstractContextManager[None]:
         """Inside, reads follow ``regions`` (slices with step 1, one per axis), in order: an
-        array in an object store fetches their chunks ahead of the reads."""
+        array in an object store fetches their chunks ahead of the reads.
+
+        Parameters
+        ----------
+        regions
+            The regions about to be read, in order: tuples of slices with step 1, one per axis.
+
+        Returns
+        -------
+        contextlib.AbstractContextManager
+            A context manager; the read-ahead stops when it exits.  Local arrays read as
+            usual inside it.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.arange(8), chunks=2)
+        >>> regions = [(slice(0, 4),), (slice(4, 8),)]
+        >>> with x.read_ahead(regions):
+        ...     [int(x[r].sum()) for r in regions]
+        [6, 22]
+        """
         grid = self.chunks
 
         def chunks() -> Iterator[tuple[int, ...]]:
@@ -411,6 +548,12 @@ class StoredArray:
         ReadOnlyError
             ``mode="r+"`` on an array opened read-only.
 
+        Returns
+        -------
+        numpy.ndarray
+            A view of the file's pages, or a chunk-backed array, of the array's shape and dtype
+            (read-only with ``mode="r"``).
+
         Examples
         --------
         >>> import numpy as np, oocarray as oc, tempfile, os
@@ -440,14 +583,46 @@ class StoredArray:
         """Write back the chunks written through :meth:`as_ndarray` ``("r+")`` views, each
         chunk whole (zarr: written beside its file and renamed; HDF5: through h5py); the number
         of chunks written (those written back under budget pressure before are not counted).
-        A full disk raises ``OSError`` (``ENOSPC``) and leaves the chunks dirty, in memory."""
+
+        Returns
+        -------
+        int
+            The number of chunks written.
+
+        Raises
+        ------
+        OSError
+            A full disk (``ENOSPC``): the chunks stay dirty, in memory.
+        ClosedError
+            The array is closed.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.arange(4.0))
+        >>> x.flush()  # no view written: nothing to write back
+        0
+        """
         self._check_open()
         return 0 if self._paged is None else self._paged.flush()
 
     def paging_stats(self) -> list[dict[str, int]]:
         """Counters of each live chunk-backed ndarray of this array: fills, zero fills,
         read-aheads, evictions, failures, faults, decoded and resident bytes, dirty units,
-        write-backs under budget pressure and their failures."""
+        write-backs under budget pressure and their failures.
+
+        Returns
+        -------
+        list of dict
+            One dict of counters (name to int) per live :meth:`as_ndarray` view; empty when
+            there is none.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.arange(4.0)).paging_stats()
+        []
+        """
         return [] if self._paged is None else self._paged.stats()
 
     def __iter__(self) -> Any:
@@ -458,7 +633,25 @@ class StoredArray:
 
     def to_dask(self) -> Any:
         """A dask array reading this one chunk by chunk (shard by shard for sharded arrays:
-        a shard is one file, and its inner chunks decode on all cores within a task)."""
+        a shard is one file, and its inner chunks decode on all cores within a task).
+
+        Returns
+        -------
+        dask.array.Array
+            The lazy dask array, with this array's chunks (or shards).
+
+        Raises
+        ------
+        ClosedError
+            The array is closed.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> d = oc.from_numpy(np.arange(6), chunks=3).to_dask()
+        >>> (d.chunks, int(d.sum().compute()))
+        (((3, 3),), 15)
+        """
         import dask.array as da
 
         self._check_open()
@@ -529,7 +722,16 @@ class StoredArray:
 
     def close(self) -> None:
         """Release open files, and delete the data of a temporary array; later reads and
-        writes raise :class:`ClosedError`.  Closing twice does nothing."""
+        writes raise :class:`~oocarray.ClosedError`.  Closing twice does nothing.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.arange(3))
+        >>> x.close()
+        >>> x.closed
+        True
+        """
         if self._closed:
             return
         if self._paged is not None and not self._temporary:
@@ -541,7 +743,14 @@ class StoredArray:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called (a temporary array's data is then deleted)."""
+        """Whether :meth:`close` was called (a temporary array's data is then deleted).
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> oc.from_numpy(np.arange(3)).closed
+        False
+        """
         return self._closed
 
     def _check_open(self) -> None:

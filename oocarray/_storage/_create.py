@@ -71,9 +71,11 @@ def open(
         object's version (ETag) is unchanged.
     cache_max_bytes
         The cache's size limit (``"20G"``); the least recently used chunks go first.
-    array_type
-        The class of the result: ``oc.open`` passes the compute layer's
-        :class:`~oocarray.ChunkedArray`.
+
+    Returns
+    -------
+    ChunkedArray
+        The array, read lazily chunk by chunk: indexing reads only the chunks it touches.
 
     Raises
     ------
@@ -85,7 +87,17 @@ def open(
         The object store refused access (the message names the URL, never credentials).
     ObjectStoreError
         The object store kept failing after its retries.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, oocarray as oc
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.npy")
+    >>> np.save(path, np.arange(6.0).reshape(2, 3))
+    >>> x = oc.open(path)
+    >>> (x.shape, x.format, x[1])
+    ((2, 3), 'npy', array([3., 4., 5.]))
     """
+    # array_type: the class of the result (oc.open passes the compute layer's ChunkedArray).
     if mode not in _MODES_OPEN:
         raise ValueError(f"mode must be one of {_MODES_OPEN} for oc.open, got {mode!r}")
     location = locate(path, storage_options, "path", writing=mode == "r+")
@@ -221,10 +233,12 @@ def create(
         is kept (outputs share coordinates); other values raise
         :class:`~oocarray.StoreExistsError` unless ``mode="w"``.  Local paths only.
     storage_options
-        For URLs: the object store's settings (see :func:`open`).
-    array_type
-        The class of the result: ``oc.create`` passes the compute layer's
-        :class:`~oocarray.ChunkedArray`.
+        For URLs: the object store's settings (see :func:`~oocarray.open`).
+
+    Returns
+    -------
+    ChunkedArray
+        The new array, zero-filled (no chunk written yet), open for reading and writing.
 
     Raises
     ------
@@ -248,6 +262,7 @@ def create(
     >>> oc.open(path, dataset="temperature")[0, :3]
     array([280., 280., 280.], dtype=float32)
     """
+    # array_type: the class of the result (oc.create passes the compute layer's ChunkedArray).
     from oocarray._storage._zarr._coords import check_coords, parse_coords, write_coords
     from oocarray._storage._zarr._create import CODECS, create_zarr
     from oocarray._storage._zarr._groups import is_group, refresh_consolidated, require_group

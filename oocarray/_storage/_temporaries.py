@@ -39,8 +39,21 @@ def temp(
     manager closes, it escapes to the parent manager (counted in the parent's
     ``stats().escaped``, and refused by ``on_close="raise"`` like any escape).  Its directory
     is private to this process; what a killed process left is removed by the next process
-    that makes a temporary array.  ``array_type`` is the class of the result (``oc.temp``
-    passes the compute layer's :class:`~oocarray.ChunkedArray`).
+    that makes a temporary array.
+
+    Parameters
+    ----------
+    shape, dtype
+        As for :func:`numpy.empty`.
+    chunks
+        Chunk shape; default: about 4 MiB per chunk (see :func:`~oocarray.create`).
+    codec
+        ``"zstd"`` (default), ``"lz4"``, ``"blosc"``, ``"gzip"`` or ``"none"``.
+
+    Returns
+    -------
+    ChunkedArray
+        The new array, zero-filled, open for reading and writing.
 
     Examples
     --------
@@ -52,6 +65,7 @@ def temp(
     400.0
     >>> t.close()  # deletes the data now; later use raises ClosedError
     """
+    # array_type: the class of the result (oc.temp passes the compute layer's ChunkedArray).
     directory = _temp_dirs.new_temp_dir()
     try:
         array = create(
@@ -116,8 +130,30 @@ def from_numpy(
     *,
     array_type: type[StoredArray] = StoredArray,
 ) -> StoredArray:
-    """A temporary chunked copy of ``a`` (see :func:`temp` for its lifetime and
-    ``array_type``)."""
+    """A temporary chunked copy of ``a`` (see :func:`~oocarray.temp` for its lifetime).
+
+    Parameters
+    ----------
+    a
+        An array, or anything :func:`numpy.asarray` takes.
+    chunks
+        Chunk shape; default: about 4 MiB per chunk.
+    codec
+        ``"zstd"`` (default), ``"lz4"``, ``"blosc"``, ``"gzip"`` or ``"none"``.
+
+    Returns
+    -------
+    ChunkedArray
+        A temporary zarr array holding a copy of ``a``.
+
+    Examples
+    --------
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.arange(10), chunks=5)
+    >>> (x.chunks, int(x.sum()))
+    ((5,), 45)
+    """
+    # array_type: the class of the result (oc.from_numpy passes the compute layer's one).
     data = np.asarray(a)
     result = temp(data.shape, data.dtype, chunks=chunks, codec=codec, array_type=array_type)
     try:
@@ -135,8 +171,31 @@ def from_dask(
     *,
     array_type: type[StoredArray] = StoredArray,
 ) -> StoredArray:
-    """Compute a dask array into a temporary chunked array (see :func:`temp` for its
-    lifetime and ``array_type``), chunk by chunk, on dask's scheduler."""
+    """Compute a dask array into a temporary chunked array, chunk by chunk, on dask's
+    scheduler (see :func:`~oocarray.temp` for its lifetime).
+
+    Parameters
+    ----------
+    d : dask.array.Array
+        The array to compute.
+    chunks
+        Chunk shape of the result; default: ``d``'s largest chunk.
+    codec
+        ``"zstd"`` (default), ``"lz4"``, ``"blosc"``, ``"gzip"`` or ``"none"``.
+
+    Returns
+    -------
+    ChunkedArray
+        A temporary zarr array holding ``d``'s values.
+
+    Examples
+    --------
+    >>> import dask.array as da, oocarray as oc
+    >>> x = oc.from_dask(da.arange(10, chunks=5))
+    >>> (x.chunks, x[...].tolist())
+    ((5,), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    """
+    # array_type: the class of the result (oc.from_dask passes the compute layer's one).
     result = temp(
         d.shape, d.dtype, chunks=chunks or d.chunksize, codec=codec, array_type=array_type
     )

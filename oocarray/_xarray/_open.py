@@ -24,6 +24,12 @@ def open_dataset(path: Any, *, chunks: Any = None, **kwargs: Any) -> Any:
         Passed to :func:`xarray.open_dataset` (``group=``, ``storage_options=``,
         ``decode_times=``, ``mask_and_scale=``, ...).
 
+    Returns
+    -------
+    xarray.Dataset
+        The dataset, its data variables backed by :class:`~oocarray.ChunkedArray` objects
+        (nothing read yet).
+
     Examples
     --------
     >>> import tempfile, os, numpy as np, xarray as xr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import time
 from pathlib import Path
@@ -27,6 +28,9 @@ def _pattern(mon: oc.MemoryMonitor) -> None:
 
 
 def test_the_monitor_records_a_known_pattern() -> None:
+    # Garbage an earlier test left (arrays in a reference cycle) must not be freed meanwhile:
+    # the last sample is compared with the first.
+    gc.collect()
     with oc.MemoryMonitor(interval=0.005) as mon:
         assert mon.running
         base = mon.samples[0]

@@ -45,11 +45,31 @@ class Pass:
 class Plan:
     """A rechunk's plan: its strategy, passes and projected totals (``str()`` prints it).
 
+    ``oc.rechunk(..., dry_run=True)`` returns one; every field is also an attribute.
+
+    Parameters
+    ----------
+    shape, dtype
+        The array's shape and dtype.
+    source_chunks, target_chunks
+        The chunks read and the chunks written.
+    strategy
+        ``"direct"`` (one pass) or ``"two-pass"`` (through a temporary store).
+    passes
+        The passes, in order: each one's blocks, chunks, bytes read and written, and peak
+        memory.
+    intermediate_chunks
+        The temporary store's chunks of a two-pass rechunk, else ``None``.
+
     Examples
     --------
-    >>> plan = oc.rechunk(x, (-1, 10), dry_run=True)  # doctest: +SKIP
-    >>> print(plan)  # doctest: +SKIP
-    rechunk (100, 100) float64 chunks (10, 100) -> (100, 10): direct, 1 pass ...
+    >>> import numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.zeros((100, 100)), chunks=(10, 100))
+    >>> plan = oc.rechunk(x, (-1, 10), dry_run=True)
+    >>> print(plan)
+    rechunk (100, 100) float64 chunks (10, 100) -> (100, 10): direct, 1 pass(es)
+      pass 1 (direct): blocks (100, 100), read 78.1 KiB, write 78.1 KiB, peak 164.1 KiB
+      total: read 78.1 KiB, write 78.1 KiB, projected peak 164.1 KiB
     """
 
     shape: tuple[int, ...]
@@ -62,14 +82,42 @@ class Plan:
 
     @property
     def bytes_read(self) -> int:
+        """Bytes all passes read, decoded.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.zeros((100, 100)), chunks=(10, 100))
+        >>> oc.rechunk(x, (-1, 10), dry_run=True).bytes_read
+        80000
+        """
         return sum(p.bytes_read for p in self.passes)
 
     @property
     def bytes_written(self) -> int:
+        """Bytes all passes write, before encoding.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.zeros((100, 100)), chunks=(10, 100))
+        >>> oc.rechunk(x, (-1, 10), dry_run=True).bytes_written
+        80000
+        """
         return sum(p.bytes_written for p in self.passes)
 
     @property
     def peak_bytes(self) -> int:
+        """The most memory a pass holds at once, projected.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.zeros((100, 100)), chunks=(10, 100))
+        >>> plan = oc.rechunk(x, (-1, 10), dry_run=True)
+        >>> plan.peak_bytes >= plan.passes[0].block[0] * plan.passes[0].block[1] * 8
+        True
+        """
         return max((p.peak_bytes for p in self.passes), default=0)
 
     def __str__(self) -> str:

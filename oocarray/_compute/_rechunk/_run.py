@@ -83,20 +83,36 @@ def rechunk(
     resume : bool
         Continue an unfinished rechunk of the same source and chunks found at ``out``.
     dry_run : bool
-        Return the :class:`Plan` instead of running it.
+        Return the :class:`~oocarray._compute._rechunk._plan.Plan` instead of running it.
+    dataset : str, optional
+        When ``x`` is a path: the array inside its HDF5 file or zarr group.
     mode : {"w-", "w"}
         ``"w-"`` refuses an existing output (:class:`~oocarray.StoreExistsError`) unless it is
         an unfinished rechunk to resume; ``"w"`` replaces a zarr array oocarray wrote.
+    storage_options : dict, optional
+        For URLs: the object store's settings (see :func:`oocarray.open`).
+    progress : bool
+        Show a progress bar (default ``True``).
 
     Returns
     -------
     ChunkedArray or Plan
+        The rechunked array (temporary when ``out`` is omitted), or with ``dry_run`` the plan
+        of its passes.
+
+    Raises
+    ------
+    StoreExistsError
+        Something is at ``out`` that ``mode`` may not replace.
 
     Examples
     --------
-    >>> y = oc.rechunk(x, (-1, 100), "y.zarr", max_mem="64M")  # doctest: +SKIP
-    >>> y.chunks  # doctest: +SKIP
-    (1000, 100)
+    >>> import os, tempfile, numpy as np, oocarray as oc
+    >>> x = oc.from_numpy(np.arange(1000.0).reshape(100, 10), chunks=(1, 10))
+    >>> out = os.path.join(tempfile.mkdtemp(), "y.zarr")
+    >>> y = oc.rechunk(x, (-1, 1), out, max_mem="1M", progress=False)
+    >>> (y.chunks, y[:3, 2])
+    ((100, 1), array([ 2., 12., 22.]))
     """
     if not isinstance(x, StoredArray):
         from oocarray._storage import open as open_stored

@@ -46,7 +46,34 @@ class Plan:
     codec, the table (built with the number of row chunks), and for stores whose chunks can
     move, a guard held from the table's reading until the pager watches writes, and the
     function that makes it watch them.  ``native_writer``: how ``"r+"`` arrays' chunks are
-    written back natively, or None where the store must write them (HDF5, from Python)."""
+    written back natively, or None where the store must write them (HDF5, from Python).
+
+    Parameters
+    ----------
+    dtype
+        The dtype of the stored bytes, with the files' byte order.
+    codec
+        The native codec's number.
+    table : callable
+        Builds the ``ChunkTable`` from the number of row chunks.
+    guard : callable
+        Makes the context manager held from the table's reading until the pager watches
+        writes; by default one that holds nothing (``contextlib.nullcontext``).
+    watch : callable, optional
+        Makes the pager watch writes that move chunks, or ``None``.
+    native_writer : NativeWriter, optional
+        How the pager encodes chunks of ``"r+"`` arrays itself, or ``None``.
+
+    Examples
+    --------
+    Each format's paging check makes one for ``as_ndarray()``; by hand:
+
+    >>> import numpy as np
+    >>> from oocarray._storage._paged._plan import Plan
+    >>> plan = Plan(np.dtype("<f8"), codec=0, table=lambda rows: None)
+    >>> (plan.dtype, plan.watch, plan.native_writer)
+    (dtype('float64'), None, None)
+    """
 
     dtype: np.dtype[Any]
     codec: int
