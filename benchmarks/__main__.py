@@ -1,12 +1,16 @@
-"""``python -m benchmarks [--only ID ...] [--quick]``: run the benchmarks, print the tables."""
+"""``python -m benchmarks [--only ID ...] [--quick] [--record DIR]``: run the benchmarks, print
+the tables; a full run also writes its record (``benchmarks/_results.py``)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from benchmarks import (
+    _results,
     fork_cost,
     fusion_choice,
     l3_huge_pages,
@@ -117,6 +121,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--quick", action="store_true", help="fewer rounds: a smoke run, not for the record"
     )
     parser.add_argument(
+        "--record",
+        metavar="DIR",
+        type=Path,
+        help="write the run's record (JSON) into DIR; a full run (not --quick) writes it into "
+        "benchmarks/results/runs/ by default",
+    )
+    parser.add_argument(
         "--large",
         action="store_true",
         help="run the by-hand large benchmarks (W9: about 60 GiB of free disk); "
@@ -141,17 +152,23 @@ def selected(only: list[str] | None, large: bool = False) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    results = []
+    by_key: dict[str, Result] = {}
     known = {**BENCHMARKS, **LARGE}
+    load_before = list(os.getloadavg())
     for key in selected(args.only, args.large):
         print(f"running {key}: {known[key][0]} ...", file=sys.stderr, flush=True)
-        results.append(known[key][1](args.quick))
+        by_key[key] = known[key][1](args.quick)
+    results = list(by_key.values())
     combined = Result(
         rows=[row for result in results for row in result.rows],
         tables=[table for result in results for table in result.tables],
         notes=[note for result in results for note in result.notes],
     )
     print(combined.render())
+    folder = args.record or (None if args.quick else _results.RUNS)
+    if folder is not None:
+        path = _results.write(by_key, args.quick, folder, load_before)
+        print(f"run record: {path}", file=sys.stderr)
     return 0
 
 

@@ -11,20 +11,48 @@ interleaved:
 Target: each at most 3x the same in RAM, with no system call per allocation (freed heap-file
 slots stay mapped and are reused: native/heap.c).
 
+And the manager's own resident memory: 20,000 arrays of random sizes from 128 B to 16 MiB
+(eight alive at a time), under ``Manager()`` in RAM and in plain NumPy, each in a fresh
+process; the peak RSS above the process's start (``ru_maxrss``) of each.  Target: the manager
+adds at most 8 MiB.
+
 Run: ``PYTHONPATH=. python -m benchmarks --only W2-disk`` (``--quick``: fewer rounds).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 
 import numpy as np
 
 import oocarray as oc
-from benchmarks._timing import Ratio, Result, Row, clock, interleave, per_op
+from benchmarks._timing import Ratio, Result, Row, TextRow, clock, interleave, per_op
 
 TARGET = 3.0
+RSS_TARGET_MIB = 8.0
+_RSS_CHILD = """
+import resource, sys
+import numpy as np
+import oocarray as oc
+rng = np.random.default_rng(0)
+sizes = (2 ** rng.uniform(7, 24, 20000)).astype(int)
+def work():
+    alive = []
+    for n in sizes:
+        alive.append(np.ones(n // 8))
+        if len(alive) > 8:
+            alive.pop(int(rng.integers(len(alive))))
+start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+if sys.argv[1] == "manager":
+    with oc.Manager("w2-rss"):
+        work()
+else:
+    work()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start) / 1024)
+"""
 COUNT = 200_000
 ELEMENTS = 100
 ITERATIONS = 4_000
@@ -92,4 +120,32 @@ def run(quick: bool = False) -> Result:
                 )
         finally:
             oc.configure(spill_dir=None)
+    rows.append(_rss_row(3 if quick else 5))
     return Result(rows=rows, tables=[])
+
+
+def _peak_mib(side: str) -> float:
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_CHILD, side], capture_output=True, text=True, check=True
+    )
+    return float(out.stdout.split()[-1])
+
+
+def _rss_row(rounds: int) -> TextRow:
+    """Peak RSS above the start, median of fresh processes, sides interleaved."""
+    peaks: dict[str, list[float]] = {"manager": [], "plain": []}
+    for _ in range(rounds):
+        for side in peaks:
+            peaks[side].append(_peak_mib(side))
+    manager = sorted(peaks["manager"])[rounds // 2]
+    plain = sorted(peaks["plain"])[rounds // 2]
+    added = manager - plain
+    return TextRow(
+        id="W2-disk RSS",
+        workload="20,000 arrays of 128 B-16 MiB, 8 alive: peak RSS above start",
+        oocarray=f"{manager:.1f} MiB (`Manager()` in RAM)",
+        peer=f"{plain:.1f} MiB (plain NumPy)",
+        ratio=f"{added:+.1f} MiB",
+        target=f"<= +{RSS_TARGET_MIB:.0f} MiB",
+        met="yes" if added <= RSS_TARGET_MIB else "**no**",
+    )

@@ -7,13 +7,60 @@ each reduction reads its input once, in one streaming pass over the chunks.
 
 from __future__ import annotations
 
-from typing import Any, Literal, overload
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar, overload
 
 from oocarray._compute._nodes import Node
 from oocarray._compute._ops import LazyResult, reduce_lazy
 from oocarray._storage import StoredArray
 
 __all__ = ["Reductions"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# What each reduction's parameters mean, one text for all of them (numpydoc's form).
+_PARAMETERS = {
+    "axis": ("axis : int or tuple of int, optional", "The axes to reduce; all of them by default."),
+    "dtype": (
+        "dtype : optional",
+        "The accumulator's and result's dtype; by default NumPy's for this reduction.",
+    ),
+    "ddof": ("ddof", "Delta degrees of freedom: the divisor is ``N - ddof`` (default 0)."),
+    "keepdims": ("keepdims", "Keep the reduced axes with length 1 (default ``False``)."),
+    "compute": (
+        "compute",
+        "``True`` (default): compute now.  ``False``: return a\n"
+        ":class:`~oocarray.LazyResult` to compute with others in one pass\n"
+        "(:func:`oocarray.compute`).",
+    ),
+    "progress": ("progress", "Show a progress bar (default ``True``)."),
+}
+
+
+def _documented(summary: str, result: str, call: str, shown: str) -> Callable[[F], F]:
+    """The reduction's numpydoc docstring, its parameters described from ``_PARAMETERS`` in
+    the order of its signature, and an example on a small chunked array."""
+
+    def document(method: F) -> F:
+        names = list(inspect.signature(method).parameters)[1:]  # after self
+        parameters = "\n".join(
+            _PARAMETERS[name][0] + "\n" + "\n".join("    " + line for line in text.split("\n"))
+            for name in names
+            for text in [_PARAMETERS[name][1]]
+        )
+        method.__doc__ = (
+            f"{summary}\n\nParameters\n----------\n{parameters}\n\n"
+            "Returns\n-------\nnumpy.ndarray, NumPy scalar or LazyResult\n"
+            f"    {result}, as NumPy gives it for the same data;\n"
+            "    a lazy result with ``compute=False``.\n\n"
+            "Examples\n--------\n>>> import numpy as np, oocarray as oc\n"
+            ">>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))\n"
+            f">>> {call}\n{shown}\n"
+        )
+        return method
+
+    return document
 
 
 class Reductions:
@@ -51,6 +98,12 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any: ...
+    @_documented(
+        "Sum in one streaming pass.",
+        "The sum",
+        "x.sum(axis=0, progress=False)",
+        "array([3., 5., 7.])",
+    )
     def sum(
         self,
         axis: Any = None,
@@ -59,36 +112,6 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any:
-        """Sum in one streaming pass.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to reduce; all of them by default.
-        dtype : optional
-            The accumulator's and result's dtype; by default NumPy's for this reduction.
-        keepdims
-            Keep the reduced axes with length 1 (default ``False``).
-        compute
-            ``True`` (default): compute now.  ``False``: return a
-            :class:`~oocarray.LazyResult` to compute with others in one pass
-            (:func:`oocarray.compute`).
-        progress
-            Show a progress bar (default ``True``).
-
-        Returns
-        -------
-        numpy.ndarray, NumPy scalar or LazyResult
-            The sum, as NumPy gives it for the same data;
-            a lazy result with ``compute=False``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> x.sum(axis=0, progress=False)
-        array([3., 5., 7.])
-        """
         return reduce_lazy(
             "sum", self._tree(), axis, dtype, keepdims, compute=compute, progress=progress
         )
@@ -121,6 +144,12 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any: ...
+    @_documented(
+        "Product in one streaming pass.",
+        "The product",
+        "x.prod(axis=1, progress=False)",
+        "array([ 0., 60.])",
+    )
     def prod(
         self,
         axis: Any = None,
@@ -129,36 +158,6 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any:
-        """Product in one streaming pass.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to reduce; all of them by default.
-        dtype : optional
-            The accumulator's and result's dtype; by default NumPy's for this reduction.
-        keepdims
-            Keep the reduced axes with length 1 (default ``False``).
-        compute
-            ``True`` (default): compute now.  ``False``: return a
-            :class:`~oocarray.LazyResult` to compute with others in one pass
-            (:func:`oocarray.compute`).
-        progress
-            Show a progress bar (default ``True``).
-
-        Returns
-        -------
-        numpy.ndarray, NumPy scalar or LazyResult
-            The product, as NumPy gives it for the same data;
-            a lazy result with ``compute=False``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> x.prod(axis=1, progress=False)
-        array([ 0., 60.])
-        """
         return reduce_lazy(
             "prod", self._tree(), axis, dtype, keepdims, compute=compute, progress=progress
         )
@@ -191,6 +190,12 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any: ...
+    @_documented(
+        "Mean in one streaming pass.",
+        "The mean",
+        "x.mean(progress=False)",
+        "np.float64(2.5)",
+    )
     def mean(
         self,
         axis: Any = None,
@@ -199,36 +204,6 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any:
-        """Mean in one streaming pass.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to reduce; all of them by default.
-        dtype : optional
-            The accumulator's and result's dtype; by default NumPy's for this reduction.
-        keepdims
-            Keep the reduced axes with length 1 (default ``False``).
-        compute
-            ``True`` (default): compute now.  ``False``: return a
-            :class:`~oocarray.LazyResult` to compute with others in one pass
-            (:func:`oocarray.compute`).
-        progress
-            Show a progress bar (default ``True``).
-
-        Returns
-        -------
-        numpy.ndarray, NumPy scalar or LazyResult
-            The mean, as NumPy gives it for the same data;
-            a lazy result with ``compute=False``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> x.mean(progress=False)
-        np.float64(2.5)
-        """
         return reduce_lazy(
             "mean", self._tree(), axis, dtype, keepdims, compute=compute, progress=progress
         )
@@ -264,6 +239,12 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any: ...
+    @_documented(
+        "Variance in one streaming pass, merging chunk moments.",
+        "The variance",
+        "x.var(axis=0, progress=False)",
+        "array([2.25, 2.25, 2.25])",
+    )
     def var(
         self,
         axis: Any = None,
@@ -273,38 +254,6 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any:
-        """Variance in one streaming pass, merging chunk moments.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to reduce; all of them by default.
-        dtype : optional
-            The accumulator's and result's dtype; by default NumPy's for this reduction.
-        ddof
-            Delta degrees of freedom: the divisor is ``N - ddof`` (default 0).
-        keepdims
-            Keep the reduced axes with length 1 (default ``False``).
-        compute
-            ``True`` (default): compute now.  ``False``: return a
-            :class:`~oocarray.LazyResult` to compute with others in one pass
-            (:func:`oocarray.compute`).
-        progress
-            Show a progress bar (default ``True``).
-
-        Returns
-        -------
-        numpy.ndarray, NumPy scalar or LazyResult
-            The variance, as NumPy gives it for the same data;
-            a lazy result with ``compute=False``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> x.var(axis=0, progress=False)
-        array([2.25, 2.25, 2.25])
-        """
         return reduce_lazy(
             "var", self._tree(), axis, dtype, keepdims, ddof, compute=compute, progress=progress
         )
@@ -340,6 +289,12 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any: ...
+    @_documented(
+        "Standard deviation in one streaming pass, merging chunk moments.",
+        "The standard deviation",
+        "x.std(ddof=1, progress=False)",
+        "np.float64(1.8708286933869707)",
+    )
     def std(
         self,
         axis: Any = None,
@@ -349,38 +304,6 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any:
-        """Standard deviation in one streaming pass, merging chunk moments.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to reduce; all of them by default.
-        dtype : optional
-            The accumulator's and result's dtype; by default NumPy's for this reduction.
-        ddof
-            Delta degrees of freedom: the divisor is ``N - ddof`` (default 0).
-        keepdims
-            Keep the reduced axes with length 1 (default ``False``).
-        compute
-            ``True`` (default): compute now.  ``False``: return a
-            :class:`~oocarray.LazyResult` to compute with others in one pass
-            (:func:`oocarray.compute`).
-        progress
-            Show a progress bar (default ``True``).
-
-        Returns
-        -------
-        numpy.ndarray, NumPy scalar or LazyResult
-            The standard deviation, as NumPy gives it for the same data;
-            a lazy result with ``compute=False``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> x.std(ddof=1, progress=False)
-        np.float64(1.8708286933869707)
-        """
         return reduce_lazy(
             "std", self._tree(), axis, dtype, keepdims, ddof, compute=compute, progress=progress
         )
@@ -406,37 +329,15 @@ class Reductions:
     def min(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any: ...
+    @_documented(
+        "Minimum in one streaming pass.",
+        "The minimum",
+        "x.min(axis=1, progress=False)",
+        "array([0., 3.])",
+    )
     def min(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any:
-        """Minimum in one streaming pass.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to reduce; all of them by default.
-        keepdims
-            Keep the reduced axes with length 1 (default ``False``).
-        compute
-            ``True`` (default): compute now.  ``False``: return a
-            :class:`~oocarray.LazyResult` to compute with others in one pass
-            (:func:`oocarray.compute`).
-        progress
-            Show a progress bar (default ``True``).
-
-        Returns
-        -------
-        numpy.ndarray, NumPy scalar or LazyResult
-            The minimum, as NumPy gives it for the same data;
-            a lazy result with ``compute=False``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> x.min(axis=1, progress=False)
-        array([0., 3.])
-        """
         return reduce_lazy(
             "min", self._tree(), axis, None, keepdims, compute=compute, progress=progress
         )
@@ -462,38 +363,15 @@ class Reductions:
     def max(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any: ...
+    @_documented(
+        "Maximum in one streaming pass.",
+        "The maximum",
+        "x.max(axis=1, keepdims=True, progress=False)",
+        "array([[2.],\n       [5.]])",
+    )
     def max(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any:
-        """Maximum in one streaming pass.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to reduce; all of them by default.
-        keepdims
-            Keep the reduced axes with length 1 (default ``False``).
-        compute
-            ``True`` (default): compute now.  ``False``: return a
-            :class:`~oocarray.LazyResult` to compute with others in one pass
-            (:func:`oocarray.compute`).
-        progress
-            Show a progress bar (default ``True``).
-
-        Returns
-        -------
-        numpy.ndarray, NumPy scalar or LazyResult
-            The maximum, as NumPy gives it for the same data;
-            a lazy result with ``compute=False``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> x.max(axis=1, keepdims=True, progress=False)
-        array([[2.],
-               [5.]])
-        """
         return reduce_lazy(
             "max", self._tree(), axis, None, keepdims, compute=compute, progress=progress
         )
@@ -519,37 +397,15 @@ class Reductions:
     def any(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any: ...
+    @_documented(
+        "Whether any element is true, in one streaming pass.",
+        "Whether any is true",
+        "(x > 4).any(axis=1, progress=False)",
+        "array([False,  True])",
+    )
     def any(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any:
-        """Whether any element is true, in one streaming pass.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to reduce; all of them by default.
-        keepdims
-            Keep the reduced axes with length 1 (default ``False``).
-        compute
-            ``True`` (default): compute now.  ``False``: return a
-            :class:`~oocarray.LazyResult` to compute with others in one pass
-            (:func:`oocarray.compute`).
-        progress
-            Show a progress bar (default ``True``).
-
-        Returns
-        -------
-        numpy.ndarray, NumPy scalar or LazyResult
-            Whether any is true, as NumPy gives it for the same data;
-            a lazy result with ``compute=False``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> (x > 4).any(axis=1, progress=False)
-        array([False,  True])
-        """
         return reduce_lazy(
             "any", self._tree(), axis, None, keepdims, compute=compute, progress=progress
         )
@@ -575,37 +431,15 @@ class Reductions:
     def all(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any: ...
+    @_documented(
+        "Whether every element is true, in one streaming pass.",
+        "Whether all are true",
+        "(x >= 0).all(progress=False)",
+        "np.True_",
+    )
     def all(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any:
-        """Whether every element is true, in one streaming pass.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to reduce; all of them by default.
-        keepdims
-            Keep the reduced axes with length 1 (default ``False``).
-        compute
-            ``True`` (default): compute now.  ``False``: return a
-            :class:`~oocarray.LazyResult` to compute with others in one pass
-            (:func:`oocarray.compute`).
-        progress
-            Show a progress bar (default ``True``).
-
-        Returns
-        -------
-        numpy.ndarray, NumPy scalar or LazyResult
-            Whether all are true, as NumPy gives it for the same data;
-            a lazy result with ``compute=False``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> (x >= 0).all(progress=False)
-        np.True_
-        """
         return reduce_lazy(
             "all", self._tree(), axis, None, keepdims, compute=compute, progress=progress
         )
@@ -631,37 +465,15 @@ class Reductions:
     def argmin(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any: ...
+    @_documented(
+        "Position of the minimum, in one streaming pass.",
+        "The index of the first minimum",
+        "x.argmin(axis=1, progress=False)",
+        "array([0, 0])",
+    )
     def argmin(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any:
-        """Position of the minimum, in one streaming pass.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to reduce; all of them by default.
-        keepdims
-            Keep the reduced axes with length 1 (default ``False``).
-        compute
-            ``True`` (default): compute now.  ``False``: return a
-            :class:`~oocarray.LazyResult` to compute with others in one pass
-            (:func:`oocarray.compute`).
-        progress
-            Show a progress bar (default ``True``).
-
-        Returns
-        -------
-        numpy.ndarray, NumPy scalar or LazyResult
-            The index of the first minimum, as NumPy gives it for the same data;
-            a lazy result with ``compute=False``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> x.argmin(axis=1, progress=False)
-        array([0, 0])
-        """
         return reduce_lazy(
             "argmin", self._tree(), axis, None, keepdims, compute=compute, progress=progress
         )
@@ -687,38 +499,15 @@ class Reductions:
     def argmax(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any: ...
+    @_documented(
+        "Position of the maximum, in one streaming pass.",
+        "The flat index (or the index along ``axis``) of the first maximum",
+        "x.argmax(progress=False)",
+        "np.int64(5)",
+    )
     def argmax(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any:
-        """Position of the maximum, in one streaming pass.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to reduce; all of them by default.
-        keepdims
-            Keep the reduced axes with length 1 (default ``False``).
-        compute
-            ``True`` (default): compute now.  ``False``: return a
-            :class:`~oocarray.LazyResult` to compute with others in one pass
-            (:func:`oocarray.compute`).
-        progress
-            Show a progress bar (default ``True``).
-
-        Returns
-        -------
-        numpy.ndarray, NumPy scalar or LazyResult
-            The flat index (or the index along ``axis``) of the first maximum, as NumPy
-            gives it for the same data;
-            a lazy result with ``compute=False``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> x.argmax(progress=False)
-        np.int64(5)
-        """
         return reduce_lazy(
             "argmax", self._tree(), axis, None, keepdims, compute=compute, progress=progress
         )
@@ -744,37 +533,15 @@ class Reductions:
     def count_nonzero(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any: ...
+    @_documented(
+        "Number of non-zero elements, in one streaming pass.",
+        "The count",
+        "x.count_nonzero(axis=0, progress=False)",
+        "array([1, 2, 2])",
+    )
     def count_nonzero(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any:
-        """Number of non-zero elements, in one streaming pass.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to reduce; all of them by default.
-        keepdims
-            Keep the reduced axes with length 1 (default ``False``).
-        compute
-            ``True`` (default): compute now.  ``False``: return a
-            :class:`~oocarray.LazyResult` to compute with others in one pass
-            (:func:`oocarray.compute`).
-        progress
-            Show a progress bar (default ``True``).
-
-        Returns
-        -------
-        numpy.ndarray, NumPy scalar or LazyResult
-            The count, as NumPy gives it for the same data;
-            a lazy result with ``compute=False``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> x.count_nonzero(axis=0, progress=False)
-        array([1, 2, 2])
-        """
         return reduce_lazy(
             "count_nonzero", self._tree(), axis, None, keepdims, compute=compute, progress=progress
         )
