@@ -28,6 +28,7 @@ from oocarray._compute._engine import StoreTarget, evaluate
 from oocarray._compute._external_sort import read_region, sort_flat
 from oocarray._compute._limits import working_bytes
 from oocarray._compute._nodes import BlockReads, Node, Region, Source, as_node
+from oocarray._compute._sort_blocks import sort_line_blocks
 from oocarray._compute._temporaries import temporary
 from oocarray._storage import StoredArray
 
@@ -116,6 +117,9 @@ def _sort(name: str, a: Any, axis: Any, kind: Any, arg: bool) -> Any:
     block = _line_block(node, axis)
     if block is not None:
         return SortAlong(node, axis, kind, arg, block)
+    in_blocks = sort_line_blocks(node, axis, kind, arg)
+    if in_blocks is not None:
+        return in_blocks
     return _sort_lines(node, axis, kind, arg)
 
 
