@@ -9,6 +9,7 @@ the budget."""
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 from unittest import mock
 
@@ -262,3 +263,24 @@ def test_lines_longer_than_the_budget_are_sorted_one_at_a_time() -> None:
         order = np.argsort(x, axis=0, kind="stable")
         np.testing.assert_array_equal(ordered[...], np.sort(data, axis=0))
         np.testing.assert_array_equal(order[...], np.argsort(data, axis=0, kind="stable"))
+
+
+def test_external_sort_spills_runs_raw_in_a_budget_and_leaves_no_files() -> None:
+    """Runs go to an unnamed scratch file and rounds are merged on several threads: the
+    values, a stable argsort and NaN last equal NumPy's; the peak stays within a budget an
+    eighth of the data; nothing is left in the spill directory."""
+    from oocarray._memory._spill_files import private_dir
+
+    rng = np.random.default_rng(7)
+    data = np.round(rng.normal(size=300_000), 2).astype(np.float32)  # many ties
+    data[rng.random(data.shape) < 0.02] = np.nan
+    x = oc.from_numpy(data, chunks=20_000)
+    before = set(os.listdir(private_dir()))
+    budget = data.size * (4 + 16) // 8  # argsort carries two indices per value
+    with oc.Manager(max_bytes=budget) as manager:
+        ordered = np.sort(x)
+        order = np.argsort(x, kind="stable")
+        np.testing.assert_array_equal(ordered[...], np.sort(data))
+        np.testing.assert_array_equal(order[...], np.argsort(data, kind="stable"))
+        assert manager.stats().peak_bytes <= budget
+    assert set(os.listdir(private_dir())) <= before
