@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute._limits import require_memory, working_bytes
-from oocarray._compute._nodes import BlockReads, Node
+from oocarray._compute._nodes import BlockReads, Node, Source
 from oocarray._compute._scratch_file import ScratchFile
 from oocarray._compute._temporaries import temporary
 from oocarray._memory import active_manager, system
@@ -183,16 +183,25 @@ class _Output:
             self.array[self.at : self.at + len(values)] = values
             self.at += len(values)
             return
-        if len(values):
-            self.pending.append(values)
-            self.pending_items += len(values)
-        if self.pending_items >= self.chunk or (final and self.pending_items):
+        # Whole chunks are written straight from the merged values; only a chunk that spans
+        # two rounds is joined first.
+        if self.pending:
+            need = self.chunk - self.pending_items
+            self.pending.append(values[:need].copy())  # (a view would hold the whole round)
+            self.pending_items += min(need, len(values))
+            values = values[need:]
+            if self.pending_items < self.chunk and not final:
+                return
             joined = np.concatenate(self.pending)
-            whole = len(joined) if final else len(joined) - len(joined) % self.chunk
-            self.array[self.at : self.at + whole] = joined[:whole]
+            self.array[self.at : self.at + len(joined)] = joined
+            self.at += len(joined)
+            self.pending, self.pending_items = [], 0
+        whole = len(values) if final else len(values) - len(values) % self.chunk
+        if whole:
+            self.array[self.at : self.at + whole] = values[:whole]
             self.at += whole
-            self.pending = [joined[whole:]]
-            self.pending_items = len(joined) - whole
+        if whole < len(values):
+            self.pending, self.pending_items = [values[whole:].copy()], len(values) - whole
 
 
 def _merge_round(readers: list[_RunReader]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
@@ -372,7 +381,10 @@ def _write_runs(
     def sort_run(run: tuple[int, int, list[Region]]) -> tuple[int, int]:
         start, stop, regions = run
         with manager.activate():
-            if len(regions) == 1:
+            if len(regions) == 1 and isinstance(node, Source):
+                # A stored array's read is a fresh array: sorted where it was read.
+                values = node.array[regions[0]].reshape(-1)
+            elif len(regions) == 1:
                 values = np.array(read_region(node, regions[0]).reshape(-1))
             else:
                 values = np.empty(stop - start, node.dtype)
