@@ -134,18 +134,19 @@ def sort_line_blocks(node: Node, axis: int, kind: Any, arg: bool) -> StoredArray
     out = temporary(shape, out_dtype, chunks=tuple(cell), codec=OUTPUT_CODEC)
     blocks = list(_regions(shape, block))
 
-    def write(region: Region, values: np.ndarray) -> None:
+    def write(region: Region, values: np.ndarray, fresh: bool) -> None:
+        """Sorts a block's ``values`` (in place when ``fresh``: no one else holds them)."""
         if arg:
             out[region] = np.argsort(values, axis=axis, kind=kind)
             return
-        if not values.flags.writeable or values.base is not None:
+        if not fresh:
             values = values.copy()
         values.sort(axis=axis, kind=kind)
         out[region] = values
 
     if len(blocks) == 1 or all(b >= c for b, c in zip(block, chunks, strict=True)):
         # Every input chunk lies in one block: each block reads its own chunks.
-        _run(workers, lambda region: write(region, read_region(node, region)), blocks)
+        _run(workers, lambda region: write(region, read_region(node, region), False), blocks)
         return out
     with ScratchFile() as scratch:
         _staged(node, axis, block, chunks, blocks, scratch, workers, memory)
@@ -156,7 +157,7 @@ def sort_line_blocks(node: Node, axis: int, kind: Any, arg: bool) -> StoredArray
             moved = _moved_shape(region, axis)
             values = np.empty(moved, node.dtype)
             scratch.read_into(offsets[index], values)
-            write(region, np.moveaxis(values, 0, axis))
+            write(region, np.moveaxis(values, 0, axis), True)
 
         _run(workers, sort_block, range(len(blocks)))
     return out
