@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from oocarray._compute._external_sort import read_region
+from oocarray._compute._external_sort import RESULT_CODEC, read_region
 from oocarray._compute._limits import working_bytes
 from oocarray._compute._nodes import Node, Region
 from oocarray._compute._scratch_file import ScratchFile
@@ -31,8 +31,8 @@ from oocarray._storage import StoredArray
 
 __all__ = ["sort_line_blocks"]
 
-# Results are written a block at a time, once, and seldom compress much once sorted.
-OUTPUT_CODEC = "none"
+# Results are written a block at a time, once, with the external sort's cheap codec.
+OUTPUT_CODEC = RESULT_CODEC
 MAX_WORKERS = 2
 # Chunks along the sorted axis of the input, when it has none; the result's chunks are a
 # block's extent on the other axes and about CELL_BYTES (every chunk written costs a fixed
