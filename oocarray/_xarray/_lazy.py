@@ -158,6 +158,9 @@ class OOCLazyArray:
 
     @property
     def chunks(self) -> tuple[tuple[int, ...], ...]:
+        declared = getattr(getattr(self.lazy, "_node", None), "out_chunks", None)
+        if declared is not None:  # a blockwise result (_blockwise.py) knows its own blocks
+            return tuple(declared)
         return regular_chunks(self.shape, _chunk_shape(self.lazy))
 
     def __len__(self) -> int:
