@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import ChunkedArray, Expr
+from oocarray._xarray._numpy_hooks import HOOKS
 
 
 def wrap(value: Any) -> Any:
@@ -192,7 +193,7 @@ class OOCLazyArray:
         if func is np.result_type:  # needs dtypes only; the chunked arrays refuse it
             return np.result_type(*(a.dtype if isinstance(a, OOCLazyArray) else a for a in args))
         args, kwargs = unwrap(args), {k: unwrap(v) for k, v in kwargs.items()}
-        result = func(*args, **kwargs)
+        result = HOOKS.get(func, func)(*args, **kwargs)  # (xarray's calls the compute layer lacks)
         if isinstance(result, tuple):
             return tuple(wrap(r) for r in result)
         return wrap(result)
