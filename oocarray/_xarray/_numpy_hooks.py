@@ -3,6 +3,7 @@ xarray calls them, made lazy and out of core here for :class:`~._lazy.OOCLazyArr
 
 - ``sliding_window_view`` (``rolling(...).mean()``, ``.sum()``, ``construct``): a lazy node
   whose block reads the input region plus the window's overlap.
+- ``zeros_like``, ``ones_like``, ``full_like``, ``empty_like`` (``nansum``): lazy constants.
 - ``einsum`` with ``...`` (``xr.dot``, ``weighted(...).mean()``): the ellipsis spelled out as
   named axes, which oocarray's einsum takes.
 """
@@ -17,7 +18,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_tuple
 
 from oocarray._compute import Expr
-from oocarray._compute._nodes import BlockReads, Node, Region, as_node
+from oocarray._compute._nodes import BlockReads, Constant, Node, Region, as_node
 
 __all__ = ["HOOKS"]
 
@@ -106,7 +107,29 @@ def _sum_lone_axes(
     return operands, terms
 
 
+def _filled_like(fill: Any) -> Callable[..., Expr]:
+    """``np.zeros_like``-style functions (xarray's ``nansum`` calls ``zeros_like``): a lazy
+    constant of the array's shape, never allocated whole."""
+
+    def like(
+        prototype: Any, dtype: Any = None, order: str = "K", subok: bool = True, shape: Any = None
+    ) -> Expr:
+        target = np.dtype(dtype if dtype is not None else prototype.dtype)
+        size = tuple(prototype.shape) if shape is None else tuple(np.atleast_1d(shape))
+        return Expr(Constant(np.asarray(fill, dtype=target), size))
+
+    return like
+
+
+def full_like(prototype: Any, fill_value: Any, dtype: Any = None, **kwargs: Any) -> Expr:
+    return _filled_like(fill_value)(prototype, dtype, **kwargs)
+
+
 HOOKS: dict[Callable[..., Any], Callable[..., Any]] = {
     np.lib.stride_tricks.sliding_window_view: sliding_window_view,
     np.einsum: einsum,
+    np.zeros_like: _filled_like(0),
+    np.empty_like: _filled_like(0),
+    np.ones_like: _filled_like(1),
+    np.full_like: full_like,
 }
