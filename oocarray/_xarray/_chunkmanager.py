@@ -22,7 +22,7 @@ import numpy as np
 from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 
 from oocarray._compute import ChunkedArray, Expr, from_numpy, temp
-from oocarray._xarray import _block_calls, _block_scans
+from oocarray._xarray import _block_calls, _block_scans, _distributed
 from oocarray._xarray._lazy import OOCLazyArray, unwrap, wrap
 from oocarray._xarray._missing import missing
 from oocarray._xarray._unwrap import stored_source
@@ -112,9 +112,22 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
             return lazy
         return _copy(lazy.lazy, blocks)
 
-    def compute(self, *data: Any, **kwargs: Any) -> Any:
-        """NumPy arrays for each input, evaluated by oocarray's streaming engine."""
-        return tuple(np.asarray(unwrap(d)) for d in data)
+    def compute(self, *data: Any, client: Any = None, **kwargs: Any) -> Any:
+        """NumPy arrays for each input, evaluated by oocarray's streaming engine, or block by
+        block on a ``dask.distributed`` cluster when ``client`` is given (``ds.compute(
+        client=c)``) or a default client is active (each worker under its own budget:
+        register ``oocarray.dask.MemoryBudgetPlugin`` on it)."""
+        cluster = _distributed.active_client(client)
+        if cluster is None:
+            return tuple(np.asarray(unwrap(d)) for d in data)
+        results = []
+        for item in data:
+            if not self.is_chunked_array(item):
+                results.append(np.asarray(item))
+                continue
+            node, chunks = _block_calls.node_of(item)
+            results.append(_distributed.compute_blocks(cluster, node, _block_regions(chunks)))
+        return tuple(results)
 
     @property
     def array_api(self) -> Any:
@@ -217,18 +230,30 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
             new_axes=new_axes, concatenate=concatenate, **kwargs,
         )  # fmt: skip
 
-    def store(self, sources: Any, targets: Any, **kwargs: Any) -> Any:
-        """Writes each source into its target region by region (``to_zarr``)."""
+    def store(self, sources: Any, targets: Any, client: Any = None, **kwargs: Any) -> Any:
+        """Writes each source into its target region by region (``to_zarr``); on a
+        ``dask.distributed`` cluster when ``client`` is given (``to_zarr(...,
+        chunkmanager_store_kwargs={"client": c})``) or active, each worker computing and
+        writing its blocks."""
         sources = sources if isinstance(sources, list | tuple) else [sources]
         targets = targets if isinstance(targets, list | tuple) else [targets]
         regions = kwargs.get("regions") or [None] * len(sources)
+        cluster = _distributed.active_client(client)
         for source, target, region in zip(sources, targets, regions, strict=True):
             lazy = wrap(unwrap(source))
             offset = region or tuple(slice(0, n) for n in lazy.shape)
-            for block in _block_regions(lazy.chunks):
-                placed = tuple(
+            blocks = _block_regions(lazy.chunks)
+            placed = [
+                tuple(
                     slice((o.start or 0) + b.start, (o.start or 0) + b.stop)
                     for o, b in zip(offset, block, strict=True)
                 )
-                target[placed] = lazy.lazy[block]  # reads (evaluates) this block only
+                for block in blocks
+            ]
+            if cluster is not None:
+                node, _ = _block_calls.node_of(lazy)
+                _distributed.store_blocks(cluster, node, blocks, target, placed)
+                continue
+            for block, where in zip(blocks, placed, strict=True):
+                target[where] = lazy.lazy[block]  # reads (evaluates) this block only
         return None
