@@ -55,15 +55,17 @@ def reduction(
         _Partial(func, axes), index, arr, index, dtype=dtype, adjust_chunks=one_each
     )
     aggregate = aggregate_func or func
-    kept = tuple(a for a in index if a not in axes or keepdims)
-    ones: dict[Any, Any] = {a: 1 for a in axes} if keepdims else {}
+    # Reduced axes the result keeps are new axes of one block: the partials along them are
+    # read whole (contracted) for every call.
+    kept = tuple((f"kept{a}" if a in axes else a) for a in index if a not in axes or keepdims)
+    ones: dict[Any, Any] = {f"kept{a}": 1 for a in axes} if keepdims else {}
     return blockwise(
         _Aggregate(aggregate, axes, keepdims),
         kept,
         partials,
         index,
         dtype=dtype if dtype is not None else node.dtype,
-        adjust_chunks=ones,
+        new_axes=ones,
     )
 
 
