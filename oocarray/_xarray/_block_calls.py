@@ -25,7 +25,13 @@ from oocarray._xarray._missing import missing
 
 __all__ = [
     "Fixed",
-    "apply_gufunc", "blockwise", "is_lazy", "map_blocks", "node_of", "parse_signature"]
+    "apply_gufunc",
+    "blockwise",
+    "is_lazy",
+    "map_blocks",
+    "node_of",
+    "parse_signature",
+]
 
 # Keyword arguments dask takes for its graph (names, metadata) that mean nothing here.
 _GRAPH_ONLY = ("name", "token", "meta", "align_arrays", "enforce_ndim")
@@ -110,22 +116,25 @@ def blockwise(
         prepared.append((array, labels, chunks))
     # Block sizes per label: the oocarray arrays' first (NumPy arrays are one block each).
     for prefer_trees in (True, False):
-        for array, labels, chunks in prepared:
-            if labels is None or chunks is None or isinstance(array, Node) != prefer_trees:
+        for item, item_labels, item_chunks in prepared:
+            if item_labels is None or item_chunks is None:
                 continue
-            for label, sizes in zip(labels, chunks, strict=True):
+            if isinstance(item, Node) != prefer_trees:
+                continue
+            for label, sizes in zip(item_labels, item_chunks, strict=True):
                 if sum(sizes) > 1 and label not in label_chunks:
                     label_chunks[label] = sizes
     operands = []
-    for array, labels, chunks in prepared:
-        if labels is None or chunks is None:
-            operands.append(Operand(array))
+    for item, item_labels, item_chunks in prepared:
+        if item_labels is None or item_chunks is None:
+            operands.append(Operand(item))
             continue
         aligned = tuple(
             label_chunks.get(label, sizes) if sum(sizes) > 1 else sizes
-            for label, sizes in zip(labels, chunks, strict=True)
+            for label, sizes in zip(item_labels, item_chunks, strict=True)
         )
-        operands.append(Operand(array, labels, chunks if id(array) in fixed else aligned))
+        kept = item_chunks if id(item) in fixed else aligned
+        operands.append(Operand(item, item_labels, kept))
     out_chunks = []
     for label in out_index:
         if new_axes and label in new_axes:

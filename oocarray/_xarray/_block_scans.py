@@ -9,13 +9,12 @@ across blocks: one pass computes each block's total (``preop``) and folds them i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index, normalize_axis_tuple
 
-from oocarray._compute import Expr
 from oocarray._xarray._block_calls import Fixed, blockwise, node_of
 from oocarray._xarray._lazy import OOCLazyArray
 
@@ -45,12 +44,10 @@ def reduction(
     """``aggregate_func(concatenated partials, axis, keepdims)`` where each partial is
     ``func(block, axis, keepdims=True)``; ``combine_func`` (dask's tree step) is not needed:
     the partials along the reduced axes are aggregated in one call."""
-    node, chunks = node_of(arr)
-    axes = normalize_axis_tuple(
-        tuple(range(node.ndim)) if axis is None else axis, node.ndim
-    )  # type: ignore[arg-type]
+    node, _ = node_of(arr)
+    axes = normalize_axis_tuple(tuple(range(node.ndim)) if axis is None else axis, node.ndim)
     index = tuple(range(node.ndim))
-    one_each = {a: 1 for a in axes}
+    one_each: dict[Hashable, Any] = dict.fromkeys(axes, 1)
     partials = blockwise(
         _Partial(func, axes), index, arr, index, dtype=dtype, adjust_chunks=one_each
     )
@@ -125,7 +122,8 @@ def scan(
     dtype = np.dtype(dtype if dtype is not None else node.dtype)
     index = tuple(range(node.ndim))
     total = _Partial(preop, (axis,)) if preop is not None else _Partial(_Last(func, dtype), (axis,))
-    totals = blockwise(total, index, arr, index, dtype=dtype, adjust_chunks={axis: 1})
+    one: dict[Hashable, Any] = {axis: 1}
+    totals = blockwise(total, index, arr, index, dtype=dtype, adjust_chunks=one)
     per_block = np.asarray(totals.compute())
     carries = np.empty_like(per_block)
     carry = np.full_like(np.take(per_block, [0], axis=axis), ident)

@@ -158,7 +158,10 @@ class Blockwise(Node):
             result: np.ndarray = last[1]
             return result
         at = dict(zip(self.out_index, index, strict=True))
-        args = [self._argument(o, edges, at, reads) for o, edges in zip(self.operands, self._in_bounds, strict=True)]
+        args = [
+            self._argument(o, edges, at, reads)
+            for o, edges in zip(self.operands, self._in_bounds, strict=True)
+        ]
         result = np.asarray(self.function(*args, **self.kwargs))
         expected = tuple(self.out_chunks[axis][i] for axis, i in enumerate(index))
         if result.shape != expected:

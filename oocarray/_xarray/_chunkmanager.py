@@ -24,7 +24,6 @@ from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 from oocarray._compute import ChunkedArray, Expr, from_numpy, temp
 from oocarray._xarray import _block_calls, _block_scans, _distributed
 from oocarray._xarray._lazy import OOCLazyArray, unwrap, wrap
-from oocarray._xarray._missing import missing
 from oocarray._xarray._unwrap import stored_source
 
 

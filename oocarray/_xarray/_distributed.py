@@ -38,7 +38,7 @@ def active_client(given: Any) -> Any:
     import distributed
 
     try:
-        return distributed.default_client()
+        return distributed.default_client()  # type: ignore[no-untyped-call]
     except ValueError:
         return None
 
@@ -80,7 +80,7 @@ def _run(
             futures.append(future)
         return futures
 
-    pending = distributed.as_completed(submit(window), loop=client.loop)
+    pending = distributed.as_completed(submit(window), loop=client.loop)  # type: ignore[no-untyped-call]
     failure: Exception | None = None
     for future in pending:
         i = index_of.pop(future)
@@ -91,7 +91,7 @@ def _run(
             continue
         done(i, result)
         if failure is None:
-            pending.update(submit(1))
+            pending.update(submit(1))  # type: ignore[no-untyped-call]
     if failure is not None:
         raise failure
 

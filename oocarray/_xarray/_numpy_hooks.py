@@ -54,7 +54,9 @@ class SlidingWindows(Node):
             self.part.evaluate(tuple(wanted), reads), tuple(s.stop - s.start for s in wanted)
         )
         view = np.lib.stride_tricks.sliding_window_view(block, self.windows, axis=self.axes)
-        return view[(Ellipsis, *window_spans)]
+        key: tuple[Any, ...] = (Ellipsis, *window_spans)
+        windows: np.ndarray = view[key]
+        return windows
 
 
 def sliding_window_view(
@@ -64,7 +66,7 @@ def sliding_window_view(
     shape = (window_shape,) if np.isscalar(window_shape) else tuple(window_shape)
     if axis is None:
         axis = tuple(range(len(shape)))
-    axes = normalize_axis_tuple(axis, node.ndim)  # type: ignore[arg-type]
+    axes = normalize_axis_tuple(axis, node.ndim)
     if len(set(axes)) != len(axes):
         raise NotImplementedError("sliding_window_view over one axis twice on oocarray arrays")
     return Expr(SlidingWindows(node, tuple(int(w) for w in shape), axes))
@@ -80,7 +82,9 @@ def einsum(subscripts: str, *operands: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("einsum with '...' and no output subscripts on oocarray arrays")
     inputs, output = text.split("->")
     terms = inputs.split(",")
-    extras = [len(np.shape(o)) - len(t.replace("...", "")) for t, o in zip(terms, operands, strict=True)]
+    extras = [
+        len(np.shape(o)) - len(t.replace("...", "")) for t, o in zip(terms, operands, strict=True)
+    ]
     widest = max(extras)
     letters = [c for c in string.ascii_letters if c not in text][:widest]
     if len(letters) < widest:
@@ -89,8 +93,8 @@ def einsum(subscripts: str, *operands: Any, **kwargs: Any) -> Any:
         t.replace("...", "".join(letters[widest - k :])) for t, k in zip(terms, extras, strict=True)
     ]
     result = output.replace("...", "".join(letters))
-    operands, spelled = _sum_lone_axes(list(operands), spelled, result)
-    return np.einsum(",".join(spelled) + "->" + result, *operands, **kwargs)
+    arrays, spelled = _sum_lone_axes(list(operands), spelled, result)
+    return np.einsum(",".join(spelled) + "->" + result, *arrays, **kwargs)
 
 
 def _sum_lone_axes(
