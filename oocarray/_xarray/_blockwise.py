@@ -8,8 +8,8 @@ regions of its inputs that block reads (an input's whole axis where the function
 Inputs are trees, so any region of them can be evaluated: no rechunk is ever written first.
 
 The engine asks for regions on the grid of :meth:`Blockwise.chunks`; a region cutting a block
-computes that block once per worker thread (the last block is kept), so irregular output blocks
-stay correct, at some cost.
+computes the whole block (kept for the rest of that region's evaluation, with its
+``BlockReads``), so irregular output blocks stay correct, at some cost.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -95,7 +96,8 @@ class Blockwise(Node):
             None if o.chunks is None else [bounds(sizes) for sizes in o.chunks]
             for o in self.operands
         ]
-        self._last = threading.local()
+        self._kept: weakref.WeakKeyDictionary[BlockReads, dict[tuple[int, ...], np.ndarray]]
+        self._kept, self._lock = weakref.WeakKeyDictionary(), threading.Lock()
 
     def _check(self) -> None:
         blocks = dict(zip(self.out_index, (len(c) for c in self.out_chunks), strict=True))
@@ -113,12 +115,12 @@ class Blockwise(Node):
                     )
 
     def __getstate__(self) -> dict[str, Any]:
-        # The kept block is per thread and per process: it never travels.
-        return {**self.__dict__, "_last": None}
+        # Kept blocks belong to evaluations in this process: they never travel.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_kept", "_lock")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._last = threading.local()
+        self._kept, self._lock = weakref.WeakKeyDictionary(), threading.Lock()
 
     def children(self) -> Sequence[Node]:
         return [o.value for o in self.operands if isinstance(o.value, Node)]
@@ -153,10 +155,10 @@ class Blockwise(Node):
         )
 
     def _block(self, index: tuple[int, ...], reads: BlockReads) -> np.ndarray:
-        last = getattr(self._last, "block", None)
-        if last is not None and last[0] == index:
-            result: np.ndarray = last[1]
-            return result
+        with self._lock:
+            kept = self._kept.get(reads)
+        if kept is not None and index in kept:
+            return kept[index]
         at = dict(zip(self.out_index, index, strict=True))
         args = [
             self._argument(o, edges, at, reads)
@@ -173,7 +175,8 @@ class Blockwise(Node):
                 )
             result = result.reshape(expected)
         result = result.astype(self.dtype, copy=False)
-        self._last.block = (index, result)
+        with self._lock:  # kept while this evaluation's reads live (one engine block)
+            self._kept.setdefault(reads, {})[index] = result
         return result
 
     @staticmethod
