@@ -49,11 +49,15 @@ def _chunk_shape(lazy: ChunkedArray | Expr) -> tuple[int, ...]:
     return tuple(lazy.shape)
 
 
+def _is_full_slice(k: Any) -> bool:
+    """``slice(None)`` or a spelling of it (``rolling`` selects ``slice(None, None, 1)``)."""
+    return isinstance(k, slice) and k.start in (None, 0) and k.stop is None and k.step in (None, 1)
+
+
 def _is_whole(key: Any, ndim: int) -> bool:
     key = key if isinstance(key, tuple) else (key,)
-    return all(k is Ellipsis or (isinstance(k, slice) and k == slice(None)) for k in key) and len(
-        key
-    ) <= max(ndim, 1)
+    named = sum(k is not Ellipsis for k in key)  # (an Ellipsis may stand for no axis)
+    return all(k is Ellipsis or _is_full_slice(k) for k in key) and named <= max(ndim, 1)
 
 
 def _positions(key: Any, shape: tuple[int, ...]) -> list[tuple[np.ndarray, bool]]:

@@ -58,6 +58,8 @@ def test_the_windows_are_lazy() -> None:
     windows = ooc.t2m.rolling(time=3).construct("window")
     assert isinstance(windows.data, OOCLazyArray)
     assert windows.shape == (730, 6, 8, 3)
+    # rolling selects every window with slice(None, None, 1): that is the array, not a copy
+    assert windows.isel(time=slice(None, None, 1)).data.lazy is windows.data.lazy
 
 
 @pytest.mark.parametrize(
