@@ -11,6 +11,17 @@ Examples
 >>> ds = xr.Dataset({"t": ("x", np.arange(8.0))}).chunk(x=4, chunked_array_type="oocarray")
 >>> float((ds.t * 2).mean().compute())
 7.0
+
+Functions written for dask's blocks run block by block, core dimensions whole in each call:
+
+>>> cube = xr.DataArray(np.arange(24.0).reshape(4, 6), dims=("time", "x"))
+>>> cube = cube.chunk(time=2, chunked_array_type="oocarray")
+>>> norm = xr.apply_ufunc(np.linalg.norm, cube, input_core_dims=[["x"]],
+...                       kwargs={"axis": -1}, dask="parallelized", output_dtypes=[float])
+>>> np.round(norm.values, 2).tolist()
+[7.42, 20.64, 35.13, 49.8]
+>>> cube.rolling(time=2).mean().isel(x=0).values.tolist()
+[nan, 3.0, 9.0, 15.0]
 """
 
 from __future__ import annotations
