@@ -1,5 +1,5 @@
-"""The chunk manager as xarray's own chunk-manager tests check one (the patterns of
-``xarray/tests/test_parallelcompat.py``): found by name, by option and by array, in-memory
+"""The chunk manager as xarray's own chunk-manager tests check one (the patterns of xarray's
+test_parallelcompat module, in its repository): found by name, by option and by array, in-memory
 arrays ignored, mixed with dask refused, and ``Variable.chunk`` / ``compute`` through it."""
 
 from __future__ import annotations
