@@ -27,6 +27,9 @@ def client() -> Iterator[distributed.Client]:
         processes=True,
         host="127.0.0.1",
         dashboard_address=None,
+        # The scheduler's HTTP server runs anyway: on a free port, since its default (8787)
+        # warns when another cluster on this machine holds it.
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
     )
     # Not the default scheduler: other tests' computations stay local.
     with distributed.Client(cluster, set_as_default=False) as c:
