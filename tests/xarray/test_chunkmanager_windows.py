@@ -38,6 +38,8 @@ WEIGHTS = xr.DataArray(np.cos(np.deg2rad(np.linspace(-50, 50, 6))), dims="lat")
         lambda ds: ds.t2m.rolling(time=3, lat=2).mean(),
         lambda ds: ds.t2m.rolling(time=80).std(),  # a window longer than a chunk
         lambda ds: ds.t2m.rolling(time=3).construct("window").isel(window=0),
+        lambda ds: ds.rolling(time=4, center=True, min_periods=1).mean().t2m,
+        lambda ds: ds.t2m.coarsen(time=5, boundary="trim").mean(),
         lambda ds: ds.t2m.weighted(WEIGHTS).mean("lat"),
         lambda ds: ds.t2m.weighted(WEIGHTS).sum(("lat", "lon")),
         lambda ds: ds.weighted(WEIGHTS).mean(("lat", "lon")).t2m,
