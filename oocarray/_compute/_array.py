@@ -34,6 +34,7 @@ from oocarray._compute._reductions import Reductions
 from oocarray._compute._reshape import ravel, reshape, squeeze
 from oocarray._compute._standard import StandardArray
 from oocarray._compute._temporaries import use_array_type
+from oocarray._compute._to_xarray import to_xarray
 from oocarray._memory import active_manager, system
 from oocarray._storage import StoredArray, create, temp
 from oocarray._storage._objects._urls import Remote, locate
@@ -468,6 +469,24 @@ class LazyArray(Reductions, StandardArray):
         array([0.        , 1.        , 1.41421356, 1.73205081])
         """
         return Expr(_build.map_blocks(function, self._tree(), *_unwrap(others), dtype=dtype))
+
+    def to_xarray(self, name: str | None = None, dims: Any = None) -> Any:
+        """A lazy ``xarray.DataArray`` over this array, computed by oocarray's chunk manager
+        (``chunked_array_type="oocarray"``): its operations stream in the active budget.
+
+        ``dims`` default to the stored dimension names (zarr ``dimension_names`` or
+        ``_ARRAY_DIMENSIONS``), else ``dim_0``, ...; the stored attributes become ``attrs``.
+        Nothing is read.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
+        >>> da = x.to_xarray(name="t")
+        >>> da.dims, float(da.sum("dim_1").max())
+        (('dim_0', 'dim_1'), 12.0)
+        """
+        return to_xarray(self, name=name, dims=dims)
 
     # -- materialising --------------------------------------------------------------------
     def compute(self, progress: bool = True) -> Any:

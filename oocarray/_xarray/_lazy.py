@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import ChunkedArray, Expr
+from oocarray._xarray._numpy_hooks import HOOKS
 
 
 def wrap(value: Any) -> Any:
@@ -48,11 +49,15 @@ def _chunk_shape(lazy: ChunkedArray | Expr) -> tuple[int, ...]:
     return tuple(lazy.shape)
 
 
+def _is_full_slice(k: Any) -> bool:
+    """``slice(None)`` or a spelling of it (``rolling`` selects ``slice(None, None, 1)``)."""
+    return isinstance(k, slice) and k.start in (None, 0) and k.stop is None and k.step in (None, 1)
+
+
 def _is_whole(key: Any, ndim: int) -> bool:
     key = key if isinstance(key, tuple) else (key,)
-    return all(k is Ellipsis or (isinstance(k, slice) and k == slice(None)) for k in key) and len(
-        key
-    ) <= max(ndim, 1)
+    named = sum(k is not Ellipsis for k in key)  # (an Ellipsis may stand for no axis)
+    return all(k is Ellipsis or _is_full_slice(k) for k in key) and named <= max(ndim, 1)
 
 
 def _positions(key: Any, shape: tuple[int, ...]) -> list[tuple[np.ndarray, bool]]:
@@ -158,6 +163,9 @@ class OOCLazyArray:
 
     @property
     def chunks(self) -> tuple[tuple[int, ...], ...]:
+        declared = getattr(getattr(self.lazy, "_node", None), "out_chunks", None)
+        if declared is not None:  # a blockwise result (_blockwise.py) knows its own blocks
+            return tuple(declared)
         return regular_chunks(self.shape, _chunk_shape(self.lazy))
 
     def __len__(self) -> int:
@@ -189,7 +197,7 @@ class OOCLazyArray:
         if func is np.result_type:  # needs dtypes only; the chunked arrays refuse it
             return np.result_type(*(a.dtype if isinstance(a, OOCLazyArray) else a for a in args))
         args, kwargs = unwrap(args), {k: unwrap(v) for k, v in kwargs.items()}
-        result = func(*args, **kwargs)
+        result = HOOKS.get(func, func)(*args, **kwargs)  # (xarray's calls the compute layer lacks)
         if isinstance(result, tuple):
             return tuple(wrap(r) for r in result)
         return wrap(result)
