@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import ChunkedArray, Expr
+from oocarray._compute._outer import outer_take
 
 
 def wrap(value: Any) -> Any:
@@ -83,42 +84,9 @@ def _positions(key: Any, shape: tuple[int, ...]) -> list[tuple[np.ndarray, bool]
     return out
 
 
-def _select(lazy: ChunkedArray | Expr, key: Any) -> ChunkedArray:
-    from oocarray._compute import from_numpy, temp
-
-    axes = _positions(key, tuple(lazy.shape))
-    kept = [i for i, (_, dropped) in enumerate(axes) if not dropped]
-    out_shape = tuple(len(axes[i][0]) for i in kept)
-    chunk = _chunk_shape(lazy)
-    if 0 in out_shape or not out_shape:
-        return from_numpy(np.asarray(_read(lazy, axes)).reshape(out_shape))
-    band = max(int(chunk[0]), 1)
-    out = temp(out_shape, lazy.dtype, tuple(max(min(chunk[i], len(axes[i][0])), 1) for i in kept))
-    first = axes[0][0]
-    for start in range(0, len(first), band):
-        rows = first[start : start + band]
-        block = _read(lazy, [(rows, axes[0][1]), *axes[1:]])
-        if axes[0][1]:
-            out[...] = block
-        else:
-            out[start : start + len(rows)] = block
-    return out
-
-
-def _read(lazy: ChunkedArray | Expr, axes: list[tuple[np.ndarray, bool]]) -> np.ndarray:
-    """The selected values of one band, reading runs of consecutive first-axis positions."""
-    rows = axes[0][0]
-    bounds = [slice(int(p.min()), int(p.max()) + 1) for p, _ in axes[1:]]
-    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-    parts = []
-    for run in np.split(rows, breaks):
-        region = np.asarray(lazy[(slice(int(run[0]), int(run[-1]) + 1), *bounds)])
-        for axis, ((p, _), b) in enumerate(zip(axes[1:], bounds, strict=True), start=1):
-            region = np.take(region, p - b.start, axis=axis)
-        parts.append(region)
-    values = np.concatenate(parts, axis=0)
-    dropped = tuple(i for i, (_, d) in enumerate(axes) if d)
-    return values.reshape(tuple(n for i, n in enumerate(values.shape) if i not in dropped))
+def _select(lazy: ChunkedArray | Expr, key: Any) -> Expr:
+    """The outer selection ``key`` of ``lazy`` as a lazy gather (nothing read or copied)."""
+    return outer_take(lazy, _positions(key, tuple(lazy.shape)))
 
 
 class OOCLazyArray:
@@ -176,8 +144,8 @@ class OOCLazyArray:
 
     def __getitem__(self, key: Any) -> OOCLazyArray:
         """The selection (slices, integers, integer arrays per axis, as xarray's outer
-        indexing gives), copied band by band into a temporary chunked array: the parent's
-        values never sit in memory whole."""
+        indexing gives), lazily: a gather whose blocks read only the parent's windows they
+        need (a reduction of it streams the parent; nothing is copied ahead)."""
         if _is_whole(key, self.ndim):
             return self
         return OOCLazyArray(_select(self.lazy, key))
