@@ -13,7 +13,10 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import ChunkedArray, Expr
+from oocarray._compute._deferred import DEFERRABLE, defer
+from oocarray._compute._nodes import Constant
 from oocarray._compute._outer import outer_take
+from oocarray._compute._reshape import expand_dims
 
 
 def wrap(value: Any) -> Any:
@@ -85,8 +88,50 @@ def _positions(key: Any, shape: tuple[int, ...]) -> list[tuple[np.ndarray, bool]
 
 
 def _select(lazy: ChunkedArray | Expr, key: Any) -> Expr:
-    """The outer selection ``key`` of ``lazy`` as a lazy gather (nothing read or copied)."""
-    return outer_take(lazy, _positions(key, tuple(lazy.shape)))
+    """The outer selection ``key`` of ``lazy`` as a lazy gather (nothing read or copied);
+    ``None`` entries add axes of length 1 (xarray's ``set_dims`` broadcasts so)."""
+    key = key if isinstance(key, tuple) else (key,)
+    if not any(k is None for k in key):
+        return outer_take(lazy, _positions(key, tuple(lazy.shape)))
+    named = sum(1 for k in key if k is not None and k is not Ellipsis)
+    expanded: list[Any] = []
+    for k in key:
+        expanded.extend([slice(None)] * (lazy.ndim - named) if k is Ellipsis else [k])
+    new_axes, position = [], 0
+    for k in expanded:
+        if k is None:
+            new_axes.append(position)
+        if k is None or not _is_integer(k):
+            position += 1
+    real = tuple(k for k in expanded if k is not None)
+    taken = outer_take(lazy, _positions(real, tuple(lazy.shape)))
+    return Expr(expand_dims(taken._tree(), tuple(new_axes)))
+
+
+def _is_integer(key: Any) -> bool:
+    return not isinstance(key, bool) and (
+        isinstance(key, int | np.integer)
+        or (isinstance(key, np.ndarray) and key.ndim == 0 and key.dtype.kind in "iu")
+    )
+
+
+_REDUCTION_OPTIONS = frozenset(("axis", "dtype", "keepdims", "ddof", "out"))
+
+
+def _deferred(func: Any, args: Any, kwargs: dict[str, Any]) -> Expr | None:
+    """A NumPy reduction of one lazy array kept lazy (an expression over a deferred
+    reduction), as dask keeps it: xarray reduces a groupby group by group, and the groups'
+    reductions then run together, in one pass over their input, when the values are asked
+    for.  None: not a reduction oocarray defers (it runs as before)."""
+    name = getattr(func, "__name__", "")
+    if name not in DEFERRABLE or getattr(np, name, None) is not func or len(args) != 1:
+        return None
+    if not isinstance(args[0], ChunkedArray | Expr) or set(kwargs) - _REDUCTION_OPTIONS:
+        return None
+    if kwargs.get("out") is not None:
+        return None
+    options = {k: v for k, v in kwargs.items() if k != "out" and v is not np._NoValue}
+    return Expr(defer(name, args[0]._tree(), **options))
 
 
 class OOCLazyArray:
@@ -128,6 +173,22 @@ class OOCLazyArray:
     def chunks(self) -> tuple[tuple[int, ...], ...]:
         return regular_chunks(self.shape, _chunk_shape(self.lazy))
 
+    @property
+    def real(self) -> OOCLazyArray:
+        """The real part of real data: itself.  (``real`` and ``imag`` mark this as a duck
+        array to xarray's ``NamedArray``, which would otherwise load a reduction's result;
+        complex data has neither, lazily, so xarray loads those.)"""
+        if self.dtype.kind == "c":
+            raise AttributeError("the real part of complex oocarray data is not lazy")
+        return self
+
+    @property
+    def imag(self) -> OOCLazyArray:
+        """The imaginary part of real data: zeros (a constant, never allocated whole)."""
+        if self.dtype.kind == "c":
+            raise AttributeError("the imaginary part of complex oocarray data is not lazy")
+        return OOCLazyArray(Expr(Constant(np.zeros((), self.dtype), self.shape)))
+
     def __len__(self) -> int:
         return self.shape[0]
 
@@ -157,6 +218,9 @@ class OOCLazyArray:
         if func is np.result_type:  # needs dtypes only; the chunked arrays refuse it
             return np.result_type(*(a.dtype if isinstance(a, OOCLazyArray) else a for a in args))
         args, kwargs = unwrap(args), {k: unwrap(v) for k, v in kwargs.items()}
+        deferred = _deferred(func, args, kwargs)
+        if deferred is not None:
+            return wrap(deferred)
         result = func(*args, **kwargs)
         if isinstance(result, tuple):
             return tuple(wrap(r) for r in result)
