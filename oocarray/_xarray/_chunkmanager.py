@@ -23,6 +23,7 @@ from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 
 from oocarray._compute import ChunkedArray, Expr, from_numpy, temp
 from oocarray._xarray._lazy import OOCLazyArray, unwrap, wrap
+from oocarray._xarray._store import store_in_parallel
 from oocarray._xarray._unwrap import stored_source
 
 
@@ -174,6 +175,8 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
         regions = kwargs.get("regions") or [None] * len(sources)
         for source, target, region in zip(sources, targets, regions, strict=True):
             lazy = wrap(unwrap(source))
+            if store_in_parallel(lazy, target, region, kwargs.get("lock")):
+                continue  # written on every core; else block by block below
             offset = region or tuple(slice(0, n) for n in lazy.shape)
             for block in _block_regions(lazy.chunks):
                 placed = tuple(

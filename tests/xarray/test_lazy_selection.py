@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oocarray as oc
@@ -60,6 +60,7 @@ def _numpy_outer(values: np.ndarray, key: tuple[object, ...]) -> np.ndarray:
     return out
 
 
+@settings(deadline=None, max_examples=60)  # the machine's speed must not fail a test
 @given(outer_keys())
 def test_selection_equals_numpy_on_every_axis(key: tuple[object, ...]) -> None:
     selected = _lazy()[key]
@@ -77,6 +78,14 @@ def test_selection_is_lazy_and_reduces_like_numpy() -> None:
     np.testing.assert_array_equal(np.asarray(selected), expected)
     np.testing.assert_allclose(np.asarray(np.nanmean(selected, axis=0)), expected.mean(axis=0))
     np.testing.assert_allclose(np.asarray(selected * 2 - 1), expected * 2 - 1)
+
+
+def test_none_in_a_key_adds_axes_lazily() -> None:
+    x = _lazy()
+    for key in [(None, Ellipsis), (Ellipsis, None), (1, None), (None, 2, None, slice(1, 4))]:
+        selected = x[key]
+        assert isinstance(selected.lazy, oc.Expr)
+        np.testing.assert_array_equal(np.asarray(selected), VALUES[key])
 
 
 def test_outer_take_refuses_positions_out_of_range() -> None:
@@ -134,3 +143,19 @@ def test_groupby_of_unsorted_groups_equals_dask(cube_path: Path) -> None:
         ours_std = ooc.t2m.groupby("time.season").std().compute()
     xr.testing.assert_allclose(ours, dask.t2m.groupby("band").max().compute())
     xr.testing.assert_allclose(ours_std, dask.t2m.groupby("time.season").std().compute(), rtol=1e-4)
+
+
+def test_to_zarr_appends_at_offsets_that_do_not_line_up_with_the_chunks(
+    cube_path: Path, tmp_path: Path
+) -> None:
+    dask = xr.open_zarr(cube_path, consolidated=False)
+    ooc = xr.open_zarr(cube_path, chunks={}, chunked_array_type="oocarray", consolidated=False)
+    out = tmp_path / "appended.zarr"
+    with oc.Manager(max_bytes="512k"):
+        first = ooc.isel(time=slice(0, 45)).drop_encoding()
+        first.to_zarr(out, consolidated=False, encoding={"t2m": {"chunks": (30, 8, 24)}})
+        ooc.isel(time=slice(45, 200)).drop_encoding().to_zarr(
+            out, append_dim="time", consolidated=False
+        )
+    written = xr.open_zarr(out, consolidated=False).compute()
+    xr.testing.assert_identical(written.t2m, dask.t2m.isel(time=slice(0, 200)).compute())
