@@ -135,8 +135,8 @@ def _pending(roots: Iterable[Node]) -> list[Deferred]:
 class GatheredRows(Reduction):
     """``inner`` (a reduction of a gather along reduced axis ``axis``) evaluated on the
     gather's input: each input block gives the inner reduction only the rows the gather picks
-    (in the gather's order, repeats included), so several gathers of one input share its
-    pass.  The inner reduction's partials and result are unchanged."""
+    (in input order, repeats included: these reductions ignore order), so several gathers of
+    one input share its pass.  The inner reduction's partials and result are unchanged."""
 
     def __init__(self, inner: Reduction, part: Node, axis: int, positions: np.ndarray) -> None:
         super().__init__(inner.name, part, inner.axes, inner.keepdims)
@@ -157,9 +157,8 @@ class GatheredRows(Reduction):
         if not len(rows):
             return None
         before = (slice(None),) * self.axis
-        first, last = int(rows[0]), int(rows[-1])
-        if last - first + 1 == len(rows):  # one run of rows (the usual group): a view
-            picked = block[(*before, slice(first, last + 1))]
+        if bool((np.diff(rows) == 1).all()):  # one run of rows (the usual group): a view
+            picked = block[(*before, slice(int(rows[0]), int(rows[-1]) + 1))]
         else:
             picked = np.take(block, rows, axis=self.axis)
         inner_region = (*region[: self.axis], slice(0, len(rows)), *region[self.axis + 1 :])
