@@ -22,7 +22,7 @@ import numpy as np
 from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 
 from oocarray._compute import ChunkedArray, Expr, from_numpy, temp
-from oocarray._xarray._lazy import OOCLazyArray, unwrap, wrap
+from oocarray._xarray._lazy import OOCLazyArray, resolve_pending, unwrap, wrap
 from oocarray._xarray._store import store_in_parallel
 from oocarray._xarray._unwrap import stored_source
 
@@ -120,6 +120,7 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
 
     def compute(self, *data: Any, **kwargs: Any) -> Any:
         """NumPy arrays for each input, evaluated by oocarray's streaming engine."""
+        resolve_pending(*data)  # the reductions deferred in all of them, in shared passes
         return tuple(np.asarray(unwrap(d)) for d in data)
 
     @property

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import ChunkedArray, Expr
-from oocarray._compute._deferred import DEFERRABLE, defer
-from oocarray._compute._nodes import Constant
+from oocarray._compute._deferred import DEFERRABLE, defer, resolve
+from oocarray._compute._nodes import Constant, as_node
 from oocarray._compute._outer import outer_take
 from oocarray._compute._reshape import expand_dims
 
@@ -113,6 +113,13 @@ def _is_integer(key: Any) -> bool:
         isinstance(key, int | np.integer)
         or (isinstance(key, np.ndarray) and key.ndim == 0 and key.dtype.kind in "iu")
     )
+
+
+def resolve_pending(*data: Any) -> None:
+    """Evaluates the deferred reductions inside every value of ``data`` together (one pass
+    per input shared by all of them: a Dataset's variables' groupby reductions at once)."""
+    roots = [as_node(v._tree()) for v in unwrap(data) if isinstance(v, ChunkedArray | Expr)]
+    resolve(roots)
 
 
 _REDUCTION_OPTIONS = frozenset(("axis", "dtype", "keepdims", "ddof", "out"))

@@ -159,3 +159,14 @@ def test_to_zarr_appends_at_offsets_that_do_not_line_up_with_the_chunks(
         )
     written = xr.open_zarr(out, consolidated=False).compute()
     xr.testing.assert_identical(written.t2m, dask.t2m.isel(time=slice(0, 200)).compute())
+
+
+def test_a_datasets_grouped_reductions_compute_together_equal_to_dask(cube_path: Path) -> None:
+    dask = xr.open_zarr(cube_path, consolidated=False)
+    ooc = xr.open_zarr(cube_path, chunks={}, chunked_array_type="oocarray", consolidated=False)
+    dask["t2"], ooc["t2"] = dask.t2m * 2, ooc.t2m * 2
+    with oc.Manager(max_bytes="512k"):
+        grouped = ooc.groupby("time.month").mean()
+        assert isinstance(grouped.t2.data, OOCLazyArray)  # lazy until computed, as with dask
+        ours = grouped.compute()
+    xr.testing.assert_allclose(ours, dask.groupby("time.month").mean().compute(), rtol=1e-5)
