@@ -3,7 +3,9 @@
 xarray indexes chunked data with ``array[key]``, but oocarray's ``ChunkedArray`` and ``Expr``
 read eagerly on ``[]`` (a public contract).  :class:`OOCLazyArray` wraps one of them and keeps
 every operation lazy: operators, ufuncs and NumPy functions give another ``OOCLazyArray``;
-whole-array keys give the array itself; other keys raise a clear error instead of loading.
+NumPy reductions give one over a deferred reduction (evaluated with the others pending when
+values are asked for: a groupby's groups in one pass); slices, integers and integer arrays
+give a lazy gather; other keys raise a clear error instead of loading.
 """
 
 from __future__ import annotations
