@@ -199,7 +199,20 @@ class OOCLazyArray:
         return OOCLazyArray(Expr(Constant(np.zeros((), self.dtype), self.shape)))
 
     def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object")
         return self.shape[0]
+
+    # Python scalars of a one-element array evaluate it, as dask's do (xarray's equality
+    # checks call bool() on a deferred ``all``).
+    def __bool__(self) -> bool:
+        return bool(self.compute())
+
+    def __float__(self) -> float:
+        return float(self.compute())
+
+    def __int__(self) -> int:
+        return int(self.compute())
 
     def __repr__(self) -> str:
         return f"OOCLazyArray({self.lazy!r})"

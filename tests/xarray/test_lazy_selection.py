@@ -88,6 +88,17 @@ def test_none_in_a_key_adds_axes_lazily() -> None:
         np.testing.assert_array_equal(np.asarray(selected), VALUES[key])
 
 
+def test_reductions_stay_lazy_and_give_python_scalars() -> None:
+    x = _lazy()
+    total = np.sum(x)
+    assert isinstance(total, OOCLazyArray) and total.shape == ()
+    assert float(total) == VALUES.sum() and int(total) == int(VALUES.sum())
+    assert bool(np.all(x >= 0)) and not bool(np.any(x < 0))
+    np.testing.assert_allclose(np.asarray(x - np.mean(x, axis=0)), VALUES - VALUES.mean(axis=0))
+    with pytest.raises(TypeError, match="unsized"):
+        len(total)
+
+
 def test_outer_take_refuses_positions_out_of_range() -> None:
     x = oc.from_numpy(np.arange(4.0), chunks=2)
     with pytest.raises(IndexError, match="out of range"):
