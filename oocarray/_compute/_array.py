@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import _build
+from oocarray._compute._deferred import resolve
 from oocarray._compute._engine import StoreTarget, budget_left, evaluate
 from oocarray._compute._masks import masked
 from oocarray._compute._nodes import BlockReads, Node, as_node
@@ -805,6 +806,7 @@ class Expr(LazyArray):
         if 0 in shape:
             block = np.empty(shape, self.dtype)
         else:
+            resolve([self._node], progress=False)  # reductions kept lazy inside, together
             block = np.broadcast_to(self._node.evaluate(region, BlockReads()), shape)
         for axis in reversed(range(len(picks))):
             block = np.take(block, picks[axis], axis=axis)
@@ -815,6 +817,7 @@ class Expr(LazyArray):
             raise ValueError(
                 "an expression has no memory to view: np.asarray(expr, copy=False) is impossible"
             )
+        resolve([self._node])  # reductions kept lazy inside, together, before any block
         out = np.empty(self.shape, self.dtype)
 
         def write(region: tuple[slice, ...], block: np.ndarray) -> None:
@@ -927,6 +930,8 @@ def compute(*items: Any, progress: bool = True) -> tuple[Any, ...]:
     reductions: list[Any] = []
     stores: list[StoreTarget] = []
     results: list[Any] = []
+    # Reductions kept lazy inside the expressions (xarray's groupby) first, all in one pass.
+    resolve([as_node(item._tree()) for item in items if isinstance(item, LazyArray)], progress)
     for item in items:
         if isinstance(item, LazyResult):
             reductions.append(item.reduction())
@@ -941,6 +946,7 @@ def compute(*items: Any, progress: bool = True) -> tuple[Any, ...]:
                 "oc.compute takes lazy results (compute=False) and expressions, got "
                 f"{type(item).__name__}"
             )
+    resolve([r.expr for r in reductions if r is not None], progress)
     evaluate([r for r in reductions if r is not None], stores, progress)
     return tuple(
         result if reduction is None else reduction.finish()

@@ -34,7 +34,8 @@ from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 
 from oocarray._compute import ChunkedArray, Expr, from_numpy, temp
 from oocarray._xarray import _block_calls, _block_scans, _distributed
-from oocarray._xarray._lazy import OOCLazyArray, unwrap, wrap
+from oocarray._xarray._lazy import OOCLazyArray, resolve_pending, unwrap, wrap
+from oocarray._xarray._store import store_in_parallel
 from oocarray._xarray._unwrap import stored_source
 
 
@@ -123,12 +124,14 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
         return _copy(lazy.lazy, blocks)
 
     def compute(self, *data: Any, client: Any = None, **kwargs: Any) -> Any:
-        """NumPy arrays for each input, evaluated by oocarray's streaming engine, or block by
-        block on a ``dask.distributed`` cluster when ``client`` is given (``ds.compute(
-        client=c)``) or a default client is active (each worker under its own budget:
-        register ``oocarray.dask.MemoryBudgetPlugin`` on it)."""
+        """NumPy arrays for each input, evaluated by oocarray's streaming engine (the
+        reductions deferred in all of them together, in shared passes), or block by block on
+        a ``dask.distributed`` cluster when ``client`` is given (``ds.compute(client=c)``) or
+        a default client is active (each worker under its own budget: register
+        ``oocarray.dask.MemoryBudgetPlugin`` on it)."""
         cluster = _distributed.active_client(client)
         if cluster is None:
+            resolve_pending(*data)
             return tuple(np.asarray(unwrap(d)) for d in data)
         results = []
         for item in data:
@@ -251,6 +254,8 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
         cluster = _distributed.active_client(client)
         for source, target, region in zip(sources, targets, regions, strict=True):
             lazy = wrap(unwrap(source))
+            if cluster is None and store_in_parallel(lazy, target, region, kwargs.get("lock")):
+                continue  # written on every core; else block by block below
             offset = region or tuple(slice(0, n) for n in lazy.shape)
             blocks = _block_regions(lazy.chunks)
             placed = [
