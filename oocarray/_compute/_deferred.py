@@ -16,6 +16,7 @@ the groups instead of once per group that touches it.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -52,7 +53,9 @@ class Deferred(Node):
         make: Callable[[], Reduction],
         shape: tuple[int, ...],
         dtype: np.dtype[Any],
+        quiet: bool = False,
     ) -> None:
+        self.quiet = quiet
         self.source = source
         self.make = make
         self.shape = tuple(shape)
@@ -87,9 +90,12 @@ def defer(
     keepdims: bool = False,
     dtype: Any = None,
     ddof: int = 0,
+    quiet: bool = False,
 ) -> Deferred:
     """The reduction ``name`` (a NumPy function name in :data:`DEFERRABLE`) of ``value`` as
-    a :class:`Deferred` node; bad arguments raise here, as NumPy would.
+    a :class:`Deferred` node; bad arguments raise here, as NumPy would.  ``quiet``: no
+    warning for cells with nothing to reduce (all-NaN slices), as xarray asks of its
+    nan-reductions (evaluated later, outside the ``catch_warnings`` of xarray's call).
 
     Examples
     --------
@@ -111,7 +117,7 @@ def defer(
 
     kept = first.kept_shape
     shape = kept if keepdims else tuple(n for i, n in enumerate(kept) if i not in first.axes)
-    return Deferred(source, make, shape, getattr(first, "result_dtype", source.dtype))
+    return Deferred(source, make, shape, getattr(first, "result_dtype", source.dtype), quiet)
 
 
 def _pending(roots: Iterable[Node]) -> list[Deferred]:
@@ -191,6 +197,10 @@ def gathered_rows(reduction: Reduction) -> Reduction:
     return GatheredRows(reduction, expr.part, axis, positions)
 
 
+# NumPy's warnings for cells with nothing to reduce (what quiet Deferred nodes leave out).
+_EMPTY_SLICE = r"(Mean of empty slice|Degrees of freedom <= 0 for slice)"
+
+
 def resolve(roots: Sequence[Node], progress: bool = True) -> None:
     """Evaluates every pending :class:`Deferred` of the trees ``roots`` in one call of the
     engine (reductions of one input share its pass); nested ones first."""
@@ -202,4 +212,7 @@ def resolve(roots: Sequence[Node], progress: bool = True) -> None:
     reductions = [node.make() for node in pending]
     evaluate([gathered_rows(r) for r in reductions], [], progress)
     for node, reduction in zip(pending, reductions, strict=True):
-        node.settle(reduction.finish())
+        with warnings.catch_warnings():
+            if node.quiet:
+                warnings.filterwarnings("ignore", _EMPTY_SLICE, RuntimeWarning)
+            node.settle(reduction.finish())

@@ -129,9 +129,10 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
         a ``dask.distributed`` cluster when ``client`` is given (``ds.compute(client=c)``) or
         a default client is active (each worker under its own budget: register
         ``oocarray.dask.MemoryBudgetPlugin`` on it)."""
+        # Deferred reductions first, here (each small; blocks on the workers read them held).
+        resolve_pending(*data)
         cluster = _distributed.active_client(client)
         if cluster is None:
-            resolve_pending(*data)
             return tuple(np.asarray(unwrap(d)) for d in data)
         results = []
         for item in data:

@@ -145,7 +145,8 @@ def _deferred(func: Any, args: Any, kwargs: dict[str, Any]) -> Expr | None:
     if kwargs.get("out") is not None:
         return None
     options = {k: v for k, v in kwargs.items() if k != "out" and v is not np._NoValue}
-    return Expr(defer(name, args[0]._tree(), **options))
+    # quiet: xarray's nan-reductions warn of no all-NaN slice (nor does dask's)
+    return Expr(defer(name, args[0]._tree(), **options, quiet=True))
 
 
 class OOCLazyArray:
