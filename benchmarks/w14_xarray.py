@@ -17,9 +17,11 @@ Sides, each in a fresh process (imports and opening untimed), rounds interleaved
 - **oocarray**: ``xr.open_dataset(path, engine="oocarray", chunks={},
   chunked_array_type="oocarray")`` inside ``oc.Manager(max_bytes="512M")``;
 - **dask**: ``xr.open_zarr(path)``, threaded scheduler;
-- **cubed**: ``xr.open_zarr(path, chunks={}, chunked_array_type="cubed")`` with a
-  ``cubed.Spec`` (work_dir in a temporary directory, ``allowed_mem`` 2 GB, the single-machine
-  threads executor).
+- **cubed**: ``xr.open_zarr(path, chunks={}, chunked_array_type="cubed")`` with one spec
+  for every array set through ``cubed.config`` (work_dir in a temporary directory,
+  ``allowed_mem`` 2 GB, the single-machine threads executor): a spec given to ``open_zarr``
+  alone would not reach the climatology xarray chunks for the grouped subtraction, and Cubed
+  refuses arrays of different specs.
 
 Each side's climatology and a sample of its anomaly store are checked equal (allclose) to the
 first side that succeeded.  Peak RSS is the process's ``ru_maxrss``.  A side that fails
@@ -75,10 +77,12 @@ ds = xr.open_zarr({path!r})
 """,
     "cubed": """
 import cubed
-spec = cubed.Spec(work_dir={work!r}, allowed_mem="2GB", executor_name="threads")
+# One spec for every array (the climatology xarray chunks for the grouped subtraction too):
+# Cubed refuses to combine arrays of different specs.
+cubed.config.set({{"spec": {{"work_dir": {work!r}, "allowed_mem": "2GB",
+                            "executor_name": "threads"}}}})
 xr.set_options(chunk_manager="cubed")
-ds = xr.open_zarr({path!r}, chunks={{}}, chunked_array_type="cubed",
-                  from_array_kwargs={{"spec": spec}})
+ds = xr.open_zarr({path!r}, chunks={{}}, chunked_array_type="cubed")
 """,
 }
 

@@ -5,7 +5,7 @@ of the same values:
 
 - **sort**: a 1-d float32 array of normal noise (2 GiB; ``--quick``: 64 MiB);
 - **percentile**: an (N, 256) float32 array of noisy measurements, chunks of 4096 rows
-  (2 GiB; ``--quick``: 64 MiB).
+  (2 GiB; ``--quick``: 64 MiB); the same array is sorted along its chunked axis 0.
 
 Every side runs in a fresh process (its peak RSS is its own), once per order, oocarray first
 then the peer, then the reverse; times are the mean of the two runs.  Sides:
@@ -13,13 +13,16 @@ then the peer, then the reverse; times are the mean of the two runs.  Sides:
 - sort: oocarray ``np.sort(x)`` inside ``oc.Manager(max_bytes=BUDGET)`` (an eighth of the
   data: the external merge sort, result a temporary chunked array) against ``np.sort(a)`` of
   the array loaded in RAM (load untimed, no budget);
+- sort along axis 0: oocarray ``np.sort(x, axis=0)`` of the (N, 256) array in the same
+  budget (blocks of whole columns sorted in RAM, the input staged once by block; result a
+  temporary chunked array) against ``np.sort(a, axis=0)`` in RAM;
 - percentile: oocarray ``np.percentile(x, [1, 50, 99], axis=0)`` in the same budget (exact:
   counting passes) against dask (``da.percentile`` of each column of ``da.from_zarr``, all
   computed together on threads; dask's percentile is approximate: it merges per-chunk
   percentiles) and against NumPy's ``np.percentile`` on ``x.as_ndarray()`` (pages of the
   store filled on touch) in the same budget, stopped after ``PAGED_LIMIT_S`` seconds.
 
-oocarray's results are checked: the sort at 1000 positions against NumPy's sort, the
+oocarray's results are checked: the sorts at 1000 positions against NumPy's sorts, the
 percentiles exactly against NumPy's on the loaded array (dask's are reported, not checked).
 
 Targets (issue 24): sort >= 0.5x the speed of ``np.sort`` in RAM (2 GiB in a 256 MiB
@@ -33,6 +36,7 @@ import json
 import os
 import shutil
 import tempfile
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +90,7 @@ def _write(directory: str, name: str, shape: tuple[int, ...], seed: int) -> tupl
     return zarr_path, npy_path
 
 
-def _code(side: str, workload: str, path: str, budget: int, positions: list[int]) -> str:
+def _code(side: str, workload: str, path: str, budget: int, positions: list[Any]) -> str:
     head = f"""
 import json, signal, time, numpy as np
 from benchmarks import _compute_data as cd
@@ -105,6 +109,12 @@ got = None
                 "    s = np.sort(x)\n"
                 "    got = [float(s[i]) for i in positions]\n"
             )
+        elif workload == "sort0":
+            body = (
+                "with oc.Manager(max_bytes=budget):\n"
+                "    s = np.sort(x, axis=0)\n"
+                "    got = [float(s[i, j]) for i, j in positions]\n"
+            )
         else:
             body = (
                 "with oc.Manager(max_bytes=budget):\n"
@@ -112,7 +122,7 @@ got = None
             )
     elif side == "numpy":
         head += "a = np.load(path.replace('.zarr', '.npy'))\n"
-        body = "s = np.sort(a)\n"
+        body = "s = np.sort(a, axis=0)\n" if workload == "sort0" else "s = np.sort(a)\n"
     elif side == "paged":
         head += "import oocarray as oc\nx = oc.open(path)\n"
         body = (
@@ -166,7 +176,7 @@ def run(quick: bool = False, nbytes: int | None = None) -> Result:
 
 
 def _pair(
-    workload: str, path: str, budget: int, peers: tuple[str, ...], positions: list[int]
+    workload: str, path: str, budget: int, peers: tuple[str, ...], positions: list[Any]
 ) -> tuple[dict[str, list[tuple[float, cd.Peak, object]]], list[list[str]]]:
     """Each side twice, in both orders; the runs and their table lines."""
     runs: dict[str, list[tuple[float, cd.Peak, object]]] = {s: [] for s in ("oocarray", *peers)}
@@ -224,7 +234,33 @@ def _run_in(directory: str, nbytes: int, budget: int) -> Result:
     # -- percentile ------------------------------------------------------------------------
     shape = (nbytes // (4 * COLUMNS), COLUMNS)
     path, npy = _write(directory, "columns", shape, seed=61)
-    expected_q = np.percentile(np.load(npy), QUANTILES, axis=0)
+    rng = np.random.default_rng(1)
+    cells = [
+        [int(i), int(j)]
+        for i, j in zip(
+            rng.integers(0, shape[0], SAMPLES), rng.integers(0, COLUMNS, SAMPLES), strict=True
+        )
+    ]
+    loaded = np.load(npy)
+    picked = np.sort(loaded, axis=0)[tuple(np.array(cells).T)]
+    expected_q = np.percentile(loaded, QUANTILES, axis=0)
+    del loaded
+    runs, lines = _pair("sort0", path, budget, ("numpy",), cells)
+    detail += lines
+    for _, _, got in runs["oocarray"]:
+        np.testing.assert_array_equal(np.asarray(got, np.float32), picked, "W16 sort axis 0")
+    ooc, peer = _mean(runs["oocarray"]), _mean(runs["numpy"])
+    rows.append(
+        TextRow(
+            "W16",
+            f"np.sort(x, axis=0) of {shape} float32 zstd (chunks of 4096 rows), {budget_text}",
+            format_seconds(ooc),
+            f"{format_seconds(peer)} (np.sort(a, axis=0) in RAM)",
+            f"{peer / ooc:.2f}x the speed",
+            "(no target)",
+            "",
+        )
+    )
     runs, lines = _pair("percentile", path, budget, ("dask", "paged"), [])
     detail += lines
     for _, _, got in runs["oocarray"]:

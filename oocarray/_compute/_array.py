@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import _build
+from oocarray._compute._deferred import resolve
 from oocarray._compute._engine import StoreTarget, budget_left, evaluate
 from oocarray._compute._masks import masked
 from oocarray._compute._nodes import BlockReads, Node, as_node
@@ -34,6 +35,7 @@ from oocarray._compute._reductions import Reductions
 from oocarray._compute._reshape import ravel, reshape, squeeze
 from oocarray._compute._standard import StandardArray
 from oocarray._compute._temporaries import use_array_type
+from oocarray._compute._to_xarray import to_xarray
 from oocarray._memory import active_manager, system
 from oocarray._storage import StoredArray, create, temp
 from oocarray._storage._objects._urls import Remote, locate
@@ -469,6 +471,24 @@ class LazyArray(Reductions, StandardArray):
         """
         return Expr(_build.map_blocks(function, self._tree(), *_unwrap(others), dtype=dtype))
 
+    def to_xarray(self, name: str | None = None, dims: Any = None) -> Any:
+        """A lazy ``xarray.DataArray`` over this array, computed by oocarray's chunk manager
+        (``chunked_array_type="oocarray"``): its operations stream in the active budget.
+
+        ``dims`` default to the stored dimension names (zarr ``dimension_names`` or
+        ``_ARRAY_DIMENSIONS``), else ``dim_0``, ...; the stored attributes become ``attrs``.
+        Nothing is read.
+
+        Examples
+        --------
+        >>> import numpy as np, oocarray as oc
+        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
+        >>> da = x.to_xarray(name="t")
+        >>> da.dims, float(da.sum("dim_1").max())
+        (('dim_0', 'dim_1'), 12.0)
+        """
+        return to_xarray(self, name=name, dims=dims)
+
     # -- materialising --------------------------------------------------------------------
     def compute(self, progress: bool = True) -> Any:
         """Evaluate the array.
@@ -786,6 +806,7 @@ class Expr(LazyArray):
         if 0 in shape:
             block = np.empty(shape, self.dtype)
         else:
+            resolve([self._node], progress=False)  # reductions kept lazy inside, together
             block = np.broadcast_to(self._node.evaluate(region, BlockReads()), shape)
         for axis in reversed(range(len(picks))):
             block = np.take(block, picks[axis], axis=axis)
@@ -796,6 +817,7 @@ class Expr(LazyArray):
             raise ValueError(
                 "an expression has no memory to view: np.asarray(expr, copy=False) is impossible"
             )
+        resolve([self._node])  # reductions kept lazy inside, together, before any block
         out = np.empty(self.shape, self.dtype)
 
         def write(region: tuple[slice, ...], block: np.ndarray) -> None:
@@ -908,6 +930,8 @@ def compute(*items: Any, progress: bool = True) -> tuple[Any, ...]:
     reductions: list[Any] = []
     stores: list[StoreTarget] = []
     results: list[Any] = []
+    # Reductions kept lazy inside the expressions (xarray's groupby) first, all in one pass.
+    resolve([as_node(item._tree()) for item in items if isinstance(item, LazyArray)], progress)
     for item in items:
         if isinstance(item, LazyResult):
             reductions.append(item.reduction())
@@ -922,6 +946,7 @@ def compute(*items: Any, progress: bool = True) -> tuple[Any, ...]:
                 "oc.compute takes lazy results (compute=False) and expressions, got "
                 f"{type(item).__name__}"
             )
+    resolve([r.expr for r in reductions if r is not None], progress)
     evaluate([r for r in reductions if r is not None], stores, progress)
     return tuple(
         result if reduction is None else reduction.finish()

@@ -1,11 +1,13 @@
 """External merge sort of a chunked array or expression, flattened (C order).
 
-Sorted runs that fit the budget are written to a temporary chunked array; then a k-way merge
-streams them into the output.  The merge works in rounds, each a few vectorised NumPy calls
-(no loop per element): every run holds a buffered head; the round's cut is the smallest last
-buffered value (ties: the earliest run), every run gives up its buffered values below the cut
-(and those equal to it, from runs up to the cut's run), and the pieces are merged by one
-stable sort of their concatenation (a merge of sorted runs, for NumPy's timsort).  Every
+Sorted runs that fit the budget (read, decoded and sorted on every core) are spilled raw to an
+unnamed scratch file (no chunk files, codec or checksum: each is written once and read back
+once, a buffer at a time); then a k-way merge streams them into the output.  The merge works
+in rounds, each a few vectorised NumPy calls (no loop per element): every run holds a buffered
+head; the round's cut is the smallest last buffered value (ties: the earliest run), every run
+gives up its buffered values below the cut (and those equal to it, from runs up to the cut's
+run), and the pieces are merged by one sort of their concatenation (NumPy's vectorised sort
+beats a merge at these sizes; rounds are sorted on every core and written in order).  Every
 value that can still come later is at least the cut, so what a round gives is final, and
 equal values leave in the order of their runs: the merge is stable, which argsort's indices
 (carried along with the values) rely on.  NaN sorts last, as in NumPy.
@@ -13,16 +15,19 @@ equal values leave in the order of their runs: the merge is stable, which argsor
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import math
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from oocarray._compute._limits import require_memory, working_bytes
-from oocarray._compute._nodes import BlockReads, Node
+from oocarray._compute._nodes import BlockReads, Node, Source
+from oocarray._compute._scratch_file import ScratchFile
 from oocarray._compute._temporaries import temporary
 from oocarray._memory import active_manager, system
 
@@ -30,11 +35,11 @@ __all__ = ["flat_regions", "read_region", "sort_flat"]
 
 Region = tuple[slice, ...]
 
-# Runs are stored uncompressed: written once, read back a buffer at a time (an uncompressed
-# chunk serves part of itself without decoding the rest), and so is a result stored as a
-# temporary chunked array (sorted values of real data seldom compress much).
-RUN_CODEC = "none"
-RESULT_CODEC = "none"
+# A result stored as a temporary chunked array takes a cheap codec (Blosc LZ4 with byte
+# shuffle: several GB/s a core): sorted values share their high bytes, measurements often
+# repeat, and writing fresh pages costs more than encoding them on a host short of memory
+# bandwidth (512 MiB of rounded float32 sorted in 64 MiB: 1.2 s with it, 1.6-3.2 s raw).
+RESULT_CODEC = "lz4"
 MIN_CHUNK_ITEMS = 64
 MAX_CHUNK_ITEMS = 1 << 20
 # A merge reads this many items of a run at a time when it can, and merges all runs at once
@@ -42,8 +47,10 @@ MAX_CHUNK_ITEMS = 1 << 20
 PREFERRED_MERGE_ITEMS = 1 << 16
 MIN_MERGE_ITEMS = 1 << 10
 # A merge's memory, in buffers per run: the buffered heads (up to two buffers), the round's
-# pieces and their merge, and the round before being sorted and written meanwhile.
-MERGE_BUFFERS = 7
+# pieces and their merge, and MERGE_WORKERS rounds being sorted and written meanwhile (each
+# its values and argsort's order and gathered indices).
+MERGE_WORKERS = 2
+MERGE_BUFFERS = 4 + 3 * MERGE_WORKERS
 MAX_RUN_WORKERS = 4
 # Runs shorter than this are not worth a thread of their own.
 MIN_RUN_BYTES = 1 << 20
@@ -95,14 +102,69 @@ def _run_kind(kind: Any) -> Any:
     return "stable" if kind in ("stable", "mergesort") else kind
 
 
-class _RunReader:
-    """A run's buffered head, refilled a buffer at a time from the runs array."""
+class _Runs:
+    """Sorted runs spilled to a scratch file, and argsort's indices beside them.
 
-    def __init__(self, values: Any, indices: Any, start: int, stop: int, chunk: int) -> None:
-        self.values_array, self.indices_array = values, indices
+    Raw, every run's items ``[start, stop)`` lie at their flat positions (a merge level writes
+    them so).  With ``block`` (values only: a first level's runs), each run is stored as
+    blocks of ``block`` items from its start, each compressed on its own with a cheap codec
+    (Blosc LZ4, byte shuffle: sorted values share their high bytes) and appended to the file;
+    a merge reads a run a block at a time, so a block is decoded whole."""
+
+    def __init__(self, size: int, dtype: np.dtype[Any], arg: bool, block: int = 0) -> None:
+        self.scratch = ScratchFile()
+        self.size, self.dtype, self.arg = size, dtype, arg
+        self.indices_at = size * dtype.itemsize
+        self.block = block if not arg else 0
+        # Compressed: each block's (offset, bytes) by its first item; the file's end.
+        self.blocks: dict[int, tuple[int, int]] = {}
+        self.end = 0
+        self.lock = threading.Lock()
+        self.codec = _run_codec() if self.block else None
+
+    def write(self, at: int, values: np.ndarray, indices: np.ndarray | None) -> None:
+        if self.codec is None:
+            self.scratch.write(at * self.dtype.itemsize, values)
+            if indices is not None:
+                self.scratch.write(self.indices_at + at * indices.itemsize, indices)
+            return
+        for first in range(0, len(values), self.block):
+            encoded = self.codec.encode(values[first : first + self.block])
+            with self.lock:
+                offset, self.end = self.end, self.end + len(encoded)
+                self.blocks[at + first] = (offset, len(encoded))
+            self.scratch.write(offset, np.frombuffer(encoded, np.uint8))
+
+    def read_into(self, at: int, values: np.ndarray, indices: np.ndarray | None) -> None:
+        if self.codec is None:
+            self.scratch.read_into(at * self.dtype.itemsize, values)
+            if indices is not None:
+                self.scratch.read_into(self.indices_at + at * indices.itemsize, indices)
+            return
+        offset, nbytes = self.blocks[at]
+        encoded = np.empty(nbytes, np.uint8)
+        self.scratch.read_into(offset, encoded)
+        self.codec.decode(encoded, out=values)
+
+    def close(self) -> None:
+        self.scratch.close()
+
+
+def _run_codec() -> Any:
+    """Blosc LZ4 with byte shuffle (numcodecs, installed with zarr): a few GB/s a core."""
+    from numcodecs import Blosc
+
+    return Blosc(cname="lz4", clevel=1, shuffle=Blosc.SHUFFLE, blocksize=0)
+
+
+class _RunReader:
+    """A run's buffered head, refilled a buffer at a time from the runs' scratch file."""
+
+    def __init__(self, runs: _Runs, start: int, stop: int, chunk: int) -> None:
+        self.runs = runs
         self.position, self.stop, self.chunk = start, stop, chunk
-        self.values = np.empty(0, values.dtype)
-        self.indices = np.empty(0, np.intp) if indices is not None else None
+        self.values = np.empty(0, runs.dtype)
+        self.indices = np.empty(0, np.intp) if runs.arg else None
         self.fill()
 
     @property
@@ -112,11 +174,20 @@ class _RunReader:
     def fill(self) -> None:
         if self.exhausted or len(self.values) >= self.chunk:
             return
-        end = min(self.position + self.chunk, self.stop)
-        self.values = np.concatenate([self.values, self.values_array[self.position : end]])
+        count = min(self.chunk, self.stop - self.position)
+        kept = len(self.values)
+        # What is left of the head, then the next buffer read right after it (one copy).
+        values = np.empty(kept + count, self.values.dtype)
+        values[:kept] = self.values
+        indices = None
         if self.indices is not None:
-            self.indices = np.concatenate([self.indices, self.indices_array[self.position : end]])
-        self.position = end
+            indices = np.empty(kept + count, np.intp)
+            indices[:kept] = self.indices
+        self.runs.read_into(
+            self.position, values[kept:], None if indices is None else indices[kept:]
+        )
+        self.values, self.indices = values, indices
+        self.position += count
 
     def take(self, count: int) -> tuple[np.ndarray, np.ndarray | None]:
         values, self.values = self.values[:count], self.values[count:]
@@ -127,34 +198,44 @@ class _RunReader:
 
 
 class _Output:
-    """Where merged values go, from ``at``: an ndarray, or a chunked array written a whole
-    number of chunks at a time (and indices alongside, for a merge level of argsort)."""
+    """Where merged values go, from ``at``: an ndarray, a scratch file of runs (a merge level,
+    indices alongside for argsort), or a chunked array written a whole number of chunks at a
+    time."""
 
-    def __init__(self, array: Any, chunk: int, at: int = 0, indices: Any = None) -> None:
-        self.array, self.indices, self.chunk, self.at = array, indices, chunk, at
-        self.pending: list[tuple[np.ndarray, np.ndarray | None]] = []
+    def __init__(self, array: Any, chunk: int, at: int = 0) -> None:
+        self.array, self.chunk, self.at = array, chunk, at
+        self.pending: list[np.ndarray] = []
         self.pending_items = 0
 
     def write(self, values: np.ndarray, indices: np.ndarray | None, final: bool = False) -> None:
+        if isinstance(self.array, _Runs):
+            if len(values):
+                self.array.write(self.at, values, indices)
+            self.at += len(values)
+            return
         if isinstance(self.array, np.ndarray):
             self.array[self.at : self.at + len(values)] = values
             self.at += len(values)
             return
-        if len(values):
-            self.pending.append((values, indices))
-            self.pending_items += len(values)
-        if self.pending_items >= self.chunk or (final and self.pending_items):
-            joined = np.concatenate([v for v, _ in self.pending])
-            index: np.ndarray | None = None
-            if self.indices is not None:
-                index = np.concatenate([i for _, i in self.pending if i is not None])
-            whole = len(joined) if final else len(joined) - len(joined) % self.chunk
-            self.array[self.at : self.at + whole] = joined[:whole]
-            if index is not None:
-                self.indices[self.at : self.at + whole] = index[:whole]
+        # Whole chunks are written straight from the merged values; only a chunk that spans
+        # two rounds is joined first.
+        if self.pending:
+            need = self.chunk - self.pending_items
+            self.pending.append(values[:need].copy())  # (a view would hold the whole round)
+            self.pending_items += min(need, len(values))
+            values = values[need:]
+            if self.pending_items < self.chunk and not final:
+                return
+            joined = np.concatenate(self.pending)
+            self.array[self.at : self.at + len(joined)] = joined
+            self.at += len(joined)
+            self.pending, self.pending_items = [], 0
+        whole = len(values) if final else len(values) - len(values) % self.chunk
+        if whole:
+            self.array[self.at : self.at + whole] = values[:whole]
             self.at += whole
-            self.pending = [(joined[whole:], None if index is None else index[whole:])]
-            self.pending_items = len(joined) - whole
+        if whole < len(values):
+            self.pending, self.pending_items = [values[whole:].copy()], len(values) - whole
 
 
 def _merge_round(readers: list[_RunReader]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
@@ -178,24 +259,36 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
 
     A round's pieces are merged by sorting their concatenation: NumPy's own sort (vectorised
     where the CPU allows) is faster than a merge for these sizes; argsort's ties keep their
-    order (their runs' order) only when a stable sort was asked for, as in NumPy.  A thread
-    sorts and writes each round while the next one is cut and its buffers read."""
+    order (their runs' order) only when a stable sort was asked for, as in NumPy.  Rounds are
+    sorted by MERGE_WORKERS threads while the next ones are cut and their buffers read; each
+    is written once the round before it is (the output stays in order)."""
     manager = active_manager() or system()
 
-    def finish(joined: np.ndarray, indices: np.ndarray | None) -> None:
+    def finish(
+        joined: np.ndarray, indices: np.ndarray | None, before: threading.Event | None
+    ) -> None:
         with manager.activate():
+            merged: np.ndarray
+            merged_indices: np.ndarray | None = None
             if indices is not None:
                 order = np.argsort(joined, kind="stable" if stable else None)
                 if last:
-                    output.write(indices[order], None)
+                    merged = indices[order]
                 else:
-                    output.write(joined[order], indices[order])
+                    merged, merged_indices = joined[order], indices[order]
+                del order
             else:
                 joined.sort()
-                output.write(joined, None)
+                merged = joined
+            del joined, indices
+            if before is not None:
+                before.wait()
+            output.write(merged, merged_indices)
 
-    with concurrent.futures.ThreadPoolExecutor(1, "oocarray-merge") as pool:
-        writing: concurrent.futures.Future[None] | None = None
+    with concurrent.futures.ThreadPoolExecutor(MERGE_WORKERS, "oocarray-merge") as pool:
+        rounds: collections.deque[concurrent.futures.Future[None]] = collections.deque()
+        # Each round waits for the one before it to be written: an event set when it is.
+        before: threading.Event | None = None
         while any(len(r.values) for r in readers):
             values, indices = _merge_round(readers)
             joined = np.concatenate(values)
@@ -205,13 +298,31 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
             del values, indices
             for reader in readers:
                 reader.fill()
-            if writing is not None:
-                writing.result()  # (one round in flight: the memory of two at most)
-            writing = pool.submit(finish, joined, index)
+            while len(rounds) >= MERGE_WORKERS:  # (the memory of MERGE_WORKERS rounds at most)
+                rounds.popleft().result()
+            done = threading.Event()
+            future = pool.submit(_chained, finish, joined, index, before, done)
+            rounds.append(future)
+            before = done
             del joined, index
-        if writing is not None:
-            writing.result()
+        for future in rounds:
+            future.result()
     output.write(np.empty(0, output.array.dtype), None, final=True)
+
+
+def _chained(
+    finish: Any,
+    joined: np.ndarray,
+    index: np.ndarray | None,
+    before: threading.Event | None,
+    done: threading.Event,
+) -> None:
+    """``finish`` of a round, then ``done`` set, even when it fails (the rounds after it
+    must not wait forever: the failure is raised by the merge from this round's future)."""
+    try:
+        finish(joined, index, before)
+    finally:
+        done.set()
 
 
 def sort_flat(node: Node, kind: Any, arg: bool) -> Any:
@@ -231,17 +342,16 @@ def sort_flat(node: Node, kind: Any, arg: bool) -> Any:
         return np.sort(values, kind=kind)
     workers = _workers(size * item_bytes, memory)
     run_items = max(MIN_CHUNK_ITEMS, memory // (3 * workers * item_bytes))
-    # Runs and results are stored in large chunks (written whole, once); a merge reads each
-    # run a small buffer at a time, which uncompressed chunks serve without reading more.
+    # A result is stored in large chunks (written whole, once).
     stored = min(MAX_CHUNK_ITEMS, memory // (8 * item_bytes), run_items)
     stored = max(MIN_CHUNK_ITEMS, 1 << (stored.bit_length() - 1))
     run_items = max(stored, run_items // stored * stored)
-    runs = math.ceil(size / run_items)
+    run_count = math.ceil(size / run_items)
     # A merge holds a buffer or two per run, then the round's pieces and their merge.  All
     # runs are merged at once while their buffers stay long enough to be worth a round (a
     # merge level costs a write and a read of everything).
-    fan_in = runs
-    if memory // (MERGE_BUFFERS * runs * item_bytes) < MIN_MERGE_ITEMS:
+    fan_in = run_count
+    if memory // (MERGE_BUFFERS * run_count * item_bytes) < MIN_MERGE_ITEMS:
         fan_in = max(2, memory // (MERGE_BUFFERS * item_bytes * PREFERRED_MERGE_ITEMS))
     buffer = max(MIN_CHUNK_ITEMS, memory // (MERGE_BUFFERS * fan_in * item_bytes))
     require_memory(
@@ -250,28 +360,28 @@ def sort_flat(node: Node, kind: Any, arg: bool) -> Any:
         smallest_bytes=MERGE_BUFFERS * 2 * MIN_CHUNK_ITEMS * item_bytes,
         hint="or sort a part at a time",
     )
-    run_values = temporary((size,), dtype, chunks=(stored,), codec=RUN_CODEC)
-    run_indices = temporary((size,), np.intp, chunks=(stored,), codec=RUN_CODEC) if arg else None
-    bounds = _write_runs(node, run_values, run_indices, run_items, kind, arg, workers)
-    while len(bounds) > fan_in:  # merge levels: groups of runs into longer runs
-        merged_values = temporary((size,), dtype, chunks=(stored,), codec=RUN_CODEC)
-        merged_indices = (
-            temporary((size,), np.intp, chunks=(stored,), codec=RUN_CODEC) if arg else None
-        )
-        merged = []
-        for first in range(0, len(bounds), fan_in):
-            group = bounds[first : first + fan_in]
-            readers = [_RunReader(run_values, run_indices, a, b, buffer) for a, b in group]
-            output = _Output(merged_values, stored, group[0][0], merged_indices)
-            _merge(readers, output, arg, stable, last=False)
-            merged.append((group[0][0], group[-1][1]))
-        run_values, run_indices, bounds = merged_values, merged_indices, merged
-    if size * out_dtype.itemsize * 4 <= memory:
-        result: Any = np.empty(size, out_dtype)
-    else:
-        result = temporary((size,), out_dtype, chunks=(stored,), codec=RESULT_CODEC)
-    readers = [_RunReader(run_values, run_indices, a, b, buffer) for a, b in bounds]
-    _merge(readers, _Output(result, stored), arg, stable, last=True)
+    # First-level runs are compressed in blocks of the merge's buffer (a reader's refill).
+    runs = _Runs(size, dtype, arg, block=buffer if dtype.kind in "biuf" else 0)
+    try:
+        bounds = _write_runs(node, runs, run_items, kind, arg, workers)
+        while len(bounds) > fan_in:  # merge levels: groups of runs into longer runs
+            merged_runs = _Runs(size, dtype, arg)
+            merged = []
+            for first in range(0, len(bounds), fan_in):
+                group = bounds[first : first + fan_in]
+                readers = [_RunReader(runs, a, b, buffer) for a, b in group]
+                _merge(readers, _Output(merged_runs, stored, group[0][0]), arg, stable, last=False)
+                merged.append((group[0][0], group[-1][1]))
+            runs.close()
+            runs, bounds = merged_runs, merged
+        if size * out_dtype.itemsize * 4 <= memory:
+            result: Any = np.empty(size, out_dtype)
+        else:
+            result = temporary((size,), out_dtype, chunks=(stored,), codec=RESULT_CODEC)
+        readers = [_RunReader(runs, a, b, buffer) for a, b in bounds]
+        _merge(readers, _Output(result, stored), arg, stable, last=True)
+    finally:
+        runs.close()
     return result
 
 
@@ -296,23 +406,20 @@ def _run_bounds(shape: tuple[int, ...], run_items: int) -> list[tuple[int, int, 
 
 
 def _write_runs(
-    node: Node,
-    run_values: Any,
-    run_indices: Any,
-    run_items: int,
-    kind: Any,
-    arg: bool,
-    workers: int,
+    node: Node, runs: _Runs, run_items: int, kind: Any, arg: bool, workers: int
 ) -> list[tuple[int, int]]:
-    """Sorts each run in memory (``workers`` at once) into the runs arrays; the runs'
-    bounds."""
+    """Sorts each run in memory (``workers`` at once: each reads, decodes and sorts its own)
+    into ``runs``; the runs' bounds."""
     stable = kind in ("stable", "mergesort")
     manager = active_manager() or system()
 
     def sort_run(run: tuple[int, int, list[Region]]) -> tuple[int, int]:
         start, stop, regions = run
         with manager.activate():
-            if len(regions) == 1:
+            if len(regions) == 1 and isinstance(node, Source):
+                # A stored array's read is a fresh array: sorted where it was read.
+                values = node.array[regions[0]].reshape(-1)
+            elif len(regions) == 1:
                 values = np.array(read_region(node, regions[0]).reshape(-1))
             else:
                 values = np.empty(stop - start, node.dtype)
@@ -323,17 +430,17 @@ def _write_runs(
                     at += len(part)
             if arg:
                 order = np.argsort(values, kind="stable" if stable else kind)
-                run_values[start:stop] = values[order]
+                sorted_values = values[order]
                 del values
                 order += start
-                run_indices[start:stop] = order
+                runs.write(start, sorted_values, order)
             else:
                 values.sort(kind=_run_kind(kind))
-                run_values[start:stop] = values
+                runs.write(start, values, None)
         return start, stop
 
-    runs = _run_bounds(node.shape, run_items)
-    if workers == 1 or len(runs) == 1:
-        return [sort_run(run) for run in runs]
+    bounds = _run_bounds(node.shape, run_items)
+    if workers == 1 or len(bounds) == 1:
+        return [sort_run(run) for run in bounds]
     with concurrent.futures.ThreadPoolExecutor(workers, "oocarray-sort") as pool:
-        return list(pool.map(sort_run, runs))
+        return list(pool.map(sort_run, bounds))

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import _build, _linalg, _rearrange, _scans, _sets, _sorting
+from oocarray._compute._deferred import resolve
 from oocarray._compute._engine import evaluate
 from oocarray._compute._limits import unsupported
 from oocarray._compute._nodes import Node, as_node
@@ -108,6 +109,7 @@ class LazyResult:
 def compute_reductions(*items: LazyResult, progress: bool = True) -> tuple[Any, ...]:
     """Several lazy reductions in one pass over their inputs."""
     reductions = [item.reduction() for item in items]
+    resolve([r.expr for r in reductions], progress)  # reductions kept lazy in their inputs
     evaluate(reductions, [], progress)
     return tuple(reduction.finish() for reduction in reductions)
 

@@ -256,8 +256,13 @@ class Moments(Reduction):
     def _moments(self, block: np.ndarray) -> Any:
         values = block.astype(self.work, copy=False)
         matrix = _leading_matrix(values, self.axes)
-        if matrix is not None and not (self.skip_nan and values.dtype.kind == "f"):
-            return self._matrix_moments(matrix, values.shape)
+        if matrix is not None:
+            fast = self._matrix_moments(matrix, values.shape)
+            # The nan variants equal the plain ones on a block without NaN, and a NaN in the
+            # block makes its column's mean NaN: the fast sums first, the NaN-skipping way
+            # (several passes over the block) only where a mean came out NaN.
+            if not (self.skip_nan and values.dtype.kind == "f") or not np.isnan(fast[1]).any():
+                return fast
         if self.skip_nan and values.dtype.kind in "fc":
             valid = ~np.isnan(values)
             count = valid.sum(axis=self.axes, keepdims=True).astype(np.float64)

@@ -10,8 +10,10 @@ chunked array.  A partition is a sort (a sorted array is partitioned at every ``
 
 A lazy sort along an axis split into chunks reads its lines across those chunks: each input
 chunk is decoded once per block of lines it holds (store such arrays with the sorted axis
-whole in each chunk where sorts along it are frequent).  Lines longer than memory are sorted
-one at a time.
+whole in each chunk where sorts along it are frequent).  Lines too long for a lazy block but
+that fit a few at a time (a tall array sorted along its chunked first axis) are sorted in
+blocks of lines, in RAM, into a temporary chunked array, the input decoded once
+(``_sort_blocks``).  Lines longer than memory are sorted one at a time.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from oocarray._compute._engine import StoreTarget, evaluate
 from oocarray._compute._external_sort import read_region, sort_flat
 from oocarray._compute._limits import working_bytes
 from oocarray._compute._nodes import BlockReads, Node, Region, Source, as_node
+from oocarray._compute._sort_blocks import sort_line_blocks
 from oocarray._compute._temporaries import temporary
 from oocarray._storage import StoredArray
 
@@ -116,6 +119,9 @@ def _sort(name: str, a: Any, axis: Any, kind: Any, arg: bool) -> Any:
     block = _line_block(node, axis)
     if block is not None:
         return SortAlong(node, axis, kind, arg, block)
+    in_blocks = sort_line_blocks(node, axis, kind, arg)
+    if in_blocks is not None:
+        return in_blocks
     return _sort_lines(node, axis, kind, arg)
 
 
@@ -168,8 +174,10 @@ def sort(a: Any, axis: Any = -1, kind: Any = None, order: Any = None, *, stable:
     """``np.sort`` of a chunked array or expression, out of core.
 
     Along an axis whose lines fit in memory the result is lazy (an expression sorted block by
-    block); flattened (``axis=None``) or along a 1-d array it is an external merge sort whose
-    result is an ndarray when it fits the budget, else a temporary chunked array.
+    block); along lines too long for that but of which a few fit the budget, a temporary
+    chunked array sorted a block of lines at a time; flattened (``axis=None``) or along a 1-d
+    array it is an external merge sort whose result is an ndarray when it fits the budget,
+    else a temporary chunked array.
 
     Examples
     --------

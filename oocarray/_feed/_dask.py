@@ -227,7 +227,8 @@ def budget_stats(client: Any) -> dict[str, MemoryStats | None]:
     --------
     >>> import oocarray as oc
     >>> from distributed import Client, LocalCluster
-    >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+    >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None,
+    ...     scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
     >>> client = Client(cluster)
     >>> client.register_plugin(oc.dask.MemoryBudgetPlugin(max_bytes="1G"))  # doctest: +ELLIPSIS
     {...}

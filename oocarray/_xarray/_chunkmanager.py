@@ -11,26 +11,32 @@ Examples
 >>> ds = xr.Dataset({"t": ("x", np.arange(8.0))}).chunk(x=4, chunked_array_type="oocarray")
 >>> float((ds.t * 2).mean().compute())
 7.0
+
+Functions written for dask's blocks run block by block, core dimensions whole in each call:
+
+>>> cube = xr.DataArray(np.arange(24.0).reshape(4, 6), dims=("time", "x"))
+>>> cube = cube.chunk(time=2, chunked_array_type="oocarray")
+>>> norm = xr.apply_ufunc(np.linalg.norm, cube, input_core_dims=[["x"]],
+...                       kwargs={"axis": -1}, dask="parallelized", output_dtypes=[float])
+>>> np.round(norm.values, 2).tolist()
+[7.42, 21.24, 35.76, 50.39]
+>>> cube.rolling(time=2).mean().isel(x=0).values.tolist()
+[nan, 3.0, 9.0, 15.0]
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 from xarray.namedarray.parallelcompat import ChunkManagerEntrypoint
 
 from oocarray._compute import ChunkedArray, Expr, from_numpy, temp
-from oocarray._xarray._lazy import OOCLazyArray, unwrap, wrap
+from oocarray._xarray import _block_calls, _block_scans, _distributed
+from oocarray._xarray._lazy import OOCLazyArray, resolve_pending, unwrap, wrap
+from oocarray._xarray._store import store_in_parallel
 from oocarray._xarray._unwrap import stored_source
-
-
-def _missing(operation: str) -> NotImplementedError:
-    return NotImplementedError(
-        f"{operation} is not supported by chunked_array_type='oocarray' yet: .compute() the "
-        "data first or use chunked_array_type='dask'"
-    )
 
 
 def _normalize(chunks: Any, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
@@ -117,9 +123,25 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
             return lazy
         return _copy(lazy.lazy, blocks)
 
-    def compute(self, *data: Any, **kwargs: Any) -> Any:
-        """NumPy arrays for each input, evaluated by oocarray's streaming engine."""
-        return tuple(np.asarray(unwrap(d)) for d in data)
+    def compute(self, *data: Any, client: Any = None, **kwargs: Any) -> Any:
+        """NumPy arrays for each input, evaluated by oocarray's streaming engine (the
+        reductions deferred in all of them together, in shared passes), or block by block on
+        a ``dask.distributed`` cluster when ``client`` is given (``ds.compute(client=c)``) or
+        a default client is active (each worker under its own budget: register
+        ``oocarray.dask.MemoryBudgetPlugin`` on it)."""
+        # Deferred reductions first, here (each small; blocks on the workers read them held).
+        resolve_pending(*data)
+        cluster = _distributed.active_client(client)
+        if cluster is None:
+            return tuple(np.asarray(unwrap(d)) for d in data)
+        results = []
+        for item in data:
+            if not self.is_chunked_array(item):
+                results.append(np.asarray(item))
+                continue
+            node, chunks = _block_calls.node_of(item)
+            results.append(_distributed.compute_blocks(cluster, node, _block_regions(chunks)))
+        return tuple(results)
 
     @property
     def array_api(self) -> Any:
@@ -127,11 +149,36 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
 
         return array_api
 
-    def reduction(self, *args: Any, **kwargs: Any) -> Any:
-        raise _missing("a custom reduction (chunkmanager.reduction)")
+    def reduction(
+        self,
+        arr: Any,
+        func: Callable[..., Any],
+        combine_func: Callable[..., Any] | None = None,
+        aggregate_func: Callable[..., Any] | None = None,
+        axis: int | Sequence[int] | None = None,
+        dtype: Any = None,
+        keepdims: bool = False,
+    ) -> Any:
+        """dask's ``reduction`` (xarray's ``first``/``last``): ``func`` on each block, then
+        ``aggregate_func`` over the partials, both lazy."""
+        return _block_scans.reduction(
+            arr, func, combine_func, aggregate_func, axis=axis, dtype=dtype, keepdims=keepdims
+        )
 
-    def scan(self, *args: Any, **kwargs: Any) -> Any:
-        raise _missing("a cumulative scan (chunkmanager.scan)")
+    def scan(
+        self,
+        func: Callable[..., Any],
+        binop: Callable[..., Any],
+        ident: float,
+        arr: Any,
+        axis: int | None = None,
+        dtype: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """dask's ``cumreduction`` (xarray's ``ffill``/``bfill``): the block totals in one
+        pass now, the scan lazy."""
+        kwargs.pop("method", None)
+        return _block_scans.scan(func, binop, ident, arr, axis=axis, dtype=dtype, **kwargs)
 
     def apply_gufunc(
         self,
@@ -144,41 +191,85 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
         vectorize: bool | None = None,
         **kwargs: Any,
     ) -> Any:
-        """``xr.apply_ufunc(..., dask="parallelized")`` for element-wise functions (every core
-        dimension empty): ``func`` runs block by block through oocarray's ``map_blocks``."""
-        if signature.replace(" ", "") != "->".join(
-            [",".join(["()"] * len(args)), "()"]
-        ) or kwargs.get("output_sizes"):
-            raise _missing(f"apply_gufunc with core dimensions (signature {signature!r})")
-        function = np.vectorize(func) if vectorize else func
-        dtype = np.dtype(output_dtypes[0]) if output_dtypes else None
-        lazy = [unwrap(a) for a in args]
-        first = next(i for i, a in enumerate(lazy) if isinstance(a, ChunkedArray | Expr))
-        others = lazy[:first] + lazy[first + 1 :]
+        """``xr.apply_ufunc(..., dask="parallelized")``: ``func`` on blocks of the loop
+        dimensions with the core dimensions whole, lazily (``output_sizes`` names new output
+        core dimensions).  One call's blocks must fit the active manager's budget."""
+        return _block_calls.apply_gufunc(
+            func,
+            signature,
+            *args,
+            axes=axes,
+            keepdims=keepdims,
+            output_dtypes=output_dtypes,
+            vectorize=vectorize,
+            **kwargs,
+        )
 
-        def ordered(block: Any, *rest: Any) -> Any:
-            return function(*rest[:first], block, *rest[first:])
+    def map_blocks(
+        self,
+        func: Callable[..., Any],
+        *args: Any,
+        dtype: Any = None,
+        chunks: Any = None,
+        drop_axis: int | Sequence[int] | None = None,
+        new_axis: int | Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """dask's ``map_blocks``, lazily on oocarray's engine (``drop_axis`` axes are given
+        whole to each call; ``new_axis``/``chunks`` shape the output)."""
+        return _block_calls.map_blocks(
+            func, *args, dtype=dtype, chunks=chunks, drop_axis=drop_axis, new_axis=new_axis,
+            **kwargs,
+        )  # fmt: skip
 
-        return wrap(lazy[first].map_blocks(ordered, *others, dtype=dtype))
+    def blockwise(
+        self,
+        func: Callable[..., Any],
+        out_ind: Iterable[Any],
+        *args: Any,
+        name: str | None = None,
+        token: Any | None = None,
+        dtype: Any = None,
+        adjust_chunks: dict[Any, Callable[..., Any]] | None = None,
+        new_axes: dict[Any, int] | None = None,
+        align_arrays: bool = True,
+        concatenate: bool | None = None,
+        meta: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """dask's ``blockwise``, lazily on oocarray's engine (axes a call contracts are given
+        to it whole, as with ``concatenate=True``)."""
+        return _block_calls.blockwise(
+            func, tuple(out_ind), *args, dtype=dtype, adjust_chunks=adjust_chunks,
+            new_axes=new_axes, concatenate=concatenate, **kwargs,
+        )  # fmt: skip
 
-    def map_blocks(self, *args: Any, **kwargs: Any) -> Any:
-        raise _missing("map_blocks")
-
-    def blockwise(self, *args: Any, **kwargs: Any) -> Any:
-        raise _missing("blockwise")
-
-    def store(self, sources: Any, targets: Any, **kwargs: Any) -> Any:
-        """Writes each source into its target region by region (``to_zarr``)."""
+    def store(self, sources: Any, targets: Any, client: Any = None, **kwargs: Any) -> Any:
+        """Writes each source into its target region by region (``to_zarr``); on a
+        ``dask.distributed`` cluster when ``client`` is given (``to_zarr(...,
+        chunkmanager_store_kwargs={"client": c})``) or active, each worker computing and
+        writing its blocks."""
         sources = sources if isinstance(sources, list | tuple) else [sources]
         targets = targets if isinstance(targets, list | tuple) else [targets]
         regions = kwargs.get("regions") or [None] * len(sources)
+        cluster = _distributed.active_client(client)
         for source, target, region in zip(sources, targets, regions, strict=True):
             lazy = wrap(unwrap(source))
+            if cluster is None and store_in_parallel(lazy, target, region, kwargs.get("lock")):
+                continue  # written on every core; else block by block below
             offset = region or tuple(slice(0, n) for n in lazy.shape)
-            for block in _block_regions(lazy.chunks):
-                placed = tuple(
+            blocks = _block_regions(lazy.chunks)
+            placed = [
+                tuple(
                     slice((o.start or 0) + b.start, (o.start or 0) + b.stop)
                     for o, b in zip(offset, block, strict=True)
                 )
-                target[placed] = lazy.lazy[block]  # reads (evaluates) this block only
+                for block in blocks
+            ]
+            if cluster is not None:
+                node, _ = _block_calls.node_of(lazy)
+                _distributed.store_blocks(cluster, node, blocks, target, placed)
+                continue
+            for block, where in zip(blocks, placed, strict=True):
+                target[where] = lazy.lazy[block]  # reads (evaluates) this block only
         return None

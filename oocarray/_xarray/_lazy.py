@@ -3,7 +3,9 @@
 xarray indexes chunked data with ``array[key]``, but oocarray's ``ChunkedArray`` and ``Expr``
 read eagerly on ``[]`` (a public contract).  :class:`OOCLazyArray` wraps one of them and keeps
 every operation lazy: operators, ufuncs and NumPy functions give another ``OOCLazyArray``;
-whole-array keys give the array itself; other keys raise a clear error instead of loading.
+NumPy reductions give one over a deferred reduction (evaluated with the others pending when
+values are asked for: a groupby's groups in one pass); slices, integers and integer arrays
+give a lazy gather; other keys raise a clear error instead of loading.
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute import ChunkedArray, Expr
+from oocarray._compute._deferred import DEFERRABLE, defer, resolve
+from oocarray._compute._nodes import Constant, as_node
+from oocarray._compute._outer import outer_take
+from oocarray._compute._reshape import expand_dims
+from oocarray._xarray._numpy_hooks import HOOKS
 
 
 def wrap(value: Any) -> Any:
@@ -48,11 +55,15 @@ def _chunk_shape(lazy: ChunkedArray | Expr) -> tuple[int, ...]:
     return tuple(lazy.shape)
 
 
+def _is_full_slice(k: Any) -> bool:
+    """``slice(None)`` or a spelling of it (``rolling`` selects ``slice(None, None, 1)``)."""
+    return isinstance(k, slice) and k.start in (None, 0) and k.stop is None and k.step in (None, 1)
+
+
 def _is_whole(key: Any, ndim: int) -> bool:
     key = key if isinstance(key, tuple) else (key,)
-    return all(k is Ellipsis or (isinstance(k, slice) and k == slice(None)) for k in key) and len(
-        key
-    ) <= max(ndim, 1)
+    named = sum(k is not Ellipsis for k in key)  # (an Ellipsis may stand for no axis)
+    return all(k is Ellipsis or _is_full_slice(k) for k in key) and named <= max(ndim, 1)
 
 
 def _positions(key: Any, shape: tuple[int, ...]) -> list[tuple[np.ndarray, bool]]:
@@ -83,42 +94,59 @@ def _positions(key: Any, shape: tuple[int, ...]) -> list[tuple[np.ndarray, bool]
     return out
 
 
-def _select(lazy: ChunkedArray | Expr, key: Any) -> ChunkedArray:
-    from oocarray._compute import from_numpy, temp
+def _select(lazy: ChunkedArray | Expr, key: Any) -> Expr:
+    """The outer selection ``key`` of ``lazy`` as a lazy gather (nothing read or copied);
+    ``None`` entries add axes of length 1 (xarray's ``set_dims`` broadcasts so)."""
+    key = key if isinstance(key, tuple) else (key,)
+    if not any(k is None for k in key):
+        return outer_take(lazy, _positions(key, tuple(lazy.shape)))
+    named = sum(1 for k in key if k is not None and k is not Ellipsis)
+    expanded: list[Any] = []
+    for k in key:
+        expanded.extend([slice(None)] * (lazy.ndim - named) if k is Ellipsis else [k])
+    new_axes, position = [], 0
+    for k in expanded:
+        if k is None:
+            new_axes.append(position)
+        if k is None or not _is_integer(k):
+            position += 1
+    real = tuple(k for k in expanded if k is not None)
+    taken = outer_take(lazy, _positions(real, tuple(lazy.shape)))
+    return Expr(expand_dims(taken._tree(), tuple(new_axes)))
 
-    axes = _positions(key, tuple(lazy.shape))
-    kept = [i for i, (_, dropped) in enumerate(axes) if not dropped]
-    out_shape = tuple(len(axes[i][0]) for i in kept)
-    chunk = _chunk_shape(lazy)
-    if 0 in out_shape or not out_shape:
-        return from_numpy(np.asarray(_read(lazy, axes)).reshape(out_shape))
-    band = max(int(chunk[0]), 1)
-    out = temp(out_shape, lazy.dtype, tuple(max(min(chunk[i], len(axes[i][0])), 1) for i in kept))
-    first = axes[0][0]
-    for start in range(0, len(first), band):
-        rows = first[start : start + band]
-        block = _read(lazy, [(rows, axes[0][1]), *axes[1:]])
-        if axes[0][1]:
-            out[...] = block
-        else:
-            out[start : start + len(rows)] = block
-    return out
+
+def _is_integer(key: Any) -> bool:
+    return not isinstance(key, bool) and (
+        isinstance(key, int | np.integer)
+        or (isinstance(key, np.ndarray) and key.ndim == 0 and key.dtype.kind in "iu")
+    )
 
 
-def _read(lazy: ChunkedArray | Expr, axes: list[tuple[np.ndarray, bool]]) -> np.ndarray:
-    """The selected values of one band, reading runs of consecutive first-axis positions."""
-    rows = axes[0][0]
-    bounds = [slice(int(p.min()), int(p.max()) + 1) for p, _ in axes[1:]]
-    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-    parts = []
-    for run in np.split(rows, breaks):
-        region = np.asarray(lazy[(slice(int(run[0]), int(run[-1]) + 1), *bounds)])
-        for axis, ((p, _), b) in enumerate(zip(axes[1:], bounds, strict=True), start=1):
-            region = np.take(region, p - b.start, axis=axis)
-        parts.append(region)
-    values = np.concatenate(parts, axis=0)
-    dropped = tuple(i for i, (_, d) in enumerate(axes) if d)
-    return values.reshape(tuple(n for i, n in enumerate(values.shape) if i not in dropped))
+def resolve_pending(*data: Any) -> None:
+    """Evaluates the deferred reductions inside every value of ``data`` together (one pass
+    per input shared by all of them: a Dataset's variables' groupby reductions at once)."""
+    roots = [as_node(v._tree()) for v in unwrap(data) if isinstance(v, ChunkedArray | Expr)]
+    resolve(roots)
+
+
+_REDUCTION_OPTIONS = frozenset(("axis", "dtype", "keepdims", "ddof", "out"))
+
+
+def _deferred(func: Any, args: Any, kwargs: dict[str, Any]) -> Expr | None:
+    """A NumPy reduction of one lazy array kept lazy (an expression over a deferred
+    reduction), as dask keeps it: xarray reduces a groupby group by group, and the groups'
+    reductions then run together, in one pass over their input, when the values are asked
+    for.  None: not a reduction oocarray defers (it runs as before)."""
+    name = getattr(func, "__name__", "")
+    if name not in DEFERRABLE or getattr(np, name, None) is not func or len(args) != 1:
+        return None
+    if not isinstance(args[0], ChunkedArray | Expr) or set(kwargs) - _REDUCTION_OPTIONS:
+        return None
+    if kwargs.get("out") is not None:
+        return None
+    options = {k: v for k, v in kwargs.items() if k != "out" and v is not np._NoValue}
+    # quiet: xarray's nan-reductions warn of no all-NaN slice (nor does dask's)
+    return Expr(defer(name, args[0]._tree(), **options, quiet=True))
 
 
 class OOCLazyArray:
@@ -158,10 +186,42 @@ class OOCLazyArray:
 
     @property
     def chunks(self) -> tuple[tuple[int, ...], ...]:
+        declared = getattr(getattr(self.lazy, "_node", None), "out_chunks", None)
+        if declared is not None:  # a blockwise result (_blockwise.py) knows its own blocks
+            return tuple(declared)
         return regular_chunks(self.shape, _chunk_shape(self.lazy))
 
+    @property
+    def real(self) -> OOCLazyArray:
+        """The real part of real data: itself.  (``real`` and ``imag`` mark this as a duck
+        array to xarray's ``NamedArray``, which would otherwise load a reduction's result;
+        complex data has neither, lazily, so xarray loads those.)"""
+        if self.dtype.kind == "c":
+            raise AttributeError("the real part of complex oocarray data is not lazy")
+        return self
+
+    @property
+    def imag(self) -> OOCLazyArray:
+        """The imaginary part of real data: zeros (a constant, never allocated whole)."""
+        if self.dtype.kind == "c":
+            raise AttributeError("the imaginary part of complex oocarray data is not lazy")
+        return OOCLazyArray(Expr(Constant(np.zeros((), self.dtype), self.shape)))
+
     def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object")
         return self.shape[0]
+
+    # Python scalars of a one-element array evaluate it, as dask's do (xarray's equality
+    # checks call bool() on a deferred ``all``).
+    def __bool__(self) -> bool:
+        return bool(self.compute())
+
+    def __float__(self) -> float:
+        return float(self.compute())
+
+    def __int__(self) -> int:
+        return int(self.compute())
 
     def __repr__(self) -> str:
         return f"OOCLazyArray({self.lazy!r})"
@@ -176,8 +236,8 @@ class OOCLazyArray:
 
     def __getitem__(self, key: Any) -> OOCLazyArray:
         """The selection (slices, integers, integer arrays per axis, as xarray's outer
-        indexing gives), copied band by band into a temporary chunked array: the parent's
-        values never sit in memory whole."""
+        indexing gives), lazily: a gather whose blocks read only the parent's windows they
+        need (a reduction of it streams the parent; nothing is copied ahead)."""
         if _is_whole(key, self.ndim):
             return self
         return OOCLazyArray(_select(self.lazy, key))
@@ -189,7 +249,10 @@ class OOCLazyArray:
         if func is np.result_type:  # needs dtypes only; the chunked arrays refuse it
             return np.result_type(*(a.dtype if isinstance(a, OOCLazyArray) else a for a in args))
         args, kwargs = unwrap(args), {k: unwrap(v) for k, v in kwargs.items()}
-        result = func(*args, **kwargs)
+        deferred = _deferred(func, args, kwargs)
+        if deferred is not None:
+            return wrap(deferred)
+        result = HOOKS.get(func, func)(*args, **kwargs)  # (xarray's calls the compute layer lacks)
         if isinstance(result, tuple):
             return tuple(wrap(r) for r in result)
         return wrap(result)

@@ -9,6 +9,7 @@ the budget."""
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 from unittest import mock
 
@@ -18,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray._compute import _external_sort, _sorting
+from oocarray._compute import _external_sort, _sort_blocks, _sorting
 from tests.compute.strategies import (
     BOOL,
     COMPLEXES,
@@ -71,7 +72,7 @@ def test_sort_and_stable_argsort_like_numpy(case: Any, data: Any, small_budget: 
     # A tiny working memory: lines that do not fit go to the external merge sort.
     with contextlib.ExitStack() as stack:
         if small_budget:
-            for module, memory in ((_external_sort, 4096), (_sorting, 64)):
+            for module, memory in ((_external_sort, 4096), (_sorting, 64), (_sort_blocks, 64)):
                 stack.enter_context(mock.patch.object(module, "working_bytes", return_value=memory))
         _check_sort(np.sort, case.data, x, axis=axis)
         _check_sort(np.argsort, case.data, x, axis=axis, kind="stable")
@@ -208,3 +209,78 @@ def test_arguments_chunked_arrays_do_not_take() -> None:
         np.searchsorted(x, 3.0, sorter=np.arange(10))
     with pytest.raises(ValueError, match="1-d"):
         np.searchsorted(oc.from_numpy(np.ones((2, 2)), chunks=1), 1.0)
+
+
+@pytest.mark.parametrize(
+    ("shape", "chunks", "axis"),
+    [
+        ((40_000, 12), (3000, 12), 0),  # tall: every chunk holds every line
+        ((6, 30_000, 5), (2, 4000, 5), 1),  # a middle axis, chunks split the others
+        ((12, 40_000), (12, 3000), -1),  # the last axis, chunked
+    ],
+)
+def test_sorting_along_a_chunked_axis_in_blocks_of_lines(
+    shape: tuple[int, ...], chunks: tuple[int, ...], axis: int
+) -> None:
+    """Lines too long for a lazy sort but a few of which fit are sorted many at a time (no
+    external sort per line); values, stable argsort and partition equal NumPy's, with data
+    several times the budget."""
+    rng = np.random.default_rng(4)
+    data = np.round(rng.normal(size=shape), 1).astype(np.float32)  # ties
+    data[rng.random(shape) < 0.01] = np.nan
+    x = oc.from_numpy(data, chunks=chunks)
+    with oc.Manager(max_bytes=data.nbytes // 3) as manager:
+        ordered = np.sort(x, axis=axis)
+        order = np.argsort(x, axis=axis, kind="stable")
+        parted = np.partition(x, [3, 500], axis=axis)
+        assert isinstance(ordered, oc.ChunkedArray) and isinstance(order, oc.ChunkedArray)
+        np.testing.assert_array_equal(ordered[...], np.sort(data, axis=axis))
+        np.testing.assert_array_equal(order[...], np.argsort(data, axis=axis, kind="stable"))
+        np.testing.assert_array_equal(
+            np.take(_values(parted), [3, 500], axis),
+            np.take(np.sort(data, axis=axis), [3, 500], axis),
+        )
+        assert manager.stats().peak_bytes <= data.nbytes // 3
+
+
+def test_sorting_lines_in_blocks_stays_in_an_eighth_of_the_data() -> None:
+    rng = np.random.default_rng(5)
+    data = rng.integers(-1000, 1000, (20_000, 16)).astype(np.int64)
+    x = oc.from_numpy(data, chunks=(2500, 16))
+    with oc.Manager(max_bytes=data.nbytes // 8) as manager:
+        ordered = np.sort(x, axis=0)
+        np.testing.assert_array_equal(ordered[...], np.sort(data, axis=0))
+        assert manager.stats().peak_bytes <= data.nbytes // 8
+
+
+def test_lines_longer_than_the_budget_are_sorted_one_at_a_time() -> None:
+    rng = np.random.default_rng(6)
+    data = rng.normal(size=(20_000, 2))
+    x = oc.from_numpy(data, chunks=(2500, 2))
+    # One line (160 KB) and its sorting do not fit: an external merge sort per line.
+    with oc.Manager(max_bytes="96K"):
+        ordered = np.sort(x, axis=0)
+        order = np.argsort(x, axis=0, kind="stable")
+        np.testing.assert_array_equal(ordered[...], np.sort(data, axis=0))
+        np.testing.assert_array_equal(order[...], np.argsort(data, axis=0, kind="stable"))
+
+
+def test_external_sort_spills_runs_raw_in_a_budget_and_leaves_no_files() -> None:
+    """Runs go to an unnamed scratch file and rounds are merged on several threads: the
+    values, a stable argsort and NaN last equal NumPy's; the peak stays within a budget an
+    eighth of the data; nothing is left in the spill directory."""
+    from oocarray._memory._spill_files import private_dir
+
+    rng = np.random.default_rng(7)
+    data = np.round(rng.normal(size=300_000), 2).astype(np.float32)  # many ties
+    data[rng.random(data.shape) < 0.02] = np.nan
+    x = oc.from_numpy(data, chunks=20_000)
+    before = set(os.listdir(private_dir()))
+    budget = data.size * (4 + 16) // 8  # argsort carries two indices per value
+    with oc.Manager(max_bytes=budget) as manager:
+        ordered = np.sort(x)
+        order = np.argsort(x, kind="stable")
+        np.testing.assert_array_equal(ordered[...], np.sort(data))
+        np.testing.assert_array_equal(order[...], np.argsort(data, kind="stable"))
+        assert manager.stats().peak_bytes <= budget
+    assert set(os.listdir(private_dir())) <= before

@@ -28,6 +28,8 @@ def client() -> Iterator[distributed.Client]:
         processes=True,
         host="127.0.0.1",
         dashboard_address=None,
+        # the scheduler's HTTP server runs anyway: on a free loopback port, not 8787
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
     )
     # Not the default scheduler: other tests' dask computations stay local.
     with distributed.Client(cluster, set_as_default=False) as c:
