@@ -42,6 +42,17 @@ for source in sorted((ROOT / "notebooks").glob("*.ipynb")):
     cells.insert(at + 1, small)
     (NOTEBOOKS / source.name).write_text(json.dumps(notebook, indent=1))
 
+# The benchmark run records (benchmarks/results/) rendered as pages under the benchmarks page,
+# their links to BENCHMARKS.md and to the records' index pointed at the site's pages.
+RECORDS = Path(__file__).resolve().parent / "benchmark-records"
+RECORDS.mkdir(exist_ok=True)
+for record in sorted((ROOT / "benchmarks" / "results").glob("*.md")):
+    text = record.read_text().replace("](../../BENCHMARKS.md)", "](../benchmarks.md)")
+    text = text.replace("](README.md)", "](index.md)")
+    if record.name == "README.md":
+        text += "\n```{toctree}\n:hidden:\n:glob:\n\n2*\n```\n"
+    (RECORDS / ("index.md" if record.name == "README.md" else record.name)).write_text(text)
+
 # docs/imports.md is the layer drawing for developers (Mermaid, which GitHub renders), not a page.
 exclude_patterns = ["imports.md", "_build", "**.ipynb_checkpoints", "jupyter_execute"]
 # .rst first: autosummary writes its generated pages with the first suffix.

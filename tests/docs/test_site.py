@@ -35,6 +35,14 @@ def test_the_site_builds_without_a_warning(site: Site) -> None:
         assert (site.html / f"{page}.html").exists(), page
 
 
+def test_every_benchmark_record_is_a_page(site: Site) -> None:
+    records = sorted(p.stem for p in (ROOT / "benchmarks" / "results").glob("2*.md"))
+    assert records
+    pages = sorted(p.stem for p in (site.html / "benchmark-records").glob("2*.html"))
+    assert pages == records
+    assert (site.html / "benchmark-records" / "index.html").exists()
+
+
 def test_every_public_name_is_in_the_api_reference() -> None:
     listed = set(re.findall(r"^   ([\w.]+)$", (DOCS / "api" / "index.rst").read_text(), re.M))
     public = {name for name in oocarray.__all__ if name != "__version__"}
