@@ -475,9 +475,20 @@ class LazyArray(Reductions, StandardArray):
         """A lazy ``xarray.DataArray`` over this array, computed by oocarray's chunk manager
         (``chunked_array_type="oocarray"``): its operations stream in the active budget.
 
-        ``dims`` default to the stored dimension names (zarr ``dimension_names`` or
-        ``_ARRAY_DIMENSIONS``), else ``dim_0``, ...; the stored attributes become ``attrs``.
         Nothing is read.
+
+        Parameters
+        ----------
+        name : str, optional
+            The DataArray's name.
+        dims : sequence of str, optional
+            Its dimension names; by default the stored ones (zarr ``dimension_names`` or
+            ``_ARRAY_DIMENSIONS``), else ``dim_0``, ``dim_1``, ...
+
+        Returns
+        -------
+        xarray.DataArray
+            Over this array, with the stored attributes as ``attrs``.
 
         Examples
         --------
