@@ -56,6 +56,9 @@ class _Buffer:
         try:
             os.posix_fallocate(self._file.fileno(), 0, size)
             self._map = mmap.mmap(self._file.fileno(), size)
+            # Without it a fault maps the whole (large) folio around a touched page, so a few
+            # bytes copied into each of many slots would map most of the file.
+            self._map.madvise(mmap.MADV_RANDOM)
         except BaseException:
             self.close()
             raise
