@@ -67,6 +67,8 @@ def rechunk(
     dry_run: bool = False,
     strategy: str | None = None,
     dataset: str | None = None,
+    out_dataset: str | None = None,
+    dimension_names: Any = None,
     mode: str = "w-",
     storage_options: Any = None,
     progress: bool = True,
@@ -94,6 +96,9 @@ def rechunk(
         bytes read and written, and projected peak).
     strategy : {"direct", "scatter", "two-pass"}, optional
         Force a strategy; by default the first of these that fits the budget.
+    out_dataset, dimension_names : optional
+        Write the output as the array ``out_dataset`` inside the zarr group ``out``, with
+        these dimension names (what xarray's ``open_zarr`` shows).
     mode : {"w-", "w"}
         ``"w-"`` refuses an existing output (:class:`~oocarray.StoreExistsError`) unless it is
         an unfinished rechunk to resume; ``"w"`` replaces a zarr array oocarray wrote.
@@ -126,7 +131,8 @@ def rechunk(
     if dry_run:
         return plan
     codec = codec or "zstd"
-    return _execute(x, plan, out, shards, codec, resume, mode, storage_options, progress)
+    naming = {"dataset": out_dataset, "dimension_names": dimension_names}
+    return _execute(x, plan, out, shards, codec, resume, mode, storage_options, progress, naming)
 
 
 def _execute(
@@ -139,6 +145,7 @@ def _execute(
     mode: str,
     storage_options: Any,
     progress: bool,
+    naming: dict[str, Any],
 ) -> Any:
     if out is None:
         result = temporary(plan.shape, plan.dtype, plan.target_chunks, codec)
@@ -152,10 +159,11 @@ def _execute(
         "block": list(last.block),
     }
     local = isinstance(out, (str, os.PathLike)) and "://" not in str(out)
-    found = Marker.found(os.fspath(out)) if local else None
+    array_path = os.path.join(os.fspath(out), naming["dataset"] or "") if local else ""
+    found = Marker.found(array_path) if local else None
     done: set[int] = set()
     if found is not None and resume and all(found.get(k) == v for k, v in identity.items()):
-        result = _reopen(out)
+        result = _reopen(out, naming["dataset"])
         done = units(found.get("done"))
     else:
         if found is not None and mode == "w-":
@@ -173,8 +181,9 @@ def _execute(
             shards,
             storage_options=storage_options,
             array_type=_ARRAY_TYPE[0],
+            **naming,
         )
-    marker = Marker(os.fspath(out), identity) if local else None
+    marker = Marker(array_path, identity) if local else None
     if marker is not None:
         marker.start(done)
     try:
@@ -187,10 +196,10 @@ def _execute(
     return result
 
 
-def _reopen(out: Any) -> Any:
+def _reopen(out: Any, dataset: str | None) -> Any:
     from oocarray._storage import open as open_stored
 
-    return open_stored(out, "r+", array_type=_ARRAY_TYPE[0])
+    return open_stored(out, "r+", dataset, array_type=_ARRAY_TYPE[0])
 
 
 def _run_plan(x: Any, plan: Plan, result: Any, progress: bool, marker: Marker | None) -> None:

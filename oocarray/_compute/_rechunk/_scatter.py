@@ -81,7 +81,10 @@ class _Buffer:
         if hasattr(self, "array"):
             del self.array
         if hasattr(self, "_map"):
-            self._map.close()
+            try:
+                self._map.close()
+            except BufferError:  # a traceback still holds a view: the collector unmaps it
+                pass
         self._file.close()
         remove_temp_dir(self._directory, os.getpid())
 
@@ -91,7 +94,7 @@ def _span(piece: np.ndarray) -> int:
     if piece.size == 0:
         return 0
     last = sum((n - 1) * abs(s) for n, s in zip(piece.shape, piece.strides, strict=True))
-    return (last + piece.itemsize) // PAGE * PAGE + 2 * PAGE
+    return int(last + piece.itemsize) // PAGE * PAGE + 2 * PAGE
 
 
 # One axis of a source region cut at target block bounds: blocks, span in each block, span
