@@ -13,6 +13,7 @@ the file) whenever about ``map_bytes`` of them were touched, so the RSS stays in
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import mmap
@@ -81,10 +82,9 @@ class _Buffer:
         if hasattr(self, "array"):
             del self.array
         if hasattr(self, "_map"):
-            try:
+            # A traceback may still hold a view: then the collector unmaps it.
+            with contextlib.suppress(BufferError):
                 self._map.close()
-            except BufferError:  # a traceback still holds a view: the collector unmaps it
-                pass
         self._file.close()
         remove_temp_dir(self._directory, os.getpid())
 
