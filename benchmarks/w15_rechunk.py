@@ -9,9 +9,11 @@ budget is 256 MiB, scaled down to size/16, at least 16 MiB, at small sizes):
 - ``mild``: (T, Y, X) chunked (1, Y, X) -> (4, Y, X).
 
 Each side runs in a fresh process, the sides interleaved over rounds; the median time and
-the peak RSS (ru_maxrss) are reported.  Peers: dask ``rechunk(method="tasks")`` on threads
-and Cubed (``Spec(allowed_mem=budget)``).  Not run yet: dask ``method="p2p"`` (LocalCluster)
-and rechunker (it needs zarr<3, a separate environment).
+the peak RSS (ru_maxrss of the process; for p2p the largest worker's too) are reported.
+Peers: dask ``rechunk(method="tasks")`` on threads, dask ``method="p2p"`` on a loopback
+``distributed.LocalCluster`` of 2 worker processes sharing the budget, and Cubed
+(``Spec(allowed_mem=budget)``).  Not run: rechunker (it needs zarr<3, a separate
+environment).
 """
 
 from __future__ import annotations
@@ -57,6 +59,17 @@ with oc.Manager("w15", max_bytes=budget):
 import dask, dask.array as da
 with dask.config.set(scheduler="threads"):
     da.from_zarr(src).rechunk(target, method="tasks").to_zarr(out)
+""",
+    "dask p2p": """
+import dask.array as da, distributed, resource
+if __name__ == "__main__":
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, memory_limit=budget // 2,
+        host="127.0.0.1", dashboard_address=None,
+    ) as cluster, distributed.Client(cluster) as client:
+        da.from_zarr(src).rechunk(target, method="p2p").to_zarr(out)
+        workers = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    print("WORKERS " + json.dumps(max(workers.values()) * 1024))
 """,
     "cubed": """
 import cubed, zarr
@@ -109,24 +122,36 @@ def run_side(side: str, src: str, out: str, target: tuple[int, ...], budget: int
         return None, None, done.stderr.strip().splitlines()[-1][:120]
     line = next(s for s in done.stdout.splitlines() if s.startswith("RESULT "))
     seconds, peak = json.loads(line[7:])
+    for extra in done.stdout.splitlines():  # p2p: its largest worker process
+        if extra.startswith("WORKERS "):
+            peak = max(peak, int(json.loads(extra[8:])))
     return float(seconds), int(peak), ""
 
 
-def run(quick: bool, size: int | None = None) -> Result:
+def run(
+    quick: bool,
+    size: int | None = None,
+    budget: int | None = None,
+    cases: list[str] | None = None,
+    rounds: int = ROUNDS,
+    sides: list[str] | None = None,
+) -> Result:
     size = size or (QUICK_SIZE if quick else DEFAULT_SIZE)
-    budget = BUDGET if size >= 4 << 30 else max(16 << 20, size // 16)
-    sides = list(_SIDES)
+    budget = budget or (BUDGET if size >= 4 << 30 else max(16 << 20, size // 16))
+    sides = sides or list(_SIDES)
     rows, detail = [], []
     directory = tempfile.mkdtemp(prefix="w15-")
     try:
         for case, (shape, source, target) in shapes(size).items():
+            if cases and case not in cases:
+                continue
             src = os.path.join(directory, f"{case}.zarr")
             _write(src, shape, source)
             expected = oc.open(src)
             times: dict[str, list[float]] = {s: [] for s in sides}
             peaks: dict[str, int] = {}
             errors: dict[str, str] = {}
-            for round_number in range(ROUNDS):
+            for round_number in range(rounds):
                 shift = round_number % len(sides)
                 for side in sides[shift:] + sides[:shift]:
                     if side in errors:
@@ -172,8 +197,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--size", type=oc.parse_size, default=None, help="data size, e.g. 64M")
+    parser.add_argument("--budget", type=oc.parse_size, default=None, help="e.g. 256M")
+    parser.add_argument("--case", action="append", help="run only these cases")
+    parser.add_argument("--side", action="append", help="run only these sides")
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
     args = parser.parse_args()
-    print(run(args.quick, args.size).render())
+    print(run(args.quick, args.size, args.budget, args.case, args.rounds, args.side).render())
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ def test_a_full_disk_is_an_error_and_a_rerun_with_space_resumes(tiny_tmpfs: Path
     x = oc.create(source, values.shape, values.dtype, chunks=(1, 128, 128), codec="none")
     x[...] = values
     out = tiny_tmpfs / "out.zarr"
-    with pytest.raises(OSError, match="No space|space"):
+    with pytest.raises(OSError, match="space"):
         oc.rechunk(x, (-1, 32, 32), out, codec="none", max_mem="1M", progress=False)
     marker = zarr.open_array(out, mode="r").attrs[MARKER]
     z = zarr.open_array(out, mode="r")
