@@ -9,9 +9,13 @@ budget is 256 MiB, scaled down to size/16, at least 16 MiB, at small sizes):
 - ``mild``: (T, Y, X) chunked (1, Y, X) -> (4, Y, X).
 
 Each side runs in a fresh process, the sides interleaved over rounds; the median time and
-the peak RSS (ru_maxrss) are reported.  Peers: dask ``rechunk(method="tasks")`` on threads
-and Cubed (``Spec(allowed_mem=budget)``).  Not run yet: dask ``method="p2p"`` (LocalCluster)
-and rechunker (it needs zarr<3, a separate environment).
+the peak RSS (VmHWM of the process; for p2p the largest worker's too) are reported.
+Peers: dask ``rechunk(method="tasks")`` on threads, dask ``method="p2p"`` on a loopback
+``distributed.LocalCluster`` of 2 worker processes, each given half the budget plus 256 MiB
+(a worker process holds ~150 MiB before any data, and dask pauses a worker past 80% of its
+limit: at the bare budget the workers pause for ever), and Cubed
+(``Spec(allowed_mem=budget)``).  Not run: rechunker (it needs zarr<3, a separate
+environment).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ QUICK_SIZE = 16 << 20
 BUDGET = 256 << 20
 # The issue's target: at least twice as fast as the fastest peer that completes.
 TARGET = 0.5
+SIDE_TIMEOUT = 600  # seconds; a side past it is reported as not finished
 
 _CHILD = """
 import json, resource, sys, time
@@ -43,7 +48,10 @@ target, budget = tuple(json.loads(sys.argv[3])), int(sys.argv[4])
 start = time.perf_counter()
 {body}
 seconds = time.perf_counter() - start
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report the
+# benchmark process's own peak at the fork.
+with open("/proc/self/status") as status:
+    peak = next(int(s.split()[1]) * 1024 for s in status if s.startswith("VmHWM"))
 print("RESULT " + json.dumps([seconds, peak]))
 """
 
@@ -57,6 +65,18 @@ with oc.Manager("w15", max_bytes=budget):
 import dask, dask.array as da
 with dask.config.set(scheduler="threads"):
     da.from_zarr(src).rechunk(target, method="tasks").to_zarr(out)
+""",
+    "dask p2p": """
+import dask.array as da, distributed, resource
+if __name__ == "__main__":
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True,
+        memory_limit=budget // 2 + (256 << 20),
+        host="127.0.0.1", dashboard_address=None,
+    ) as cluster, distributed.Client(cluster) as client:
+        da.from_zarr(src).rechunk(target, method="p2p").to_zarr(out)
+        workers = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    print("WORKERS " + json.dumps(max(workers.values()) * 1024))  # spawned: ru_maxrss is theirs
 """,
     "cubed": """
 import cubed, zarr
@@ -101,32 +121,50 @@ def run_side(side: str, src: str, out: str, target: tuple[int, ...], budget: int
     args = [src, out, json.dumps(list(target)), str(budget), work]
     try:
         done = subprocess.run(
-            [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env
+            [sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=SIDE_TIMEOUT,
         )
+    except subprocess.TimeoutExpired:
+        return None, None, f"did not finish in {SIDE_TIMEOUT} s"
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if done.returncode != 0:
         return None, None, done.stderr.strip().splitlines()[-1][:120]
     line = next(s for s in done.stdout.splitlines() if s.startswith("RESULT "))
     seconds, peak = json.loads(line[7:])
+    for extra in done.stdout.splitlines():  # p2p: its largest worker process
+        if extra.startswith("WORKERS "):
+            peak = max(peak, int(json.loads(extra[8:])))
     return float(seconds), int(peak), ""
 
 
-def run(quick: bool, size: int | None = None) -> Result:
+def run(
+    quick: bool,
+    size: int | None = None,
+    budget: int | None = None,
+    cases: list[str] | None = None,
+    rounds: int = ROUNDS,
+    sides: list[str] | None = None,
+) -> Result:
     size = size or (QUICK_SIZE if quick else DEFAULT_SIZE)
-    budget = BUDGET if size >= 4 << 30 else max(16 << 20, size // 16)
-    sides = list(_SIDES)
+    budget = budget or (BUDGET if size >= 4 << 30 else max(16 << 20, size // 16))
+    sides = sides or list(_SIDES)
     rows, detail = [], []
     directory = tempfile.mkdtemp(prefix="w15-")
     try:
         for case, (shape, source, target) in shapes(size).items():
+            if cases and case not in cases:
+                continue
             src = os.path.join(directory, f"{case}.zarr")
             _write(src, shape, source)
             expected = oc.open(src)
             times: dict[str, list[float]] = {s: [] for s in sides}
             peaks: dict[str, int] = {}
             errors: dict[str, str] = {}
-            for round_number in range(ROUNDS):
+            for round_number in range(rounds):
                 shift = round_number % len(sides)
                 for side in sides[shift:] + sides[:shift]:
                     if side in errors:
@@ -172,8 +210,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--size", type=oc.parse_size, default=None, help="data size, e.g. 64M")
+    parser.add_argument("--budget", type=oc.parse_size, default=None, help="e.g. 256M")
+    parser.add_argument("--case", action="append", help="run only these cases")
+    parser.add_argument("--side", action="append", help="run only these sides")
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
     args = parser.parse_args()
-    print(run(args.quick, args.size).render())
+    print(run(args.quick, args.size, args.budget, args.case, args.rounds, args.side).render())
 
 
 if __name__ == "__main__":

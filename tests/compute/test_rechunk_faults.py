@@ -15,7 +15,7 @@ import pytest
 import zarr
 
 import oocarray as oc
-from oocarray._compute._rechunk._resume import MARKER
+from oocarray._compute._rechunk._resume import MARKER, units
 from testkit import cgroup
 from testkit.children import start_python
 
@@ -34,7 +34,7 @@ def _chunk_files(path: Path) -> dict[str, int]:
 
 
 def test_kill_minus_nine_then_resume(tmp_path: Path) -> None:
-    values = np.arange(2000 * 16, dtype="f8").reshape(2000, 16)
+    values = np.arange(40000 * 16, dtype="f8").reshape(40000, 16)
     x = oc.create(tmp_path / "src.zarr", values.shape, values.dtype, chunks=(4, 16))
     x[...] = values
     out = tmp_path / "out.zarr"
@@ -44,7 +44,8 @@ def test_kill_minus_nine_then_resume(tmp_path: Path) -> None:
         done: list[int] = []
         for _ in range(3000):  # until a few target blocks are recorded (not a timing check)
             try:
-                done = zarr.open_array(out, mode="r").attrs.get(MARKER, {}).get("done", [])
+                marked = zarr.open_array(out, mode="r").attrs.get(MARKER, {})
+                done = sorted(units(marked.get("done")))
             except Exception:  # the output not created yet
                 done = []
             if len(done) >= 3 or child.poll() is not None:
@@ -57,7 +58,7 @@ def test_kill_minus_nine_then_resume(tmp_path: Path) -> None:
     if marker is None:
         pytest.skip("the child finished before it was killed")
     written = _chunk_files(out)
-    recorded = set(marker["done"])
+    recorded = units(marker["done"])
     y = oc.rechunk(x, (2, 16), out, progress=False)
     np.testing.assert_array_equal(y[...], values)
     after = _chunk_files(out)
@@ -98,6 +99,62 @@ def test_rechunk_under_a_hard_memory_limit(tmp_path: Path) -> None:
     except cgroup.CgroupUnavailable as why:
         pytest.skip(str(why))
     result = json.loads(output.strip().splitlines()[-1])
-    assert result["strategy"] == "two-pass" and result["peak"] <= BUDGET
+    assert result["strategy"] == "scatter" and result["peak"] <= BUDGET
     np.testing.assert_array_equal(oc.open(out)[...], values)
     assert os.path.isdir(out)
+
+
+INTERRUPTED = """
+import os, signal, sys, threading, oocarray as oc
+from oocarray._compute._rechunk import _scatter
+x = oc.open(sys.argv[1])
+reads = 0
+original = _scatter._scatter_into
+def counted(*args):
+    global reads
+    original(*args)
+    reads += 1
+    if reads == 40:  # Ctrl-C, as a terminal sends it, once the pass is well under way
+        os.kill(os.getpid(), signal.SIGINT)
+_scatter._scatter_into = counted
+try:
+    oc.rechunk(x, (-1, 4), sys.argv[2], max_mem="64K", progress=False)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_stops_cleanly_and_the_output_resumes(tmp_path: Path) -> None:
+    values = np.arange(256 * 64, dtype="f4").reshape(256, 64)
+    x = oc.create(tmp_path / "src.zarr", values.shape, values.dtype, chunks=(4, 64))
+    x[...] = values
+    out = tmp_path / "out.zarr"
+    child = start_python(INTERRUPTED, str(x.path), str(out))
+    stdout, stderr = child.communicate(timeout=120)
+    assert child.returncode == 0, stderr
+    assert "interrupted" in stdout
+    assert MARKER in zarr.open_array(out, mode="r").attrs
+    y = oc.rechunk(x, (-1, 4), out, max_mem="64K", progress=False)
+    np.testing.assert_array_equal(y[...], values)
+    assert MARKER not in zarr.open_array(out, mode="r").attrs
+
+
+def test_a_full_disk_is_an_error_and_a_rerun_with_space_resumes(tiny_tmpfs: Path) -> None:
+    rng = np.random.default_rng(3)
+    values = rng.random((64, 128, 128)).astype("f4")  # 4 MiB, incompressible
+    source = tiny_tmpfs.parent / "src.zarr"
+    x = oc.create(source, values.shape, values.dtype, chunks=(1, 128, 128), codec="none")
+    x[...] = values
+    out = tiny_tmpfs / "out.zarr"
+    with pytest.raises(OSError, match="space"):
+        oc.rechunk(x, (-1, 32, 32), out, codec="none", max_mem="1M", progress=False)
+    marker = zarr.open_array(out, mode="r").attrs[MARKER]
+    z = zarr.open_array(out, mode="r")
+    for flat in units(marker["done"]):  # every chunk the marker names is whole
+        i, j = divmod(flat, 4)
+        region = (slice(None), slice(32 * i, 32 * i + 32), slice(32 * j, 32 * j + 32))
+        np.testing.assert_array_equal(z[region], values[region])
+    subprocess.run(["mount", "-o", "remount,size=16m", str(tiny_tmpfs)], check=True)
+    y = oc.rechunk(x, (-1, 32, 32), out, codec="none", max_mem="1M", progress=False)
+    np.testing.assert_array_equal(y[...], values)
+    assert MARKER not in zarr.open_array(out, mode="r").attrs

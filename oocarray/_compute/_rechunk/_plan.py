@@ -1,10 +1,19 @@
 """The strategy of a rechunk and its printable plan.
 
-Direct, one pass, when a block made of whole source chunks and whole target chunks (per axis
-the lcm of the two chunk sizes, capped at the axis) fits the memory: every source chunk is
-read once and every target chunk written once.  Otherwise two passes through a temporary
-store whose chunks are, per axis, the smaller of the source and target chunk: pass 1 reads
-source-aligned blocks, pass 2 writes whole target chunks (as rechunker does).
+- **direct**, one pass, when a block made of whole source chunks and whole target chunks (per
+  axis the lcm of the two chunk sizes, capped at the axis) fits the memory: every source chunk
+  is read once and every target chunk written once;
+- **scatter**, one pass, when a source chunk and a target chunk fit: each source chunk is read
+  once and its pieces copied into the partial target chunks of a raw scatter buffer (a
+  temporary file, paged by the kernel); a target chunk is encoded and written once, when its
+  last piece arrives;
+- **two-pass** otherwise, through a temporary store whose chunks are, per axis, the smaller of
+  the source and target chunk (as rechunker does).  Only its second pass is resumable: the
+  temporary store is deleted with the process, so a rerun repeats pass 1.  It is the plan only
+  where a source chunk and a target chunk do not fit at once.
+
+Blocks run on up to :func:`~oocarray._storage._pool.workers` threads, as many as the budget
+holds at once.
 """
 
 from __future__ import annotations
@@ -16,15 +25,20 @@ from typing import Any
 import numpy as np
 
 from oocarray._memory._units import format_bytes
+from oocarray._storage._pool import workers as cpu_workers
 from oocarray.errors import MemoryBudgetError
 
-__all__ = ["AUTO_CHUNK_BYTES", "Pass", "Plan", "make_plan", "normalize_chunks"]
+__all__ = ["AUTO_CHUNK_BYTES", "SCATTER_MAP_BYTES", "Pass", "Plan", "make_plan", "normalize_chunks"]
 
 # The byte target of a chunk sized "auto": large enough for few files, small enough to read.
 AUTO_CHUNK_BYTES = 8 << 20
 
 # A block is held while it is read (decode buffers) and again while it is encoded for writing.
 BLOCK_COPIES = 2
+
+# The scatter buffer's pages this process maps at most before it lets the kernel take them
+# back (they stay in the page cache): counted in the plan's peak, as they count in its RSS.
+SCATTER_MAP_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,11 @@ class Pass:
     bytes_read: int
     bytes_written: int
     peak_bytes: int
+    workers: int = 1
+    # Bytes through the scatter buffer (copied in, then read back once per target chunk).
+    scatter_bytes: int = 0
+    # Scatter: the buffer's pages mapped at once (in peak_bytes).
+    map_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -66,10 +85,10 @@ class Plan:
     >>> import numpy as np, oocarray as oc
     >>> x = oc.from_numpy(np.zeros((100, 100)), chunks=(10, 100))
     >>> plan = oc.rechunk(x, (-1, 10), dry_run=True)
-    >>> print(plan)
+    >>> print(str(plan).splitlines()[0])  # then a line per pass (its threads: the cores')
     rechunk (100, 100) float64 chunks (10, 100) -> (100, 10): direct, 1 pass(es)
-      pass 1 (direct): blocks (100, 100), read 78.1 KiB, write 78.1 KiB, peak 164.1 KiB
-      total: read 78.1 KiB, write 78.1 KiB, projected peak 164.1 KiB
+    >>> plan.strategy, plan.bytes_read, plan.bytes_written
+    ('direct', 80000, 80000)
     """
 
     shape: tuple[int, ...]
@@ -126,9 +145,15 @@ class Plan:
             f"{self.target_chunks}: {self.strategy}, {len(self.passes)} pass(es)"
         ]
         for p in self.passes:
+            scatter = (
+                f", through a raw scatter buffer {format_bytes(p.scatter_bytes)}"
+                if p.scatter_bytes
+                else ""
+            )
             lines.append(
-                f"  {p.name}: blocks {p.block}, read {format_bytes(p.bytes_read)}, "
-                f"write {format_bytes(p.bytes_written)}, peak {format_bytes(p.peak_bytes)}"
+                f"  {p.name}: blocks {p.block} on {p.workers} thread(s), read "
+                f"{format_bytes(p.bytes_read)}, write {format_bytes(p.bytes_written)}{scatter}, "
+                f"peak {format_bytes(p.peak_bytes)}"
             )
         lines.append(
             f"  total: read {format_bytes(self.bytes_read)}, write "
@@ -184,8 +209,10 @@ def _pass(
     target: tuple[int, ...],
     shape: tuple[int, ...],
     itemsize: int,
+    budget: int,
 ) -> Pass:
-    """A pass's bytes: each block reads the source chunks it touches whole."""
+    """A pass's bytes: each block reads the source chunks it touches whole; as many blocks run
+    at once as the budget holds (at least one)."""
     read_span = 1
     for n, b, s in zip(shape, block, source, strict=True):
         covered = 0
@@ -195,8 +222,43 @@ def _pass(
         read_span *= covered
     nbytes = math.prod(shape) * itemsize
     chunk = math.prod(source) * itemsize
-    peak = BLOCK_COPIES * math.prod(block) * itemsize + chunk
-    return Pass(name, block, source, target, read_span * itemsize, nbytes, peak)
+    per_block = BLOCK_COPIES * math.prod(block) * itemsize + chunk
+    workers = max(1, min(cpu_workers(), budget // max(per_block, 1)))
+    return Pass(
+        name, block, source, target, read_span * itemsize, nbytes, workers * per_block, workers
+    )
+
+
+def _scatter_pass(
+    shape: tuple[int, ...],
+    itemsize: int,
+    source: tuple[int, ...],
+    target: tuple[int, ...],
+    budget: int,
+    unit: tuple[int, ...] | None = None,
+) -> Pass:
+    """One pass through the scatter buffer.  A worker holds a decoded source chunk and, when
+    it completes a target chunk, that chunk's copy and its padded stored form."""
+    nbytes = math.prod(shape) * itemsize
+    source_bytes = math.prod(source) * itemsize
+    target_bytes = math.prod(unit or target) * itemsize
+    per_worker = source_bytes + BLOCK_COPIES * target_bytes
+    # The mapped pages of the buffer take what the workers leave, at most SCATTER_MAP_BYTES,
+    # at least one target chunk (the one being read back).
+    workers = max(1, min(cpu_workers(), (budget - target_bytes) // max(per_worker, 1)))
+    map_bytes = max(target_bytes, min(SCATTER_MAP_BYTES, budget - workers * per_worker))
+    return Pass(
+        "pass 1 (scatter)",
+        source,
+        source,
+        target,
+        nbytes,
+        nbytes,
+        workers * per_worker + map_bytes,
+        workers,
+        2 * nbytes,
+        map_bytes,
+    )
 
 
 def _grown_middle(
@@ -233,9 +295,14 @@ def make_plan(
     source_chunks: tuple[int, ...],
     target_chunks: tuple[int, ...],
     budget: int,
+    strategy: str | None = None,
+    write_unit: tuple[int, ...] | None = None,
 ) -> Plan:
-    """The cheapest plan (bytes read plus written) whose peak fits ``budget``, else
-    :class:`MemoryBudgetError` naming the smallest budget that would do."""
+    """The first of direct, scatter and two-pass whose peak fits ``budget`` (or the one
+    ``strategy`` names), else :class:`MemoryBudgetError` naming the smallest budget that
+    would do.  Direct and scatter read the source once and write each target chunk once;
+    scatter also copies the data through its raw buffer, so direct comes first.
+    ``write_unit`` is the output's shard shape, when it has shards."""
     itemsize = dtype.itemsize
     direct = _pass(
         "pass 1 (direct)",
@@ -244,8 +311,13 @@ def make_plan(
         target_chunks,
         shape,
         itemsize,
+        budget,
     )
-    candidates = [Plan(shape, dtype, source_chunks, target_chunks, "direct", (direct,), None)]
+    scatter = _scatter_pass(shape, itemsize, source_chunks, target_chunks, budget, write_unit)
+    candidates = [
+        Plan(shape, dtype, source_chunks, target_chunks, "direct", (direct,), None),
+        Plan(shape, dtype, source_chunks, target_chunks, "scatter", (scatter,), None),
+    ]
     middle = _grown_middle(shape, itemsize, source_chunks, target_chunks, budget)
     if middle != source_chunks and middle != target_chunks:
         first = _pass(
@@ -255,6 +327,7 @@ def make_plan(
             middle,
             shape,
             itemsize,
+            budget,
         )
         second = _pass(
             "pass 2 (intermediate -> target)",
@@ -263,10 +336,18 @@ def make_plan(
             target_chunks,
             shape,
             itemsize,
+            budget,
         )
         candidates.append(
             Plan(shape, dtype, source_chunks, target_chunks, "two-pass", (first, second), middle)
         )
+    if strategy is not None:
+        named = [p for p in candidates if p.strategy == strategy]
+        if not named:
+            raise ValueError(
+                f"strategy={strategy!r}: choose one of {[p.strategy for p in candidates]}"
+            )
+        candidates = named
     fitting = [p for p in candidates if p.peak_bytes <= budget]
     if not fitting:
         least = min(p.peak_bytes for p in candidates)
@@ -275,4 +356,4 @@ def make_plan(
             f"{format_bytes(least)} at once, but the budget is {format_bytes(budget)}: give it "
             f"at least {format_bytes(least)}, or choose smaller target chunks"
         )
-    return min(fitting, key=lambda p: (p.bytes_read + p.bytes_written, p.peak_bytes))
+    return fitting[0]

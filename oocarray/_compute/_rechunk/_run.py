@@ -1,4 +1,5 @@
-"""The passes of a rechunk: each reads blocks of whole chunks and writes them whole."""
+"""The passes of a rechunk: each reads blocks of whole chunks and writes them whole, on as
+many threads as the plan counted."""
 
 from __future__ import annotations
 
@@ -9,17 +10,21 @@ from typing import Any
 
 import numpy as np
 
-from oocarray._compute._interrupt import DeferredInterrupt
 from oocarray._compute._limits import working_bytes
-from oocarray._compute._progress import progress_bar
 from oocarray._compute._rechunk._plan import Pass, Plan, make_plan, normalize_chunks
-from oocarray._compute._rechunk._resume import Marker
+from oocarray._compute._rechunk._resume import Marker, units
+from oocarray._compute._rechunk._scatter import scatter
+from oocarray._compute._rechunk._threads import Outcome, run_blocks
 from oocarray._compute._temporaries import _ARRAY_TYPE, temporary
 from oocarray._memory._units import parse_size
 from oocarray._storage import StoredArray, create
 from oocarray.errors import StoreExistsError
 
 __all__ = ["rechunk"]
+
+# The temporary store between the passes of a two-pass plan is written once and read once:
+# uncompressed, it costs no codec time (and disk space the size of the data).
+INTERMEDIATE_CODEC = "none"
 
 
 def _regions(shape: tuple[int, ...], block: tuple[int, ...]) -> Iterator[tuple[slice, ...]]:
@@ -31,22 +36,23 @@ def _regions(shape: tuple[int, ...], block: tuple[int, ...]) -> Iterator[tuple[s
 def _copy(source: Any, out: Any, work: Pass, progress: bool, marker: Marker | None = None) -> None:
     regions = list(_regions(tuple(source.shape), work.block))
     done = marker.done if marker is not None else set()
-    bar = progress_bar(
-        total=len(regions), desc=f"rechunk {work.name}", initial=len(done), disable=not progress
+
+    def copy(index: int) -> Outcome[int]:
+        region = regions[index]
+        out[region] = source[region]
+        if marker is not None:
+            marker.record(index)  # only once the block is whole on disk
+        return [], 1
+
+    run_blocks(
+        (i for i in range(len(regions)) if i not in done),
+        copy,
+        work.workers,
+        total=len(regions),
+        initial=len(done),
+        desc=f"rechunk {work.name}",
+        progress=progress,
     )
-    # Ctrl-C lands between blocks, never between a block's write and its record.
-    try:
-        with DeferredInterrupt() as interrupt:
-            for index, region in enumerate(regions):
-                if index in done:
-                    continue
-                out[region] = source[region]
-                if marker is not None:
-                    marker.record(index)
-                bar.update(1)
-                interrupt.check()
-    finally:
-        bar.close()
 
 
 def rechunk(
@@ -59,7 +65,10 @@ def rechunk(
     max_mem: int | str | None = None,
     resume: bool = True,
     dry_run: bool = False,
+    strategy: str | None = None,
     dataset: str | None = None,
+    out_dataset: str | None = None,
+    dimension_names: Any = None,
     mode: str = "w-",
     storage_options: Any = None,
     progress: bool = True,
@@ -83,9 +92,15 @@ def rechunk(
     resume : bool
         Continue an unfinished rechunk of the same source and chunks found at ``out``.
     dry_run : bool
-        Return the :class:`~oocarray._compute._rechunk._plan.Plan` instead of running it.
+        Return the :class:`~oocarray._compute._rechunk._plan.Plan` instead of running it
+        (``print()`` it to see its passes, bytes read and written, and projected peak).
     dataset : str, optional
         When ``x`` is a path: the array inside its HDF5 file or zarr group.
+    strategy : {"direct", "scatter", "two-pass"}, optional
+        Force a strategy; by default the first of these that fits the budget.
+    out_dataset, dimension_names : optional
+        Write the output as the array ``out_dataset`` inside the zarr group ``out``, with
+        these dimension names (what xarray's ``open_zarr`` shows).
     mode : {"w-", "w"}
         ``"w-"`` refuses an existing output (:class:`~oocarray.StoreExistsError`) unless it is
         an unfinished rechunk to resume; ``"w"`` replaces a zarr array oocarray wrote.
@@ -127,11 +142,13 @@ def rechunk(
         if max_mem is None
         else min(parse_size(max_mem, "max_mem") or 0, working_bytes())
     )
-    plan = make_plan(shape, dtype, source_chunks, target, budget)
+    unit = tuple(int(s) for s in shards) if isinstance(shards, (tuple, list)) else None
+    plan = make_plan(shape, dtype, source_chunks, target, budget, strategy, unit)
     if dry_run:
         return plan
     codec = codec or "zstd"
-    return _execute(x, plan, out, shards, codec, resume, mode, storage_options, progress)
+    naming = {"dataset": out_dataset, "dimension_names": dimension_names}
+    return _execute(x, plan, out, shards, codec, resume, mode, storage_options, progress, naming)
 
 
 def _execute(
@@ -144,18 +161,26 @@ def _execute(
     mode: str,
     storage_options: Any,
     progress: bool,
+    naming: dict[str, Any],
 ) -> Any:
     if out is None:
         result = temporary(plan.shape, plan.dtype, plan.target_chunks, codec)
         _run_plan(x, plan, result, progress, None)
         return result
-    identity = {"source": str(getattr(x, "path", "")), "chunks": list(plan.target_chunks)}
+    last = plan.passes[-1]
+    identity = {
+        "source": str(getattr(x, "path", "")),
+        "chunks": list(plan.target_chunks),
+        "strategy": plan.strategy,
+        "block": list(last.block),
+    }
     local = isinstance(out, (str, os.PathLike)) and "://" not in str(out)
-    found = Marker.found(os.fspath(out)) if local else None
-    done: list[int] = []
+    array_path = os.path.join(os.fspath(out), naming["dataset"] or "") if local else ""
+    found = Marker.found(array_path) if local else None
+    done: set[int] = set()
     if found is not None and resume and all(found.get(k) == v for k, v in identity.items()):
-        result = _reopen(out)
-        done = [int(i) for i in found.get("done", [])]
+        result = _reopen(out, naming["dataset"])
+        done = units(found.get("done"))
     else:
         if found is not None and mode == "w-":
             raise StoreExistsError(
@@ -172,27 +197,35 @@ def _execute(
             shards,
             storage_options=storage_options,
             array_type=_ARRAY_TYPE[0],
+            **naming,
         )
-    marker = Marker(os.fspath(out), identity) if local else None
+    marker = Marker(array_path, identity) if local else None
     if marker is not None:
         marker.start(done)
-    _run_plan(x, plan, result, progress, marker)
+    try:
+        _run_plan(x, plan, result, progress, marker)
+    finally:
+        if marker is not None:
+            marker.save()  # what is whole on disk, also when interrupted
     if marker is not None:
         marker.finish()
     return result
 
 
-def _reopen(out: Any) -> Any:
+def _reopen(out: Any, dataset: str | None) -> Any:
     from oocarray._storage import open as open_stored
 
-    return open_stored(out, "r+", array_type=_ARRAY_TYPE[0])
+    return open_stored(out, "r+", dataset, array_type=_ARRAY_TYPE[0])
 
 
 def _run_plan(x: Any, plan: Plan, result: Any, progress: bool, marker: Marker | None) -> None:
+    if plan.strategy == "scatter":
+        scatter(x, result, plan.passes[0], progress, marker)
+        return
     if plan.intermediate_chunks is None:
         _copy(x, result, plan.passes[0], progress, marker)
         return
-    middle = temporary(plan.shape, plan.dtype, plan.intermediate_chunks, "zstd")
+    middle = temporary(plan.shape, plan.dtype, plan.intermediate_chunks, INTERMEDIATE_CODEC)
     _copy(x, middle, plan.passes[0], progress)
     _copy(middle, result, plan.passes[1], progress, marker)
     del middle

@@ -1,0 +1,244 @@
+"""The scatter pass: every source chunk read once, its pieces copied into the partial target
+blocks of a raw scatter buffer, each target block written once, when its last piece arrived.
+
+The buffer is a temporary file mapped into memory, one slot per target block (of the output's
+write grid: chunks, or shards), allocated in full up front so that a full disk is an
+``OSError`` here and never a ``SIGBUS`` in a copy.  Why not compressed spill memory: each
+source chunk adds a piece to many partial target blocks, so compressed pages would be
+decoded and encoded again once per source chunk; raw pages are copied into at memory speed
+and the kernel's page cache keeps what RAM allows.  The pages this process maps are handed
+back to the kernel (``MADV_DONTNEED``: they stay in the page cache, dirty ones are written to
+the file) whenever about ``map_bytes`` of them were touched, so the RSS stays in the plan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import mmap
+import os
+import tempfile
+import threading
+from typing import Any
+
+import numpy as np
+
+from oocarray._compute._rechunk._plan import Pass
+from oocarray._compute._rechunk._resume import Marker
+from oocarray._compute._rechunk._threads import Outcome, run_blocks
+from oocarray._storage._temp_dirs import new_temp_dir, remove_temp_dir
+
+__all__ = ["scatter"]
+
+PAGE = mmap.PAGESIZE
+
+# A block of work: ("read", source chunk) or ("write", target block).
+Job = tuple[str, tuple[int, ...]]
+
+
+def _flat(block: tuple[int, ...], grid: tuple[int, ...]) -> int:
+    index = 0
+    for b, n in zip(block, grid, strict=True):
+        index = index * n + b
+    return index
+
+
+class _Buffer:
+    """The scatter buffer: an array of shape ``grid + unit``, a slot per target block."""
+
+    def __init__(
+        self, grid: tuple[int, ...], unit: tuple[int, ...], dtype: np.dtype[Any], map_bytes: int
+    ):
+        slot = math.prod(unit) * dtype.itemsize
+        self._directory = new_temp_dir()
+        self._file = tempfile.TemporaryFile(dir=self._directory)  # noqa: SIM115 (see close)
+        size = max(slot * math.prod(grid), 1)
+        try:
+            os.posix_fallocate(self._file.fileno(), 0, size)
+            self._map = mmap.mmap(self._file.fileno(), size)
+            # Without it a fault maps the whole (large) folio around a touched page, so a few
+            # bytes copied into each of many slots would map most of the file.
+            self._map.madvise(mmap.MADV_RANDOM)
+        except BaseException:
+            self.close()
+            raise
+        count = math.prod(grid) * math.prod(unit)
+        self.array = np.frombuffer(self._map, dtype=dtype, count=count).reshape(grid + unit)
+        self._map_bytes = max(map_bytes, slot)
+        self._touched = 0
+        self._lock = threading.Lock()
+
+    def touched(self, nbytes: int) -> None:
+        """Count pages touched; past ``map_bytes``, give the mapped pages back."""
+        with self._lock:
+            self._touched += nbytes
+            if self._touched <= self._map_bytes:
+                return
+            self._touched = 0
+        self._map.madvise(mmap.MADV_DONTNEED)
+
+    def close(self) -> None:
+        if hasattr(self, "array"):
+            del self.array
+        if hasattr(self, "_map"):
+            # A traceback may still hold a view: then the collector unmaps it.
+            with contextlib.suppress(BufferError):
+                self._map.close()
+        self._file.close()
+        remove_temp_dir(self._directory, os.getpid())
+
+
+def _span(piece: np.ndarray) -> int:
+    """Bytes of the pages a strided view covers (its first to its last element)."""
+    if piece.size == 0:
+        return 0
+    last = sum((n - 1) * abs(s) for n, s in zip(piece.shape, piece.strides, strict=True))
+    return int(last + piece.itemsize) // PAGE * PAGE + 2 * PAGE
+
+
+# One axis of a source region cut at target block bounds: blocks, span in each block, span
+# in the region.  The blocks either all are whole or it is one block.
+Segment = tuple[slice, slice, slice]
+
+
+def _segments(start: int, stop: int, unit: int) -> list[Segment]:
+    """``[start, stop)`` as a partial head block, whole middle blocks, a partial tail block."""
+    first, last = start // unit, (stop - 1) // unit
+    if first == last:
+        return [
+            (
+                slice(first, first + 1),
+                slice(start - first * unit, stop - first * unit),
+                slice(0, stop - start),
+            )
+        ]
+    out: list[Segment] = []
+    full_from = first
+    if start % unit:
+        head = unit - start % unit
+        out.append((slice(first, first + 1), slice(start % unit, unit), slice(0, head)))
+        full_from = first + 1
+    tail = stop - last * unit
+    full_to = last + 1 if tail == unit else last
+    if full_to > full_from:
+        out.append(
+            (
+                slice(full_from, full_to),
+                slice(0, unit),
+                slice(full_from * unit - start, full_to * unit - start),
+            )
+        )
+    if tail < unit:
+        out.append(
+            (slice(last, last + 1), slice(0, tail), slice(stop - tail - start, stop - start))
+        )
+    return out
+
+
+def _scatter_into(
+    buffer: _Buffer, data: np.ndarray, region: tuple[slice, ...], unit: tuple[int, ...]
+) -> None:
+    """Copy a source chunk's data (at ``region``) into its target blocks' slots: one NumPy
+    copy per combination of head, middle and tail segments (at most 3 per axis)."""
+    ndim = len(unit)
+    axes = [_segments(r.start, r.stop, u) for r, u in zip(region, unit, strict=True)]
+    for combination in itertools.product(*axes):
+        blocks = tuple(seg[0] for seg in combination)
+        within = tuple(seg[1] for seg in combination)
+        piece = data[tuple(seg[2] for seg in combination)]
+        counts = [b.stop - b.start for b in blocks]
+        widths = [w.stop - w.start for w in within]
+        split = piece.reshape([n for pair in zip(counts, widths, strict=True) for n in pair])
+        order = [2 * axis for axis in range(ndim)] + [2 * axis + 1 for axis in range(ndim)]
+        target = buffer.array[blocks + within]
+        target[...] = split.transpose(order)
+        first = target[(0,) * ndim]
+        buffer.touched(_span(first) * math.prod(counts))
+
+
+def scatter(
+    source: Any, out: Any, work: Pass, progress: bool, marker: Marker | None = None
+) -> None:
+    """Run a scatter pass from the stored array ``source`` into the stored array ``out``."""
+    src, dst = source._store, out._store
+    shape = tuple(src.shape)
+    ndim = len(shape)
+    chunks, unit = tuple(src.chunks), tuple(dst.write_grid)
+    grid = tuple(-(-n // u) for n, u in zip(shape, unit, strict=True))
+    source_grid = tuple(-(-n // c) for n, c in zip(shape, chunks, strict=True))
+    # Per axis and target block: how many source chunks it gets a piece from.
+    pieces = [
+        [(min(n, (b + 1) * u) - 1) // c - (b * u) // c + 1 for b in range(g)]
+        for n, u, c, g in zip(shape, unit, chunks, grid, strict=True)
+    ]
+    done = marker.done if marker is not None else set()
+    # Per target block: the pieces it still waits for.
+    remaining = np.ones(grid, dtype=np.int64)
+    for axis, counts in enumerate(pieces):
+        remaining *= np.asarray(counts, dtype=np.int64).reshape(
+            [-1 if a == axis else 1 for a in range(ndim)]
+        )
+    lock = threading.Lock()
+    buffer = _Buffer(grid, unit, np.dtype(dst.dtype), work.map_bytes)
+
+    def blocks_of(region: tuple[slice, ...]) -> tuple[slice, ...]:
+        return tuple(
+            slice(r.start // u, (r.stop - 1) // u + 1) for r, u in zip(region, unit, strict=True)
+        )
+
+    def needed(chunk: tuple[int, ...]) -> bool:
+        touched = blocks_of(src.chunk_region(chunk))
+        ranges = [range(b.start, b.stop) for b in touched]
+        return any(_flat(b, grid) not in done for b in itertools.product(*ranges))
+
+    def read(chunk: tuple[int, ...]) -> Outcome[Job]:
+        region = src.chunk_region(chunk)
+        data = src.read_chunk(chunk)
+        _scatter_into(buffer, data, region, unit)
+        del data
+        touched = blocks_of(region)
+        with lock:
+            left = remaining[touched]
+            left -= 1
+            whole = np.argwhere(left == 0)
+        corner = np.array([b.start for b in touched])
+        complete: list[Job] = []
+        for found in whole:
+            block = tuple(int(i) for i in found + corner)
+            if _flat(block, grid) not in done:
+                complete.append(("write", block))
+        return complete, 0
+
+    def write(block: tuple[int, ...]) -> Outcome[Job]:
+        region = dst.block_region(block)
+        valid = tuple(slice(0, r.stop - r.start) for r in region)
+        flat = _flat(block, grid)
+        slot = buffer.array[block][valid]
+        buffer.touched(_span(slot))
+        dst.write_blocks([(block, np.array(slot))])
+        if marker is not None:
+            marker.record(flat)
+        return [], 1
+
+    def run(job: Job) -> Outcome[Job]:
+        kind, index = job
+        return read(index) if kind == "read" else write(index)
+
+    jobs = (
+        ("read", chunk)
+        for chunk in itertools.product(*(range(g) for g in source_grid))
+        if needed(chunk)
+    )
+    try:
+        run_blocks(
+            jobs,
+            run,
+            work.workers,
+            total=math.prod(grid),
+            initial=len(done),
+            desc=f"rechunk {work.name}",
+            progress=progress,
+        )
+    finally:
+        buffer.close()
