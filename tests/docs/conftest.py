@@ -28,7 +28,7 @@ class Site:
         return [
             line
             for line in self.output.splitlines()
-            if "WARNING" in line and not line.startswith("[IPKernelApp]")
+            if "WARNING" in line and "[IPKernelApp]" not in line
         ]
 
 
