@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import oocarray as oc
+from testkit.clusters import loopback_client
 
 distributed = pytest.importorskip("distributed")
 
@@ -22,19 +23,8 @@ BUDGET = 2 << 20
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[distributed.Client]:
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        # the scheduler's HTTP server runs anyway: on a free loopback port, not 8787
-        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-    )
-    # Not the default scheduler: other tests' dask computations stay local.
-    with distributed.Client(cluster, set_as_default=False) as c:
+    with loopback_client() as c:
         yield c
-    cluster.close()
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import pytest
 import xarray as xr
 
 import oocarray as oc
+from testkit.clusters import loopback_client
 
 distributed = pytest.importorskip("distributed")
 
@@ -21,21 +22,9 @@ WORKER_BUDGET = 1 << 20
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[distributed.Client]:
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        # The scheduler's HTTP server runs anyway: on a free port, since its default (8787)
-        # warns when another cluster on this machine holds it.
-        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-    )
-    # Not the default scheduler: other tests' computations stay local.
-    with distributed.Client(cluster, set_as_default=False) as c:
+    with loopback_client() as c:
         c.register_plugin(oc.dask.MemoryBudgetPlugin(max_bytes=WORKER_BUDGET))
         yield c
-    cluster.close()
 
 
 @pytest.fixture
