@@ -50,6 +50,7 @@ SKIP_DIRS = {
     "_build",
     "generated",
     "jupyter_execute",
+    "benchmark-records",  # docs/benchmark-records: the site build's copies of benchmarks/results
     "__pycache__",
     ".mypy_cache",
     ".ruff_cache",
