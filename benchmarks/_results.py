@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -83,9 +84,16 @@ def write(
         },
     }
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{now:%Y-%m-%dT%H%M%SZ}-{commit or 'nocommit'}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    return path
+    stem = f"{now:%Y-%m-%dT%H%M%SZ}-{commit or 'nocommit'}"
+    for attempt in itertools.count():  # never over an earlier record of the same second
+        path = folder / (stem + (f"-{attempt}" if attempt else "") + ".json")
+        try:
+            with path.open("x") as out:
+                out.write(json.dumps(record, indent=1) + "\n")
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")
 
 
 def _from_dict(row: dict[str, Any]) -> Row | TextRow:

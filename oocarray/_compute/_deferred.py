@@ -24,7 +24,7 @@ import numpy as np
 
 from oocarray._compute._engine import evaluate
 from oocarray._compute._gather import Gather
-from oocarray._compute._nodes import BlockReads, Node, as_node
+from oocarray._compute._nodes import BlockReads, Constant, Node, as_node
 from oocarray._compute._reduce import Accumulate, Extreme, Moments, Reduction, make_reduction
 
 __all__ = ["DEFERRABLE", "Deferred", "GatheredRows", "defer", "resolve"]
@@ -81,6 +81,26 @@ class Deferred(Node):
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         return self.value()[region]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent to another process (a Dask worker): the held result travels, not the reduction
+        # (its maker is a closure, and a worker must not read the whole input again).
+        return {
+            "shape": self.shape,
+            "dtype": self.dtype,
+            "quiet": self.quiet,
+            "_value": self.value(),
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.source = Constant(self._value, self.shape)
+        self.make = _unreachable
+        self._lock = threading.Lock()
+
+
+def _unreachable() -> Reduction:
+    raise AssertionError("an unpickled Deferred holds its result")
 
 
 def defer(

@@ -1,4 +1,5 @@
-"""A raw scratch file for an algorithm's intermediate data (a sort's runs, a staged copy).
+"""A raw scratch file for an algorithm's intermediate data (a sort's runs, a staged copy,
+a rechunk's scatter buffer).
 
 Values an algorithm writes once and reads back once need no chunk files, codec or checksum:
 one unnamed file in the spill directory (removed by the system when closed, or when the

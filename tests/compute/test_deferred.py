@@ -95,3 +95,13 @@ def test_bad_arguments_raise_when_deferred() -> None:
         defer("sum", x._tree(), axis=3)
     with pytest.raises(TypeError, match="defers"):
         defer("argmax", x._tree())
+
+
+def test_a_deferred_reduction_travels_to_another_process_with_its_result() -> None:
+    # (what a Dask worker receives: the held result, never the reduction to run again)
+    import pickle
+
+    x = oc.from_numpy(np.arange(12.0).reshape(4, 3), chunks=(2, 3))
+    expr = oc.Expr(defer("mean", x, axis=0)) * 2
+    copy = pickle.loads(pickle.dumps(expr))
+    np.testing.assert_array_equal(copy[...], np.arange(12.0).reshape(4, 3).mean(axis=0) * 2)

@@ -18,7 +18,6 @@ import itertools
 import math
 import mmap
 import os
-import tempfile
 import threading
 from typing import Any
 
@@ -27,7 +26,7 @@ import numpy as np
 from oocarray._compute._rechunk._plan import Pass
 from oocarray._compute._rechunk._resume import Marker
 from oocarray._compute._rechunk._threads import Outcome, run_blocks
-from oocarray._storage._temp_dirs import new_temp_dir, remove_temp_dir
+from oocarray._compute._scratch_file import ScratchFile
 
 __all__ = ["scatter"]
 
@@ -51,12 +50,11 @@ class _Buffer:
         self, grid: tuple[int, ...], unit: tuple[int, ...], dtype: np.dtype[Any], map_bytes: int
     ):
         slot = math.prod(unit) * dtype.itemsize
-        self._directory = new_temp_dir()
-        self._file = tempfile.TemporaryFile(dir=self._directory)  # noqa: SIM115 (see close)
+        self._file = ScratchFile()
         size = max(slot * math.prod(grid), 1)
         try:
-            os.posix_fallocate(self._file.fileno(), 0, size)
-            self._map = mmap.mmap(self._file.fileno(), size)
+            os.posix_fallocate(self._file.fd, 0, size)
+            self._map = mmap.mmap(self._file.fd, size)
             # Without it a fault maps the whole (large) folio around a touched page, so a few
             # bytes copied into each of many slots would map most of the file.
             self._map.madvise(mmap.MADV_RANDOM)
@@ -86,7 +84,6 @@ class _Buffer:
             with contextlib.suppress(BufferError):
                 self._map.close()
         self._file.close()
-        remove_temp_dir(self._directory, os.getpid())
 
 
 def _span(piece: np.ndarray) -> int:
