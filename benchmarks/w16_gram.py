@@ -42,6 +42,7 @@ from benchmarks._timing import (
     format_mib,
     format_seconds,
 )
+from oocarray._memory import parse_size
 
 MiB = 1 << 20
 FULL_BYTES = 256 * MiB
@@ -123,10 +124,10 @@ def _run_side(code: str) -> tuple[float, cd.Peak]:
     raise RuntimeError("W16: a side printed no time")
 
 
-def run(quick: bool = False) -> Result:
+def run(quick: bool = False, nbytes: int | None = None) -> Result:
     directory = tempfile.mkdtemp(prefix="oocarray-w16-")
     try:
-        return _run_in(directory, QUICK_BYTES if quick else FULL_BYTES)
+        return _run_in(directory, nbytes or (QUICK_BYTES if quick else FULL_BYTES))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -201,7 +202,11 @@ def _run_in(directory: str, nbytes: int) -> Result:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.w16_gram")
     parser.add_argument("--quick", action="store_true", help=f"{format_bytes(QUICK_BYTES)}")
-    print(run(parser.parse_args().quick).render())
+    parser.add_argument(
+        "--size", help=f"the array's size, e.g. 2G (default {format_bytes(FULL_BYTES)})"
+    )
+    args = parser.parse_args()
+    print(run(args.quick, parse_size(args.size) if args.size else None).render())
 
 
 if __name__ == "__main__":
