@@ -1,12 +1,12 @@
 """W16: the Gram matrix ``X.T @ X`` of a tall (N, 512) float32 zstd zarr array.
 
 The array (256 MiB; ``--quick``: 64 MiB; ``--size 2G`` as the issue names) is written once,
-untimed, by oocarray's writer in chunks of 2048 x 512 (4 MiB), zstd level 3, with a raw
-``.npy`` of the same values: per-column offsets plus Gaussian noise rounded to 3 decimals
-(values that compress like measurements, by a modest factor).  Every file is read once before timing (a warm page cache).  Each side runs in
-a fresh process (its peak RSS is its own), three times, in alternating order; a process times
-its call three times and keeps the best (a shared host's load comes and goes); figures are the
-median of the processes:
+untimed, by oocarray's writer in chunks of 2048 x 512 (4 MiB), zstd level 3, with a raw ``.npy``
+of the same values: per-column offsets plus Gaussian noise rounded to 3 decimals (values that
+compress like measurements, by a modest factor). Every file is read once before timing (a warm
+page cache). Each side runs in a fresh process (its peak RSS is its own), three times, in
+alternating order; a process times its call three times and keeps the best (a shared host's load
+comes and goes); figures are the median of the processes:
 
 - **numpy**: the ``.npy`` loaded into RAM (untimed), then ``X.T @ X`` timed: the in-memory
   target (OpenBLAS ``ssyrk``, every core);
