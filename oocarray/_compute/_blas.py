@@ -1,12 +1,13 @@
 """One BLAS thread per compute worker while a pass of products runs.
 
-The engine already runs a worker per core; a BLAS call in each that starts a thread per core
-of its own oversubscribes the machine (``X.T @ X`` of a 64 MiB float32 array ran 3x slower
-on two cores).  While a pass of products runs on several workers, BLAS is limited to one
-thread, through ``threadpoolctl`` when it is installed (without it, BLAS keeps its own
-threads).  The limit is set and given back by the thread that runs the pass: set from the
-engine's workers, OpenBLAS did not always take it back.  A pass of one block runs on the
-calling thread and keeps every BLAS thread.
+The engine runs a worker per core; a BLAS call in each that starts a thread per core of its own
+oversubscribes the machine (``X.T @ X`` of a 64 MiB float32 array ran 3x slower on two cores).
+While a pass whose blocks call BLAS (a product, lazy or reduced: nodes and reductions say so
+with ``calls_blas``) runs on several workers, BLAS is limited to one thread, through
+``threadpoolctl`` when it is installed (without it, BLAS keeps its own threads). The limit is
+set and given back by the thread that runs the pass: set from the engine's workers, OpenBLAS
+did not always take it back. A pass of one block runs on the calling thread and keeps every
+BLAS thread.
 """
 
 from __future__ import annotations

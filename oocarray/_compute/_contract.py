@@ -25,15 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from oocarray._compute._blas import one_blas_thread
 from oocarray._compute._contraction import Contraction, Product, accumulator_dtype, combine
-from oocarray._compute._engine import Pass, StoreTarget, budget_left, evaluate, plan_blocks
+from oocarray._compute._engine import StoreTarget, evaluate
 from oocarray._compute._limits import require_memory, working_bytes
 from oocarray._compute._nodes import BlockReads, Concat, Constant, ExpandDims, Node, Source
 from oocarray._compute._rearrange import permute_dims
 from oocarray._compute._reduce import Reduction
 from oocarray._compute._temporaries import temporary
-from oocarray._memory import active_manager, system
 
 __all__ = ["contract"]
 
@@ -66,7 +64,7 @@ def contract(a: Node, b: Node, spec: Contraction, name: str) -> Any:
         return product
     out = temporary(product.shape, product.dtype, chunks=_result_chunks(product, budget))
     grid = out.shards or out.chunks
-    _run([], [StoreTarget(product, out.__setitem__, grid)], name)
+    evaluate([], [StoreTarget(product, out.__setitem__, grid)], True, name)
     return out
 
 
@@ -84,16 +82,6 @@ def _result_chunks(product: Product, budget: int) -> tuple[int, ...]:
         grow = max(1, target // max(1, cell))
         chunks[axis] = min(shape[axis], chunks[axis] * grow)
     return tuple(max(1, c) for c in chunks)
-
-
-def _run(reductions: list[Reduction], stores: list[StoreTarget], name: str) -> None:
-    """One engine pass of products, with one BLAS thread per worker when it has several."""
-    shape = (reductions[0].expr if reductions else stores[0].expr).shape
-    blocks, workers = plan_blocks(
-        Pass(shape, list(reductions), list(stores)), budget_left(active_manager() or system())
-    )
-    with one_blas_thread(workers if len(blocks) > 1 else 1):
-        evaluate(reductions, stores, True, name)
 
 
 def _loaded_if_small(node: Node, budget: int) -> Node:
@@ -135,7 +123,7 @@ def _into_ndarray(product: Product, name: str) -> Any:
     def write(region: Region, block: np.ndarray) -> None:
         out[region] = block
 
-    _run([], [StoreTarget(product, write)], name)
+    evaluate([], [StoreTarget(product, write)], True, name)
     return out[()] if out.ndim == 0 else out
 
 
@@ -180,7 +168,7 @@ def _streamed(a: Node, b: Node, spec: Contraction, name: str, budget: int) -> An
         return None
     require_memory(name, peak, smallest_bytes=peak, hint=HINT)
     reduction = StreamedProduct(name, expr, left.shape[1], same, spec)
-    _run([reduction], [], name)
+    evaluate([reduction], [], True, name)
     return reduction.finish()
 
 
@@ -213,6 +201,8 @@ class _WholeRows(Node):
 class StreamedProduct(Reduction):
     """``left.T @ right`` summed over blocks of rows of ``[left, right]`` (or of ``left`` alone
     when both are the same array: a Gram matrix)."""
+
+    calls_blas = True
 
     def __init__(self, name: str, expr: Node, width: int, same: bool, spec: Contraction) -> None:
         super().__init__(name, expr, (0,), keepdims=False)

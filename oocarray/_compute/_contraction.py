@@ -95,6 +95,8 @@ def combine(total: np.ndarray | None, part: np.ndarray, acc: np.dtype[Any]) -> n
 class Product(Node):
     """The lazy result of a :class:`Contraction` of two expressions."""
 
+    calls_blas = True
+
     def __init__(self, a: Node, b: Node, spec: Contraction, piece_bytes: int) -> None:
         self.a, self.b, self.spec = a, b, spec
         self.shape = spec.shape

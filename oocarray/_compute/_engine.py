@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from oocarray._compute._blas import one_blas_thread
 from oocarray._compute._fuse import Kernel, kernel_for
 from oocarray._compute._interrupt import DeferredInterrupt
 from oocarray._compute._nodes import BlockReads, Node
@@ -72,6 +73,18 @@ class Pass:
 
     def exprs(self) -> list[Node]:
         return [r.expr for r in self.reductions] + [s.expr for s in self.stores]
+
+    def calls_blas(self) -> bool:
+        """Whether any block of the pass calls BLAS (a product, lazy or reduced)."""
+        if any(r.calls_blas for r in self.reductions):
+            return True
+        stack = self.exprs()
+        while stack:
+            node = stack.pop()
+            if node.calls_blas:
+                return True
+            stack.extend(node.children())
+        return False
 
     def fuse(self) -> None:
         """Compile each expression into a numexpr kernel where it can be (once per pass)."""
@@ -228,7 +241,10 @@ def _run_pass(work: Pass, progress: bool, name: str) -> None:
     pending: dict[int, list[Any]] = {}
     next_merge = 0
     # Ctrl-C is raised where the loop waits, never inside submit() (see _interrupt.py).
-    with DeferredInterrupt() as interrupt:
+    with (
+        DeferredInterrupt() as interrupt,
+        one_blas_thread(worker_count if work.calls_blas() else 1),
+    ):
         try:
             with concurrent.futures.ThreadPoolExecutor(worker_count, "oocarray-compute") as pool:
                 in_flight: dict[concurrent.futures.Future[list[Any]], int] = {}

@@ -50,6 +50,9 @@ class Node:
 
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
+    # Whether evaluating this node itself calls BLAS (a pass of several workers then limits
+    # BLAS to one thread each: see _blas.py).
+    calls_blas = False
 
     @property
     def ndim(self) -> int:

@@ -103,6 +103,9 @@ class Reduction:
         return None
 
     sharing_rank = 0
+    # Whether a partial calls BLAS (a pass of several workers then limits BLAS to one thread
+    # each: see _blas.py).
+    calls_blas = False
 
     def merge(self, partial: Any, region: Region) -> None:
         raise NotImplementedError

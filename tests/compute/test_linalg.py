@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray._compute import _contract
+from oocarray._compute import _contract, _contraction
 from oocarray._compute._contraction import accumulator_dtype
 from oocarray.errors import MemoryBudgetError
 from tests.compute.strategies import ALL_DTYPES, assert_close, chunkings, examples
@@ -459,3 +459,35 @@ def test_workers_run_blas_on_one_thread_and_give_the_threads_back() -> None:
     assert len(seen) > 1 and all(threads == [1] * len(before) for threads in seen)
     assert blas_threads() == before
     _assert_product(gram, data.T @ data, np.abs(data).T @ np.abs(data), len(data), "X.T @ X")
+
+
+def test_a_lazy_product_read_by_another_pass_runs_blas_on_one_thread() -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads() -> list[int]:
+        info = threadpoolctl.threadpool_info()
+        return [lib["num_threads"] for lib in info if lib["user_api"] == "blas"]
+
+    before = blas_threads()
+    if len(os.sched_getaffinity(0)) < 2 or not before or max(before) < 2:
+        pytest.skip("one CPU or one BLAS thread: nothing to limit")
+    seen: list[list[int]] = []
+    original = _contraction.Product.evaluate
+
+    def recorded(self: Any, region: Any, reads: Any) -> Any:
+        seen.append(blas_threads())
+        return original(self, region, reads)
+
+    data = _values(26, (40000, 8), "float64")
+    weights = _values(27, (8, 8), "float64")
+    x = oc.from_numpy(data, chunks=(1000, 8))
+    with (
+        mock.patch.object(_contraction.Product, "evaluate", recorded),
+        oc.Manager("workers", max_bytes=2 * MiB),
+    ):
+        product = x @ weights  # larger than the budget's share: a lazy product
+        assert not isinstance(product, np.ndarray)
+        total = np.asarray(product.sum(axis=0))
+    assert len(seen) > 1 and all(threads == [1] * len(before) for threads in seen)
+    assert blas_threads() == before
+    np.testing.assert_allclose(total, (data @ weights).sum(axis=0), rtol=1e-10)
