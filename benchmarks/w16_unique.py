@@ -146,7 +146,7 @@ def _warm(path: str) -> None:
                     pass
 
 
-def run(quick: bool) -> Result:
+def run(quick: bool, rounds: int = ROUNDS) -> Result:
     n = QUICK_IDS if quick else FULL_IDS
     budget = QUICK_BUDGET if quick else BUDGET
     directory = tempfile.mkdtemp(prefix="w16-")
@@ -159,7 +159,7 @@ def run(quick: bool) -> Result:
         sides = ["oocarray", "dask", "oocarray (values only)", "dask (values only)"]
         sides += ["numpy"] if n <= NUMPY_LIMIT_IDS else []
         times: dict[str, list[float]] = {side: [] for side in sides}
-        for round_number in range(ROUNDS):
+        for round_number in range(rounds):
             shift = round_number % len(sides)
             for side in sides[shift:] + sides[:shift]:
                 seconds, digest = run_side(side, path, budget)
@@ -205,7 +205,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    print(run(parser.parse_args().quick).render())
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of every side")
+    args = parser.parse_args()
+    print(run(args.quick, args.rounds).render())
 
 
 if __name__ == "__main__":
