@@ -165,11 +165,11 @@ def check_equal(side: str, reference: str, directory: str) -> None:
         )
 
 
-def run(quick: bool, size: str | None = None) -> Result:
+def run(quick: bool, size: str | None = None, rounds: int | None = None) -> Result:
     from datasets.w14_data import write_cube
 
     nbytes = _bytes(size or (QUICK_SIZE if quick else FULL_SIZE))
-    rounds = QUICK_ROUNDS if quick else ROUNDS
+    rounds = rounds or (QUICK_ROUNDS if quick else ROUNDS)
     directory = tempfile.mkdtemp(prefix="w14-")
     runs = {side: SideRuns() for side in SIDES}
     try:
@@ -262,8 +262,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "W14").splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--size", help=f"cube size, e.g. 64M (default {FULL_SIZE})")
+    parser.add_argument("--rounds", type=int, help="rounds of every side (Cubed takes minutes)")
     arguments = parser.parse_args()
-    print(run(arguments.quick, arguments.size).render())
+    print(run(arguments.quick, arguments.size, arguments.rounds).render())
 
 
 if __name__ == "__main__":
