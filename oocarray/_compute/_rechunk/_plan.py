@@ -8,9 +8,10 @@
   temporary file, paged by the kernel); a target chunk is encoded and written once, when its
   last piece arrives;
 - **two-pass** otherwise, through a temporary store whose chunks are, per axis, the smaller of
-  the source and target chunk (as rechunker does).  Only its second pass is resumable: the
-  temporary store is deleted with the process, so a rerun repeats pass 1.  It is the plan only
-  where a source chunk and a target chunk do not fit at once.
+  the source and target chunk (as rechunker does).  With an output on local disk both passes
+  are resumable: the temporary store is kept inside the output array's directory with a
+  progress marker of its own, and removed when pass 2 is whole.  It is the plan only where a
+  source chunk and a target chunk do not fit at once.
 
 Blocks run on up to :func:`~oocarray._storage._pool.workers` threads, as many as the budget
 holds at once.

@@ -50,6 +50,7 @@ class Marker:
         import zarr
 
         self._array = zarr.open_array(path, mode="r+")
+        self.path = path
         self.identity = identity
         self.done: set[int] = set()
         self._lock = threading.Lock()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,8 @@ __all__ = ["rechunk"]
 # The temporary store between the passes of a two-pass plan is written once and read once:
 # uncompressed, it costs no codec time (and disk space the size of the data).
 INTERMEDIATE_CODEC = "none"
+# Where a resumable two-pass rechunk keeps that store: inside the output array's directory.
+INTERMEDIATE_NAME = ".oocarray-rechunk-middle"
 
 
 def _regions(shape: tuple[int, ...], block: tuple[int, ...]) -> Iterator[tuple[slice, ...]]:
@@ -225,7 +228,41 @@ def _run_plan(x: Any, plan: Plan, result: Any, progress: bool, marker: Marker | 
     if plan.intermediate_chunks is None:
         _copy(x, result, plan.passes[0], progress, marker)
         return
-    middle = temporary(plan.shape, plan.dtype, plan.intermediate_chunks, INTERMEDIATE_CODEC)
-    _copy(x, middle, plan.passes[0], progress)
+    if marker is None:  # nothing to resume: the middle is the manager's temporary array
+        middle = temporary(plan.shape, plan.dtype, plan.intermediate_chunks, INTERMEDIATE_CODEC)
+        _copy(x, middle, plan.passes[0], progress)
+        _copy(middle, result, plan.passes[1], progress, marker)
+        return
+    # Resumable: the middle is kept inside the output array's directory (readers of the output
+    # look only at its metadata and chunk keys) with a marker of its own, so a rerun continues
+    # pass 1 where it stopped; it is removed once pass 2 is whole.
+    middle_path = os.path.join(marker.path, INTERMEDIATE_NAME)
+    identity = {
+        "source": marker.identity["source"],
+        "chunks": list(plan.intermediate_chunks),
+        "block": list(plan.passes[0].block),
+    }
+    found = Marker.found(middle_path)
+    if found is not None and all(found.get(k) == v for k, v in identity.items()):
+        middle = _reopen(middle_path, None)
+        done = units(found.get("done"))
+    else:
+        middle = create(
+            middle_path,
+            plan.shape,
+            plan.dtype,
+            plan.intermediate_chunks,
+            INTERMEDIATE_CODEC,
+            "w",
+            array_type=_ARRAY_TYPE[0],
+        )
+        done = set()
+    middle_marker = Marker(middle_path, identity)
+    middle_marker.start(done)
+    try:
+        _copy(x, middle, plan.passes[0], progress, middle_marker)
+    finally:
+        middle_marker.save()
     _copy(middle, result, plan.passes[1], progress, marker)
     del middle
+    shutil.rmtree(middle_path, ignore_errors=True)
