@@ -17,6 +17,7 @@ what to do instead.
 from __future__ import annotations
 
 import sys
+from types import FrameType
 
 __all__ = ["FILL_REFUSED", "refuse_whole_fill"]
 
@@ -35,7 +36,7 @@ _SEARCH_DEPTH = 12
 def refuse_whole_fill() -> None:
     """Raise ``NotImplementedError`` (:data:`FILL_REFUSED`) when the caller's conversion to
     NumPy was asked by xarray's ``duck_array_ops._push`` (``ffill``/``bfill``)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(_SEARCH_DEPTH):
         if frame is None:
             return
@@ -44,4 +45,4 @@ def refuse_whole_fill() -> None:
             and frame.f_globals.get("__name__") == "xarray.core.duck_array_ops"
         ):
             raise NotImplementedError(FILL_REFUSED)
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back

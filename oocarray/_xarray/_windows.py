@@ -180,7 +180,8 @@ class WindowReduction(Node):
         denominator = count - self.ddof
         variance = np.divide(squares, denominator, dtype=self.work_dtype)
         variance[np.broadcast_to(denominator <= 0, variance.shape)] = np.nan
-        return np.sqrt(variance) if self.name.endswith("std") else variance
+        result: np.ndarray = np.sqrt(variance) if self.name.endswith("std") else variance
+        return result
 
 
 def _fold(
@@ -207,7 +208,8 @@ def _result_dtype(windows: SlidingWindows, name: str, options: dict[str, Any]) -
     extra = {k: v for k, v in options.items() if k in ("dtype", "ddof")}
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")  # (a probe of one window may have too few values)
-        return np.dtype(getattr(np, name)(probe, axis=axes, **extra).dtype)
+        found: np.dtype[Any] = np.dtype(getattr(np, name)(probe, axis=axes, **extra).dtype)
+    return found
 
 
 def reduce_windows(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Expr | None:
