@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -137,62 +137,64 @@ class WindowReduction(Node):
 
     def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
         block = self.windows.read_with_halo(region, reads)
-        pieces = self._pieces(block, region)
+        own = tuple(s.stop - s.start for s in region)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             if self.name in _FOLDS:
                 ufunc, skip_nan = _FOLDS[self.name]
-                return _fold(ufunc, pieces, self.work_dtype, skip_nan).astype(
-                    self.dtype, copy=False
-                )
-            return self._moment(pieces).astype(self.dtype, copy=False)
+                if skip_nan and block.dtype.kind in "fc":  # NaN as the identity, once
+                    block = np.where(
+                        np.isnan(block), np.asarray(ufunc.identity, block.dtype), block
+                    )
+                found = _fold(ufunc, self._shifted(block, own), self.work_dtype)
+            else:
+                found = self._moment(block, own)
+        return found.astype(self.dtype, copy=False)
 
-    def _pieces(self, block: np.ndarray, region: Region) -> Callable[[], Any]:
-        """A function giving, for each position in the window, the block shifted by it."""
-        own = [s.stop - s.start for s in region]
+    def _shifted(self, array: np.ndarray, own: tuple[int, ...]) -> Iterator[np.ndarray]:
+        """``array`` (the block with its halo) shifted by each position in the window."""
         axes, windows = self.windows.axes, self.windows.windows
+        for offsets in itertools.product(*(range(w) for w in windows)):
+            key = [slice(None)] * array.ndim
+            for axis, offset in zip(axes, offsets, strict=True):
+                key[axis] = slice(offset, offset + own[axis])
+            yield array[tuple(key)]
 
-        def shifted() -> Any:
-            for offsets in itertools.product(*(range(w) for w in windows)):
-                key = [slice(None)] * block.ndim
-                for axis, offset in zip(axes, offsets, strict=True):
-                    key[axis] = slice(offset, offset + own[axis])
-                yield block[tuple(key)]
-
-        return shifted
-
-    def _moment(self, pieces: Callable[[], Any]) -> np.ndarray:
-        skip_nan = self.name.startswith("nan")
-        total = _fold(np.add, pieces, self.work_dtype, skip_nan)
+    def _moment(self, block: np.ndarray, own: tuple[int, ...]) -> np.ndarray:
+        """Mean, variance or standard deviation in two passes (the mean, then the squared
+        deviations from it, as NumPy computes them); NaNs left out of the ``nan*`` ones."""
+        work = self.work_dtype
+        skip_nan = self.name.startswith("nan") and block.dtype.kind in "fc"
         if skip_nan:
-            count = _fold(np.add, lambda: (~np.isnan(p) for p in pieces()), np.dtype(np.intp))
+            valid = ~np.isnan(block)
+            block = np.where(valid, block, np.zeros((), block.dtype))
+            count = _fold(np.add, self._shifted(valid, own), work)
         else:
-            count = np.asarray(math.prod(self.windows.windows))
-        mean = np.divide(total, count, dtype=self.work_dtype, casting="unsafe")
+            count = np.asarray(math.prod(self.windows.windows), work)
+        total = _fold(np.add, self._shifted(block, own), work)
+        mean: np.ndarray = np.divide(total, count, out=total)
         if self.name.endswith("mean"):
-            return np.asarray(mean)
-        squares = np.zeros_like(total)
-        for piece in pieces():
-            deviation = np.subtract(piece, mean, dtype=self.work_dtype)
+            return mean
+        squares, deviation = np.zeros_like(mean), np.empty_like(mean)  # (one buffer: fewer faults)
+        present_pieces = self._shifted(valid, own) if skip_nan else itertools.repeat(None)
+        for values, present in zip(self._shifted(block, own), present_pieces, strict=False):
+            np.subtract(values, mean, out=deviation, casting="unsafe")
             np.multiply(deviation, deviation, out=deviation)
-            if skip_nan:
-                np.copyto(deviation, 0, where=np.isnan(deviation))
+            if present is not None:  # (a NaN's place counts nothing)
+                np.multiply(deviation, present, out=deviation)
             np.add(squares, deviation, out=squares)
         denominator = count - self.ddof
-        variance = np.divide(squares, denominator, dtype=self.work_dtype)
+        variance = np.divide(squares, denominator, out=squares)
         variance[np.broadcast_to(denominator <= 0, variance.shape)] = np.nan
-        result: np.ndarray = np.sqrt(variance) if self.name.endswith("std") else variance
+        result: np.ndarray = (
+            np.sqrt(variance, out=variance) if self.name.endswith("std") else variance
+        )
         return result
 
 
-def _fold(
-    ufunc: np.ufunc, pieces: Callable[[], Any], dtype: np.dtype[Any], skip_nan: bool = False
-) -> np.ndarray:
-    """``ufunc`` folded over the pieces into a new array of ``dtype`` (NaNs as the ufunc's
-    identity when ``skip_nan``)."""
+def _fold(ufunc: np.ufunc, pieces: Iterator[np.ndarray], dtype: np.dtype[Any]) -> np.ndarray:
+    """``ufunc`` folded over the pieces into a new array of ``dtype``."""
     result: np.ndarray | None = None
-    for piece in pieces():
-        if skip_nan and piece.dtype.kind in "fc":
-            piece = np.where(np.isnan(piece), np.asarray(ufunc.identity, piece.dtype), piece)
+    for piece in pieces:
         if result is None:
             result = np.array(piece, dtype=dtype)
         else:
