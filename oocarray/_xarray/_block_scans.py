@@ -1,5 +1,6 @@
 """dask's generic ``reduction`` and ``scan`` (``cumreduction``) on oocarray, for the chunk
-manager: xarray runs ``first``/``last`` (``nanfirst``) and ``ffill``/``bfill`` (``push``) on them.
+manager: xarray runs ``first``/``last`` (``nanfirst``) on ``reduction``; ``scan`` is the
+protocol's cumulative step (xarray 2026.9 calls it only from its dask-only ``push``).
 
 A reduction is two lazy blockwise steps: the function on each block (one partial per block
 along the reduced axes), then the aggregate over the partials along those axes.  A scan carries

@@ -175,8 +175,9 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
         dtype: Any = None,
         **kwargs: Any,
     ) -> Any:
-        """dask's ``cumreduction`` (xarray's ``ffill``/``bfill``): the block totals in one
-        pass now, the scan lazy."""
+        """dask's ``cumreduction``: the block totals in one pass now, the scan lazy.  (xarray
+        2026.9 calls it only from its dask ``push``; ``ffill``/``bfill`` on oocarray arrays
+        are refused, see ``_fill.py``.)"""
         kwargs.pop("method", None)
         return _block_scans.scan(func, binop, ident, arr, axis=axis, dtype=dtype, **kwargs)
 

@@ -19,7 +19,9 @@ from oocarray._compute._deferred import DEFERRABLE, defer, resolve
 from oocarray._compute._nodes import Constant, as_node
 from oocarray._compute._outer import outer_take
 from oocarray._compute._reshape import expand_dims
+from oocarray._xarray._fill import refuse_whole_fill
 from oocarray._xarray._numpy_hooks import HOOKS
+from oocarray._xarray._windows import reduce_windows
 
 
 def wrap(value: Any) -> Any:
@@ -231,6 +233,7 @@ class OOCLazyArray:
         return np.asarray(self.lazy)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        refuse_whole_fill()  # (ffill/bfill would load the whole array here)
         out = self.compute()
         return out if dtype is None else out.astype(dtype, copy=False)
 
@@ -249,7 +252,11 @@ class OOCLazyArray:
         if func is np.result_type:  # needs dtypes only; the chunked arrays refuse it
             return np.result_type(*(a.dtype if isinstance(a, OOCLazyArray) else a for a in args))
         args, kwargs = unwrap(args), {k: unwrap(v) for k, v in kwargs.items()}
-        deferred = _deferred(func, args, kwargs)
+        # A reduction of sliding windows over their window axes (``rolling``) stays
+        # element-wise; other reductions are deferred (one pass, groups together).
+        deferred = reduce_windows(func, args, kwargs)
+        if deferred is None:
+            deferred = _deferred(func, args, kwargs)
         if deferred is not None:
             return wrap(deferred)
         result = HOOKS.get(func, func)(*args, **kwargs)  # (xarray's calls the compute layer lacks)

@@ -1,8 +1,8 @@
 """NumPy functions xarray calls on chunked data that oocarray's compute layer does not take as
 xarray calls them, made lazy and out of core here for :class:`~._lazy.OOCLazyArray`.
 
-- ``sliding_window_view`` (``rolling(...).mean()``, ``.sum()``, ``construct``): a lazy node
-  whose block reads the input region plus the window's overlap.
+- ``sliding_window_view`` (``rolling(...)``, ``construct``): a lazy node whose block reads
+  the input region plus the window's overlap (``_windows.py``, with its reductions).
 - ``zeros_like``, ``ones_like``, ``full_like``, ``empty_like`` (``nansum``): lazy constants.
 - ``einsum`` with ``...`` (``xr.dot``, ``weighted(...).mean()``): the ellipsis spelled out as
   named axes, which oocarray's einsum takes.
@@ -11,65 +11,16 @@ xarray calls them, made lazy and out of core here for :class:`~._lazy.OOCLazyArr
 from __future__ import annotations
 
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from numpy.lib.array_utils import normalize_axis_tuple
 
 from oocarray._compute import Expr
-from oocarray._compute._nodes import BlockReads, Constant, Node, Region, as_node
+from oocarray._compute._nodes import Constant
+from oocarray._xarray._windows import sliding_window_view
 
 __all__ = ["HOOKS"]
-
-
-class SlidingWindows(Node):
-    """``np.lib.stride_tricks.sliding_window_view(part, window_shape, axis)``, lazily: the
-    window axes are appended, each window read from the part's region plus its overlap."""
-
-    def __init__(self, part: Node, window_shape: tuple[int, ...], axes: tuple[int, ...]) -> None:
-        self.part, self.windows, self.axes = part, window_shape, axes
-        shape = list(part.shape)
-        for axis, w in zip(axes, window_shape, strict=True):
-            if w > shape[axis]:
-                raise ValueError("window shape cannot be larger than input array shape")
-            shape[axis] -= w - 1
-        self.shape = (*shape, *window_shape)
-        self.dtype = part.dtype
-
-    def children(self) -> Sequence[Node]:
-        return (self.part,)
-
-    def chunks(self) -> tuple[int, ...] | None:
-        found = self.part.chunks() or self.part.shape
-        return (*found, *self.windows)
-
-    def evaluate(self, region: Region, reads: BlockReads) -> np.ndarray:
-        ndim = self.part.ndim
-        own, window_spans = list(region[:ndim]), region[ndim:]
-        wanted = list(own)
-        for axis, w in zip(self.axes, self.windows, strict=True):
-            wanted[axis] = slice(own[axis].start, own[axis].stop + w - 1)
-        block = np.broadcast_to(
-            self.part.evaluate(tuple(wanted), reads), tuple(s.stop - s.start for s in wanted)
-        )
-        view = np.lib.stride_tricks.sliding_window_view(block, self.windows, axis=self.axes)
-        key: tuple[Any, ...] = (Ellipsis, *window_spans)
-        windows: np.ndarray = view[key]
-        return windows
-
-
-def sliding_window_view(
-    x: Any, window_shape: Any, axis: Any = None, *, subok: bool = False, writeable: bool = False
-) -> Expr:
-    node = as_node(x._tree() if hasattr(x, "_tree") else x)
-    shape = (window_shape,) if np.isscalar(window_shape) else tuple(window_shape)
-    if axis is None:
-        axis = tuple(range(len(shape)))
-    axes = normalize_axis_tuple(axis, node.ndim)
-    if len(set(axes)) != len(axes):
-        raise NotImplementedError("sliding_window_view over one axis twice on oocarray arrays")
-    return Expr(SlidingWindows(node, tuple(int(w) for w in shape), axes))
 
 
 def einsum(subscripts: str, *operands: Any, **kwargs: Any) -> Any:
