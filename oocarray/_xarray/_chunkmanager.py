@@ -177,7 +177,7 @@ class OOCArrayChunkManager(ChunkManagerEntrypoint[Any]):
     ) -> Any:
         """dask's ``cumreduction``: the block totals in one pass now, the scan lazy.  (xarray
         2026.9 calls it only from its dask ``push``; ``ffill``/``bfill`` on oocarray arrays
-        are refused, see ``_fill.py``.)"""
+        are refused, see ``_whole_routes.py``.)"""
         kwargs.pop("method", None)
         return _block_scans.scan(func, binop, ident, arr, axis=axis, dtype=dtype, **kwargs)
 

@@ -19,8 +19,8 @@ from oocarray._compute._deferred import DEFERRABLE, defer, resolve
 from oocarray._compute._nodes import Constant, as_node
 from oocarray._compute._outer import outer_take
 from oocarray._compute._reshape import expand_dims
-from oocarray._xarray._fill import refuse_whole_fill
 from oocarray._xarray._numpy_hooks import HOOKS
+from oocarray._xarray._whole_routes import refuse_whole_routes
 from oocarray._xarray._windows import reduce_windows
 
 
@@ -233,7 +233,7 @@ class OOCLazyArray:
         return np.asarray(self.lazy)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        refuse_whole_fill()  # (ffill/bfill would load the whole array here)
+        refuse_whole_routes()  # (ffill, rolling with bottleneck...: a whole load here)
         out = self.compute()
         return out if dtype is None else out.astype(dtype, copy=False)
 

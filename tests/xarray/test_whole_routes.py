@@ -1,6 +1,6 @@
-"""``ffill``/``bfill`` on oocarray-backed variables: xarray hands non-dask arrays whole to
-numbagg or bottleneck, so the chunk manager refuses the conversion with a clear error instead
-of loading the data (see ``oocarray/_xarray/_fill.py``)."""
+"""xarray's routes that hand non-dask arrays whole to numbagg or bottleneck (``ffill``/``bfill``,
+rolling with either enabled): on oocarray-backed variables the conversion is refused with a
+clear error instead of loading the data (see ``oocarray/_xarray/_whole_routes.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from oocarray._xarray._fill import FILL_REFUSED, refuse_whole_fill
+from oocarray._xarray._whole_routes import FILL_REFUSED, ROLLING_REFUSED, refuse_whole_routes
 
 Fill = Callable[[xr.DataArray], xr.DataArray]
 FILLS: list[Fill] = [
@@ -53,8 +53,32 @@ def test_the_message_names_the_fills_and_what_to_do() -> None:
 
 
 def test_other_conversions_to_numpy_are_not_refused() -> None:
-    refuse_whole_fill()  # (called from here: not xarray's fill)
+    refuse_whole_routes()  # (called from here: not one of xarray's routes)
     data = _data()
     np.testing.assert_array_equal(np.asarray(data.data), data.compute().values)
     filled = data.compute().fillna(-1.0)
     assert float(filled[4, 0]) == -1.0
+
+
+def _moving_sum(values: np.ndarray, window: int, min_count: int, axis: int) -> np.ndarray:
+    """What ``bottleneck.move_sum`` computes, in NumPy: the C kernel xarray would call."""
+    values = np.asarray(values)  # as bottleneck converts its argument
+    windows = np.lib.stride_tricks.sliding_window_view(values, window, axis=axis)
+    return np.pad(
+        windows.sum(axis=-1),
+        [(window - 1, 0) if a == axis else (0, 0) for a in range(values.ndim)],
+        constant_values=np.nan,
+    )
+
+
+def test_rolling_through_a_whole_array_kernel_is_refused_with_the_option_to_turn_off() -> None:
+    # xarray's own bottleneck route, given a kernel that converts its argument as bottleneck's
+    # do (bottleneck is not installed here); numbagg's route converts the same way.
+    rolling = _data().rolling(time=3)
+    with pytest.raises(NotImplementedError, match=r"use_bottleneck=False, use_numbagg=False"):
+        rolling._bottleneck_reduce(_moving_sum, keep_attrs=False)
+    assert "rolling" in ROLLING_REFUSED
+    # With the option off (here: bottleneck absent), the same rolling sum streams and is right.
+    streamed = _data().rolling(time=3, min_periods=3).sum().compute()
+    expected = _moving_sum(_data().compute().values, 3, 3, 0)
+    np.testing.assert_allclose(streamed.values, expected)
