@@ -432,21 +432,27 @@ def test_unsupported_forms_name_the_alternative(call: Any, message: str) -> None
 # -- BLAS threads --------------------------------------------------------------------------
 
 
-def test_workers_run_blas_on_one_thread_and_give_the_threads_back() -> None:
+def _blas_threads() -> list[int]:
+    """Each BLAS library's thread count; the test skips where there is nothing to limit."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
+    info = threadpoolctl.threadpool_info()
+    return [lib["num_threads"] for lib in info if lib["user_api"] == "blas"]
 
-    def blas_threads() -> list[int]:
-        info = threadpoolctl.threadpool_info()
-        return [lib["num_threads"] for lib in info if lib["user_api"] == "blas"]
 
-    before = blas_threads()
+def _blas_threads_to_limit() -> list[int]:
+    before = _blas_threads()
     if len(os.sched_getaffinity(0)) < 2 or not before or max(before) < 2:
         pytest.skip("one CPU or one BLAS thread: nothing to limit")
+    return before
+
+
+def test_workers_run_blas_on_one_thread_and_give_the_threads_back() -> None:
+    before = _blas_threads_to_limit()
     seen: list[list[int]] = []
     original = _contract.StreamedProduct.partial
 
     def recorded(self: Any, block: np.ndarray, region: Any) -> Any:
-        seen.append(blas_threads())
+        seen.append(_blas_threads())
         return original(self, block, region)
 
     data = _values(25, (40000, 8), "float64")
@@ -457,25 +463,17 @@ def test_workers_run_blas_on_one_thread_and_give_the_threads_back() -> None:
     ):
         gram = x.T @ x
     assert len(seen) > 1 and all(threads == [1] * len(before) for threads in seen)
-    assert blas_threads() == before
+    assert _blas_threads() == before
     _assert_product(gram, data.T @ data, np.abs(data).T @ np.abs(data), len(data), "X.T @ X")
 
 
 def test_a_lazy_product_read_by_another_pass_runs_blas_on_one_thread() -> None:
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-
-    def blas_threads() -> list[int]:
-        info = threadpoolctl.threadpool_info()
-        return [lib["num_threads"] for lib in info if lib["user_api"] == "blas"]
-
-    before = blas_threads()
-    if len(os.sched_getaffinity(0)) < 2 or not before or max(before) < 2:
-        pytest.skip("one CPU or one BLAS thread: nothing to limit")
+    before = _blas_threads_to_limit()
     seen: list[list[int]] = []
     original = _contraction.Product.evaluate
 
     def recorded(self: Any, region: Any, reads: Any) -> Any:
-        seen.append(blas_threads())
+        seen.append(_blas_threads())
         return original(self, region, reads)
 
     data = _values(26, (40000, 8), "float64")
@@ -489,5 +487,5 @@ def test_a_lazy_product_read_by_another_pass_runs_blas_on_one_thread() -> None:
         assert not isinstance(product, np.ndarray)
         total = np.asarray(product.sum(axis=0))
     assert len(seen) > 1 and all(threads == [1] * len(before) for threads in seen)
-    assert blas_threads() == before
+    assert _blas_threads() == before
     np.testing.assert_allclose(total, (data @ weights).sum(axis=0), rtol=1e-10)

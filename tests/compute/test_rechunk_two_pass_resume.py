@@ -23,6 +23,20 @@ def _two_pass_source(tmp_path: Path) -> tuple[oc.ChunkedArray, np.ndarray]:
     return x, values
 
 
+def _count_reads(monkeypatch: pytest.MonkeyPatch, x: oc.ChunkedArray) -> list[object]:
+    """The keys ``x`` is read with from now on (until the patch is undone)."""
+    reads: list[object] = []
+    original = type(x).__getitem__
+
+    def counted(self, key):
+        if self is x:
+            reads.append(key)
+        return original(self, key)
+
+    monkeypatch.setattr(type(x), "__getitem__", counted)
+    return reads
+
+
 def _stop_after(monkeypatch: pytest.MonkeyPatch, path_part: str, count: int) -> None:
     """Ctrl-C once ``count`` blocks of the marker whose path holds ``path_part`` are recorded."""
     original = Marker.record
@@ -46,15 +60,7 @@ def test_a_rerun_continues_pass_one_where_it_stopped(tmp_path, monkeypatch):
     recorded = units(zarr.open_array(middle, mode="r").attrs[MARKER]["done"])
     assert len(recorded) >= 5
     assert MARKER in zarr.open_array(out, mode="r").attrs
-    source_reads = []
-    original_getitem = type(x).__getitem__
-
-    def counted(self, key):
-        if self is x:
-            source_reads.append(key)
-        return original_getitem(self, key)
-
-    monkeypatch.setattr(type(x), "__getitem__", counted)
+    source_reads = _count_reads(monkeypatch, x)
     y = oc.rechunk(x, (64, 8, 8), out, max_mem="96K", strategy="two-pass", progress=False)
     monkeypatch.undo()
     np.testing.assert_array_equal(y[...], values)
@@ -83,15 +89,7 @@ def test_a_rerun_after_pass_one_goes_straight_to_pass_two(tmp_path, monkeypatch)
     middle = out / _run.INTERMEDIATE_NAME
     total = len(units(zarr.open_array(middle, mode="r").attrs[MARKER]["done"]))
     assert total == 8  # every block of pass 1 (64 planes, 8 a block)
-    source_reads = []
-    original_getitem = type(x).__getitem__
-
-    def counted(self, key):
-        if self is x:
-            source_reads.append(key)
-        return original_getitem(self, key)
-
-    monkeypatch.setattr(type(x), "__getitem__", counted)
+    source_reads = _count_reads(monkeypatch, x)
     y = oc.rechunk(x, (64, 8, 8), out, max_mem="96K", strategy="two-pass", progress=False)
     monkeypatch.undo()
     assert source_reads == []  # pass 1 was whole: the source is not read again
