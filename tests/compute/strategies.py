@@ -9,6 +9,7 @@ distribution of values, where NaNs and infinities go.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,11 +37,18 @@ ALL_DTYPES = (*BOOL, *INTEGERS, *FLOATS, *COMPLEXES)
 NAN_PATTERNS = ("none", "some", "plane", "all")
 
 
-def examples(fraction: float) -> settings:
+def examples(fraction: float, *, ci: int | None = None) -> settings:
     """The active profile's settings with a fraction of its examples (the compute tests build a
-    zarr store per example); the "long" profile still gets many more than "ci"."""
+    zarr store per example); the "long" profile still gets many more than "ci".
+
+    ``ci``, where given, is the count in the default "ci" profile instead (for the slowest
+    tests, whose branches fewer examples already reach); other profiles keep the fraction.
+    """
+    count = max(5, int(settings.default.max_examples * fraction))
+    if ci is not None and os.environ.get("HYPOTHESIS_PROFILE", "ci") in ("", "ci"):
+        count = ci
     return settings(
-        max_examples=max(5, int(settings.default.max_examples * fraction)),
+        max_examples=count,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )

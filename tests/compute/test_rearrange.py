@@ -148,7 +148,7 @@ def new_shapes(draw: st.DrawFn, size: int) -> tuple[int, ...]:
     return tuple(shape)
 
 
-@examples(0.5)
+@examples(0.5, ci=30)
 @given(case=cases(), data=st.data())
 def test_reshape_and_ravel(case: Case, data: st.DataObject) -> None:
     shape = data.draw(new_shapes(case.data.size), label="shape")
@@ -235,7 +235,7 @@ def test_reshape_under_a_budget_smaller_than_the_data() -> None:
 # -- flip, roll, tile, repeat, pad ---------------------------------------------------------
 
 
-@examples(0.4)
+@examples(0.4, ci=25)
 @given(case=cases(), data=st.data())
 def test_flip_and_roll(case: Case, data: st.DataObject) -> None:
     ndim = case.data.ndim
@@ -379,7 +379,7 @@ def test_take_along_axis_of_an_argsort_and_errors() -> None:
 # -- data-dependent selections ---------------------------------------------------------------
 
 
-@examples(0.5)
+@examples(0.5, ci=30)
 @given(case=cases(), data=st.data())
 def test_nonzero_argwhere_flatnonzero(case: Case, data: st.DataObject) -> None:
     check(np.nonzero, case, "nonzero")
@@ -387,7 +387,7 @@ def test_nonzero_argwhere_flatnonzero(case: Case, data: st.DataObject) -> None:
     check(np.flatnonzero, case, "flatnonzero")
 
 
-@examples(0.5)
+@examples(0.5, ci=30)
 @given(case=cases(min_dims=1), data=st.data())
 def test_boolean_masks_extract_and_compress(case: Case, data: st.DataObject) -> None:
     rng = np.random.default_rng(case.data.size)

@@ -134,13 +134,13 @@ def test_many_distinct_values_spill_and_merge_under_a_small_budget(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     rng = np.random.default_rng(7)
-    data = rng.integers(0, 300_000, size=(600, 500))  # 2.4 MB, about 190k distinct values
+    data = rng.integers(0, 150_000, size=(300, 500))  # 1.2 MB, about 95k distinct values
     data[rng.random(data.shape) < 0.01] = 5  # one value many times
     x = oc.from_numpy(data, chunks=(64, 128))
     spilled = _spills(monkeypatch)
-    with oc.Manager(max_bytes="600K"):
+    with oc.Manager(max_bytes="300K"):
         values, index, counts = np.unique(x, return_index=True, return_counts=True)
-        # the inverse needs the distinct values (1.5 MB) in memory: refused, with the budget
+        # the inverse needs the distinct values (760 KB) in memory: refused, with the budget
         with pytest.raises(oc.MemoryBudgetError, match="return_inverse"):
             np.unique(x, return_inverse=True)
     assert len(spilled) > 2, "the table never spilled"
@@ -152,10 +152,10 @@ def test_many_distinct_values_spill_and_merge_under_a_small_budget(
 
 def test_inverse_of_spilled_tables_under_a_small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(9)
-    data = rng.integers(-20_000, 20_000, size=(1000, 500)).astype(np.int32)  # 2 MB
+    data = rng.integers(-10_000, 10_000, size=(500, 500)).astype(np.int32)  # 1 MB
     x = oc.from_numpy(data, chunks=(100, 100))
     spilled = _spills(monkeypatch)
-    with oc.Manager(max_bytes="500K"):
+    with oc.Manager(max_bytes="250K"):
         values, inverse = np.unique(x, return_inverse=True)
         assert isinstance(inverse, oc.Expr)
         inverse_values = inverse.compute()
@@ -170,11 +170,11 @@ def test_inverse_of_spilled_tables_under_a_small_budget(monkeypatch: pytest.Monk
 
 def test_distinct_floats_spill_with_nans(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(8)
-    data = rng.normal(size=300_000).astype(np.float32)  # 1.2 MB, all distinct
+    data = rng.normal(size=150_000).astype(np.float32)  # 600 KB, all distinct
     data[rng.random(data.shape) < 0.05] = np.nan
     x = oc.from_numpy(data, chunks=(5000,))
     spilled = _spills(monkeypatch)
-    with oc.Manager(max_bytes="400K"):
+    with oc.Manager(max_bytes="200K"):
         values, counts = np.unique(x, return_counts=True)
         distinct_nans = np.unique_counts(x)
     assert spilled, "the table never spilled"

@@ -503,7 +503,7 @@ def test_user_mode_writers_wait_under_every_guard(tmp_path: Path) -> None:
     import numpy as np
     import oocarray as oc
     with oc.Manager("m"):
-        a = np.zeros(32 << 20, np.int64)
+        a = np.zeros(4 << 20, np.int64)  # 32 MiB: each move takes many of the writer's steps
         done = threading.Event()
         def write():
             n = 0
