@@ -54,6 +54,8 @@ MERGE_BUFFERS = 4 + 3 * MERGE_WORKERS
 MAX_RUN_WORKERS = 4
 # Runs shorter than this are not worth a thread of their own.
 MIN_RUN_BYTES = 1 << 20
+# A run's blocks are stored with plain LZ4 when its first compresses at least this much.
+REPEATS_MIN_RATIO = 4
 
 
 def _workers(data_bytes: int, memory: int) -> int:
@@ -108,63 +110,80 @@ class _Runs:
     Raw, every run's items ``[start, stop)`` lie at their flat positions (a merge level writes
     them so).  With ``block`` (values only: a first level's runs), each run is stored as
     blocks of ``block`` items from its start, each compressed on its own with a cheap codec
-    (Blosc LZ4, byte shuffle: sorted values share their high bytes) and appended to the file;
-    a merge reads a run a block at a time, so a block is decoded whole."""
+    and appended to the file; a merge reads a run a block at a time, so a block is decoded
+    whole.  A run's first block chooses its codec: plain LZ4 where it compresses well (sorted
+    values that repeat: long matches, encoded and decoded at memory speed), else Blosc LZ4
+    with byte shuffle (sorted values share their high bytes: 3x on full-precision floats,
+    where plain LZ4 gains nothing)."""
 
     def __init__(self, size: int, dtype: np.dtype[Any], arg: bool, block: int = 0) -> None:
         self.scratch = ScratchFile()
         self.size, self.dtype, self.arg = size, dtype, arg
         self.indices_at = size * dtype.itemsize
         self.block = block if not arg else 0
-        # Compressed: each block's (offset, bytes) by its first item; the file's end.
-        self.blocks: dict[int, tuple[int, int]] = {}
+        # Compressed: each block's (offset, bytes, codec) by its first item; the file's end.
+        self.blocks: dict[int, tuple[int, int, Any]] = {}
         self.end = 0
         self.lock = threading.Lock()
-        self.codec = _run_codec() if self.block else None
+        self.codecs = _run_codecs() if self.block else None
 
     def write(self, at: int, values: np.ndarray, indices: np.ndarray | None) -> None:
-        if self.codec is None:
+        if self.codecs is None:
             self.scratch.write(at * self.dtype.itemsize, values)
             if indices is not None:
                 self.scratch.write(self.indices_at + at * indices.itemsize, indices)
             return
+        repeats, shuffled = self.codecs
+        codec = repeats
         for first in range(0, len(values), self.block):
-            encoded = self.codec.encode(values[first : first + self.block])
+            block = values[first : first + self.block]
+            encoded = codec.encode(block)
+            if first == 0 and len(encoded) * REPEATS_MIN_RATIO > block.nbytes:
+                codec = shuffled
+                encoded = codec.encode(block)
             with self.lock:
                 offset, self.end = self.end, self.end + len(encoded)
-                self.blocks[at + first] = (offset, len(encoded))
+                self.blocks[at + first] = (offset, len(encoded), codec)
             self.scratch.write(offset, np.frombuffer(encoded, np.uint8))
 
     def read_into(self, at: int, values: np.ndarray, indices: np.ndarray | None) -> None:
-        if self.codec is None:
+        if self.codecs is None:
             self.scratch.read_into(at * self.dtype.itemsize, values)
             if indices is not None:
                 self.scratch.read_into(self.indices_at + at * indices.itemsize, indices)
             return
-        offset, nbytes = self.blocks[at]
+        offset, nbytes, codec = self.blocks[at]
         encoded = np.empty(nbytes, np.uint8)
         self.scratch.read_into(offset, encoded)
-        self.codec.decode(encoded, out=values)
+        codec.decode(encoded, out=values)
 
     def close(self) -> None:
         self.scratch.close()
 
 
-def _run_codec() -> Any:
-    """Blosc LZ4 with byte shuffle (numcodecs, installed with zarr): a few GB/s a core."""
-    from numcodecs import Blosc
+def _run_codecs() -> tuple[Any, Any]:
+    """Plain LZ4 and Blosc LZ4 with byte shuffle (numcodecs, installed with zarr)."""
+    from numcodecs import LZ4, Blosc
 
-    return Blosc(cname="lz4", clevel=1, shuffle=Blosc.SHUFFLE, blocksize=0)
+    return LZ4(acceleration=1), Blosc(cname="lz4", clevel=1, shuffle=Blosc.SHUFFLE, blocksize=0)
 
 
 class _RunReader:
-    """A run's buffered head, refilled a buffer at a time from the runs' scratch file."""
+    """A run's buffered head, refilled a buffer at a time from the runs' scratch file.
+
+    The head lives in one buffer of two reads, made once: a refill moves what is left to its
+    front and reads the next buffer right after it (a fresh array per refill would be fresh
+    pages, zeroed by the kernel, every time).  What :meth:`take` gives are views of it, valid
+    until the next :meth:`fill` (the merge copies them out before it refills)."""
 
     def __init__(self, runs: _Runs, start: int, stop: int, chunk: int) -> None:
         self.runs = runs
         self.position, self.stop, self.chunk = start, stop, chunk
-        self.values = np.empty(0, runs.dtype)
-        self.indices = np.empty(0, np.intp) if runs.arg else None
+        capacity = min(2 * chunk, stop - start)
+        self.value_buffer = np.empty(capacity, runs.dtype)
+        self.index_buffer = np.empty(capacity, np.intp) if runs.arg else None
+        self.values = self.value_buffer[:0]
+        self.indices = None if self.index_buffer is None else self.index_buffer[:0]
         self.fill()
 
     @property
@@ -176,12 +195,13 @@ class _RunReader:
             return
         count = min(self.chunk, self.stop - self.position)
         kept = len(self.values)
-        # What is left of the head, then the next buffer read right after it (one copy).
-        values = np.empty(kept + count, self.values.dtype)
+        # What is left of the head moves to the front (NumPy's copies are right where source
+        # and destination overlap), the next read right after it.
+        values = self.value_buffer[: kept + count]
         values[:kept] = self.values
         indices = None
-        if self.indices is not None:
-            indices = np.empty(kept + count, np.intp)
+        if self.index_buffer is not None:
+            indices = self.index_buffer[: kept + count]
             indices[:kept] = self.indices
         self.runs.read_into(
             self.position, values[kept:], None if indices is None else indices[kept:]
@@ -263,6 +283,27 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
     sorted by MERGE_WORKERS threads while the next ones are cut and their buffers read; each
     is written once the round before it is (the output stays in order)."""
     manager = active_manager() or system()
+    # The rounds' joined values, reused: each round is concatenated into a free buffer large
+    # enough (else a new one), which its worker gives back once the round is written.  At most
+    # MERGE_WORKERS + 1 are in use at once: the rounds in flight and the one being cut.
+    free_buffers: list[np.ndarray] = []
+    buffers_lock = threading.Lock()
+
+    def joined_buffer(count: int) -> np.ndarray:
+        with buffers_lock:
+            free_buffers.sort(key=len)  # (the smallest that fits is taken)
+            for i, buffer in enumerate(free_buffers):
+                if len(buffer) >= count:
+                    return free_buffers.pop(i)[:count]
+            if free_buffers:  # (too small: replaced, so the buffers kept stay few)
+                free_buffers.pop(0)
+        # With room for a larger round: rounds vary in size, and each new buffer is fresh pages.
+        return np.empty(count + count // 4, readers[0].values.dtype)[:count]
+
+    def give_back(buffer: np.ndarray) -> None:
+        base = buffer.base if isinstance(buffer.base, np.ndarray) else buffer
+        with buffers_lock:
+            free_buffers.append(base)
 
     def finish(
         joined: np.ndarray, indices: np.ndarray | None, before: threading.Event | None
@@ -270,20 +311,24 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
         with manager.activate():
             merged: np.ndarray
             merged_indices: np.ndarray | None = None
+            reused = indices is None  # (values only: sorted in their pooled buffer)
             if indices is not None:
                 order = np.argsort(joined, kind="stable" if stable else None)
                 if last:
                     merged = indices[order]
                 else:
                     merged, merged_indices = joined[order], indices[order]
-                del order
+                del order, joined
             else:
                 joined.sort()
                 merged = joined
-            del joined, indices
+            del indices
             if before is not None:
                 before.wait()
             output.write(merged, merged_indices)
+            if reused:
+                # Written (every output copies what it is given): nothing holds it now.
+                give_back(merged)
 
     with concurrent.futures.ThreadPoolExecutor(MERGE_WORKERS, "oocarray-merge") as pool:
         rounds: collections.deque[concurrent.futures.Future[None]] = collections.deque()
@@ -291,15 +336,20 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
         before: threading.Event | None = None
         while any(len(r.values) for r in readers):
             values, indices = _merge_round(readers)
-            joined = np.concatenate(values)
+            joined = None
             index: np.ndarray | None = None
             if arg:
+                joined = np.concatenate(values)
                 index = np.concatenate(indices)  # type: ignore[arg-type]
-            del values, indices
-            for reader in readers:
-                reader.fill()
+            del indices
             while len(rounds) >= MERGE_WORKERS:  # (the memory of MERGE_WORKERS rounds at most)
                 rounds.popleft().result()
+            if joined is None:
+                joined = joined_buffer(sum(len(v) for v in values))
+                np.concatenate(values, out=joined)
+            del values
+            for reader in readers:
+                reader.fill()
             done = threading.Event()
             future = pool.submit(_chained, finish, joined, index, before, done)
             rounds.append(future)
@@ -307,6 +357,7 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
             del joined, index
         for future in rounds:
             future.result()
+        free_buffers.clear()
     output.write(np.empty(0, output.array.dtype), None, final=True)
 
 
