@@ -19,6 +19,7 @@ import collections
 import concurrent.futures
 import math
 import os
+import queue
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -463,22 +464,40 @@ def _write_runs(
     into ``runs``; the runs' bounds."""
     stable = kind in ("stable", "mergesort")
     manager = active_manager() or system()
+    # A 1-d stored array's runs are read a chunk at a time into a buffer each worker keeps
+    # (a run read whole would be a fresh array each time: fresh pages, zeroed by the kernel).
+    chunk_items = node.array.chunks[0] if isinstance(node, Source) and node.ndim == 1 else 0
+    buffers: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+
+    def read_run(start: int, stop: int, regions: list[Region]) -> np.ndarray:
+        if chunk_items and not arg:
+            try:
+                values = buffers.get_nowait()
+            except queue.Empty:
+                values = np.empty(max(run_items, stop - start), node.dtype)
+            at = start
+            while at < stop:
+                end = min(stop, (at // chunk_items + 1) * chunk_items)
+                values[at - start : end - start] = read_region(node, (slice(at, end),))
+                at = end
+            return values[: stop - start]
+        if len(regions) == 1 and isinstance(node, Source):
+            # A stored array's read is a fresh array: sorted where it was read.
+            return node.array[regions[0]].reshape(-1)
+        if len(regions) == 1:
+            return np.array(read_region(node, regions[0]).reshape(-1))
+        values = np.empty(stop - start, node.dtype)
+        at = 0
+        for region in regions:
+            part = read_region(node, region).reshape(-1)
+            values[at : at + len(part)] = part
+            at += len(part)
+        return values
 
     def sort_run(run: tuple[int, int, list[Region]]) -> tuple[int, int]:
         start, stop, regions = run
         with manager.activate():
-            if len(regions) == 1 and isinstance(node, Source):
-                # A stored array's read is a fresh array: sorted where it was read.
-                values = node.array[regions[0]].reshape(-1)
-            elif len(regions) == 1:
-                values = np.array(read_region(node, regions[0]).reshape(-1))
-            else:
-                values = np.empty(stop - start, node.dtype)
-                at = 0
-                for region in regions:
-                    part = read_region(node, region).reshape(-1)
-                    values[at : at + len(part)] = part
-                    at += len(part)
+            values = read_run(start, stop, regions)
             if arg:
                 order = np.argsort(values, kind="stable" if stable else kind)
                 sorted_values = values[order]
@@ -487,11 +506,17 @@ def _write_runs(
                 runs.write(start, sorted_values, order)
             else:
                 values.sort(kind=_run_kind(kind))
-                runs.write(start, values, None)
+                runs.write(start, values, None)  # (encoded and written: the buffer is free)
+                if chunk_items:
+                    buffers.put(values.base if values.base is not None else values)
         return start, stop
 
     bounds = _run_bounds(node.shape, run_items)
-    if workers == 1 or len(bounds) == 1:
-        return [sort_run(run) for run in bounds]
-    with concurrent.futures.ThreadPoolExecutor(workers, "oocarray-sort") as pool:
-        return list(pool.map(sort_run, bounds))
+    try:
+        if workers == 1 or len(bounds) == 1:
+            return [sort_run(run) for run in bounds]
+        with concurrent.futures.ThreadPoolExecutor(workers, "oocarray-sort") as pool:
+            return list(pool.map(sort_run, bounds))
+    finally:
+        while not buffers.empty():  # (freed now, before the merge plans its memory)
+            buffers.get_nowait()
