@@ -201,7 +201,7 @@ class _RunReader:
         values = self.value_buffer[: kept + count]
         values[:kept] = self.values
         indices = None
-        if self.index_buffer is not None:
+        if self.index_buffer is not None and self.indices is not None:
             indices = self.index_buffer[: kept + count]
             indices[:kept] = self.indices
         self.runs.read_into(
