@@ -286,9 +286,10 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
     manager = active_manager() or system()
     # The rounds' joined values, reused: each round is concatenated into a free buffer large
     # enough (else a new one), which its worker gives back once the round is written.  At most
-    # MERGE_WORKERS + 1 are in use at once: the rounds in flight and the one being cut.
+    # MERGE_WORKERS + 1 are in use at once: the rounds in flight and the one being joined.
     free_buffers: list[np.ndarray] = []
     buffers_lock = threading.Lock()
+    largest_round = sum(len(reader.value_buffer) for reader in readers)
 
     def joined_buffer(count: int) -> np.ndarray:
         with buffers_lock:
@@ -298,8 +299,10 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
                     return free_buffers.pop(i)[:count]
             if free_buffers:  # (too small: replaced, so the buffers kept stay few)
                 free_buffers.pop(0)
-        # With room for a larger round: rounds vary in size, and each new buffer is fresh pages.
-        return np.empty(count + count // 4, readers[0].values.dtype)[:count]
+        # With room for a larger round (rounds vary in size, and each new buffer is fresh
+        # pages), though never more than every head holds at once: no round is larger.
+        room = max(count, min(count + count // 4, largest_round))
+        return np.empty(room, readers[0].values.dtype)[:count]
 
     def give_back(buffer: np.ndarray) -> None:
         base = buffer.base if isinstance(buffer.base, np.ndarray) else buffer
@@ -337,20 +340,18 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
         before: threading.Event | None = None
         while any(len(r.values) for r in readers):
             values, indices = _merge_round(readers)
-            joined = None
             index: np.ndarray | None = None
             if arg:
                 joined = np.concatenate(values)
                 index = np.concatenate(indices)  # type: ignore[arg-type]
-            del indices
-            while len(rounds) >= MERGE_WORKERS:  # (the memory of MERGE_WORKERS rounds at most)
-                rounds.popleft().result()
-            if joined is None:
-                joined = joined_buffer(sum(len(v) for v in values))
-                np.concatenate(values, out=joined)
-            del values
+            else:
+                joined = np.concatenate(values, out=joined_buffer(sum(len(v) for v in values)))
+            del values, indices
+            # (refilled while the rounds before are sorted: the pieces were copied out)
             for reader in readers:
                 reader.fill()
+            while len(rounds) >= MERGE_WORKERS:  # (the memory of MERGE_WORKERS rounds at most)
+                rounds.popleft().result()
             done = threading.Event()
             future = pool.submit(_chained, finish, joined, index, before, done)
             rounds.append(future)
