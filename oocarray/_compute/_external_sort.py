@@ -467,11 +467,12 @@ def _write_runs(
     manager = active_manager() or system()
     # A 1-d stored array's runs are read a chunk at a time into a buffer each worker keeps
     # (a run read whole would be a fresh array each time: fresh pages, zeroed by the kernel).
-    chunk_items = node.array.chunks[0] if isinstance(node, Source) and node.ndim == 1 else 0
+    source = node.array if isinstance(node, Source) and node.ndim == 1 else None
+    chunk_items = source.chunks[0] if source is not None else 0
     buffers: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
 
     def read_run(start: int, stop: int, regions: list[Region]) -> np.ndarray:
-        if chunk_items and not arg:
+        if source is not None and not arg:
             try:
                 values = buffers.get_nowait()
             except queue.Empty:
@@ -479,7 +480,7 @@ def _write_runs(
             at = start
             while at < stop:
                 end = min(stop, (at // chunk_items + 1) * chunk_items)
-                values[at - start : end - start] = read_region(node, (slice(at, end),))
+                values[at - start : end - start] = source[at:end]
                 at = end
             return values[: stop - start]
         if len(regions) == 1 and isinstance(node, Source):
@@ -508,7 +509,7 @@ def _write_runs(
             else:
                 values.sort(kind=_run_kind(kind))
                 runs.write(start, values, None)  # (encoded and written: the buffer is free)
-                if chunk_items:
+                if source is not None:
                     buffers.put(values.base if values.base is not None else values)
         return start, stop
 
