@@ -3,9 +3,11 @@ with plain LZ4 and runs of distinct values with byte-shuffled LZ4 read back exac
 reader's head, compacted in its one buffer at every refill, gives the run in order whatever
 it is asked for; a 1-d stored array read a chunk at a time into the workers' buffers, and the
 merge's rounds sorted in reused buffers, sort equal to NumPy (NaN last, stable argsort) within
-a budget an eighth of the data."""
+a budget an eighth of the data; a full disk is an error."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 
 import oocarray as oc
 from oocarray._compute._external_sort import _RunReader, _Runs
+from oocarray.errors import SpillError
 
 
 def _stored_run(values: np.ndarray, block: int) -> _Runs:
@@ -94,3 +97,17 @@ def test_stable_argsort_of_ties_beside_reused_buffers() -> None:
         order = np.argsort(x, kind="stable")
         np.testing.assert_array_equal(order[...], np.argsort(data, kind="stable"))
         assert manager.stats().peak_bytes <= budget
+
+
+def test_a_full_disk_is_an_error_and_a_later_sort_works(tiny_tmpfs: Path) -> None:
+    """Runs that do not fit the spill directory's disk: an error naming the space, no crash;
+    with room again, the same sort equals NumPy's."""
+    rng = np.random.default_rng(8)
+    data = rng.random(2_000_000)  # 16 MB of distinct values: about 12 MB compressed
+    x = oc.from_numpy(data, chunks=100_000)
+    oc.configure(spill_dir=str(tiny_tmpfs))
+    with oc.Manager(max_bytes="4M"), pytest.raises(SpillError, match="space"):
+        np.sort(x)
+    oc.configure(spill_dir=str(tiny_tmpfs.parent))
+    with oc.Manager(max_bytes="4M"):
+        np.testing.assert_array_equal(np.sort(x)[...], np.sort(data))
