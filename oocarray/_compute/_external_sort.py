@@ -1,16 +1,19 @@
 """External merge sort of a chunked array or expression, flattened (C order).
 
-Sorted runs that fit the budget (read, decoded and sorted on every core) are spilled raw to an
-unnamed scratch file (no chunk files, codec or checksum: each is written once and read back
-once, a buffer at a time); then a k-way merge streams them into the output.  The merge works
-in rounds, each a few vectorised NumPy calls (no loop per element): every run holds a buffered
-head; the round's cut is the smallest last buffered value (ties: the earliest run), every run
-gives up its buffered values below the cut (and those equal to it, from runs up to the cut's
-run), and the pieces are merged by one sort of their concatenation (NumPy's vectorised sort
-beats a merge at these sizes; rounds are sorted on every core and written in order).  Every
-value that can still come later is at least the cut, so what a round gives is final, and
-equal values leave in the order of their runs: the merge is stable, which argsort's indices
-(carried along with the values) rely on.  NaN sorts last, as in NumPy.
+Sorted runs that fit the budget (read, decoded, sorted and encoded on every core) are spilled
+to an unnamed scratch file (no chunk files or checksum: each is written once and read back
+once, a buffer at a time, with a cheap codec chosen per run); then a k-way merge streams them
+into the output.  Large buffers are made once and reused (a run's read, a run's buffered head,
+a round's values): the memory manager unmaps large freed regions, and a fresh one costs page
+faults and pages zeroed by the kernel every time.  The merge works in rounds, each a few
+vectorised NumPy calls (no loop per element): every run holds a buffered head; the round's
+cut is the smallest last buffered value (ties: the earliest run), every run gives up its
+buffered values below the cut (and those equal to it, from runs up to the cut's run), and the
+pieces are merged by one sort of their concatenation (NumPy's vectorised sort beats a merge at
+these sizes; rounds are sorted on every core and written in order).  Every value that can
+still come later is at least the cut, so what a round gives is final, and equal values leave
+in the order of their runs: the merge is stable, which argsort's indices (carried along with
+the values) rely on.  NaN sorts last, as in NumPy.
 """
 
 from __future__ import annotations
