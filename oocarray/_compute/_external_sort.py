@@ -31,7 +31,7 @@ import numpy as np
 
 from oocarray._compute._limits import require_memory, working_bytes
 from oocarray._compute._nodes import BlockReads, Node, Source
-from oocarray._compute._scratch_file import ScratchFile
+from oocarray._compute._sorted_runs import RunReader, Runs
 from oocarray._compute._temporaries import temporary
 from oocarray._memory import active_manager, system
 
@@ -58,8 +58,6 @@ MERGE_BUFFERS = 4 + 3 * MERGE_WORKERS
 MAX_RUN_WORKERS = 4
 # Runs shorter than this are not worth a thread of their own.
 MIN_RUN_BYTES = 1 << 20
-# A run's blocks are stored with plain LZ4 when its first compresses at least this much.
-REPEATS_MIN_RATIO = 4
 
 
 def _workers(data_bytes: int, memory: int) -> int:
@@ -108,119 +106,6 @@ def _run_kind(kind: Any) -> Any:
     return "stable" if kind in ("stable", "mergesort") else kind
 
 
-class _Runs:
-    """Sorted runs spilled to a scratch file, and argsort's indices beside them.
-
-    Raw, every run's items ``[start, stop)`` lie at their flat positions (a merge level writes
-    them so).  With ``block`` (values only: a first level's runs), each run is stored as
-    blocks of ``block`` items from its start, each compressed on its own with a cheap codec
-    and appended to the file; a merge reads a run a block at a time, so a block is decoded
-    whole.  A run's first block chooses its codec: plain LZ4 where it compresses well (sorted
-    values that repeat: long matches, encoded and decoded at memory speed), else Blosc LZ4
-    with byte shuffle (sorted values share their high bytes: 3x on full-precision floats,
-    where plain LZ4 gains nothing)."""
-
-    def __init__(self, size: int, dtype: np.dtype[Any], arg: bool, block: int = 0) -> None:
-        self.scratch = ScratchFile()
-        self.size, self.dtype, self.arg = size, dtype, arg
-        self.indices_at = size * dtype.itemsize
-        self.block = block if not arg else 0
-        # Compressed: each block's (offset, bytes, codec) by its first item; the file's end.
-        self.blocks: dict[int, tuple[int, int, Any]] = {}
-        self.end = 0
-        self.lock = threading.Lock()
-        self.codecs = _run_codecs() if self.block else None
-
-    def write(self, at: int, values: np.ndarray, indices: np.ndarray | None) -> None:
-        if self.codecs is None:
-            self.scratch.write(at * self.dtype.itemsize, values)
-            if indices is not None:
-                self.scratch.write(self.indices_at + at * indices.itemsize, indices)
-            return
-        repeats, shuffled = self.codecs
-        codec = repeats
-        for first in range(0, len(values), self.block):
-            block = values[first : first + self.block]
-            encoded = codec.encode(block)
-            if first == 0 and len(encoded) * REPEATS_MIN_RATIO > block.nbytes:
-                codec = shuffled
-                encoded = codec.encode(block)
-            with self.lock:
-                offset, self.end = self.end, self.end + len(encoded)
-                self.blocks[at + first] = (offset, len(encoded), codec)
-            self.scratch.write(offset, np.frombuffer(encoded, np.uint8))
-
-    def read_into(self, at: int, values: np.ndarray, indices: np.ndarray | None) -> None:
-        if self.codecs is None:
-            self.scratch.read_into(at * self.dtype.itemsize, values)
-            if indices is not None:
-                self.scratch.read_into(self.indices_at + at * indices.itemsize, indices)
-            return
-        offset, nbytes, codec = self.blocks[at]
-        encoded = np.empty(nbytes, np.uint8)
-        self.scratch.read_into(offset, encoded)
-        codec.decode(encoded, out=values)
-
-    def close(self) -> None:
-        self.scratch.close()
-
-
-def _run_codecs() -> tuple[Any, Any]:
-    """Plain LZ4 and Blosc LZ4 with byte shuffle (numcodecs, installed with zarr)."""
-    from numcodecs import LZ4, Blosc
-
-    return LZ4(acceleration=1), Blosc(cname="lz4", clevel=1, shuffle=Blosc.SHUFFLE, blocksize=0)
-
-
-class _RunReader:
-    """A run's buffered head, refilled a buffer at a time from the runs' scratch file.
-
-    The head lives in one buffer of two reads, made once: a refill moves what is left to its
-    front and reads the next buffer right after it (a fresh array per refill would be fresh
-    pages, zeroed by the kernel, every time).  What :meth:`take` gives are views of it, valid
-    until the next :meth:`fill` (the merge copies them out before it refills)."""
-
-    def __init__(self, runs: _Runs, start: int, stop: int, chunk: int) -> None:
-        self.runs = runs
-        self.position, self.stop, self.chunk = start, stop, chunk
-        capacity = min(2 * chunk, stop - start)
-        self.value_buffer = np.empty(capacity, runs.dtype)
-        self.index_buffer = np.empty(capacity, np.intp) if runs.arg else None
-        self.values = self.value_buffer[:0]
-        self.indices = None if self.index_buffer is None else self.index_buffer[:0]
-        self.fill()
-
-    @property
-    def exhausted(self) -> bool:
-        return self.position >= self.stop
-
-    def fill(self) -> None:
-        if self.exhausted or len(self.values) >= self.chunk:
-            return
-        count = min(self.chunk, self.stop - self.position)
-        kept = len(self.values)
-        # What is left of the head moves to the front (NumPy's copies are right where source
-        # and destination overlap), the next read right after it.
-        values = self.value_buffer[: kept + count]
-        values[:kept] = self.values
-        indices = None
-        if self.index_buffer is not None and self.indices is not None:
-            indices = self.index_buffer[: kept + count]
-            indices[:kept] = self.indices
-        self.runs.read_into(
-            self.position, values[kept:], None if indices is None else indices[kept:]
-        )
-        self.values, self.indices = values, indices
-        self.position += count
-
-    def take(self, count: int) -> tuple[np.ndarray, np.ndarray | None]:
-        values, self.values = self.values[:count], self.values[count:]
-        if self.indices is None:
-            return values, None
-        indices, self.indices = self.indices[:count], self.indices[count:]
-        return values, indices
-
-
 class _Output:
     """Where merged values go, from ``at``: an ndarray, a scratch file of runs (a merge level,
     indices alongside for argsort), or a chunked array written a whole number of chunks at a
@@ -232,7 +117,7 @@ class _Output:
         self.pending_items = 0
 
     def write(self, values: np.ndarray, indices: np.ndarray | None, final: bool = False) -> None:
-        if isinstance(self.array, _Runs):
+        if isinstance(self.array, Runs):
             if len(values):
                 self.array.write(self.at, values, indices)
             self.at += len(values)
@@ -262,7 +147,7 @@ class _Output:
             self.pending, self.pending_items = [values[whole:].copy()], len(values) - whole
 
 
-def _merge_round(readers: list[_RunReader]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
+def _merge_round(readers: list[RunReader]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
     """One round: the values every run gives up (in run order) and their indices."""
     open_runs = [i for i, r in enumerate(readers) if not r.exhausted and len(r.values)]
     counts = [len(r.values) for r in readers]
@@ -278,7 +163,7 @@ def _merge_round(readers: list[_RunReader]) -> tuple[list[np.ndarray], list[np.n
     return [v for v, _ in taken], [i for _, i in taken]
 
 
-def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, last: bool) -> None:
+def _merge(readers: list[RunReader], output: _Output, arg: bool, stable: bool, last: bool) -> None:
     """Merges the runs into ``output``: values, or (``last`` of argsort) indices only.
 
     A round's pieces are merged by sorting their concatenation: NumPy's own sort (vectorised
@@ -417,15 +302,15 @@ def sort_flat(node: Node, kind: Any, arg: bool) -> Any:
         hint="or sort a part at a time",
     )
     # First-level runs are compressed in blocks of the merge's buffer (a reader's refill).
-    runs = _Runs(size, dtype, arg, block=buffer if dtype.kind in "biuf" else 0)
+    runs = Runs(size, dtype, arg, block=buffer if dtype.kind in "biuf" else 0)
     try:
         bounds = _write_runs(node, runs, run_items, kind, arg, workers)
         while len(bounds) > fan_in:  # merge levels: groups of runs into longer runs
-            merged_runs = _Runs(size, dtype, arg)
+            merged_runs = Runs(size, dtype, arg)
             merged = []
             for first in range(0, len(bounds), fan_in):
                 group = bounds[first : first + fan_in]
-                readers = [_RunReader(runs, a, b, buffer) for a, b in group]
+                readers = [RunReader(runs, a, b, buffer) for a, b in group]
                 _merge(readers, _Output(merged_runs, stored, group[0][0]), arg, stable, last=False)
                 merged.append((group[0][0], group[-1][1]))
             runs.close()
@@ -434,7 +319,7 @@ def sort_flat(node: Node, kind: Any, arg: bool) -> Any:
             result: Any = np.empty(size, out_dtype)
         else:
             result = temporary((size,), out_dtype, chunks=(stored,), codec=RESULT_CODEC)
-        readers = [_RunReader(runs, a, b, buffer) for a, b in bounds]
+        readers = [RunReader(runs, a, b, buffer) for a, b in bounds]
         _merge(readers, _Output(result, stored), arg, stable, last=True)
     finally:
         runs.close()
@@ -462,7 +347,7 @@ def _run_bounds(shape: tuple[int, ...], run_items: int) -> list[tuple[int, int, 
 
 
 def _write_runs(
-    node: Node, runs: _Runs, run_items: int, kind: Any, arg: bool, workers: int
+    node: Node, runs: Runs, run_items: int, kind: Any, arg: bool, workers: int
 ) -> list[tuple[int, int]]:
     """Sorts each run in memory (``workers`` at once: each reads, decodes and sorts its own)
     into ``runs``; the runs' bounds."""

@@ -15,12 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray._compute._external_sort import _RunReader, _Runs
+from oocarray._compute._sorted_runs import RunReader, Runs
 from oocarray.errors import SpillError
 
 
-def _stored_run(values: np.ndarray, block: int) -> _Runs:
-    runs = _Runs(len(values), values.dtype, arg=False, block=block)
+def _stored_run(values: np.ndarray, block: int) -> Runs:
+    runs = Runs(len(values), values.dtype, arg=False, block=block)
     runs.write(0, values, None)
     return runs
 
@@ -50,10 +50,10 @@ def test_runs_choose_their_codec_and_read_back_exactly(repeating: bool) -> None:
 )
 def test_run_reader_gives_the_run_in_order_whatever_it_takes(takes: list[int], chunk: int) -> None:
     values = np.arange(2_000, dtype=np.int64)
-    runs = _Runs(len(values), values.dtype, arg=False)  # raw: any chunk reads back
+    runs = Runs(len(values), values.dtype, arg=False)  # raw: any chunk reads back
     runs.write(0, values, None)
     try:
-        reader = _RunReader(runs, 0, len(values), chunk)
+        reader = RunReader(runs, 0, len(values), chunk)
         given_back = []
         for count in takes:
             part, _ = reader.take(min(count, len(reader.values)))
