@@ -1,16 +1,19 @@
 """External merge sort of a chunked array or expression, flattened (C order).
 
-Sorted runs that fit the budget (read, decoded and sorted on every core) are spilled raw to an
-unnamed scratch file (no chunk files, codec or checksum: each is written once and read back
-once, a buffer at a time); then a k-way merge streams them into the output.  The merge works
-in rounds, each a few vectorised NumPy calls (no loop per element): every run holds a buffered
-head; the round's cut is the smallest last buffered value (ties: the earliest run), every run
-gives up its buffered values below the cut (and those equal to it, from runs up to the cut's
-run), and the pieces are merged by one sort of their concatenation (NumPy's vectorised sort
-beats a merge at these sizes; rounds are sorted on every core and written in order).  Every
-value that can still come later is at least the cut, so what a round gives is final, and
-equal values leave in the order of their runs: the merge is stable, which argsort's indices
-(carried along with the values) rely on.  NaN sorts last, as in NumPy.
+Sorted runs that fit the budget (read, decoded, sorted and encoded on every core) are spilled
+to an unnamed scratch file (no chunk files or checksum: each is written once and read back
+once, a buffer at a time, with a cheap codec chosen per run); then a k-way merge streams them
+into the output.  Large buffers are made once and reused (a run's read, a run's buffered head,
+a round's values): the memory manager unmaps large freed regions, and a fresh one costs page
+faults and pages zeroed by the kernel every time.  The merge works in rounds, each a few
+vectorised NumPy calls (no loop per element): every run holds a buffered head; the round's
+cut is the smallest last buffered value (ties: the earliest run), every run gives up its
+buffered values below the cut (and those equal to it, from runs up to the cut's run), and the
+pieces are merged by one sort of their concatenation (NumPy's vectorised sort beats a merge at
+these sizes; rounds are sorted on every core and written in order).  Every value that can
+still come later is at least the cut, so what a round gives is final, and equal values leave
+in the order of their runs: the merge is stable, which argsort's indices (carried along with
+the values) rely on.  NaN sorts last, as in NumPy.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import collections
 import concurrent.futures
 import math
 import os
+import queue
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +31,7 @@ import numpy as np
 
 from oocarray._compute._limits import require_memory, working_bytes
 from oocarray._compute._nodes import BlockReads, Node, Source
-from oocarray._compute._scratch_file import ScratchFile
+from oocarray._compute._sorted_runs import RunReader, Runs
 from oocarray._compute._temporaries import temporary
 from oocarray._memory import active_manager, system
 
@@ -102,101 +106,6 @@ def _run_kind(kind: Any) -> Any:
     return "stable" if kind in ("stable", "mergesort") else kind
 
 
-class _Runs:
-    """Sorted runs spilled to a scratch file, and argsort's indices beside them.
-
-    Raw, every run's items ``[start, stop)`` lie at their flat positions (a merge level writes
-    them so).  With ``block`` (values only: a first level's runs), each run is stored as
-    blocks of ``block`` items from its start, each compressed on its own with a cheap codec
-    (Blosc LZ4, byte shuffle: sorted values share their high bytes) and appended to the file;
-    a merge reads a run a block at a time, so a block is decoded whole."""
-
-    def __init__(self, size: int, dtype: np.dtype[Any], arg: bool, block: int = 0) -> None:
-        self.scratch = ScratchFile()
-        self.size, self.dtype, self.arg = size, dtype, arg
-        self.indices_at = size * dtype.itemsize
-        self.block = block if not arg else 0
-        # Compressed: each block's (offset, bytes) by its first item; the file's end.
-        self.blocks: dict[int, tuple[int, int]] = {}
-        self.end = 0
-        self.lock = threading.Lock()
-        self.codec = _run_codec() if self.block else None
-
-    def write(self, at: int, values: np.ndarray, indices: np.ndarray | None) -> None:
-        if self.codec is None:
-            self.scratch.write(at * self.dtype.itemsize, values)
-            if indices is not None:
-                self.scratch.write(self.indices_at + at * indices.itemsize, indices)
-            return
-        for first in range(0, len(values), self.block):
-            encoded = self.codec.encode(values[first : first + self.block])
-            with self.lock:
-                offset, self.end = self.end, self.end + len(encoded)
-                self.blocks[at + first] = (offset, len(encoded))
-            self.scratch.write(offset, np.frombuffer(encoded, np.uint8))
-
-    def read_into(self, at: int, values: np.ndarray, indices: np.ndarray | None) -> None:
-        if self.codec is None:
-            self.scratch.read_into(at * self.dtype.itemsize, values)
-            if indices is not None:
-                self.scratch.read_into(self.indices_at + at * indices.itemsize, indices)
-            return
-        offset, nbytes = self.blocks[at]
-        encoded = np.empty(nbytes, np.uint8)
-        self.scratch.read_into(offset, encoded)
-        self.codec.decode(encoded, out=values)
-
-    def close(self) -> None:
-        self.scratch.close()
-
-
-def _run_codec() -> Any:
-    """Blosc LZ4 with byte shuffle (numcodecs, installed with zarr): a few GB/s a core."""
-    from numcodecs import Blosc
-
-    return Blosc(cname="lz4", clevel=1, shuffle=Blosc.SHUFFLE, blocksize=0)
-
-
-class _RunReader:
-    """A run's buffered head, refilled a buffer at a time from the runs' scratch file."""
-
-    def __init__(self, runs: _Runs, start: int, stop: int, chunk: int) -> None:
-        self.runs = runs
-        self.position, self.stop, self.chunk = start, stop, chunk
-        self.values = np.empty(0, runs.dtype)
-        self.indices = np.empty(0, np.intp) if runs.arg else None
-        self.fill()
-
-    @property
-    def exhausted(self) -> bool:
-        return self.position >= self.stop
-
-    def fill(self) -> None:
-        if self.exhausted or len(self.values) >= self.chunk:
-            return
-        count = min(self.chunk, self.stop - self.position)
-        kept = len(self.values)
-        # What is left of the head, then the next buffer read right after it (one copy).
-        values = np.empty(kept + count, self.values.dtype)
-        values[:kept] = self.values
-        indices = None
-        if self.indices is not None:
-            indices = np.empty(kept + count, np.intp)
-            indices[:kept] = self.indices
-        self.runs.read_into(
-            self.position, values[kept:], None if indices is None else indices[kept:]
-        )
-        self.values, self.indices = values, indices
-        self.position += count
-
-    def take(self, count: int) -> tuple[np.ndarray, np.ndarray | None]:
-        values, self.values = self.values[:count], self.values[count:]
-        if self.indices is None:
-            return values, None
-        indices, self.indices = self.indices[:count], self.indices[count:]
-        return values, indices
-
-
 class _Output:
     """Where merged values go, from ``at``: an ndarray, a scratch file of runs (a merge level,
     indices alongside for argsort), or a chunked array written a whole number of chunks at a
@@ -208,7 +117,7 @@ class _Output:
         self.pending_items = 0
 
     def write(self, values: np.ndarray, indices: np.ndarray | None, final: bool = False) -> None:
-        if isinstance(self.array, _Runs):
+        if isinstance(self.array, Runs):
             if len(values):
                 self.array.write(self.at, values, indices)
             self.at += len(values)
@@ -238,7 +147,7 @@ class _Output:
             self.pending, self.pending_items = [values[whole:].copy()], len(values) - whole
 
 
-def _merge_round(readers: list[_RunReader]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
+def _merge_round(readers: list[RunReader]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
     """One round: the values every run gives up (in run order) and their indices."""
     open_runs = [i for i, r in enumerate(readers) if not r.exhausted and len(r.values)]
     counts = [len(r.values) for r in readers]
@@ -254,7 +163,7 @@ def _merge_round(readers: list[_RunReader]) -> tuple[list[np.ndarray], list[np.n
     return [v for v, _ in taken], [i for _, i in taken]
 
 
-def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, last: bool) -> None:
+def _merge(readers: list[RunReader], output: _Output, arg: bool, stable: bool, last: bool) -> None:
     """Merges the runs into ``output``: values, or (``last`` of argsort) indices only.
 
     A round's pieces are merged by sorting their concatenation: NumPy's own sort (vectorised
@@ -263,6 +172,30 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
     sorted by MERGE_WORKERS threads while the next ones are cut and their buffers read; each
     is written once the round before it is (the output stays in order)."""
     manager = active_manager() or system()
+    # The rounds' joined values, reused: each round is concatenated into a free buffer large
+    # enough (else a new one), which its worker gives back once the round is written.  At most
+    # MERGE_WORKERS + 1 are in use at once: the rounds in flight and the one being joined.
+    free_buffers: list[np.ndarray] = []
+    buffers_lock = threading.Lock()
+    largest_round = sum(len(reader.value_buffer) for reader in readers)
+
+    def joined_buffer(count: int) -> np.ndarray:
+        with buffers_lock:
+            free_buffers.sort(key=len)  # (the smallest that fits is taken)
+            for i, buffer in enumerate(free_buffers):
+                if len(buffer) >= count:
+                    return free_buffers.pop(i)[:count]
+            if free_buffers:  # (too small: replaced, so the buffers kept stay few)
+                free_buffers.pop(0)
+        # With room for a larger round (rounds vary in size, and each new buffer is fresh
+        # pages), though never more than every head holds at once: no round is larger.
+        room = max(count, min(count + count // 4, largest_round))
+        return np.empty(room, readers[0].values.dtype)[:count]
+
+    def give_back(buffer: np.ndarray) -> None:
+        base = buffer.base if isinstance(buffer.base, np.ndarray) else buffer
+        with buffers_lock:
+            free_buffers.append(base)
 
     def finish(
         joined: np.ndarray, indices: np.ndarray | None, before: threading.Event | None
@@ -270,20 +203,24 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
         with manager.activate():
             merged: np.ndarray
             merged_indices: np.ndarray | None = None
+            reused = indices is None  # (values only: sorted in their pooled buffer)
             if indices is not None:
                 order = np.argsort(joined, kind="stable" if stable else None)
                 if last:
                     merged = indices[order]
                 else:
                     merged, merged_indices = joined[order], indices[order]
-                del order
+                del order, joined
             else:
                 joined.sort()
                 merged = joined
-            del joined, indices
+            del indices
             if before is not None:
                 before.wait()
             output.write(merged, merged_indices)
+            if reused:
+                # Written (every output copies what it is given): nothing holds it now.
+                give_back(merged)
 
     with concurrent.futures.ThreadPoolExecutor(MERGE_WORKERS, "oocarray-merge") as pool:
         rounds: collections.deque[concurrent.futures.Future[None]] = collections.deque()
@@ -291,11 +228,14 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
         before: threading.Event | None = None
         while any(len(r.values) for r in readers):
             values, indices = _merge_round(readers)
-            joined = np.concatenate(values)
             index: np.ndarray | None = None
             if arg:
+                joined = np.concatenate(values)
                 index = np.concatenate(indices)  # type: ignore[arg-type]
+            else:
+                joined = np.concatenate(values, out=joined_buffer(sum(len(v) for v in values)))
             del values, indices
+            # (refilled while the rounds before are sorted: the pieces were copied out)
             for reader in readers:
                 reader.fill()
             while len(rounds) >= MERGE_WORKERS:  # (the memory of MERGE_WORKERS rounds at most)
@@ -307,6 +247,7 @@ def _merge(readers: list[_RunReader], output: _Output, arg: bool, stable: bool, 
             del joined, index
         for future in rounds:
             future.result()
+        free_buffers.clear()
     output.write(np.empty(0, output.array.dtype), None, final=True)
 
 
@@ -361,15 +302,15 @@ def sort_flat(node: Node, kind: Any, arg: bool) -> Any:
         hint="or sort a part at a time",
     )
     # First-level runs are compressed in blocks of the merge's buffer (a reader's refill).
-    runs = _Runs(size, dtype, arg, block=buffer if dtype.kind in "biuf" else 0)
+    runs = Runs(size, dtype, arg, block=buffer if dtype.kind in "biuf" else 0)
     try:
         bounds = _write_runs(node, runs, run_items, kind, arg, workers)
         while len(bounds) > fan_in:  # merge levels: groups of runs into longer runs
-            merged_runs = _Runs(size, dtype, arg)
+            merged_runs = Runs(size, dtype, arg)
             merged = []
             for first in range(0, len(bounds), fan_in):
                 group = bounds[first : first + fan_in]
-                readers = [_RunReader(runs, a, b, buffer) for a, b in group]
+                readers = [RunReader(runs, a, b, buffer) for a, b in group]
                 _merge(readers, _Output(merged_runs, stored, group[0][0]), arg, stable, last=False)
                 merged.append((group[0][0], group[-1][1]))
             runs.close()
@@ -378,7 +319,7 @@ def sort_flat(node: Node, kind: Any, arg: bool) -> Any:
             result: Any = np.empty(size, out_dtype)
         else:
             result = temporary((size,), out_dtype, chunks=(stored,), codec=RESULT_CODEC)
-        readers = [_RunReader(runs, a, b, buffer) for a, b in bounds]
+        readers = [RunReader(runs, a, b, buffer) for a, b in bounds]
         _merge(readers, _Output(result, stored), arg, stable, last=True)
     finally:
         runs.close()
@@ -406,28 +347,47 @@ def _run_bounds(shape: tuple[int, ...], run_items: int) -> list[tuple[int, int, 
 
 
 def _write_runs(
-    node: Node, runs: _Runs, run_items: int, kind: Any, arg: bool, workers: int
+    node: Node, runs: Runs, run_items: int, kind: Any, arg: bool, workers: int
 ) -> list[tuple[int, int]]:
     """Sorts each run in memory (``workers`` at once: each reads, decodes and sorts its own)
     into ``runs``; the runs' bounds."""
     stable = kind in ("stable", "mergesort")
     manager = active_manager() or system()
+    # A 1-d stored array's runs are read a chunk at a time into a buffer each worker keeps
+    # (a run read whole would be a fresh array each time: fresh pages, zeroed by the kernel).
+    source = node.array if isinstance(node, Source) and node.ndim == 1 else None
+    chunk_items = source.chunks[0] if source is not None else 0
+    buffers: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+
+    def read_run(start: int, stop: int, regions: list[Region]) -> np.ndarray:
+        if source is not None and not arg:
+            try:
+                values = buffers.get_nowait()
+            except queue.Empty:
+                values = np.empty(max(run_items, stop - start), node.dtype)
+            at = start
+            while at < stop:
+                end = min(stop, (at // chunk_items + 1) * chunk_items)
+                values[at - start : end - start] = source[at:end]
+                at = end
+            return values[: stop - start]
+        if len(regions) == 1 and isinstance(node, Source):
+            # A stored array's read is a fresh array: sorted where it was read.
+            return node.array[regions[0]].reshape(-1)
+        if len(regions) == 1:
+            return np.array(read_region(node, regions[0]).reshape(-1))
+        values = np.empty(stop - start, node.dtype)
+        at = 0
+        for region in regions:
+            part = read_region(node, region).reshape(-1)
+            values[at : at + len(part)] = part
+            at += len(part)
+        return values
 
     def sort_run(run: tuple[int, int, list[Region]]) -> tuple[int, int]:
         start, stop, regions = run
         with manager.activate():
-            if len(regions) == 1 and isinstance(node, Source):
-                # A stored array's read is a fresh array: sorted where it was read.
-                values = node.array[regions[0]].reshape(-1)
-            elif len(regions) == 1:
-                values = np.array(read_region(node, regions[0]).reshape(-1))
-            else:
-                values = np.empty(stop - start, node.dtype)
-                at = 0
-                for region in regions:
-                    part = read_region(node, region).reshape(-1)
-                    values[at : at + len(part)] = part
-                    at += len(part)
+            values = read_run(start, stop, regions)
             if arg:
                 order = np.argsort(values, kind="stable" if stable else kind)
                 sorted_values = values[order]
@@ -436,11 +396,17 @@ def _write_runs(
                 runs.write(start, sorted_values, order)
             else:
                 values.sort(kind=_run_kind(kind))
-                runs.write(start, values, None)
+                runs.write(start, values, None)  # (encoded and written: the buffer is free)
+                if source is not None:
+                    buffers.put(values.base if values.base is not None else values)
         return start, stop
 
     bounds = _run_bounds(node.shape, run_items)
-    if workers == 1 or len(bounds) == 1:
-        return [sort_run(run) for run in bounds]
-    with concurrent.futures.ThreadPoolExecutor(workers, "oocarray-sort") as pool:
-        return list(pool.map(sort_run, bounds))
+    try:
+        if workers == 1 or len(bounds) == 1:
+            return [sort_run(run) for run in bounds]
+        with concurrent.futures.ThreadPoolExecutor(workers, "oocarray-sort") as pool:
+            return list(pool.map(sort_run, bounds))
+    finally:
+        while not buffers.empty():  # (freed now, before the merge plans its memory)
+            buffers.get_nowait()
