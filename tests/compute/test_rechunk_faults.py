@@ -106,16 +106,14 @@ def test_rechunk_under_a_hard_memory_limit(tmp_path: Path) -> None:
 
 
 INTERRUPTED = """
-import os, signal, sys, threading, oocarray as oc
+import itertools, os, signal, sys, oocarray as oc
 from oocarray._compute._rechunk import _scatter
 x = oc.open(sys.argv[1])
-reads = 0
+reads = itertools.count(1)  # (next() is atomic: two workers never both see, or skip, 40)
 original = _scatter._scatter_into
 def counted(*args):
-    global reads
     original(*args)
-    reads += 1
-    if reads == 40:  # Ctrl-C, as a terminal sends it, once the pass is well under way
+    if next(reads) == 40:  # Ctrl-C, as a terminal sends it, once the pass is well under way
         os.kill(os.getpid(), signal.SIGINT)
 _scatter._scatter_into = counted
 try:
