@@ -108,6 +108,9 @@ def test_rechunk_under_a_hard_memory_limit(tmp_path: Path) -> None:
 INTERRUPTED = """
 import itertools, os, signal, sys, oocarray as oc
 from oocarray._compute._rechunk import _scatter
+# Ctrl-C as a terminal's child gets it, even where the tests run in the background (SIGINT
+# ignored, and inherited so)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 x = oc.open(sys.argv[1])
 reads = itertools.count(1)  # (next() is atomic: two workers never both see, or skip, 40)
 original = _scatter._scatter_into

@@ -59,10 +59,14 @@ def test_a_remote_reduction_and_epoch_are_not_killed_under_a_hard_limit(s3):
 
 
 WRITER = """
+import json
+import signal
 import sys
 import numpy as np
 import oocarray as oc
-import json
+# Ctrl-C as a terminal's child gets it, even where the tests run in the background (SIGINT
+# ignored, and inherited so)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 url, options = sys.argv[1], json.loads(sys.argv[2])
 x = oc.open(url, "r+", storage_options=options)
 print("writing", flush=True)
