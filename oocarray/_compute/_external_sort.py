@@ -353,24 +353,22 @@ def _write_runs(
     into ``runs``; the runs' bounds."""
     stable = kind in ("stable", "mergesort")
     manager = active_manager() or system()
-    # A 1-d stored array's runs are read a chunk at a time into a buffer each worker keeps
-    # (a run read whole would be a fresh array each time: fresh pages, zeroed by the kernel).
+    # A 1-d stored array's runs are decoded straight into a buffer the workers keep (a run
+    # read as a new array would be fresh pages each time, zeroed by the kernel).
     source = node.array if isinstance(node, Source) and node.ndim == 1 else None
-    chunk_items = source.chunks[0] if source is not None else 0
     buffers: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
 
     def read_run(start: int, stop: int, regions: list[Region]) -> np.ndarray:
         if source is not None and not arg:
             try:
-                values = buffers.get_nowait()
+                buffer: np.ndarray | None = buffers.get_nowait()
             except queue.Empty:
-                values = np.empty(max(run_items, stop - start), node.dtype)
-            at = start
-            while at < stop:
-                end = min(stop, (at // chunk_items + 1) * chunk_items)
-                values[at - start : end - start] = source[at:end]
-                at = end
-            return values[: stop - start]
+                buffer = None
+            if buffer is None or len(buffer) < stop - start:
+                buffer = np.empty(max(run_items, stop - start), node.dtype)
+            values = buffer[: stop - start]
+            source._read_rows_into(start, values)
+            return values
         if len(regions) == 1 and isinstance(node, Source):
             # A stored array's read is a fresh array: sorted where it was read.
             return node.array[regions[0]].reshape(-1)

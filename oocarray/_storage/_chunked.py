@@ -314,7 +314,7 @@ class StoredArray:
         ``x[i:j]`` of row-wise access, without building a general selection.  None when the
         key needs the general path."""
         store = self._store
-        n, per_chunk = store.shape[0], store.chunks[0]
+        n = store.shape[0]
         if isinstance(key, slice):
             start, stop, step = key.indices(n)
             if step != 1:
@@ -329,6 +329,21 @@ class StoredArray:
             start %= n
             stop = start + 1
         out = np.empty((stop - start, *store.shape[1:]), dtype=store.dtype)
+        self._read_rows_into(start, out)
+        return out if isinstance(key, slice) else out[0]
+
+    def _read_rows_into(self, start: int, out: np.ndarray) -> None:
+        """Fill ``out`` (C-contiguous, the shape of rows ``start:start + len(out)``) with those
+        rows, decoded straight into it on every core where the format can: for an array whose
+        other axes fit one chunk (every 1-d array), or a memory-mapped one.  The compute layer
+        reads into buffers it reuses this way (a fresh array per read is fresh pages)."""
+        self._check_open()
+        store = self._store
+        stop = start + len(out)
+        if store.memmap is not None:
+            out[...] = store.memmap.view(np.ndarray)[start:stop]
+            return
+        per_chunk = store.chunks[0]
         if not store.read_rows_into(start, out):
             rest = tuple(slice(0, s) for s in store.shape[1:])
             pieces = []
@@ -336,7 +351,7 @@ class StoredArray:
             while row < stop:
                 c, r = divmod(row, per_chunk)
                 take = min(per_chunk - r, stop - row)
-                covers = r == 0 and take == min(per_chunk, n - row)
+                covers = r == 0 and take == min(per_chunk, store.shape[0] - row)
                 pieces.append(
                     ChunkPiece(
                         (c,) + (0,) * len(rest),
@@ -348,7 +363,6 @@ class StoredArray:
                 row += take
             store.read_into(pieces, out)
         self.chunk_reads += -(-(stop - start) // per_chunk) if stop > start else 0
-        return out if isinstance(key, slice) else out[0]
 
     def __setitem__(self, key: object, value: object) -> None:
         self._check_open()
