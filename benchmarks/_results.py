@@ -63,9 +63,14 @@ def _row(row: Row | TextRow) -> dict[str, Any]:
 
 
 def write(
-    results: Mapping[str, Result], quick: bool, folder: Path = RUNS, load_before: Any = None
+    results: Mapping[str, Result],
+    quick: bool,
+    folder: Path = RUNS,
+    load_before: Any = None,
+    page_cache: str = "warm",
 ) -> Path:
-    """Write one run's record into ``folder``; its path."""
+    """Write one run's record into ``folder``; its path.  ``page_cache``: whether the read
+    workloads ran from a warm page cache or evicted their files before every side (cold)."""
     now = datetime.datetime.now(datetime.UTC)
     commit = _commit()
     record = {
@@ -73,6 +78,7 @@ def write(
         "date": now.isoformat(timespec="seconds"),
         "commit": commit,
         "quick": quick,
+        "page_cache": page_cache,
         "machine": machine() | {"load_average_before": load_before},
         "benchmarks": {
             key: {

@@ -39,8 +39,16 @@ def clock() -> float:
     return time.perf_counter()
 
 
-def interleave(sides: Mapping[str, Side], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
-    """Run every side once per round, rotating the order; return seconds per round per side."""
+def interleave(
+    sides: Mapping[str, Side],
+    rounds: int,
+    warmup: int = 1,
+    before_each: Callable[[], object] | None = None,
+) -> dict[str, list[float]]:
+    """Run every side once per round, rotating the order; return seconds per round per side.
+
+    ``before_each`` runs (untimed) before every timed run of a side: a cold-cache round evicts
+    the workload's files there."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     names = list(sides)
@@ -52,6 +60,8 @@ def interleave(sides: Mapping[str, Side], rounds: int, warmup: int = 1) -> dict[
         for r in range(rounds):
             shift = r % len(names)
             for name in names[shift:] + names[:shift]:
+                if before_each is not None:
+                    before_each()
                 times[name].append(sides[name]())
     return times
 

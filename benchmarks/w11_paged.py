@@ -23,25 +23,23 @@ dask's; random rows <= 1.5x ``x[rows]``; resident memory <= budget + 64 MiB.
 
 from __future__ import annotations
 
-import shutil
 import statistics
-import tempfile
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 import oocarray as oc
 from benchmarks import _compute_data as cd
+from benchmarks._harness import Peer, Sides, evict_page_cache, scratch, zarrs_pipeline
 from benchmarks._timing import (
     Ratio,
     Result,
     Row,
-    Table,
     TextRow,
     clock,
     format_bytes,
     format_mib,
-    format_seconds,
     interleave,
 )
 from oocarray._storage._paged._arrays import paging_available
@@ -59,15 +57,12 @@ ROWS_TARGET = 1.5
 N_ROWS_PICKED = 2000
 
 
-def run(quick: bool = False) -> Result:
-    parent = tempfile.mkdtemp(prefix="oocarray-w11-")
-    try:
-        return _run_in(parent, quick)
-    finally:
-        shutil.rmtree(parent, ignore_errors=True)
+def run(quick: bool = False, cold: bool = False) -> Result:
+    with scratch("oocarray-w11-") as directory:
+        return _run_in(directory, quick, cold)
 
 
-def _sides(data: cd.Data, budget: int) -> dict[str, Callable[[], tuple[float, np.ndarray]]]:
+def _peers(data: cd.Data, budget: int) -> dict[str, Peer]:
     x = oc.open(data.zarr_path)
 
     def paged() -> tuple[float, np.ndarray]:
@@ -91,19 +86,34 @@ def _sides(data: cd.Data, budget: int) -> dict[str, Callable[[], tuple[float, np
         got = np.load(data.npy_path, mmap_mode="r").mean(axis=0)
         return clock() - start, got
 
-    sides = {"paged": paged, "stream": stream, "memmap": memmap}
-    try:
+    def dask_side() -> Callable[[], tuple[float, np.ndarray]]:
         import dask.array as da
 
-        def dask_side() -> tuple[float, np.ndarray]:
+        def side() -> tuple[float, np.ndarray]:
             start = clock()
             got = da.from_zarr(data.zarr_path).mean(axis=0).compute(scheduler="threads")
             return clock() - start, np.asarray(got)
 
-        sides["dask"] = dask_side
-    except ImportError:
-        pass
-    return sides
+        return side
+
+    def dask_zarrs_side() -> Callable[[], tuple[float, np.ndarray]]:
+        plain = dask_side()
+        with zarrs_pipeline():
+            pass  # zarrs missing: ImportError now, so the side is reported missing
+
+        def side() -> tuple[float, np.ndarray]:
+            with zarrs_pipeline():
+                return plain()
+
+        return side
+
+    return {
+        "paged": Peer("`x.as_ndarray().mean(axis=0)`", lambda: paged),
+        "stream": Peer("oocarray streaming reduction", lambda: stream),
+        "memmap": Peer("numpy.memmap", lambda: memmap),
+        "dask": Peer(f"dask {cd.version('dask')} threads", dask_side),
+        "dask+zarrs": Peer(f"dask threads over zarrs {cd.version('zarrs')}", dask_zarrs_side),
+    }
 
 
 def peak_rss(path: str, budget: int) -> cd.Peak:
@@ -121,39 +131,31 @@ print("END " + cd.status_json(), flush=True)
     return cd.run_child(code)
 
 
-def _run_in(directory: str, quick: bool) -> Result:
+def _run_in(directory: str, quick: bool, cold: bool = False) -> Result:
     nbytes = QUICK_BYTES if quick else FULL_BYTES
     budget = QUICK_BUDGET if quick else BUDGET
     rounds = 1 if quick else 3
-    notes: list[str] = []
     ok, why = paging_available()
     if not ok:
         return Result(rows=[], tables=[], notes=[f"W11: skipped, {why}"])
     data, _ = cd.make_data(directory, nbytes)
     assert data.npy_path is not None
     stored = cd.dir_bytes(data.zarr_path)
-    for p in (data.zarr_path, data.npy_path):
+    files = (data.zarr_path, data.npy_path)
+    for p in files:
         cd.warm(p)
-    sides = _sides(data, budget)
-    results: dict[str, np.ndarray] = {}
-
-    def timed(name: str) -> Callable[[], float]:
-        def run_side() -> float:
-            seconds, got = sides[name]()
-            results[name] = got
-            return seconds
-
-        return run_side
-
-    times = interleave({name: timed(name) for name in sides}, rounds=rounds, warmup=0)
-    med = {name: statistics.median(t) for name, t in times.items()}
+    sides = Sides.discover("W11", _peers(data, budget))
+    notes = sides.notes()
+    timings = sides.time(rounds, files=files, cold=cold)
+    results: dict[str, Any] = sides.results
     # NumPy's float32 mean over axis 0 accumulates row by row in float32 (off by up to ~1e-2
     # relative over millions of rows): the paged scan must equal the same NumPy call on the raw
     # bytes exactly; the float64 reductions (streaming, dask) must agree with each other.
     if not np.array_equal(results["paged"], results["memmap"]):
         notes.append("W11: DATA MISMATCH: as_ndarray().mean(0) != the same mean on the raw .npy")
-    if "dask" in results and not np.allclose(results["stream"], results["dask"], rtol=1e-5):
-        notes.append("W11: the streaming mean differs from dask's")
+    for name in ("dask", "dask+zarrs"):
+        if name in results and not np.allclose(results["stream"], results[name], rtol=1e-5):
+            notes.append(f"W11: the streaming mean differs from {name}'s")
 
     x = oc.open(data.zarr_path)
     rows = np.sort(np.random.default_rng(0).integers(0, data.n_rows, N_ROWS_PICKED))
@@ -174,7 +176,10 @@ def _run_in(directory: str, quick: bool) -> Result:
         return clock() - start
 
     row_times = interleave(
-        {"paged": rows_paged, "x": rows_chunked}, rounds=max(rounds, 3), warmup=0
+        {"paged": rows_paged, "x": rows_chunked},
+        rounds=max(rounds, 3),
+        warmup=0,
+        before_each=(lambda: evict_page_cache(files)) if cold else None,
     )
     if not np.array_equal(picked["paged"], picked["x"]):
         notes.append("W11: DATA MISMATCH between as_ndarray()[rows] and x[rows]")
@@ -186,42 +191,27 @@ def _run_in(directory: str, quick: bool) -> Result:
         f"`x.as_ndarray().mean(axis=0)`, ({data.n_rows:,}, 64) f32 zstd zarr, {gib:.3g} GiB "
         f"({stored / data.nbytes:.2f} stored), `Manager(max_bytes={format_bytes(budget)})`"
     )
+    what = f"{what}, {timings.cache}"
     out_rows: list[Row | TextRow] = [
-        Row(
-            "W11",
-            f"{what}: vs W5's streaming `x.mean(axis=0)`",
-            med["paged"],
-            "oocarray streaming reduction",
-            med["stream"],
-            Ratio.paired(times["paged"], times["stream"]),
-            STREAM_TARGET,
-        )
+        timings.row(
+            what, "paged", "stream", STREAM_TARGET, label="vs W5's streaming `x.mean(axis=0)`"
+        ),
+        timings.row(what, "paged", "dask", DASK_TARGET, label="vs dask (>= 1.5x faster)"),
+        timings.row(
+            what, "paged", "dask+zarrs", DASK_TARGET, label="vs dask over the zarrs pipeline"
+        ),
+        timings.row(
+            what,
+            "paged",
+            "memmap",
+            None,
+            label="vs `np.load(npy, mmap_mode='r').mean(axis=0)` (raw, uncompressed)",
+        ),
     ]
-    if "dask" in med:
-        out_rows.append(
-            Row(
-                "W11",
-                f"{what}: vs dask (>= 1.5x faster)",
-                med["paged"],
-                f"dask {cd.version('dask')} threads",
-                med["dask"],
-                Ratio.paired(times["paged"], times["dask"]),
-                DASK_TARGET,
-            )
-        )
     out_rows += [
         Row(
             "W11",
-            f"{what}: vs `np.load(npy, mmap_mode='r').mean(axis=0)` (raw, uncompressed)",
-            med["paged"],
-            "numpy.memmap",
-            med["memmap"],
-            Ratio.paired(times["paged"], times["memmap"]),
-            None,
-        ),
-        Row(
-            "W11",
-            f"{N_ROWS_PICKED} sorted random rows, cold `x.as_ndarray()[rows]`",
+            f"{N_ROWS_PICKED} sorted random rows, a fresh `x.as_ndarray()[rows]`, {timings.cache}",
             statistics.median(row_times["paged"]),
             "`x[rows]`",
             statistics.median(row_times["x"]),
@@ -238,13 +228,9 @@ def _run_in(directory: str, quick: bool) -> Result:
             "yes" if over_base <= budget + RSS_SLACK else "**no**",
         ),
     ]
-    detail = Table(
-        title=(
-            f"Chunk-backed ndarray (W11): {gib:.3g} GiB, {rounds} round(s), medians, warm page "
-            "cache"
-        ),
-        headers=tuple(med),
-        rows=[[format_seconds(med[name]) for name in med]],
+    detail = timings.by_side(
+        f"Chunk-backed ndarray (W11): {gib:.3g} GiB, medians; GB/s of uncompressed data",
+        data.nbytes,
     )
     return Result(rows=out_rows, tables=[detail], notes=notes)
 

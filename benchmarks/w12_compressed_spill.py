@@ -22,17 +22,15 @@ import numpy as np
 
 import oocarray as oc
 from benchmarks._disk import fs_description, scratch_spill_dir
+from benchmarks._harness import Peer, Sides
 from benchmarks._timing import (
-    Ratio,
     Result,
     Row,
-    Table,
     TextRow,
     clock,
     format_bytes,
     format_mib,
     format_seconds,
-    interleave,
 )
 
 MiB = 1 << 20
@@ -70,7 +68,7 @@ def _run_in(directory: str, quick: bool) -> Result:
     readback: dict[str, list[float]] = {"zarr": [], "mmap": []}
     notes: list[str] = []
 
-    def side(policy: str) -> float:
+    def side(policy: str) -> tuple[float, object]:
         with oc.Manager(f"w12-{policy}", spill=policy) as m:  # type: ignore[arg-type]
             ids = np.empty_like(src_ids)
             floats = np.empty_like(src_floats)
@@ -93,28 +91,27 @@ def _run_in(directory: str, quick: bool) -> Result:
             readback[policy].append(clock() - start)
             identical[policy].append(same and where == (policy, policy))
             del ids, floats
-        return seconds
+        return seconds, None
 
-    times = interleave(
-        {"zarr": lambda: side("zarr"), "mmap": lambda: side("mmap")}, rounds=rounds, warmup=0
+    sides = Sides.discover(
+        "W12",
+        {
+            "zarr": Peer('`spill="zarr"`', lambda: lambda: side("zarr")),
+            "mmap": Peer('raw spill (`spill="mmap"`, W3)', lambda: lambda: side("mmap")),
+        },
     )
-    zarr_s = statistics.median(times["zarr"])
-    mmap_s = statistics.median(times["mmap"])
+    timings = sides.time(rounds)
     ids_ratio = statistics.median(d[0] for d in disk["zarr"]) / nbytes
     floats_ratio = statistics.median(d[1] for d in disk["zarr"]) / nbytes
     fs = fs_description(directory)
     size = format_bytes(nbytes)
     ok = all(identical["zarr"]) and all(identical["mmap"])
     rows: list[Row | TextRow] = [
-        Row(
-            "W12",
+        timings.row(
             f"`oc.spill` of two {size} live arrays (int64 ids, rounded float32), "
-            'with `spill="zarr"` '
-            f"to {fs}",
-            zarr_s,
-            'raw spill (`spill="mmap"`, W3)',
-            mmap_s,
-            Ratio.paired(times["zarr"], times["mmap"]),
+            f'with `spill="zarr"` to {fs}',
+            "zarr",
+            "mmap",
             TARGET,
         ),
         TextRow(
@@ -127,32 +124,22 @@ def _run_in(directory: str, quick: bool) -> Result:
             "yes" if ids_ratio <= 1 / 20 and floats_ratio <= 0.8 else "**no**",
         ),
     ]
-    detail = Table(
-        title=(
-            f"Compressed spill (W12): two {size} arrays, {rounds} round(s) per side, medians; "
-            f"spill directory on {fs}"
-        ),
-        headers=(
-            "side",
-            "spill both",
-            "GiB/s",
-            "disk ids",
-            "disk floats",
-            "read back every byte (untimed side)",
-            "data identical",
-        ),
-        rows=[
-            [
-                policy,
-                format_seconds(statistics.median(times[policy])),
-                f"{2 * nbytes / GiB / statistics.median(times[policy]):.2f}",
-                format_mib(int(statistics.median(d[0] for d in disk[policy]))),
-                format_mib(int(statistics.median(d[1] for d in disk[policy]))),
-                format_seconds(statistics.median(readback[policy])),
-                f"{sum(identical[policy])}/{len(identical[policy])}",
-            ]
-            for policy in ("zarr", "mmap")
-        ],
+
+    def median_mib(policy: str, which: int) -> str:
+        return format_mib(int(statistics.median(d[which] for d in disk[policy])))
+
+    detail = timings.by_side(
+        f"Compressed spill (W12): two {size} arrays, medians; spill directory on {fs}; "
+        "GB/s of both arrays",
+        2 * nbytes,
+        {
+            "disk ids": lambda p: median_mib(p, 0),
+            "disk floats": lambda p: median_mib(p, 1),
+            "read back every byte (untimed)": lambda p: format_seconds(
+                statistics.median(readback[p])
+            ),
+            "data identical": lambda p: f"{sum(identical[p])}/{len(identical[p])}",
+        },
     )
     if not ok:
         notes.append("W12: DATA MISMATCH after the pages came back")

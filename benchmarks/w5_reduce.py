@@ -27,27 +27,22 @@ Every side's mean and std are checked against a float64 reference.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
-import shutil
-import statistics
-import tempfile
 from collections.abc import Callable
 
 import numpy as np
 
 import oocarray as oc
 from benchmarks import _compute_data as cd
+from benchmarks._harness import Peer, Sides, scratch, zarrs_pipeline
 from benchmarks._timing import (
-    Ratio,
     Result,
     Row,
-    Table,
     TextRow,
     clock,
     format_bytes,
     format_mib,
-    format_seconds,
-    interleave,
 )
 from datasets import w5_data
 
@@ -100,15 +95,20 @@ def oocarray_side(path: str, budget: int) -> Callable[[], tuple[float, object]]:
     return side
 
 
-def dask_side(path: str) -> Callable[[], tuple[float, object]]:
+def dask_side(path: str, zarrs: bool = False) -> Callable[[], tuple[float, object]]:
     import dask
     import dask.array as da
 
+    pipeline = zarrs_pipeline if zarrs else contextlib.nullcontext
+    with pipeline():
+        pass  # zarrs missing: ImportError now, so the side is reported missing
+
     def side() -> tuple[float, object]:
-        start = clock()
-        y = da.from_zarr(path)
-        got = dask.compute(y.mean(axis=0), y.std(axis=0), scheduler="threads")
-        return clock() - start, got
+        with pipeline():
+            start = clock()
+            y = da.from_zarr(path)
+            got = dask.compute(y.mean(axis=0), y.std(axis=0), scheduler="threads")
+            return clock() - start, got
 
     return side
 
@@ -120,14 +120,19 @@ def _loop(read: Callable[[int, int], np.ndarray], n_rows: int) -> tuple[np.ndarr
     return acc.result()
 
 
-def zarr_side(path: str, n_rows: int) -> Callable[[], tuple[float, object]]:
+def zarr_side(path: str, n_rows: int, zarrs: bool = False) -> Callable[[], tuple[float, object]]:
     import zarr
 
+    pipeline = zarrs_pipeline if zarrs else contextlib.nullcontext
+    with pipeline():
+        pass  # zarrs missing: ImportError now, so the side is reported missing
+
     def side() -> tuple[float, object]:
-        start = clock()
-        z = zarr.open_array(path, mode="r")
-        got = _loop(lambda a, b: z[a:b], n_rows)
-        return clock() - start, got
+        with pipeline():
+            start = clock()
+            z = zarr.open_array(path, mode="r")
+            got = _loop(lambda a, b: z[a:b], n_rows)
+            return clock() - start, got
 
     return side
 
@@ -226,123 +231,99 @@ print("END " + cd.status_json(), flush=True)
     return cd.run_child(code)
 
 
-def run(quick: bool = False) -> Result:
-    parent = tempfile.mkdtemp(prefix="oocarray-w5-")
-    try:
-        return _run_in(parent, quick)
-    finally:
-        shutil.rmtree(parent, ignore_errors=True)
+def run(quick: bool = False, cold: bool = False) -> Result:
+    with scratch("oocarray-w5-") as directory:
+        return _run_in(directory, quick, cold)
 
 
-def _timed(
-    side: Callable[[], tuple[float, object]], results: dict[str, object], name: str
-) -> Callable[[], float]:
-    def timed() -> float:
-        seconds, got = side()
-        results[name] = got
-        return seconds
+def _peers(data: cd.Data, budget: int) -> dict[str, Peer]:
+    assert data.npy_path is not None
+    npy_path = data.npy_path
+    return {
+        "oocarray": Peer("oocarray", lambda: oocarray_side(data.zarr_path, budget)),
+        "dask": Peer(f"dask {cd.version('dask')} threads", lambda: dask_side(data.zarr_path)),
+        "zarr": Peer(
+            f"zarr-python {cd.version('zarr')} chunk loop",
+            lambda: zarr_side(data.zarr_path, data.n_rows),
+        ),
+        "zarr+zarrs": Peer(
+            f"zarr-python chunk loop, zarrs {cd.version('zarrs')} pipeline",
+            lambda: zarr_side(data.zarr_path, data.n_rows, zarrs=True),
+        ),
+        "dask+zarrs": Peer(
+            f"dask threads over zarrs {cd.version('zarrs')}",
+            lambda: dask_side(data.zarr_path, zarrs=True),
+        ),
+        "tensorstore": Peer(
+            f"tensorstore {cd.version('tensorstore')} chunk loop",
+            lambda: tensorstore_side(data.zarr_path, data.n_rows),
+        ),
+        "memmap": Peer(
+            "numpy.memmap (.npy) chunk loop", lambda: memmap_side(npy_path, data.n_rows)
+        ),
+        "floor-native": Peer(
+            "codec floor: oocarray native reader, no compute",
+            lambda: native_floor_side(data.zarr_path, data.n_rows),
+        ),
+        "floor-numcodecs": Peer(
+            "codec floor: numcodecs Zstd thread pool, no compute",
+            lambda: numcodecs_floor_side(data.zarr_path, data.n_rows),
+        ),
+    }
 
-    return timed
 
-
-def _run_in(directory: str, quick: bool) -> Result:
+def _run_in(directory: str, quick: bool, cold: bool = False) -> Result:
     nbytes = QUICK_BYTES if quick else FULL_BYTES
     budget = QUICK_BUDGET if quick else BUDGET
-    notes: list[str] = []
     if not cd.enough_disk(directory, 2 * nbytes + GiB):
         raise SystemExit(f"W5 needs {format_bytes(2 * nbytes + GiB)} free in {directory}")
     data, made_s = cd.make_data(directory, nbytes)
     assert data.npy_path is not None
     stored = cd.dir_bytes(data.zarr_path)
     reference = w5_data.expected_moments(data.n_rows)
-    for p in (data.zarr_path, data.npy_path):
+    files = (data.zarr_path, data.npy_path)
+    for p in files:
         cd.warm(p)
+    sides = Sides.discover("W5", _peers(data, budget))
+    notes = sides.notes()
 
-    makers: dict[str, tuple[str, Callable[[], Callable[[], tuple[float, object]]]]] = {
-        "oocarray": (
-            f"oocarray {oc.__version__ if hasattr(oc, '__version__') else ''}".strip(),
-            lambda: oocarray_side(data.zarr_path, budget),
-        ),
-        "dask": (f"dask {cd.version('dask')} threads", lambda: dask_side(data.zarr_path)),
-        "zarr": (
-            f"zarr-python {cd.version('zarr')} chunk loop",
-            lambda: zarr_side(data.zarr_path, data.n_rows),
-        ),
-        "tensorstore": (
-            f"tensorstore {cd.version('tensorstore')} chunk loop",
-            lambda: tensorstore_side(data.zarr_path, data.n_rows),
-        ),
-        "memmap": (
-            "numpy.memmap (.npy) chunk loop",
-            lambda: memmap_side(data.npy_path, data.n_rows),
-        ),  # type: ignore[arg-type]
-        "floor-native": (
-            "codec floor: oocarray native reader, no compute",
-            lambda: native_floor_side(data.zarr_path, data.n_rows),
-        ),
-        "floor-numcodecs": (
-            "codec floor: numcodecs Zstd thread pool, no compute",
-            lambda: numcodecs_floor_side(data.zarr_path, data.n_rows),
-        ),
-    }
-    missing: list[str] = []
-    sides: dict[str, Callable[[], float]] = {}
-    results: dict[str, object] = {}
-    labels: dict[str, str] = {}
-    pools: list[concurrent.futures.ThreadPoolExecutor] = []
-    for name, (label, make) in makers.items():
-        try:
-            side = make()
-        except ImportError as error:
-            missing.append(name)
-            notes.append(f"W5: {name} is not installed ({error}): its side is missing.")
-            continue
-        labels[name] = label
-        sides[name] = _timed(side, results, name)
-        if hasattr(side, "pool"):
-            pools.append(side.pool)
-
-    # One untimed round checks every side's values (and warms imports and pools).
-    for name, timed in sides.items():
-        timed()
-        if results[name] is not None:
-            got = results[name]
+    def verify(name: str, got: object) -> None:
+        if got is not None:
             cd.moments_close((got[0], got[1]), reference, f"W5 {name}")  # type: ignore[index]
-    rounds = 3
-    times = interleave(sides, rounds=rounds, warmup=0)
-    med = {name: statistics.median(t) for name, t in times.items()}
 
-    floor_name = min(("floor-native", "floor-numcodecs"), key=lambda n: med.get(n, float("inf")))
+    sides.check(verify)  # one untimed round (it also warms imports and pools)
+    timings = sides.time(rounds=3, files=files, cold=cold)
+    floor_name = min(
+        ("floor-native", "floor-numcodecs"),
+        key=lambda n: timings.median(n) if n in timings.times else float("inf"),
+    )
     peak = peak_rss(data.zarr_path, budget)
 
     gib = data.nbytes / GiB
     what = (
         f"mean+std axis 0, ({data.n_rows:,}, 64) f32 zarr zstd, {gib:.3g} GiB "
-        f"({stored / data.nbytes:.2f} stored), `Manager(max_bytes={format_bytes(budget)})`"
+        f"({stored / data.nbytes:.2f} stored), `Manager(max_bytes={format_bytes(budget)})`, "
+        f"{timings.cache}"
     )
-    ooc = med["oocarray"]
-    rows: list[Row | TextRow] = []
-    for peer, target, label in (
-        ("dask", DASK_TARGET, "vs dask (>= 1.5x faster)"),
-        (floor_name, FLOOR_TARGET, "vs the codec floor"),
-        ("zarr", None, "vs zarr-python chunk loop"),
-        ("tensorstore", None, "vs tensorstore chunk loop"),
-        ("memmap", None, "vs numpy.memmap of the raw .npy (uncompressed floor)"),
-    ):
-        if peer in missing:
-            rows.append(Row("W5", f"{what}: {label}", ooc, peer, None, None, target))
-            continue
-        rows.append(
-            Row(
-                "W5",
-                f"{what}: {label}",
-                ooc,
-                labels[peer],
-                med[peer],
-                Ratio.paired(times["oocarray"], times[peer]),
-                target,
-            )
-        )
+    rows: list[Row | TextRow] = [
+        timings.row(what, "oocarray", "dask", DASK_TARGET, label="vs dask (>= 1.5x faster)"),
+        timings.row(what, "oocarray", floor_name, FLOOR_TARGET, label="vs the codec floor"),
+        timings.row(what, "oocarray", "zarr", None, label="vs zarr-python chunk loop"),
+        timings.row(
+            what, "oocarray", "dask+zarrs", DASK_TARGET, label="vs dask over the zarrs pipeline"
+        ),
+        timings.row(
+            what, "oocarray", "zarr+zarrs", None, label="vs zarr-python chunk loop with zarrs"
+        ),
+        timings.row(what, "oocarray", "tensorstore", None, label="vs tensorstore chunk loop"),
+        timings.row(
+            what,
+            "oocarray",
+            "memmap",
+            None,
+            label="vs numpy.memmap of the raw .npy (uncompressed floor)",
+        ),
+    ]
     limit = budget + RSS_SLACK
     rows.append(
         TextRow(
@@ -356,26 +337,22 @@ def _run_in(directory: str, quick: bool) -> Result:
             "yes" if max(peak.vmhwm, peak.sampled_anon_file) <= limit else "**no**",
         )
     )
-    detail = Table(
-        f"W5 time by side ({rounds} interleaved rounds after one checked round; "
-        f"{gib:.3g} GiB; GB/s of uncompressed data)",
-        ("side", "median", "min", "max", "GB/s"),
-        [
-            [
-                labels[n],
-                format_seconds(med[n]),
-                format_seconds(min(times[n])),
-                format_seconds(max(times[n])),
-                f"{data.nbytes / med[n] / 1e9:.2f}",
-            ]
-            for n in times
-        ],
+    detail = timings.by_side(
+        f"W5 time by side after one checked round; {gib:.3g} GiB; GB/s of uncompressed data",
+        data.nbytes,
     )
     notes.append(
-        f"W5: data written untimed in {made_s:.0f} s; zarr {format_mib(stored)} on disk; all "
-        f"files read once before timing (warm page cache). Codec floor = {floor_name} "
-        f"(faster of the two). Peak RSS child took {peak.seconds:.1f} s."
+        f"W5: data written untimed in {made_s:.0f} s; zarr {format_mib(stored)} on disk; "
+        + (
+            "the files are evicted from the page cache before every side's run (cold)"
+            if cold
+            else "all files read once before timing (warm page cache)"
+        )
+        + f". Codec floor = {floor_name} (faster of the two). "
+        f"Peak RSS child took {peak.seconds:.1f} s."
     )
-    for pool in pools:
-        pool.shutdown()
+    for run_side in sides.runs.values():
+        pool = getattr(run_side, "pool", None)
+        if pool is not None:
+            pool.shutdown()
     return Result(rows, [detail], notes)

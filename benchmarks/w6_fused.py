@@ -31,16 +31,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
-import tempfile
 from collections.abc import Callable
 
 import numpy as np
 
 import oocarray as oc
 from benchmarks import _compute_data as cd
+from benchmarks._harness import Peer, Run, Sides, scratch
 from benchmarks._timing import (
-    Ratio,
     Result,
     Row,
     Table,
@@ -48,8 +46,6 @@ from benchmarks._timing import (
     clock,
     format_bytes,
     format_mib,
-    format_seconds,
-    interleave,
 )
 from datasets import w5_data
 
@@ -191,11 +187,14 @@ def numexpr_side(
 
 
 def run(quick: bool = False) -> Result:
-    parent = tempfile.mkdtemp(prefix="oocarray-w6-")
-    try:
-        return _run_in(parent, quick)
-    finally:
-        shutil.rmtree(parent, ignore_errors=True)
+    with scratch("oocarray-w6-") as directory:
+        return _run_in(directory, quick)
+
+
+def _run_of(pair: tuple[Side, Reader]) -> Run:
+    """A side for the harness: its seconds, and the reader of what it wrote (to check)."""
+    side, reader = pair
+    return lambda: (side(), reader)
 
 
 def _check(name: str, read: Reader, n_rows: int, m: np.ndarray, s: np.ndarray) -> None:
@@ -246,57 +245,53 @@ def _run_in(directory: str, quick: bool) -> Result:
             f"`((x - m) / s).astype('f4')` zarr zstd -> new zarr, {CODEC_LABELS[codec]}, "
             f"({n:,}, 64) f32, {gib:.3g} GiB, `Manager(max_bytes={format_bytes(budget)})`"
         )
-        sides, readers, labels, outputs = _sides(directory, data, b2_source, m, s, budget, codec)
+        peers, outputs = _peers(directory, data, b2_source, m, s, budget, codec)
+        sides = Sides.discover("W6", peers)
         if codec == CODECS[0]:
-            sides["numexpr"], readers["numexpr"] = numexpr_side(
-                data.npy_path, os.path.join(directory, "w6-ne.npy"), n, m, s
-            )
-            labels["numexpr"] = f"numexpr {cd.version('numexpr')} on numpy.memmap (.npy)"
-        # One untimed round checks every side's output.
-        for name, side in sides.items():
-            side()
-            _check(name, readers[name], n, m, s)
+            notes += sides.notes()
+
+        def verify(name: str, reader: object) -> None:
+            _check(name, reader, n, m, s)  # type: ignore[arg-type]
+
+        sides.check(verify)  # one untimed round checks every side's output
         out_bytes = {k: cd.dir_bytes(p) for k, p in outputs.items() if os.path.exists(p)}
-        rounds = 3
-        times = interleave(sides, rounds=rounds, warmup=0)
-        med = {name: statistics.median(t) for name, t in times.items()}
-        ooc = med["oocarray"]
-        for peer, target, label in (
-            ("dask", DASK_TARGET, "vs dask, the same output codec (>= 1.5x faster)"),
-            ("blosc2", BLOSC2_TARGET, "vs blosc2 lazy expression, the same codec (>= blosc2)"),
-            ("numexpr", None, "vs numexpr on numpy.memmap, uncompressed .npy -> .npy"),
-        ):
-            if peer not in sides:
-                if peer != "numexpr" or codec == CODECS[0]:
-                    rows.append(Row("W6", f"{what}: {label}", ooc, peer, None, None, target))
-                continue
+        timings = sides.time(rounds=3, files=(data.zarr_path, data.npy_path))
+        rows += [
+            timings.row(
+                what,
+                "oocarray",
+                "dask",
+                DASK_TARGET,
+                label="vs dask, the same output codec (>= 1.5x faster)",
+            ),
+            timings.row(
+                what,
+                "oocarray",
+                "blosc2",
+                BLOSC2_TARGET,
+                label="vs blosc2 lazy expression, the same codec (>= blosc2)",
+            ),
+        ]
+        if "numexpr" in timings.times:
             rows.append(
-                Row(
-                    "W6",
-                    f"{what}: {label}",
-                    ooc,
-                    labels[peer],
-                    med[peer],
-                    Ratio.paired(times["oocarray"], times[peer]),
-                    target,
+                timings.row(
+                    what,
+                    "oocarray",
+                    "numexpr",
+                    None,
+                    label="vs numexpr on numpy.memmap, uncompressed .npy -> .npy",
                 )
             )
         tables.append(
-            Table(
-                f"W6 time by side, output {CODEC_LABELS[codec]} ({rounds} interleaved rounds "
-                f"after one checked round; {gib:.3g} GiB; GB/s of uncompressed input)",
-                ("side", "median", "min", "max", "GB/s", "output on disk"),
-                [
-                    [
-                        labels[k],
-                        format_seconds(med[k]),
-                        format_seconds(min(times[k])),
-                        format_seconds(max(times[k])),
-                        f"{data.nbytes / med[k] / 1e9:.2f}",
-                        format_mib(out_bytes[k]) if k in out_bytes else "raw .npy",
-                    ]
-                    for k in times
-                ],
+            timings.by_side(
+                f"W6 time by side, output {CODEC_LABELS[codec]} after one checked round; "
+                f"{gib:.3g} GiB; GB/s of uncompressed input",
+                data.nbytes,
+                {
+                    "output on disk": lambda k, sizes=out_bytes: (  # type: ignore[misc]
+                        format_mib(sizes[k]) if k in sizes else "raw .npy"
+                    )
+                },
             )
         )
         for p in (*outputs.values(), os.path.join(directory, "w6-ne.npy")):
@@ -328,7 +323,7 @@ def _run_in(directory: str, quick: bool) -> Result:
     return Result(rows, tables, notes)
 
 
-def _sides(
+def _peers(
     directory: str,
     data: cd.Data,
     b2_source: str | None,
@@ -336,29 +331,41 @@ def _sides(
     s: np.ndarray,
     budget: int,
     codec: str,
-) -> tuple[dict[str, Side], dict[str, Reader], dict[str, str], dict[str, str]]:
-    """The sides writing one output codec: oocarray, dask and blosc2 (when importable)."""
-    sides: dict[str, Side] = {}
-    readers: dict[str, Reader] = {}
-    labels: dict[str, str] = {}
+) -> tuple[dict[str, Peer], dict[str, str]]:
+    """The sides writing one output codec, and where each writes: oocarray, dask, blosc2 (when
+    its input could be made) and, with zstd, numexpr over the raw .npy."""
     outputs = {
         "oocarray": os.path.join(directory, f"w6-oc-{codec}.zarr"),
         "dask": os.path.join(directory, f"w6-dask-{codec}.zarr"),
         "blosc2": os.path.join(directory, f"w6-blosc2-{codec}.b2nd"),
     }
-    sides["oocarray"], readers["oocarray"] = oocarray_side(
-        data.zarr_path, outputs["oocarray"], m, s, budget, codec
-    )
-    labels["oocarray"] = f"oocarray `to_zarr(codec={codec!r})`"
-    try:
-        sides["dask"], readers["dask"] = dask_side(data.zarr_path, outputs["dask"], m, s, codec)
-        labels["dask"] = f"dask {cd.version('dask')} `to_zarr`, threads"
-    except ImportError:
-        pass
+    peers = {
+        "oocarray": Peer(
+            f"oocarray `to_zarr(codec={codec!r})`",
+            lambda: _run_of(
+                oocarray_side(data.zarr_path, outputs["oocarray"], m, s, budget, codec)
+            ),
+        ),
+        "dask": Peer(
+            f"dask {cd.version('dask')} `to_zarr`, threads",
+            lambda: _run_of(dask_side(data.zarr_path, outputs["dask"], m, s, codec)),
+        ),
+    }
     if b2_source is not None:
-        sides["blosc2"], readers["blosc2"] = blosc2_side(b2_source, directory, m, s, codec)
-        labels["blosc2"] = f"blosc2 {cd.version('blosc2')} lazy expr, .b2nd"
-    return sides, readers, labels, outputs
+        peers["blosc2"] = Peer(
+            f"blosc2 {cd.version('blosc2')} lazy expr, .b2nd",
+            lambda: _run_of(blosc2_side(b2_source, directory, m, s, codec)),
+        )
+    if codec == CODECS[0]:
+        assert data.npy_path is not None
+        npy_path = data.npy_path
+        peers["numexpr"] = Peer(
+            f"numexpr {cd.version('numexpr')} on numpy.memmap (.npy)",
+            lambda: _run_of(
+                numexpr_side(npy_path, os.path.join(directory, "w6-ne.npy"), data.n_rows, m, s)
+            ),
+        )
+    return peers, outputs
 
 
 def _peak_rss(

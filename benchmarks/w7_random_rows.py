@@ -38,7 +38,6 @@ import mmap
 import os
 import resource
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from typing import Any
 import numpy as np
 
 import oocarray as oc
+from benchmarks._harness import evict_page_cache, marked_cold, scratch
 from benchmarks._timing import (
     Result,
     clock,
@@ -239,10 +239,15 @@ def _loop(read: Reader, starts: np.ndarray, rows: int, managed: bool) -> tuple[n
 
 
 def _interleaved(
-    sides: dict[str, Side], kind: str, starts: np.ndarray, rounds: int
+    sides: dict[str, Side],
+    kind: str,
+    starts: np.ndarray,
+    rounds: int,
+    cold: Sequence[str] = (),
 ) -> tuple[dict[str, list[np.ndarray]], dict[str, float]]:
     """Per side, per round latencies, and minor faults per read; side ``k`` reads block
-    ``(round + k) % rounds`` of ``starts``."""
+    ``(round + k) % rounds`` of ``starts``; the ``cold`` files are evicted from the page cache
+    before each side's block."""
     rows = 0 if kind == "single" else BATCH
     blocks = np.array_split(starts, rounds)
     names = list(sides)
@@ -258,6 +263,7 @@ def _interleaved(
             for name in names[shift:] + names[:shift]:
                 side = sides[name]
                 block = blocks[(r + names.index(name)) % rounds]
+                evict_page_cache(cold)
                 latencies, n = _loop(side.reader(kind), block, rows, side.managed)
                 times[name].append(latencies)
                 faults[name] += n
@@ -265,13 +271,13 @@ def _interleaved(
 
 
 def _measure_phase(
-    phase: str, sides: dict[str, Side], n_rows: int, counts: Counts
+    phase: str, sides: dict[str, Side], n_rows: int, counts: Counts, cold: Sequence[str] = ()
 ) -> dict[str, Measured]:
     rng = np.random.default_rng(SEED)
     singles = rng.integers(0, n_rows, counts.singles)
     batches = rng.integers(0, n_rows - BATCH + 1, counts.batches)
-    single, single_faults = _interleaved(sides, "single", singles, counts.rounds)
-    batch, batch_faults = _interleaved(sides, "batch", batches, counts.rounds)
+    single, single_faults = _interleaved(sides, "single", singles, counts.rounds, cold)
+    batch, batch_faults = _interleaved(sides, "batch", batches, counts.rounds, cold)
     return {
         name: Measured(
             sides[name].label,
@@ -394,15 +400,13 @@ def _write(phase: Phase, n_rows: int) -> None:
     phase.write_s = time.perf_counter() - start
 
 
-def run(quick: bool = False) -> Result:
-    directory = tempfile.mkdtemp(prefix="oocarray-w7-")
-    try:
-        return _run_in(directory, quick)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+def run(quick: bool = False, cold: bool = False) -> Result:
+    with scratch("oocarray-w7-") as directory:
+        result = _run_in(directory, quick, cold)
+    return marked_cold(result) if cold else result
 
 
-def _run_in(directory: str, quick: bool) -> Result:
+def _run_in(directory: str, quick: bool, cold: bool = False) -> Result:
     size, notes = _pick_size(directory, quick)
     n_rows = size // w7_data.ROW_BYTES
     if quick:
@@ -457,11 +461,15 @@ def _run_in(directory: str, quick: bool) -> Result:
             sides = _phase_hdf5(phase.files["h5-contiguous"], phase.files["h5-chunked"])
             counts = cheap
         phase.resident_written = _resident_fraction(files)
-        if phase.resident_written < WARM:
+        if cold:
+            evict_page_cache(files)
+        elif phase.resident_written < WARM:
             _read_through(files)
         phase.resident_before = _resident_fraction(files)
         try:
-            measured.update(_measure_phase(phase.name, sides, n_rows, counts))
+            measured.update(
+                _measure_phase(phase.name, sides, n_rows, counts, files if cold else ())
+            )
         finally:
             for side in sides.values():
                 side.close()

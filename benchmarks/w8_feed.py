@@ -34,6 +34,7 @@ import psutil
 
 import oocarray as oc
 from benchmarks._compute_data import warm
+from benchmarks._harness import evict_page_cache, marked_cold
 from benchmarks._timing import Result, Table, TextRow, clock, format_mib
 from datasets import w8_data
 
@@ -215,7 +216,7 @@ def _ingest(directory: str, n_rows: int, rounds: int) -> tuple[float, float, int
     return min(ours_t), min(theirs_t), sum(b.nbytes for b in held)
 
 
-def run(quick: bool = False) -> Result:
+def run(quick: bool = False, cold: bool = False) -> Result:
     nbytes = (256 << 20) if quick else (4 << 30)
     n_rows = w8_data.rows_for(nbytes)
     directory = tempfile.mkdtemp(prefix="oocarray-w8-", dir=os.environ.get("W8_DIR"))
@@ -228,7 +229,8 @@ def run(quick: bool = False) -> Result:
         stored = sum(
             os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files
         )
-        warm(path)
+        if not cold:
+            warm(path)
         ingest_rows = min(n_rows, w8_data.rows_for(1 << 30))
         ours_s, theirs_s, ingest_bytes = _ingest(directory, ingest_rows, 2 if quick else 3)
         sides = _feed_sides(path)
@@ -241,6 +243,8 @@ def run(quick: bool = False) -> Result:
                 limit = None
                 if name.startswith("(a)"):
                     limit = 1 if "0 workers" in name else 4
+                if cold:
+                    evict_page_cache([path])
                 with _Rss() as rss:
                     seconds, rows, once = _epoch(make(), n_rows, limit)
                 results[name].append((seconds, rows, once, rss.summary(), limit is not None))
@@ -298,7 +302,9 @@ def run(quick: bool = False) -> Result:
         notes.append(
             f"W8: {format_mib(n_rows * w8_data.ROW_BYTES)} array ({n_rows} rows, chunks "
             f"{w8_data.CHUNK_ROWS}x256, zstd level 3, {format_mib(stored)} on disk) written by "
-            f"oc.from_batches in {made:.1f} s; page cache warm; best oc side "
+            f"oc.from_batches in {made:.1f} s; "
+            + ("evicted from the page cache before each epoch" if cold else "page cache warm")
+            + "; best oc side "
             f"{best_ours:,.0f} rows/s; load average before the feed "
             f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}"
         )
@@ -308,6 +314,7 @@ def run(quick: bool = False) -> Result:
             ("side", "rows/s", "epoch", "measured", "each row once", "RSS"),
             table_rows,
         )
-        return Result(rows_out, [table], notes)
+        result = Result(rows_out, [table], notes)
+        return marked_cold(result) if cold else result
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -38,6 +38,12 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         metavar="ID",
         help="run only this benchmark (repeatable or comma-separated), e.g. --only W5",
     )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="the read workloads (W5, W7, W8, W11) from a cold page cache: their files are "
+        "evicted before every side's run",
+    )
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     parser.set_defaults(run=run)
 
@@ -74,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             by_hand = "  (by hand: python -m benchmarks --large)" if key in runner.LARGE else ""
             print(f"{key:6} {title}{by_hand}")
         return 0
-    argv = [] if args.full else ["--quick"]
+    argv = ([] if args.full else ["--quick"]) + (["--cold"] if args.cold else [])
     for only in args.only or ():
         argv += ["--only", only]
     try:
