@@ -353,6 +353,41 @@ def test_reads_on_every_core_match_numpy(
         layout.native_codec = native
 
 
+@pytest.mark.parametrize("python_path", [False, True], ids=["native", "python"])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_integer_array_rows_over_many_chunks_match_numpy(
+    sharded: tuple[oc.ChunkedArray, np.ndarray], python_path: bool, data: st.DataObject
+) -> None:
+    # x[rows] spread over many chunks decodes a few chunks at once on every core, then gathers.
+    x, expected = sharded
+    layout = x._store._layout  # type: ignore[attr-defined]
+    native = layout.native_codec
+    if python_path:
+        layout.native_codec = None
+    try:
+        rows = np.array(data.draw(st.lists(st.integers(-96, 95), min_size=0, max_size=60)))
+        rows = rows.astype(np.intp)
+        columns = data.draw(st.sampled_from([slice(None), slice(3, 30, 4), 7, slice(39, None)]))
+        assert np.array_equal(x[rows], expected[rows])
+        assert np.array_equal(x[rows, columns], expected[rows, columns])
+        assert np.array_equal(x[np.sort(rows)], expected[np.sort(rows)])
+    finally:
+        layout.native_codec = native
+
+
+def test_a_damaged_chunk_in_an_integer_array_read_is_named(tmp_path: Path) -> None:
+    x = oc.create(tmp_path / "a.zarr", (64, 8), np.int32, chunks=(2, 8))
+    x[...] = np.arange(512, dtype=np.int32).reshape(64, 8)
+    chunk = tmp_path / "a.zarr" / "c" / "17" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-9])
+    y = oc.open(tmp_path / "a.zarr")
+    with pytest.raises(oc.CorruptChunkError, match=r"chunk \(17, 0\)"):
+        y[np.array([1, 9, 35, 60, 34])]
+    rows = np.array([63, 0, 5, 33, 5])
+    assert np.array_equal(y[rows], np.arange(512, dtype=np.int32).reshape(64, 8)[rows])
+
+
 def test_a_zstd_chunk_of_several_frames_is_read_by_the_python_path(tmp_path: Path) -> None:
     x = oc.create(tmp_path / "a.zarr", (8, 16), np.float32, chunks=(4, 16))
     x[...] = np.arange(128, dtype=np.float32).reshape(8, 16)

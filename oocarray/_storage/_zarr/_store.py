@@ -90,10 +90,6 @@ def encoded_parts(layout: Layout, data: np.ndarray) -> list[memoryview]:
     return [view, memoryview(checksum)]
 
 
-def _basic(index: tuple[Any, ...]) -> bool:
-    return not any(isinstance(i, np.ndarray) for i in index)
-
-
 class _ChunkFiles:
     """Where a chunk's stored bytes are, for one read, as a
     :data:`oocarray._storage._reader.Source`: a chunk file's path (the native job opens it; a
@@ -376,16 +372,15 @@ class ZarrStore(Store):
         """Read the chunks of a selection as chunk jobs on every core (see
         :mod:`oocarray._storage._reader`). A piece that is a run of whole rows of its
         chunk decodes straight into ``out``, only as far into the chunk as it needs; any
-        other piece decodes its chunk into a scratch buffer and is copied from there."""
+        other piece (integer arrays too: ``x[rows]`` spread over many chunks) decodes its
+        chunk into a scratch buffer, a few chunks at once on every core, and NumPy takes the
+        piece from there."""
         layout = self._layout
         if (
             layout is None
             or self._plain_files  # read_piece reads just the rows, in place
             or not pieces
             or layout.stored_dtype != self.dtype
-            # The pieces of one selection share their kinds of index; an integer-array piece is
-            # gathered from its chunk by NumPy, one chunk at a time.
-            or not _basic(pieces[0].local)
         ):
             super().read_into(pieces, out)
             return
