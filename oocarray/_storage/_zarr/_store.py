@@ -371,17 +371,13 @@ class ZarrStore(Store):
     def read_into(self, pieces: Sequence[ChunkPiece], out: np.ndarray) -> None:
         """Read the chunks of a selection as chunk jobs on every core (see
         :mod:`oocarray._storage._reader`). A piece that is a run of whole rows of its
-        chunk decodes straight into ``out``, only as far into the chunk as it needs; any
-        other piece (integer arrays too: ``x[rows]`` spread over many chunks) decodes its
+        chunk decodes (or, uncompressed, is read) straight into ``out``, only as far into the
+        chunk as it needs; an uncompressed chunk's other pieces read only the rows they touch;
+        any other piece (integer arrays too: ``x[rows]`` spread over many chunks) decodes its
         chunk into a scratch buffer, a few chunks at once on every core, and NumPy takes the
         piece from there."""
         layout = self._layout
-        if (
-            layout is None
-            or self._plain_files  # read_piece reads just the rows, in place
-            or not pieces
-            or layout.stored_dtype != self.dtype
-        ):
+        if layout is None or not pieces or layout.stored_dtype != self.dtype:
             super().read_into(pieces, out)
             return
         jobs = self._jobs()
@@ -398,6 +394,9 @@ class ZarrStore(Store):
                 if run is not None:
                     target, skip = run
                     jobs.add(source, skip, jobs.buffer(target), 0, target.nbytes, piece.chunk)
+                    continue
+                if self._plain_files:  # uncompressed: only the rows the piece touches are read
+                    out[piece.out] = self.read_piece(piece.chunk, piece.local)
                     continue
                 if not scratch:
                     limit = min(len(pieces), 2 * _pool.workers())
