@@ -20,6 +20,7 @@ from benchmarks import (
     w6_fused,
     w7_random_rows,
     w7_sharded,
+    w7_spread_rows,
     w8_feed,
     w9_large,
     w11_hard,
@@ -56,6 +57,10 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
     "FUSE": ("a chunk's expression as one numexpr program vs NumPy ufuncs", fusion_choice.run),
     "W7": ("random-row reads from an (N, 1024) float32 array", w7_random_rows.run),
     "W7S": ("random-row reads from a sharded zstd zarr array vs zarr-python", w7_sharded.run),
+    "W7R": (
+        "x[rows] spread over every chunk of a zstd zarr vs tensorstore and zarr-python",
+        w7_spread_rows.run,
+    ),
     "W8": ("training feed: shuffled batches of a zstd zarr vs torch DataLoaders", w8_feed.run),
     "W11": (
         "plain NumPy on x.as_ndarray() of W5's zstd store vs streaming, dask, memmap",
@@ -89,7 +94,13 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
 }
 
 # The read workloads that can also start every side from a cold page cache (``--cold``).
-COLD = {"W5": w5_reduce.run, "W7": w7_random_rows.run, "W8": w8_feed.run, "W11": w11_paged.run}
+COLD = {
+    "W5": w5_reduce.run,
+    "W7": w7_random_rows.run,
+    "W7R": w7_spread_rows.run,
+    "W8": w8_feed.run,
+    "W11": w11_paged.run,
+}
 
 # Run by hand only (``--large``): they need tens of GiB of disk and most of an hour.
 LARGE: dict[str, tuple[str, Callable[[bool], Result]]] = {
