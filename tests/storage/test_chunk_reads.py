@@ -570,3 +570,33 @@ def test_large_uncompressed_reads_run_as_jobs_and_report_damage(tmp_path: Path) 
         y[1408 + 90 : 1408 + 120]  # rows still there: a chunk of the wrong size is damaged
     with pytest.raises(oc.CorruptChunkError, match="truncated"):
         y[1408 + 127]  # the row cut off
+
+
+def test_the_read_ahead_hint_never_fails_a_read(tmp_path: Path) -> None:
+    from oocarray._storage._zarr._store import _will_need
+
+    present = tmp_path / "chunk"
+    present.write_bytes(b"x" * 8192)
+    fd = os.open(present, os.O_RDONLY)
+    os.close(fd)  # a closed descriptor: the hint's error is ignored
+    _will_need(
+        [
+            None,
+            (str(present), 0, -1),
+            (str(tmp_path / "never-written"), 0, -1),
+            (fd, 0, 4096),
+            (b"bytes in memory", 0, 15),  # type: ignore[list-item]
+        ]
+    )
+    # And a cold read of many chunks (the hint given) returns every value.
+    x = oc.create(tmp_path / "a.zarr", (64, 8), np.int32, chunks=(2, 8))
+    x[...] = np.arange(512, dtype=np.int32).reshape(64, 8)
+    for directory, _, names in os.walk(tmp_path / "a.zarr"):
+        for name in names:
+            chunk = os.open(os.path.join(directory, name), os.O_RDONLY)
+            os.posix_fadvise(chunk, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(chunk)
+    y = oc.open(tmp_path / "a.zarr")
+    assert np.array_equal(y[3:61], np.arange(512, dtype=np.int32).reshape(64, 8)[3:61])
+    rows = np.array([60, 1, 17, 33, 45])
+    assert np.array_equal(y[rows], np.arange(512, dtype=np.int32).reshape(64, 8)[rows])
