@@ -219,7 +219,9 @@ def run_paged_hard(
         first = side("oocarray", OOCARRAY_STOP_S)
         assert first.seconds is not None
         stop = target * first.seconds
-        side("paged", stop if max_paged_s is None else min(stop, max_paged_s))
+        if max_paged_s is not None and max_paged_s < stop:
+            stop = max_paged_s
+        side("paged", stop)
         side("oocarray", OOCARRAY_STOP_S)
     except CgroupUnavailable as error:
         return Result([], [], [f"W16 paged-hard not run: {error}"])
@@ -228,7 +230,7 @@ def run_paged_hard(
             shutil.rmtree(directory, ignore_errors=True)
         else:
             shutil.rmtree(spill, ignore_errors=True)
-    return _paged_hard_result(runs, n_rows, budget, limit, quantiles, target)
+    return _paged_hard_result(runs, n_rows, budget, limit, quantiles, target, stop)
 
 
 def _paged_hard_result(
@@ -238,6 +240,7 @@ def _paged_hard_result(
     limit: int,
     quantiles: list[int],
     target: float,
+    stop: float,
 ) -> Result:
     ooc_times = [r.seconds for name, r in runs if name == "oocarray" and r.seconds is not None]
     ooc = sum(ooc_times) / len(ooc_times)
@@ -311,7 +314,7 @@ def _paged_hard_result(
     notes = [
         f"Budget {format_bytes(budget)} (an eighth of the data), cgroup limit "
         f"{format_mib(limit)} (page cache counted, no swap); the store's pages dropped from "
-        "the page cache before each side; the paged side stopped at "
-        f"{target:g}x oocarray's first time.",
+        f"the page cache before each side; the paged side stopped at {format_seconds(stop)} "
+        f"({stop / ooc_times[0]:.1f}x oocarray's first time) if not done (and 1 s of grace).",
     ]
     return Result(rows, [table], notes)

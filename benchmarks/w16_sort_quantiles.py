@@ -25,6 +25,11 @@ then the peer, then the reverse; times are the mean of the two runs.  Sides:
 oocarray's results are checked: the sorts at 1000 positions against NumPy's sorts, the
 percentiles exactly against NumPy's on the loaded array (dask's are reported, not checked).
 
+``--paged-hard`` measures the last as the issue says: the percentile of W5's store (4 GiB)
+against ``np.percentile`` on ``x.as_ndarray()``, both in the same budget *and* a hard memory
+cgroup of the budget + 64 MiB (needs root), the paged side stopped at 50x oocarray's time,
+with each side's page faults and bytes read and written (``benchmarks/_w16_paged_hard.py``).
+
 Targets (issue 24): sort >= 0.5x the speed of ``np.sort`` in RAM (2 GiB in a 256 MiB
 budget); percentile >= 3x faster than dask and >= 50x faster than paged NumPy.
 """
