@@ -1,7 +1,9 @@
-"""W16: the Gram matrix ``X.T @ X`` of a tall (N, 512) float32 zstd zarr array.
+"""W16: the Gram matrix ``X.T @ X`` of a tall (N, 512) float32 zarr array.
 
 The array (256 MiB; ``--quick``: 64 MiB; ``--size 2G`` as the issue names) is written once,
-untimed, by oocarray's writer in chunks of 2048 x 512 (4 MiB), zstd level 3, with a raw ``.npy``
+untimed, by oocarray's writer in chunks of 2048 x 512 (4 MiB) with the codec ``--codec`` names
+(``zstd``, level 3, the project's default and this benchmark's; ``lz4``, Blosc LZ4 with byte
+shuffle; ``none``, uncompressed), with a raw ``.npy``
 of the same values: per-column offsets plus Gaussian noise rounded to 3 decimals (values that
 compress like measurements, by a modest factor). Every file is read once before timing (a warm
 page cache). Each side runs in a fresh process (its peak RSS is its own), three times, in
@@ -20,12 +22,13 @@ comes and goes); figures are the median of the processes:
   reads every block of rows through oocarray's reader (chunks decoded on every core) and
   computes nothing; the *syrk floor* makes the same blocks' products from RAM, two workers of
   one BLAS thread each.  The pass keeps both cores busy, so its floor is their sum, and NumPy's
-  time over that sum is the best ratio a zstd store allows on this machine.
+  time over that sum is the best ratio a store of that codec allows on this machine.
 
 Every result is checked against NumPy's (``|G - G_numpy| <= 1e-4 * max|G_numpy|``).
 Target (issue 24): oocarray >= 0.7x NumPy's speed on the same data in RAM (time ratio <= 1.43).
 
-``python -m benchmarks.w16_gram [--quick | --size 2G]`` prints the table.
+``python -m benchmarks.w16_gram [--quick | --size 2G] [--codec zstd|lz4|none]`` prints the
+table.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ COLUMNS = 512
 CHUNK_ROWS = 2048  # 4 MiB chunks
 BLOCK_ROWS = 16 * CHUNK_ROWS  # generation unit: 64 MiB
 SEED = 16
+CODECS = ("zstd", "lz4", "none")  # oc.create's names: zstd level 3; Blosc LZ4 + shuffle; raw
 TARGET = 1 / 0.7  # oocarray's time / NumPy's
 # The engine gives a worker a quarter of the budget per block it holds (W16's blocks: 8 MiB
 # counted, 4 MiB read): below about 32 MiB per core it runs fewer workers than cores.
@@ -75,14 +79,17 @@ def _block(index: int, n_rows: int) -> np.ndarray:
     return np.round(noise + offsets, 3)
 
 
-def make_data(directory: str, nbytes: int) -> tuple[str, str, int]:
-    """The zarr store and the .npy of the same values; their rows."""
+def make_data(directory: str, nbytes: int, codec: str = "zstd") -> tuple[str, str, int]:
+    """The zarr store (``codec`` as :func:`oocarray.create` names it) and the .npy of the
+    same values; their rows."""
     import oocarray as oc
 
     n_rows = max(1, nbytes // (COLUMNS * 4 * BLOCK_ROWS)) * BLOCK_ROWS
     zarr_path = os.path.join(directory, "x.zarr")
     npy_path = os.path.join(directory, "x.npy")
-    x = oc.create(zarr_path, (n_rows, COLUMNS), "float32", chunks=(CHUNK_ROWS, COLUMNS))
+    x = oc.create(
+        zarr_path, (n_rows, COLUMNS), "float32", chunks=(CHUNK_ROWS, COLUMNS), codec=codec
+    )
     raw = np.lib.format.open_memmap(npy_path, "w+", np.float32, (n_rows, COLUMNS))
     for index in range((n_rows + BLOCK_ROWS - 1) // BLOCK_ROWS):
         values = _block(index, n_rows)
@@ -156,16 +163,18 @@ def _run_side(code: str) -> tuple[float, cd.Peak]:
     raise RuntimeError("W16: a side printed no time")
 
 
-def run(quick: bool = False, nbytes: int | None = None) -> Result:
+def run(quick: bool = False, nbytes: int | None = None, codec: str = "zstd") -> Result:
+    if codec not in CODECS:
+        raise ValueError(f"W16: codec must be one of {CODECS}, got {codec!r}")
     directory = tempfile.mkdtemp(prefix="oocarray-w16-")
     try:
-        return _run_in(directory, nbytes or (QUICK_BYTES if quick else FULL_BYTES))
+        return _run_in(directory, nbytes or (QUICK_BYTES if quick else FULL_BYTES), codec)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _run_in(directory: str, nbytes: int) -> Result:
-    zarr_path, npy_path, n_rows = make_data(directory, nbytes)
+def _run_in(directory: str, nbytes: int, codec: str) -> Result:
+    zarr_path, npy_path, n_rows = make_data(directory, nbytes, codec)
     for path in (zarr_path, npy_path):
         cd.warm(path)
     data_bytes = n_rows * COLUMNS * 4
@@ -192,10 +201,11 @@ def _run_in(directory: str, nbytes: int) -> Result:
     peak = {side: max(max(p.vmhwm, p.sampled_anon_file) for _, p in r) for side, r in runs.items()}
     what = f"X.T @ X, X ({n_rows}, {COLUMNS}) float32, {format_bytes(data_bytes)}"
     ratio = mean["oocarray"] / mean["numpy"]
+    codec_text = f"{codec} zarr" + (" (the default codec)" if codec == "zstd" else "")
     rows = [
         TextRow(
             "W16",
-            f"{what}, zstd zarr, `Manager(max_bytes={format_bytes(budget)})`",
+            f"{what}, {codec_text}, `Manager(max_bytes={format_bytes(budget)})`",
             f"{format_seconds(mean['oocarray'])}; peak RSS {format_mib(peak['oocarray'])}",
             f"{format_seconds(mean['numpy'])} (NumPy, data in RAM); "
             f"peak RSS {format_mib(peak['numpy'])}",
@@ -208,7 +218,7 @@ def _run_in(directory: str, nbytes: int) -> Result:
         rows.append(
             TextRow(
                 "W16",
-                f"{what}, zstd zarr",
+                f"{what}, {codec_text}",
                 f"{format_seconds(mean['oocarray'])}",
                 f"{format_seconds(mean['dask'])} (dask {cd.version('dask')}, threads); "
                 f"peak RSS {format_mib(peak['dask'])}",
@@ -222,7 +232,7 @@ def _run_in(directory: str, nbytes: int) -> Result:
     rows.append(
         TextRow(
             "W16",
-            f"{what}: floor on this machine, decode alone + products alone",
+            f"{what}, {codec_text}: floor on this machine, decode alone + products alone",
             f"{format_seconds(floor)} ({format_seconds(mean['decode floor'])} + "
             f"{format_seconds(mean['syrk floor'])})",
             f"{format_seconds(mean['numpy'])} (NumPy, data in RAM)",
@@ -253,8 +263,14 @@ def main() -> None:
     parser.add_argument(
         "--size", help=f"the array's size, e.g. 2G (default {format_bytes(FULL_BYTES)})"
     )
+    parser.add_argument(
+        "--codec",
+        choices=CODECS,
+        default="zstd",
+        help="the store's codec: zstd (level 3, the default), lz4 (Blosc LZ4 + shuffle), none",
+    )
     args = parser.parse_args()
-    print(run(args.quick, parse_size(args.size) if args.size else None).render())
+    print(run(args.quick, parse_size(args.size) if args.size else None, args.codec).render())
 
 
 if __name__ == "__main__":

@@ -25,6 +25,11 @@ then the peer, then the reverse; times are the mean of the two runs.  Sides:
 oocarray's results are checked: the sorts at 1000 positions against NumPy's sorts, the
 percentiles exactly against NumPy's on the loaded array (dask's are reported, not checked).
 
+``--paged-hard`` measures the last as the issue says: the percentile of W5's store (4 GiB)
+against ``np.percentile`` on ``x.as_ndarray()``, both in the same budget *and* a hard memory
+cgroup of the budget + 64 MiB (needs root), the paged side stopped at 50x oocarray's time,
+with each side's page faults and bytes read and written (``benchmarks/_w16_paged_hard.py``).
+
 Targets (issue 24): sort >= 0.5x the speed of ``np.sort`` in RAM (2 GiB in a 256 MiB
 budget); percentile >= 3x faster than dask and >= 50x faster than paged NumPy.
 """
@@ -90,7 +95,14 @@ def _write(directory: str, name: str, shape: tuple[int, ...], seed: int) -> tupl
     return zarr_path, npy_path
 
 
-def _code(side: str, workload: str, path: str, budget: int, positions: list[Any]) -> str:
+def _code(
+    side: str,
+    workload: str,
+    path: str,
+    budget: int,
+    positions: list[Any],
+    alarm_s: int = PAGED_LIMIT_S,
+) -> str:
     head = f"""
 import json, signal, time, numpy as np
 from benchmarks import _compute_data as cd
@@ -98,7 +110,7 @@ path, budget, positions = {path!r}, {budget}, {positions!r}
 def stop(*_):
     raise TimeoutError
 signal.signal(signal.SIGALRM, stop)
-signal.alarm({PAGED_LIMIT_S})
+signal.alarm({alarm_s})
 got = None
 """
     if side == "oocarray":
@@ -346,6 +358,28 @@ def run_w5_store(nbytes: int) -> Result:
     return Result(rows, [table], notes)
 
 
+def run_w5_paged_hard(
+    nbytes: int, directory: str | None = None, max_paged_s: float | None = None
+) -> Result:
+    """The percentile on W5's store against NumPy on ``x.as_ndarray()``, both in the same
+    budget (an eighth of the data) and a hard memory cgroup of the budget + 64 MiB: see
+    :func:`benchmarks._w16_paged_hard.run_paged_hard`."""
+    from benchmarks._w16_paged_hard import run_paged_hard
+
+    def code_for(side: str, path: str, budget: int) -> str:
+        return _code(side, "percentile", path, budget, [], alarm_s=0)
+
+    return run_paged_hard(
+        nbytes,
+        directory,
+        max_paged_s,
+        code_for=code_for,
+        quantiles=QUANTILES,
+        target=PAGED_FASTER,
+        budget_fraction=BUDGET_FRACTION,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="64 MiB inputs instead of 2 GiB")
@@ -355,9 +389,23 @@ def main() -> None:
         action="store_true",
         help="only the percentile, on W5's store (default size 4G, as the issue names)",
     )
+    parser.add_argument(
+        "--paged-hard",
+        action="store_true",
+        help="the percentile on W5's store against paged NumPy, both in a hard cgroup of the "
+        "budget + 64 MiB (needs root; default size 4G)",
+    )
+    parser.add_argument("--dir", help="with --paged-hard: keep (and reuse) the data here")
+    parser.add_argument(
+        "--max-paged-s",
+        type=float,
+        help="with --paged-hard: stop the paged side at this many seconds if sooner than 50x",
+    )
     args = parser.parse_args()
     size = parse_size(args.size) if args.size else None
-    if args.w5_store:
+    if args.paged_hard:
+        print(run_w5_paged_hard(size or 4 * GiB, args.dir, args.max_paged_s).render())
+    elif args.w5_store:
         print(run_w5_store(size or 4 * GiB).render())
     else:
         print(run(args.quick, size).render())
