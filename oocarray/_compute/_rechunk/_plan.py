@@ -41,6 +41,10 @@ BLOCK_COPIES = 2
 # back (they stay in the page cache): counted in the plan's peak, as they count in its RSS.
 SCATTER_MAP_BYTES = 64 << 20
 
+# A scatter worker's group of source chunks takes at most this share of the budget (split
+# between the workers); the rest holds target chunks being written and mapped buffer pages.
+SCATTER_GROUP_SHARE = 4
+
 
 @dataclass(frozen=True)
 class Pass:
@@ -238,19 +242,25 @@ def _scatter_pass(
     budget: int,
     unit: tuple[int, ...] | None = None,
 ) -> Pass:
-    """One pass through the scatter buffer.  A worker holds a decoded source chunk and, when
-    it completes a target chunk, that chunk's copy and its padded stored form."""
+    """One pass through the scatter buffer, reading groups of source chunks (the pass's
+    ``block``)."""
     nbytes = math.prod(shape) * itemsize
-    source_bytes = math.prod(source) * itemsize
     target_bytes = math.prod(unit or target) * itemsize
-    per_worker = source_bytes + BLOCK_COPIES * target_bytes
+    workers = cpu_workers()
+    group = _scatter_group(shape, itemsize, source, unit or target, budget, workers)
+    # A worker holds either its group, decoded, or the buffer's pages of the target block it
+    # encodes (straight from the buffer); and a copy of that block where it is padded (at the
+    # array's edge) or a shard (zarr-python encodes a copy).
+    even = all(n % u == 0 for n, u in zip(shape, unit or target, strict=True))
+    copies = 0 if even and unit is None else 1
+    per_worker = max(math.prod(group) * itemsize, target_bytes) + copies * target_bytes
     # The mapped pages of the buffer take what the workers leave, at most SCATTER_MAP_BYTES,
     # at least one target chunk (the one being read back).
-    workers = max(1, min(cpu_workers(), (budget - target_bytes) // max(per_worker, 1)))
+    workers = max(1, min(workers, (budget - target_bytes) // max(per_worker, 1)))
     map_bytes = max(target_bytes, min(SCATTER_MAP_BYTES, budget - workers * per_worker))
     return Pass(
         "pass 1 (scatter)",
-        source,
+        group,
         source,
         target,
         nbytes,
@@ -260,6 +270,39 @@ def _scatter_pass(
         2 * nbytes,
         map_bytes,
     )
+
+
+def _scatter_group(
+    shape: tuple[int, ...],
+    itemsize: int,
+    source: tuple[int, ...],
+    unit: tuple[int, ...],
+    budget: int,
+    workers: int,
+) -> tuple[int, ...]:
+    """The source chunks a scatter worker reads at once: per axis a multiple of the source
+    chunk, grown (doubling) along the axes where a target block is longer, up to the target
+    block, while the group stays within ``budget / SCATTER_GROUP_SHARE / workers``.
+
+    Why: a piece of a small source chunk is a few bytes of each of many target blocks, and
+    copying it touches a page of each; a group puts the pieces of several source chunks side
+    by side, so a page of the scatter buffer is faulted in once per group instead of once per
+    source chunk."""
+    limit = budget // SCATTER_GROUP_SHARE // max(workers, 1)
+    group = list(source)
+    grown = True
+    while grown:
+        grown = False
+        for axis in reversed(range(len(group))):
+            wanted = min(2 * group[axis], max(unit[axis], source[axis]), max(shape[axis], 1))
+            wanted = wanted // source[axis] * source[axis]
+            if wanted <= group[axis]:
+                continue
+            trial = group[:axis] + [wanted] + group[axis + 1 :]
+            if math.prod(trial) * itemsize > limit:
+                continue
+            group, grown = trial, True
+    return tuple(group)
 
 
 def _grown_middle(

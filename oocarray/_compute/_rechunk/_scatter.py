@@ -27,6 +27,7 @@ from oocarray._compute._rechunk._plan import Pass
 from oocarray._compute._rechunk._resume import Marker
 from oocarray._compute._rechunk._threads import Outcome, run_blocks
 from oocarray._compute._scratch_file import ScratchFile
+from oocarray._storage._indexing import parse_key
 
 __all__ = ["scatter"]
 
@@ -50,6 +51,7 @@ class _Buffer:
         self, grid: tuple[int, ...], unit: tuple[int, ...], dtype: np.dtype[Any], map_bytes: int
     ):
         slot = math.prod(unit) * dtype.itemsize
+        self.slot_bytes = slot
         self._file = ScratchFile()
         size = max(slot * math.prod(grid), 1)
         try:
@@ -86,12 +88,18 @@ class _Buffer:
         self._file.close()
 
 
-def _span(piece: np.ndarray) -> int:
-    """Bytes of the pages a strided view covers (its first to its last element)."""
+def _span(piece: np.ndarray, exact: bool = False) -> int:
+    """Bytes of the pages a strided view covers (its first to its last element): counted
+    from its address when ``exact``, else as many as its length could straddle."""
     if piece.size == 0:
         return 0
     last = sum((n - 1) * abs(s) for n, s in zip(piece.shape, piece.strides, strict=True))
-    return int(last + piece.itemsize) // PAGE * PAGE + 2 * PAGE
+    if not exact:
+        return int(last + piece.itemsize) // PAGE * PAGE + 2 * PAGE
+    start = int(piece.__array_interface__["data"][0]) + min(
+        0, sum((n - 1) * s for n, s in zip(piece.shape, piece.strides, strict=True) if s < 0)
+    )
+    return ((start + last + piece.itemsize - 1) // PAGE - start // PAGE + 1) * PAGE
 
 
 # One axis of a source region cut at target block bounds: blocks, span in each block, span
@@ -151,7 +159,9 @@ def _scatter_into(
         target = buffer.array[blocks + within]
         target[...] = split.transpose(order)
         first = target[(0,) * ndim]
-        buffer.touched(_span(first) * math.prod(counts))
+        # Slots a whole number of pages long start at one offset within a page: the first
+        # slot's pages count for each.
+        buffer.touched(_span(first, buffer.slot_bytes % PAGE == 0) * math.prod(counts))
 
 
 def scatter(
@@ -161,7 +171,9 @@ def scatter(
     src, dst = source._store, out._store
     shape = tuple(src.shape)
     ndim = len(shape)
-    chunks, unit = tuple(src.chunks), tuple(dst.write_grid)
+    # Read in groups of source chunks (the plan's block): see _plan._scatter_group.
+    chunks, unit = tuple(work.block), tuple(dst.write_grid)
+    single = chunks == tuple(src.chunks)
     grid = tuple(-(-n // u) for n, u in zip(shape, unit, strict=True))
     source_grid = tuple(-(-n // c) for n, c in zip(shape, chunks, strict=True))
     # Per axis and target block: how many source chunks it gets a piece from.
@@ -184,14 +196,24 @@ def scatter(
             slice(r.start // u, (r.stop - 1) // u + 1) for r, u in zip(region, unit, strict=True)
         )
 
-    def needed(chunk: tuple[int, ...]) -> bool:
-        touched = blocks_of(src.chunk_region(chunk))
+    def group_region(group: tuple[int, ...]) -> tuple[slice, ...]:
+        return tuple(
+            slice(g * c, min(n, (g + 1) * c)) for g, c, n in zip(group, chunks, shape, strict=True)
+        )
+
+    def needed(group: tuple[int, ...]) -> bool:
+        touched = blocks_of(group_region(group))
         ranges = [range(b.start, b.stop) for b in touched]
         return any(_flat(b, grid) not in done for b in itertools.product(*ranges))
 
-    def read(chunk: tuple[int, ...]) -> Outcome[Job]:
-        region = src.chunk_region(chunk)
-        data = src.read_chunk(chunk)
+    def read(group: tuple[int, ...]) -> Outcome[Job]:
+        region = group_region(group)
+        if single:
+            data = src.read_chunk(group)
+        else:  # the group's chunks decoded side by side into one array
+            selection = parse_key(region, shape, tuple(src.chunks))
+            data = np.empty(selection.full_shape, dtype=src.dtype)
+            src.read_into(list(selection.pieces()), data)
         _scatter_into(buffer, data, region, unit)
         del data
         touched = blocks_of(region)
@@ -211,9 +233,11 @@ def scatter(
         region = dst.block_region(block)
         valid = tuple(slice(0, r.stop - r.start) for r in region)
         flat = _flat(block, grid)
+        # Encoded straight from the buffer's pages: no copy of the block (the store pads one
+        # at the array's edge).  The buffer outlives every write.
         slot = buffer.array[block][valid]
-        buffer.touched(_span(slot))
-        dst.write_blocks([(block, np.array(slot))])
+        buffer.touched(_span(slot, buffer.slot_bytes % PAGE == 0))
+        dst.write_blocks([(block, slot)])
         if marker is not None:
             marker.record(flat)
         return [], 1

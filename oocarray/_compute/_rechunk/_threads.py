@@ -1,5 +1,8 @@
 """Running a pass's blocks on a few threads, at most ``workers`` at once, so the bytes in
-flight stay what the plan counted; each in the caller's context (its memory manager)."""
+flight stay what the plan counted; each in the caller's context (its memory manager).
+
+As many blocks again wait queued (a queued block holds no memory): a thread that finishes
+one starts the next at once instead of waiting for this loop to wake and hand one out."""
 
 from __future__ import annotations
 
@@ -15,6 +18,9 @@ from oocarray._compute._progress import progress_bar
 __all__ = ["Outcome", "run_blocks"]
 
 T = TypeVar("T")
+
+# Blocks handed to the pool per thread: one running, the rest queued.
+QUEUED_PER_WORKER = 2
 
 # What a block's work returns: the blocks it makes ready (run before further items) and the
 # units of progress it made.
@@ -44,7 +50,7 @@ def run_blocks(
         with DeferredInterrupt() as interrupt, ThreadPoolExecutor(workers) as pool:
             try:
                 while True:
-                    while len(running) < workers and (ready or not exhausted):
+                    while len(running) < QUEUED_PER_WORKER * workers and (ready or not exhausted):
                         if ready:
                             item = ready.popleft()
                         else:
