@@ -45,6 +45,9 @@ SCATTER_MAP_BYTES = 64 << 20
 # between the workers); the rest holds target chunks being written and mapped buffer pages.
 SCATTER_GROUP_SHARE = 4
 
+# The scatter buffer's pages one copy into it touches at most (see SCATTER_MAP_BYTES).
+SCATTER_STEP_BYTES = 1 << 20
+
 
 @dataclass(frozen=True)
 class Pass:
@@ -63,6 +66,8 @@ class Pass:
     scatter_bytes: int = 0
     # Scatter: the buffer's pages mapped at once (in peak_bytes).
     map_bytes: int = 0
+    # Scatter: the buffer's pages one copy touches at most.
+    step_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -248,12 +253,19 @@ def _scatter_pass(
     target_bytes = math.prod(unit or target) * itemsize
     workers = cpu_workers()
     group = _scatter_group(shape, itemsize, source, unit or target, budget, workers)
-    # A worker holds either its group, decoded, or the buffer's pages of the target block it
-    # encodes (straight from the buffer); and a copy of that block where it is padded (at the
-    # array's edge) or a shard (zarr-python encodes a copy).
+    # A worker holds either its group, decoded, and the step of the buffer's pages it copies
+    # into; or the buffer's pages of the target block it encodes (straight from the buffer),
+    # a copy of it where it is padded (at the array's edge) or a shard (zarr-python encodes
+    # a copy).  Pages counted as mapped may be mapped again by a worker still copying (or
+    # encoding) after another let them go: hence the step and the block are its own.  And
+    # the codec's buffer: the encoded block (or a chunk's stored bytes while it is decoded),
+    # which the native codec keeps per thread.
     even = all(n % u == 0 for n, u in zip(shape, unit or target, strict=True))
     copies = 0 if even and unit is None else 1
-    per_worker = max(math.prod(group) * itemsize, target_bytes) + copies * target_bytes
+    group_bytes = math.prod(group) * itemsize
+    step_bytes = min(SCATTER_STEP_BYTES, group_bytes)
+    codec_bytes = max(target_bytes, math.prod(source) * itemsize)
+    per_worker = max(group_bytes + step_bytes, (1 + copies) * target_bytes) + codec_bytes
     # The mapped pages of the buffer take what the workers leave, at most SCATTER_MAP_BYTES,
     # at least one target chunk (the one being read back).
     workers = max(1, min(workers, (budget - target_bytes) // max(per_worker, 1)))
@@ -269,6 +281,7 @@ def _scatter_pass(
         workers,
         2 * nbytes,
         map_bytes,
+        step_bytes,
     )
 
 
@@ -298,7 +311,7 @@ def _scatter_group(
             wanted = wanted // source[axis] * source[axis]
             if wanted <= group[axis]:
                 continue
-            trial = group[:axis] + [wanted] + group[axis + 1 :]
+            trial = [*group[:axis], wanted, *group[axis + 1 :]]
             if math.prod(trial) * itemsize > limit:
                 continue
             group, grown = trial, True

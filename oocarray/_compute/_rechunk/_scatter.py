@@ -142,11 +142,18 @@ def _segments(start: int, stop: int, unit: int) -> list[Segment]:
 
 
 def _scatter_into(
-    buffer: _Buffer, data: np.ndarray, region: tuple[slice, ...], unit: tuple[int, ...]
+    buffer: _Buffer,
+    data: np.ndarray,
+    region: tuple[slice, ...],
+    unit: tuple[int, ...],
+    step_bytes: int,
 ) -> None:
-    """Copy a source chunk's data (at ``region``) into its target blocks' slots: one NumPy
-    copy per combination of head, middle and tail segments (at most 3 per axis)."""
+    """Copy a group of source chunks' data (at ``region``) into its target blocks' slots: one
+    NumPy copy per combination of head, middle and tail segments (at most 3 per axis), cut
+    into copies that touch at most about ``step_bytes`` of the buffer's pages each, counted
+    before they are touched (so the pages mapped stay what the plan counted)."""
     ndim = len(unit)
+    exact = buffer.slot_bytes % PAGE == 0
     axes = [_segments(r.start, r.stop, u) for r, u in zip(region, unit, strict=True)]
     for combination in itertools.product(*axes):
         blocks = tuple(seg[0] for seg in combination)
@@ -156,12 +163,19 @@ def _scatter_into(
         widths = [w.stop - w.start for w in within]
         split = piece.reshape([n for pair in zip(counts, widths, strict=True) for n in pair])
         order = [2 * axis for axis in range(ndim)] + [2 * axis + 1 for axis in range(ndim)]
+        moved = split.transpose(order)
         target = buffer.array[blocks + within]
-        target[...] = split.transpose(order)
-        first = target[(0,) * ndim]
         # Slots a whole number of pages long start at one offset within a page: the first
         # slot's pages count for each.
-        buffer.touched(_span(first, buffer.slot_bytes % PAGE == 0) * math.prod(counts))
+        per_block = _span(target[(0,) * ndim], exact)
+        axis = next((a for a, n in enumerate(counts) if n > 1), 0)
+        per_row = per_block * math.prod(counts) // max(counts[axis], 1)
+        rows = max(1, step_bytes // max(per_row, 1))
+        for start in range(0, counts[axis], rows):
+            stop = min(counts[axis], start + rows)
+            buffer.touched(per_row * (stop - start))
+            part = (slice(None),) * axis + (slice(start, stop),)
+            target[part] = moved[part]
 
 
 def scatter(
@@ -214,7 +228,7 @@ def scatter(
             selection = parse_key(region, shape, tuple(src.chunks))
             data = np.empty(selection.full_shape, dtype=src.dtype)
             src.read_into(list(selection.pieces()), data)
-        _scatter_into(buffer, data, region, unit)
+        _scatter_into(buffer, data, region, unit, work.step_bytes)
         del data
         touched = blocks_of(region)
         with lock:
