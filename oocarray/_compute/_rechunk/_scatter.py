@@ -99,7 +99,7 @@ def _span(piece: np.ndarray, exact: bool = False) -> int:
     start = int(piece.__array_interface__["data"][0]) + min(
         0, sum((n - 1) * s for n, s in zip(piece.shape, piece.strides, strict=True) if s < 0)
     )
-    return ((start + last + piece.itemsize - 1) // PAGE - start // PAGE + 1) * PAGE
+    return int((start + last + piece.itemsize - 1) // PAGE - start // PAGE + 1) * PAGE
 
 
 # One axis of a source region cut at target block bounds: blocks, span in each block, span
