@@ -295,26 +295,24 @@ def _scatter_group(
 ) -> tuple[int, ...]:
     """The source chunks a scatter worker reads at once: per axis a multiple of the source
     chunk, grown (doubling) along the axes where a target block is longer, up to the target
-    block, while the group stays within ``budget / SCATTER_GROUP_SHARE / workers``.
+    block, the last axis first, while the group stays within
+    ``budget / SCATTER_GROUP_SHARE / workers``.
 
     Why: a piece of a small source chunk is a few bytes of each of many target blocks, and
     copying it touches a page of each; a group puts the pieces of several source chunks side
     by side, so a page of the scatter buffer is faulted in once per group instead of once per
-    source chunk."""
+    source chunk.  The last axis first: its pieces are the runs that lie contiguous in a
+    target block."""
     limit = budget // SCATTER_GROUP_SHARE // max(workers, 1)
     group = list(source)
-    grown = True
-    while grown:
-        grown = False
-        for axis in reversed(range(len(group))):
+    for axis in reversed(range(len(group))):
+        while True:
             wanted = min(2 * group[axis], max(unit[axis], source[axis]), max(shape[axis], 1))
             wanted = wanted // source[axis] * source[axis]
-            if wanted <= group[axis]:
-                continue
             trial = [*group[:axis], wanted, *group[axis + 1 :]]
-            if math.prod(trial) * itemsize > limit:
-                continue
-            group, grown = trial, True
+            if wanted <= group[axis] or math.prod(trial) * itemsize > limit:
+                break
+            group = trial
     return tuple(group)
 
 
