@@ -194,6 +194,9 @@ def run(
                 continue
             src = os.path.join(directory, f"{case}.zarr")
             _write(src, shape, source)
+            # The source's pages on disk before any side runs: the one run first would
+            # otherwise share the disk with their write-back.
+            os.sync()
             expected = oc.open(src)
             times: dict[str, list[float]] = {s: [] for s in sides}
             peaks: dict[str, int] = {}

@@ -78,6 +78,18 @@ class _Buffer:
             self._touched = 0
         self._map.madvise(mmap.MADV_DONTNEED)
 
+    def release(self, flat: int) -> None:
+        """Free slot ``flat`` (its target block is written, it is never read again): its pages,
+        dirty or not, leave the page cache and the file without being written to disk.
+
+        Why: a scatter buffer the size of the data is otherwise written back by the kernel
+        (once dirty pages pass its limits, the copies into the buffer wait for the disk),
+        though each byte is read back once and then never needed."""
+        if self.slot_bytes % PAGE:
+            return  # a slot's first and last pages are shared with its neighbours
+        with contextlib.suppress(OSError):  # a file system that cannot punch holes
+            self._map.madvise(mmap.MADV_REMOVE, flat * self.slot_bytes, self.slot_bytes)
+
     def close(self) -> None:
         if hasattr(self, "array"):
             del self.array
@@ -252,6 +264,8 @@ def scatter(
         slot = buffer.array[block][valid]
         buffer.touched(_span(slot, buffer.slot_bytes % PAGE == 0))
         dst.write_blocks([(block, slot)])
+        del slot
+        buffer.release(flat)
         if marker is not None:
             marker.record(flat)
         return [], 1
