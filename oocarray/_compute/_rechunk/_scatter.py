@@ -199,7 +199,7 @@ def scatter(
     ndim = len(shape)
     # Read in groups of source chunks (the plan's block): see _plan._scatter_group.
     chunks, unit = tuple(work.block), tuple(dst.write_grid)
-    single = chunks == tuple(src.chunks)
+    per_thread = threading.local()
     grid = tuple(-(-n // u) for n, u in zip(shape, unit, strict=True))
     source_grid = tuple(-(-n // c) for n, c in zip(shape, chunks, strict=True))
     # Per axis and target block: how many source chunks it gets a piece from.
@@ -234,12 +234,14 @@ def scatter(
 
     def read(group: tuple[int, ...]) -> Outcome[Job]:
         region = group_region(group)
-        if single:
-            data = src.read_chunk(group)
-        else:  # the group's chunks decoded side by side into one array
-            selection = parse_key(region, shape, tuple(src.chunks))
-            data = np.empty(selection.full_shape, dtype=src.dtype)
-            src.read_into(list(selection.pieces()), data)
+        # The group's chunks decoded side by side into this thread's group array, made once
+        # per pass: a fresh one per group would be mapped, and faulted in, every time.
+        selection = parse_key(region, shape, tuple(src.chunks))
+        flat = getattr(per_thread, "group", None)
+        if flat is None:
+            flat = per_thread.group = np.empty(math.prod(chunks), dtype=src.dtype)
+        data = flat[: math.prod(selection.full_shape)].reshape(selection.full_shape)
+        src.read_into(list(selection.pieces()), data)
         _scatter_into(buffer, data, region, unit, work.step_bytes)
         del data
         touched = blocks_of(region)
