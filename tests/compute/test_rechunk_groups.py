@@ -104,3 +104,13 @@ def test_run_blocks_raises_a_workers_error_after_the_running_blocks_finish():
     with pytest.raises(RuntimeError, match="block failed"):
         run_blocks(iter(range(100)), work, 2, total=100, initial=0, desc="t", progress=False)
     assert finished == [0]  # the running block finished; no more were started after 1
+
+
+def test_a_scatter_into_many_small_blocks_copies_in_steps(tmp_path):
+    # A source chunk (64 KiB) cut into 4096 target blocks of 16 bytes: its copy into the
+    # scatter buffer is made a few rows of blocks at a time.
+    values = np.arange(4 * 64 * 64, dtype="f4").reshape(4, 64, 64)
+    x = _source(tmp_path / "src.zarr", values, (4, 64, 64))
+    out = tmp_path / "out.zarr"
+    y = oc.rechunk(x, (4, 1, 1), out, max_mem="1M", strategy="scatter", progress=False)
+    np.testing.assert_array_equal(y[...], values)

@@ -180,14 +180,19 @@ def _scatter_into(
         # Slots a whole number of pages long start at one offset within a page: the first
         # slot's pages count for each.
         per_block = _span(target[(0,) * ndim], exact)
-        axis = next((a for a, n in enumerate(counts) if n > 1), 0)
-        per_row = per_block * math.prod(counts) // max(counts[axis], 1)
+        # Cut along the outer block axes: each copy takes one block along the axes before
+        # ``axis`` and ``rows`` along it, whole along the rest (their blocks fit a step).
+        axis = 0
+        while axis < ndim - 1 and per_block * math.prod(counts[axis + 1 :]) > step_bytes:
+            axis += 1
+        per_row = per_block * math.prod(counts[axis + 1 :])
         rows = max(1, step_bytes // max(per_row, 1))
-        for start in range(0, counts[axis], rows):
-            stop = min(counts[axis], start + rows)
-            buffer.touched(per_row * (stop - start))
-            part = (slice(None),) * axis + (slice(start, stop),)
-            target[part] = moved[part]
+        for outer in itertools.product(*(range(n) for n in counts[:axis])):
+            for start in range(0, counts[axis], rows):
+                stop = min(counts[axis], start + rows)
+                buffer.touched(per_row * (stop - start))
+                part = (*(slice(i, i + 1) for i in outer), slice(start, stop))
+                target[part] = moved[part]
 
 
 def scatter(
