@@ -112,11 +112,13 @@ from oocarray._compute._rechunk import _scatter
 # ignored, and inherited so)
 signal.signal(signal.SIGINT, signal.default_int_handler)
 x = oc.open(sys.argv[1])
-reads = itertools.count(1)  # (next() is atomic: two workers never both see, or skip, 40)
+reads = itertools.count(1)  # (next() is atomic: two workers never both see, or skip, 3)
 original = _scatter._scatter_into
 def counted(*args):
     original(*args)
-    if next(reads) == 40:  # Ctrl-C, as a terminal sends it, once the pass is well under way
+    # Ctrl-C, as a terminal sends it, once the pass is under way (in 64K it reads the 64
+    # source chunks in 8 groups)
+    if next(reads) == 3:
         os.kill(os.getpid(), signal.SIGINT)
 _scatter._scatter_into = counted
 try:

@@ -41,6 +41,13 @@ BLOCK_COPIES = 2
 # back (they stay in the page cache): counted in the plan's peak, as they count in its RSS.
 SCATTER_MAP_BYTES = 64 << 20
 
+# A scatter worker's group of source chunks takes at most this share of the budget (split
+# between the workers); the rest holds target chunks being written and mapped buffer pages.
+SCATTER_GROUP_SHARE = 4
+
+# The scatter buffer's pages one copy into it touches at most (see SCATTER_MAP_BYTES).
+SCATTER_STEP_BYTES = 1 << 20
+
 
 @dataclass(frozen=True)
 class Pass:
@@ -59,6 +66,8 @@ class Pass:
     scatter_bytes: int = 0
     # Scatter: the buffer's pages mapped at once (in peak_bytes).
     map_bytes: int = 0
+    # Scatter: the buffer's pages one copy touches at most.
+    step_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -238,19 +247,32 @@ def _scatter_pass(
     budget: int,
     unit: tuple[int, ...] | None = None,
 ) -> Pass:
-    """One pass through the scatter buffer.  A worker holds a decoded source chunk and, when
-    it completes a target chunk, that chunk's copy and its padded stored form."""
+    """One pass through the scatter buffer, reading groups of source chunks (the pass's
+    ``block``)."""
     nbytes = math.prod(shape) * itemsize
-    source_bytes = math.prod(source) * itemsize
     target_bytes = math.prod(unit or target) * itemsize
-    per_worker = source_bytes + BLOCK_COPIES * target_bytes
+    workers = cpu_workers()
+    group = _scatter_group(shape, itemsize, source, unit or target, budget, workers)
+    # A worker holds either its group, decoded, and the step of the buffer's pages it copies
+    # into; or the buffer's pages of the target block it encodes (straight from the buffer),
+    # a copy of it where it is padded (at the array's edge) or a shard (zarr-python encodes
+    # a copy).  Pages counted as mapped may be mapped again by a worker still copying (or
+    # encoding) after another let them go: hence the step and the block are its own.  And
+    # the codec's buffer: the encoded block (or a chunk's stored bytes while it is decoded),
+    # which the native codec keeps per thread.
+    even = all(n % u == 0 for n, u in zip(shape, unit or target, strict=True))
+    copies = 0 if even and unit is None else 1
+    group_bytes = math.prod(group) * itemsize
+    step_bytes = min(SCATTER_STEP_BYTES, group_bytes)
+    codec_bytes = max(target_bytes, math.prod(source) * itemsize)
+    per_worker = max(group_bytes + step_bytes, (1 + copies) * target_bytes) + codec_bytes
     # The mapped pages of the buffer take what the workers leave, at most SCATTER_MAP_BYTES,
     # at least one target chunk (the one being read back).
-    workers = max(1, min(cpu_workers(), (budget - target_bytes) // max(per_worker, 1)))
+    workers = max(1, min(workers, (budget - target_bytes) // max(per_worker, 1)))
     map_bytes = max(target_bytes, min(SCATTER_MAP_BYTES, budget - workers * per_worker))
     return Pass(
         "pass 1 (scatter)",
-        source,
+        group,
         source,
         target,
         nbytes,
@@ -259,7 +281,39 @@ def _scatter_pass(
         workers,
         2 * nbytes,
         map_bytes,
+        step_bytes,
     )
+
+
+def _scatter_group(
+    shape: tuple[int, ...],
+    itemsize: int,
+    source: tuple[int, ...],
+    unit: tuple[int, ...],
+    budget: int,
+    workers: int,
+) -> tuple[int, ...]:
+    """The source chunks a scatter worker reads at once: per axis a multiple of the source
+    chunk, grown (doubling) along the axes where a target block is longer, up to the target
+    block, the last axis first, while the group stays within
+    ``budget / SCATTER_GROUP_SHARE / workers``.
+
+    Why: a piece of a small source chunk is a few bytes of each of many target blocks, and
+    copying it touches a page of each; a group puts the pieces of several source chunks side
+    by side, so a page of the scatter buffer is faulted in once per group instead of once per
+    source chunk.  The last axis first: its pieces are the runs that lie contiguous in a
+    target block."""
+    limit = budget // SCATTER_GROUP_SHARE // max(workers, 1)
+    group = list(source)
+    for axis in reversed(range(len(group))):
+        while True:
+            wanted = min(2 * group[axis], max(unit[axis], source[axis]), max(shape[axis], 1))
+            wanted = wanted // source[axis] * source[axis]
+            trial = [*group[:axis], wanted, *group[axis + 1 :]]
+            if wanted <= group[axis] or math.prod(trial) * itemsize > limit:
+                break
+            group = trial
+    return tuple(group)
 
 
 def _grown_middle(

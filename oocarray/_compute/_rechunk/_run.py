@@ -175,7 +175,9 @@ def _execute(
         "source": str(getattr(x, "path", "")),
         "chunks": list(plan.target_chunks),
         "strategy": plan.strategy,
-        "block": list(last.block),
+        # The units the marker counts: a scatter's are target blocks whatever groups of
+        # source chunks it reads (those follow the budget, which a rerun may change).
+        "block": list(last.source_chunks if plan.strategy == "scatter" else last.block),
     }
     local = isinstance(out, (str, os.PathLike)) and "://" not in str(out)
     array_path = os.path.join(os.fspath(out), naming["dataset"] or "") if local else ""

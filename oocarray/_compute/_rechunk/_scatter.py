@@ -27,6 +27,7 @@ from oocarray._compute._rechunk._plan import Pass
 from oocarray._compute._rechunk._resume import Marker
 from oocarray._compute._rechunk._threads import Outcome, run_blocks
 from oocarray._compute._scratch_file import ScratchFile
+from oocarray._storage._indexing import parse_key
 
 __all__ = ["scatter"]
 
@@ -50,6 +51,7 @@ class _Buffer:
         self, grid: tuple[int, ...], unit: tuple[int, ...], dtype: np.dtype[Any], map_bytes: int
     ):
         slot = math.prod(unit) * dtype.itemsize
+        self.slot_bytes = slot
         self._file = ScratchFile()
         size = max(slot * math.prod(grid), 1)
         try:
@@ -76,6 +78,18 @@ class _Buffer:
             self._touched = 0
         self._map.madvise(mmap.MADV_DONTNEED)
 
+    def release(self, flat: int) -> None:
+        """Free slot ``flat`` (its target block is written, it is never read again): its pages,
+        dirty or not, leave the page cache and the file without being written to disk.
+
+        Why: a scatter buffer the size of the data is otherwise written back by the kernel
+        (once dirty pages pass its limits, the copies into the buffer wait for the disk),
+        though each byte is read back once and then never needed."""
+        if self.slot_bytes % PAGE:
+            return  # a slot's first and last pages are shared with its neighbours
+        with contextlib.suppress(OSError):  # a file system that cannot punch holes
+            self._map.madvise(mmap.MADV_REMOVE, flat * self.slot_bytes, self.slot_bytes)
+
     def close(self) -> None:
         if hasattr(self, "array"):
             del self.array
@@ -86,12 +100,18 @@ class _Buffer:
         self._file.close()
 
 
-def _span(piece: np.ndarray) -> int:
-    """Bytes of the pages a strided view covers (its first to its last element)."""
+def _span(piece: np.ndarray, exact: bool = False) -> int:
+    """Bytes of the pages a strided view covers (its first to its last element): counted
+    from its address when ``exact``, else as many as its length could straddle."""
     if piece.size == 0:
         return 0
     last = sum((n - 1) * abs(s) for n, s in zip(piece.shape, piece.strides, strict=True))
-    return int(last + piece.itemsize) // PAGE * PAGE + 2 * PAGE
+    if not exact:
+        return int(last + piece.itemsize) // PAGE * PAGE + 2 * PAGE
+    start = int(piece.__array_interface__["data"][0]) + min(
+        0, sum((n - 1) * s for n, s in zip(piece.shape, piece.strides, strict=True) if s < 0)
+    )
+    return int((start + last + piece.itemsize - 1) // PAGE - start // PAGE + 1) * PAGE
 
 
 # One axis of a source region cut at target block bounds: blocks, span in each block, span
@@ -134,11 +154,18 @@ def _segments(start: int, stop: int, unit: int) -> list[Segment]:
 
 
 def _scatter_into(
-    buffer: _Buffer, data: np.ndarray, region: tuple[slice, ...], unit: tuple[int, ...]
+    buffer: _Buffer,
+    data: np.ndarray,
+    region: tuple[slice, ...],
+    unit: tuple[int, ...],
+    step_bytes: int,
 ) -> None:
-    """Copy a source chunk's data (at ``region``) into its target blocks' slots: one NumPy
-    copy per combination of head, middle and tail segments (at most 3 per axis)."""
+    """Copy a group of source chunks' data (at ``region``) into its target blocks' slots: one
+    NumPy copy per combination of head, middle and tail segments (at most 3 per axis), cut
+    into copies that touch at most about ``step_bytes`` of the buffer's pages each, counted
+    before they are touched (so the pages mapped stay what the plan counted)."""
     ndim = len(unit)
+    exact = buffer.slot_bytes % PAGE == 0
     axes = [_segments(r.start, r.stop, u) for r, u in zip(region, unit, strict=True)]
     for combination in itertools.product(*axes):
         blocks = tuple(seg[0] for seg in combination)
@@ -148,10 +175,24 @@ def _scatter_into(
         widths = [w.stop - w.start for w in within]
         split = piece.reshape([n for pair in zip(counts, widths, strict=True) for n in pair])
         order = [2 * axis for axis in range(ndim)] + [2 * axis + 1 for axis in range(ndim)]
+        moved = split.transpose(order)
         target = buffer.array[blocks + within]
-        target[...] = split.transpose(order)
-        first = target[(0,) * ndim]
-        buffer.touched(_span(first) * math.prod(counts))
+        # Slots a whole number of pages long start at one offset within a page: the first
+        # slot's pages count for each.
+        per_block = _span(target[(0,) * ndim], exact)
+        # Cut along the outer block axes: each copy takes one block along the axes before
+        # ``axis`` and ``rows`` along it, whole along the rest (their blocks fit a step).
+        axis = 0
+        while axis < ndim - 1 and per_block * math.prod(counts[axis + 1 :]) > step_bytes:
+            axis += 1
+        per_row = per_block * math.prod(counts[axis + 1 :])
+        rows = max(1, step_bytes // max(per_row, 1))
+        for outer in itertools.product(*(range(n) for n in counts[:axis])):
+            for start in range(0, counts[axis], rows):
+                stop = min(counts[axis], start + rows)
+                buffer.touched(per_row * (stop - start))
+                part = (*(slice(i, i + 1) for i in outer), slice(start, stop))
+                target[part] = moved[part]
 
 
 def scatter(
@@ -161,7 +202,9 @@ def scatter(
     src, dst = source._store, out._store
     shape = tuple(src.shape)
     ndim = len(shape)
-    chunks, unit = tuple(src.chunks), tuple(dst.write_grid)
+    # Read in groups of source chunks (the plan's block): see _plan._scatter_group.
+    chunks, unit = tuple(work.block), tuple(dst.write_grid)
+    per_thread = threading.local()
     grid = tuple(-(-n // u) for n, u in zip(shape, unit, strict=True))
     source_grid = tuple(-(-n // c) for n, c in zip(shape, chunks, strict=True))
     # Per axis and target block: how many source chunks it gets a piece from.
@@ -184,15 +227,27 @@ def scatter(
             slice(r.start // u, (r.stop - 1) // u + 1) for r, u in zip(region, unit, strict=True)
         )
 
-    def needed(chunk: tuple[int, ...]) -> bool:
-        touched = blocks_of(src.chunk_region(chunk))
+    def group_region(group: tuple[int, ...]) -> tuple[slice, ...]:
+        return tuple(
+            slice(g * c, min(n, (g + 1) * c)) for g, c, n in zip(group, chunks, shape, strict=True)
+        )
+
+    def needed(group: tuple[int, ...]) -> bool:
+        touched = blocks_of(group_region(group))
         ranges = [range(b.start, b.stop) for b in touched]
         return any(_flat(b, grid) not in done for b in itertools.product(*ranges))
 
-    def read(chunk: tuple[int, ...]) -> Outcome[Job]:
-        region = src.chunk_region(chunk)
-        data = src.read_chunk(chunk)
-        _scatter_into(buffer, data, region, unit)
+    def read(group: tuple[int, ...]) -> Outcome[Job]:
+        region = group_region(group)
+        # The group's chunks decoded side by side into this thread's group array, made once
+        # per pass: a fresh one per group would be mapped, and faulted in, every time.
+        selection = parse_key(region, shape, tuple(src.chunks))
+        flat = getattr(per_thread, "group", None)
+        if flat is None:
+            flat = per_thread.group = np.empty(math.prod(chunks), dtype=src.dtype)
+        data = flat[: math.prod(selection.full_shape)].reshape(selection.full_shape)
+        src.read_into(list(selection.pieces()), data)
+        _scatter_into(buffer, data, region, unit, work.step_bytes)
         del data
         touched = blocks_of(region)
         with lock:
@@ -211,9 +266,13 @@ def scatter(
         region = dst.block_region(block)
         valid = tuple(slice(0, r.stop - r.start) for r in region)
         flat = _flat(block, grid)
+        # Encoded straight from the buffer's pages: no copy of the block (the store pads one
+        # at the array's edge).  The buffer outlives every write.
         slot = buffer.array[block][valid]
-        buffer.touched(_span(slot))
-        dst.write_blocks([(block, np.array(slot))])
+        buffer.touched(_span(slot, buffer.slot_bytes % PAGE == 0))
+        dst.write_blocks([(block, slot)])
+        del slot
+        buffer.release(flat)
         if marker is not None:
             marker.record(flat)
         return [], 1
