@@ -379,6 +379,71 @@ static void fill(pg_array *a, size_t u, char **stage, size_t *stage_n)
     }
 }
 
+/* The chunks a read-ahead fill hints to the kernel: at most this many at once. */
+#define PG_HINT_MAX 16
+
+typedef struct {
+    int64_t t[3]; /* the chunk's table entry: path number, offset, stored bytes */
+} pg_hint;
+
+/* With a read-ahead fill of unit u queued (pg_lock held): the chunks of the window after the
+ * one being read ahead that were not hinted yet, copied from the table, so that the worker can
+ * tell the kernel of their bytes (POSIX_FADV_WILLNEED) before decoding.  A cold sequential scan
+ * then has the next window's reads in flight while this one decodes, rather than one read per
+ * decoding worker.  Read-only chunk files only: a spill or an r+ array moves its chunks. */
+static int hints_for(pg_array *a, size_t u, pg_hint *out)
+{
+    if (a->writable || a->spill || a->remote != NULL || a->readahead <= 0) {
+        return 0;
+    }
+    size_t C = a->chunk_bytes;
+    size_t from = (u + 1) * a->unit_bytes / C;
+    size_t to = ((u + 1 + (size_t)a->readahead) * a->unit_bytes + C - 1) / C;
+    if (from < a->hinted) {
+        from = a->hinted;
+    }
+    if (to > a->nchunks) {
+        to = a->nchunks;
+    }
+    if (to > from + PG_HINT_MAX) {
+        to = from + PG_HINT_MAX;
+    }
+    int n = 0;
+    for (size_t c = from; c < to; c++) {
+        memcpy(out[n++].t, &a->table[3 * c], sizeof out[0].t);
+    }
+    if (to > a->hinted) {
+        a->hinted = to;
+    }
+    return n;
+}
+
+/* Tells the kernel that the hinted chunks' bytes are read soon: a hint, whose failures are
+ * ignored (a chunk never written has no file). */
+static void give_hints(pg_array *a, const pg_hint *hints, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const int64_t *t = hints[i].t;
+        if (t[0] < 0 || t[1] < 0) {
+            continue;
+        }
+        off_t length = t[2] < 0 ? 0 : (off_t)t[2];
+        if (a->fd >= 0) {
+            (void)posix_fadvise(a->fd, (off_t)t[1], length, POSIX_FADV_WILLNEED);
+            continue;
+        }
+        int64_t path = OC_CHUNK_PATH(t[0]);
+        if (path >= a->npaths) {
+            continue;
+        }
+        int fd = open(a->paths[path], O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            (void)posix_fadvise(fd, (off_t)t[1], length, POSIX_FADV_WILLNEED);
+            close(fd);
+        }
+    }
+}
+
 void *pg_worker_main(void *arg)
 {
     (void)arg;
@@ -408,11 +473,14 @@ void *pg_worker_main(void *arg)
         if (dead) {
             job.a->state[job.unit] = U_EMPTY;
         }
+        pg_hint hints[PG_HINT_MAX];
+        int nhints = !dead && job.ahead ? hints_for(job.a, job.unit, hints) : 0;
         pthread_mutex_unlock(&pg_lock);
         if (!dead) {
             if (job.ahead) {
                 atomic_fetch_add(&job.a->readaheads, 1);
             }
+            give_hints(job.a, hints, nhints);
             fill(job.a, job.unit, &stage, &stage_n);
         }
         pthread_mutex_lock(&pg_lock);

@@ -73,6 +73,7 @@ struct pg_array { /* typedef'd in oc_core.h */
     oc_node *node; /* holds a reference; resident units are counted on it */
     pid_t pid;     /* the process that may write dirty units back */
     long long last_fault;
+    size_t hinted; /* chunks below this were named to the kernel ahead of their fills; pg_lock */
     int inflight; /* queued or running jobs, evictions */
     int dead;
     pg_array *next;
