@@ -76,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     by_key: dict[str, Result] = {}
     known = {**BENCHMARKS, **LARGE}
     load_before = list(os.getloadavg())
+    measured_at = _results.head_commit()
     for key in selected(args.only, args.large, args.cold):
         print(f"running {key}: {known[key][0]} ...", file=sys.stderr, flush=True)
         by_key[key] = COLD[key](args.quick, cold=True) if args.cold else known[key][1](args.quick)
@@ -89,7 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     folder = args.record or (None if args.quick else _results.RUNS)
     if folder is not None:
         cache = "cold" if args.cold else "warm"
-        path = _results.write(by_key, args.quick, folder, load_before, page_cache=cache)
+        path = _results.write(
+            by_key, args.quick, folder, load_before, page_cache=cache, measured_at=measured_at
+        )
         print(f"run record: {path}", file=sys.stderr)
         if folder == _results.RUNS:
             standing.write()

@@ -22,14 +22,14 @@ from typing import Any
 
 from benchmarks._timing import ROW_HEADERS, Ratio, Result, Row, Table, TextRow, markdown_table
 
-__all__ = ["RUNS", "load", "machine", "render_rows", "write"]
+__all__ = ["RUNS", "head_commit", "load", "machine", "render_rows", "write"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "benchmarks" / "results" / "runs"
 FORMAT = 1
 
 
-def _commit() -> str | None:
+def head_commit() -> str | None:
     try:
         out = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
@@ -68,11 +68,14 @@ def write(
     folder: Path = RUNS,
     load_before: Any = None,
     page_cache: str = "warm",
+    measured_at: str | None = None,
 ) -> Path:
     """Write one run's record into ``folder``; its path.  ``page_cache``: whether the read
-    workloads ran from a warm page cache or evicted their files before every side (cold)."""
+    workloads ran from a warm page cache or evicted their files before every side (cold);
+    ``measured_at``: the commit the run started at (taken at the start, as a tree may move on
+    while a long run goes; by default the commit now)."""
     now = datetime.datetime.now(datetime.UTC)
-    commit = _commit()
+    commit = measured_at or head_commit()
     record = {
         "format": FORMAT,
         "date": now.isoformat(timespec="seconds"),

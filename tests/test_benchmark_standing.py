@@ -152,4 +152,4 @@ def test_cold_rounds_start_every_side_with_the_files_out_of_the_page_cache(
 def test_the_runner_runs_cold_only_the_read_workloads(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no cold run"):
         runner.main(["--cold", "--only", "W2", "--quick", "--record", str(tmp_path)])
-    assert runner.selected(None, cold=True) == ["W5", "W7", "W8", "W11"]
+    assert runner.selected(None, cold=True) == ["W5", "W7", "W7R", "W8", "W11"]

@@ -41,7 +41,7 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     parser.add_argument(
         "--cold",
         action="store_true",
-        help="the read workloads (W5, W7, W8, W11) from a cold page cache: their files are "
+        help="the read workloads (W5, W7, W7r, W8, W11) from a cold page cache: their files are "
         "evicted before every side's run",
     )
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
