@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oocarray as oc
+from oocarray._compute import _external_sort
 from oocarray._compute._sorted_runs import RunReader, Runs
 from oocarray.errors import SpillError
 
@@ -111,3 +112,38 @@ def test_a_full_disk_is_an_error_and_a_later_sort_works(tiny_tmpfs: Path) -> Non
     oc.configure(spill_dir=str(tiny_tmpfs.parent))
     with oc.Manager(max_bytes="4M"):
         np.testing.assert_array_equal(np.sort(x)[...], np.sort(data))
+
+
+@settings(deadline=None, max_examples=40)  # (each example writes many small chunk files)
+@given(
+    lengths=st.lists(st.integers(1, 300), min_size=1, max_size=6),
+    chunk=st.integers(4, 150),
+    buffer=st.integers(1, 90),
+    arg=st.booleans(),
+)
+def test_rounds_written_as_they_are_sorted_fill_every_chunk_in_order(
+    lengths: list[int], chunk: int, buffer: int, arg: bool
+) -> None:
+    """Rounds write their whole chunks at once and join the chunks they share with the rounds
+    beside them in order: whatever the chunk, round and run lengths, the chunked result is the
+    stable sort of the runs (argsort: its indices)."""
+    rng = np.random.default_rng(sum(lengths) + chunk)
+    data = rng.integers(0, 30, sum(lengths)).astype(np.int32)
+    runs = Runs(len(data), data.dtype, arg=arg)
+    bounds = []
+    start = 0
+    for length in lengths:
+        part = data[start : start + length]
+        order = np.argsort(part, kind="stable")
+        runs.write(start, part[order], (order + start) if arg else None)
+        bounds.append((start, start + length))
+        start += length
+    result = oc.temp((len(data),), np.intp if arg else data.dtype, chunks=(chunk,), codec="none")
+    try:
+        readers = [RunReader(runs, a, b, buffer) for a, b in bounds]
+        _external_sort._merge(readers, _external_sort._Output(result, chunk), arg, True, True)
+        expected = np.argsort(data, kind="stable") if arg else np.sort(data)
+        np.testing.assert_array_equal(result[...], expected)
+    finally:
+        runs.close()
+        result.close()
