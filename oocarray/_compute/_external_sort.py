@@ -436,6 +436,7 @@ def _write_runs(
         if workers == 1 or len(bounds) == 1:
             return [sort_run(run) for run in bounds]
         with concurrent.futures.ThreadPoolExecutor(workers, "oocarray-sort") as pool:
+            # (Ctrl-C or a failed run: map's results cancel the runs not started)
             return list(pool.map(sort_run, bounds))
     finally:
         while not buffers.empty():  # (freed now, before the merge plans its memory)

@@ -7,6 +7,8 @@ a budget an eighth of the data; a full disk is an error."""
 
 from __future__ import annotations
 
+import signal
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -147,3 +149,54 @@ def test_rounds_written_as_they_are_sorted_fill_every_chunk_in_order(
     finally:
         runs.close()
         result.close()
+
+
+def test_ctrl_c_while_runs_are_sorted_stops_promptly_and_leaves_no_file(tmp_path: Path) -> None:
+    """Ctrl-C while the runs are read: the runs not started are dropped, the scratch file and
+    the result's temporary are gone, and the same sort works afterwards."""
+    rng = np.random.default_rng(9)
+    data = rng.random(2_000_000).astype(np.float32)
+    x = oc.from_numpy(data, chunks=50_000)
+    budget = "6M"  # two runs sorted at once, eight in all
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    oc.configure(spill_dir=str(spill))
+    started, interrupted, over = threading.Event(), threading.Event(), threading.Event()
+    blocks, threads = [], set()
+
+    def held(block: np.ndarray) -> np.ndarray:
+        blocks.append(len(block))
+        threads.add(threading.current_thread().name)
+        started.set()
+        assert interrupted.wait(60), "no interrupt reached the caller"  # a hang guard only
+        return block
+
+    def interrupt(signum: int, frame: object) -> None:
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    def send() -> None:  # once a run is being read, so the sort can neither end nor not start
+        started.wait(60)
+        if not over.is_set():
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    sender = threading.Thread(target=send)
+    expression = x.map_blocks(held, dtype=np.float64)
+    try:
+        sender.start()
+        with oc.Manager(max_bytes=budget), pytest.raises(KeyboardInterrupt):
+            np.sort(expression)
+    finally:
+        over.set()
+        started.set()
+        sender.join()
+        signal.signal(signal.SIGINT, previous)
+    # The two runs being read when Ctrl-C came finish; the six others are never read.
+    assert threading.main_thread().name not in threads
+    assert 1 <= len(blocks) <= 2 * 250_000 // 50_000
+    left = [path for path in spill.rglob("*") if path.is_file()]
+    assert left == []
+    oc.configure(spill_dir=str(tmp_path))
+    with oc.Manager(max_bytes=budget):
+        np.testing.assert_array_equal(np.sort(x)[...], np.sort(data))
