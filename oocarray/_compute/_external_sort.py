@@ -198,6 +198,10 @@ def _merge(readers: list[RunReader], output: _Output, arg: bool, stable: bool, l
     written by the thread that sorted them, at the place counted when they were cut (only a
     chunk two rounds share waits for the round before: see :class:`_Output`)."""
     manager = active_manager() or system()
+    # Values that compare equal yet differ (0.0 and -0.0, NaNs) keep their runs' order only
+    # in a stable sort: NumPy's, which merges the round's sorted pieces as they are.  Equal
+    # values of other kinds are the same bits: the faster sort gives the same result.
+    values_kind = "stable" if stable and readers[0].values.dtype.kind in "fc" else None
     # The rounds' joined values, reused: each round is concatenated into a free buffer large
     # enough (else a new one), which its worker gives back once the round is written.  At most
     # MERGE_WORKERS + 1 are in use at once: the rounds in flight and the one being joined.
@@ -238,7 +242,7 @@ def _merge(readers: list[RunReader], output: _Output, arg: bool, stable: bool, l
                     merged, merged_indices = joined[order], indices[order]
                 del order, joined
             else:
-                joined.sort()
+                joined.sort(kind=values_kind)
                 merged = joined
             del indices
             whole = output.write(at, merged, merged_indices)

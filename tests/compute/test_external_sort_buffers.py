@@ -200,3 +200,17 @@ def test_ctrl_c_while_runs_are_sorted_stops_promptly_and_leaves_no_file(tmp_path
     oc.configure(spill_dir=str(tmp_path))
     with oc.Manager(max_bytes=budget):
         np.testing.assert_array_equal(np.sort(x)[...], np.sort(data))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex64"])
+def test_a_stable_sort_keeps_equal_values_that_differ_in_their_runs_order(dtype: str) -> None:
+    """0.0 and -0.0 compare equal but are not the same value: a stable sort keeps them in
+    the order they came, as NumPy's does, through the runs and the merge."""
+    rng = np.random.default_rng(10)
+    data = rng.choice(np.array([-0.0, 0.0, 1.0, -1.0, np.nan]), 120_000).astype(dtype)
+    x = oc.from_numpy(data, chunks=7_000)
+    with oc.Manager(max_bytes=data.nbytes // 8):
+        ordered = np.sort(x, kind="stable")[...]
+    expected = np.sort(data, kind="stable")
+    np.testing.assert_array_equal(ordered, expected)
+    np.testing.assert_array_equal(np.signbit(ordered.real), np.signbit(expected.real))
