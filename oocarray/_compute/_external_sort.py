@@ -201,7 +201,7 @@ def _merge(readers: list[RunReader], output: _Output, arg: bool, stable: bool, l
     # Values that compare equal yet differ (0.0 and -0.0, NaNs) keep their runs' order only
     # in a stable sort: NumPy's, which merges the round's sorted pieces as they are.  Equal
     # values of other kinds are the same bits: the faster sort gives the same result.
-    values_kind = "stable" if stable and readers[0].values.dtype.kind in "fc" else None
+    values_kind: Any = "stable" if stable and readers[0].values.dtype.kind in "fc" else None
     # The rounds' joined values, reused: each round is concatenated into a free buffer large
     # enough (else a new one), which its worker gives back once the round is written.  At most
     # MERGE_WORKERS + 1 are in use at once: the rounds in flight and the one being joined.
