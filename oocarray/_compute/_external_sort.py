@@ -120,9 +120,11 @@ class _Output:
     def __init__(self, array: Any, chunk: int, at: int = 0) -> None:
         self.array, self.chunk, self.at = array, chunk, at
         self.chunked = not isinstance(array, Runs | np.ndarray)
-        # A chunk begun by an earlier round: its first item's position and its values so far.
-        self.pending_at = 0
-        self.pending: list[np.ndarray] = []
+        # A chunk begun by an earlier round: its first item's position, and its items so far
+        # in a buffer made once (rounds are joined one at a time; a fresh buffer per round
+        # would be fresh pages, zeroed by the kernel, every time).
+        self.pending_at = self.pending = 0
+        self.assembly: np.ndarray | None = None
 
     def write(self, at: int, values: np.ndarray, indices: np.ndarray | None) -> tuple[int, int]:
         """Writes what of ``values`` (the items from ``at``) needs no other round: all of it,
@@ -153,23 +155,29 @@ class _Output:
         if first > at:  # (the end of a chunk begun before, or a piece inside it)
             if not self.pending:
                 self.pending_at = at
-            self.pending.append(values[: first - at])
+            self._add(values[: first - at])
             if first % self.chunk == 0 or first == self.array.shape[0]:
                 self._write_pending()
-            else:  # (the round lies inside one chunk: copied, its buffer is reused)
-                self.pending[-1] = self.pending[-1].copy()
         if last < end:  # (the start of a chunk the next rounds end)
-            self.pending_at, self.pending = last, [values[last - at :].copy()]
+            self.pending_at = last
+            self._add(values[last - at :])
+
+    def _add(self, values: np.ndarray) -> None:
+        if self.assembly is None:
+            self.assembly = np.empty(self.chunk, self.array.dtype)
+        self.assembly[self.pending : self.pending + len(values)] = values
+        self.pending += len(values)
 
     def _write_pending(self) -> None:
-        joined = self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending)
-        self.array[self.pending_at : self.pending_at + len(joined)] = joined
-        self.pending = []
+        assert self.assembly is not None
+        self.array[self.pending_at : self.pending_at + self.pending] = self.assembly[: self.pending]
+        self.pending = 0
 
     def finish(self) -> None:
-        """Writes the last chunk, when it is not whole."""
+        """Writes the last chunk, when it is not whole, and frees the chunk's buffer."""
         if self.chunked and self.pending:
             self._write_pending()
+        self.assembly = None
 
 
 def _merge_round(readers: list[RunReader]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
