@@ -45,7 +45,9 @@ Region = tuple[slice, ...]
 # bandwidth (512 MiB of rounded float32 sorted in 64 MiB: 1.2 s with it, 1.6-3.2 s raw).
 RESULT_CODEC = "lz4"
 MIN_CHUNK_ITEMS = 64
-MAX_CHUNK_ITEMS = 1 << 20
+# A result's chunks are large: each is a file made, written and renamed, and making files
+# costs (ext4 searching its inode tables) about as much as encoding a few MiB.
+MAX_CHUNK_ITEMS = 2 << 20
 # A merge reads this many items of a run at a time when it can, and merges all runs at once
 # as long as it can read at least MIN_MERGE_ITEMS of each.
 PREFERRED_MERGE_ITEMS = 1 << 16
@@ -61,12 +63,14 @@ MIN_RUN_BYTES = 1 << 20
 
 
 def _workers(data_bytes: int, memory: int) -> int:
-    """Runs sorted at once: one per core (at most four), while each run stays large."""
+    """Runs sorted at once: one more than the cores (at most four), while each run stays
+    large; the extra one keeps every core busy while a worker writes its run or waits for
+    the reads its decoding shares."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
         cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_RUN_WORKERS, memory // (3 * MIN_RUN_BYTES)))
+    return max(1, min(cpus + 1, MAX_RUN_WORKERS, memory // (3 * MIN_RUN_BYTES)))
 
 
 def read_region(node: Node, region: Region) -> np.ndarray:
