@@ -3,7 +3,9 @@ with plain LZ4 and runs of distinct values with byte-shuffled LZ4 read back exac
 reader's head, compacted in its one buffer at every refill, gives the run in order whatever
 it is asked for; a 1-d stored array read a chunk at a time into the workers' buffers, and the
 merge's rounds sorted in reused buffers, sort equal to NumPy (NaN last, stable argsort) within
-a budget an eighth of the data; a full disk is an error."""
+a budget an eighth of the data; a full disk is an error; rounds written where they are sorted
+fill every chunk of the result in order; Ctrl-C stops a sort promptly and leaves no file; a
+stable sort keeps 0.0 and -0.0 in order."""
 
 from __future__ import annotations
 
