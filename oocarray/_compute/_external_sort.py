@@ -10,10 +10,10 @@ vectorised NumPy calls (no loop per element): every run holds a buffered head; t
 cut is the smallest last buffered value (ties: the earliest run), every run gives up its
 buffered values below the cut (and those equal to it, from runs up to the cut's run), and the
 pieces are merged by one sort of their concatenation (NumPy's vectorised sort beats a merge at
-these sizes; rounds are sorted on every core and written in order).  Every value that can
-still come later is at least the cut, so what a round gives is final, and equal values leave
-in the order of their runs: the merge is stable, which argsort's indices (carried along with
-the values) rely on.  NaN sorts last, as in NumPy.
+these sizes; rounds are sorted and written on every core, each at the place counted when it
+was cut).  Every value that can still come later is at least the cut, so what a round gives
+is final, and equal values leave in the order of their runs: the merge is stable, which
+argsort's indices (carried along with the values) rely on.  NaN sorts last, as in NumPy.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ Region = tuple[slice, ...]
 # bandwidth (512 MiB of rounded float32 sorted in 64 MiB: 1.2 s with it, 1.6-3.2 s raw).
 RESULT_CODEC = "lz4"
 MIN_CHUNK_ITEMS = 64
-MAX_CHUNK_ITEMS = 1 << 20
+# A result's chunks are large: each is a file made, written and renamed, and making files
+# costs (ext4 searching its inode tables) about as much as encoding a few MiB.
+MAX_CHUNK_ITEMS = 2 << 20
 # A merge reads this many items of a run at a time when it can, and merges all runs at once
 # as long as it can read at least MIN_MERGE_ITEMS of each.
 PREFERRED_MERGE_ITEMS = 1 << 16
@@ -61,12 +63,14 @@ MIN_RUN_BYTES = 1 << 20
 
 
 def _workers(data_bytes: int, memory: int) -> int:
-    """Runs sorted at once: one per core (at most four), while each run stays large."""
+    """Runs sorted at once: one more than the cores (at most four), while each run stays
+    large; the extra one keeps every core busy while a worker writes its run or waits for
+    the reads its decoding shares."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
         cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_RUN_WORKERS, memory // (3 * MIN_RUN_BYTES)))
+    return max(1, min(cpus + 1, MAX_RUN_WORKERS, memory // (3 * MIN_RUN_BYTES)))
 
 
 def read_region(node: Node, region: Region) -> np.ndarray:
@@ -109,42 +113,75 @@ def _run_kind(kind: Any) -> Any:
 class _Output:
     """Where merged values go, from ``at``: an ndarray, a scratch file of runs (a merge level,
     indices alongside for argsort), or a chunked array written a whole number of chunks at a
-    time."""
+    time.
+
+    A round knows where its values go (the merge counts them as it cuts the rounds), so rounds
+    are written as soon as they are sorted, by whichever worker sorted them: an ndarray or a
+    scratch file at their positions, a chunked array's whole chunks at once (encoded and
+    written on that worker while the next rounds are sorted).  Only a chunk that spans two
+    rounds waits, in :meth:`join`, for the round before it."""
 
     def __init__(self, array: Any, chunk: int, at: int = 0) -> None:
         self.array, self.chunk, self.at = array, chunk, at
-        self.pending: list[np.ndarray] = []
-        self.pending_items = 0
+        self.chunked = not isinstance(array, Runs | np.ndarray)
+        # A chunk begun by an earlier round: its first item's position, and its items so far
+        # in a buffer made once (rounds are joined one at a time; a fresh buffer per round
+        # would be fresh pages, zeroed by the kernel, every time).
+        self.pending_at = self.pending = 0
+        self.assembly: np.ndarray | None = None
 
-    def write(self, values: np.ndarray, indices: np.ndarray | None, final: bool = False) -> None:
+    def write(self, at: int, values: np.ndarray, indices: np.ndarray | None) -> tuple[int, int]:
+        """Writes what of ``values`` (the items from ``at``) needs no other round: all of it,
+        but for a chunked array's chunks that it shares with the rounds beside it; the range
+        of the items left for :meth:`join`."""
+        end = at + len(values)
         if isinstance(self.array, Runs):
             if len(values):
-                self.array.write(self.at, values, indices)
-            self.at += len(values)
-            return
+                self.array.write(at, values, indices)
+            return end, end
         if isinstance(self.array, np.ndarray):
-            self.array[self.at : self.at + len(values)] = values
-            self.at += len(values)
+            self.array[at:end] = values
+            return end, end
+        first = min(-(-at // self.chunk) * self.chunk, end)  # (the first chunk boundary)
+        last = max(end // self.chunk * self.chunk, first)
+        if first < last:
+            self.array[first:last] = values[first - at : last - at]
+        return first, last
+
+    def join(self, at: int, values: np.ndarray, whole: tuple[int, int]) -> None:
+        """A chunked array's chunks shared with the rounds beside this one (the items of
+        ``values`` before and after the range ``whole`` that :meth:`write` wrote); called in
+        the order of the rounds."""
+        if not self.chunked:
             return
-        # Whole chunks are written straight from the merged values; only a chunk that spans
-        # two rounds is joined first.
-        if self.pending:
-            need = self.chunk - self.pending_items
-            self.pending.append(values[:need].copy())  # (a view would hold the whole round)
-            self.pending_items += min(need, len(values))
-            values = values[need:]
-            if self.pending_items < self.chunk and not final:
-                return
-            joined = np.concatenate(self.pending)
-            self.array[self.at : self.at + len(joined)] = joined
-            self.at += len(joined)
-            self.pending, self.pending_items = [], 0
-        whole = len(values) if final else len(values) - len(values) % self.chunk
-        if whole:
-            self.array[self.at : self.at + whole] = values[:whole]
-            self.at += whole
-        if whole < len(values):
-            self.pending, self.pending_items = [values[whole:].copy()], len(values) - whole
+        first, last = whole
+        end = at + len(values)
+        if first > at:  # (the end of a chunk begun before, or a piece inside it)
+            if not self.pending:
+                self.pending_at = at
+            self._add(values[: first - at])
+            if first % self.chunk == 0 or first == self.array.shape[0]:
+                self._write_pending()
+        if last < end:  # (the start of a chunk the next rounds end)
+            self.pending_at = last
+            self._add(values[last - at :])
+
+    def _add(self, values: np.ndarray) -> None:
+        if self.assembly is None:
+            self.assembly = np.empty(self.chunk, self.array.dtype)
+        self.assembly[self.pending : self.pending + len(values)] = values
+        self.pending += len(values)
+
+    def _write_pending(self) -> None:
+        assert self.assembly is not None
+        self.array[self.pending_at : self.pending_at + self.pending] = self.assembly[: self.pending]
+        self.pending = 0
+
+    def finish(self) -> None:
+        """Writes the last chunk, when it is not whole, and frees the chunk's buffer."""
+        if self.chunked and self.pending:
+            self._write_pending()
+        self.assembly = None
 
 
 def _merge_round(readers: list[RunReader]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
@@ -169,9 +206,14 @@ def _merge(readers: list[RunReader], output: _Output, arg: bool, stable: bool, l
     A round's pieces are merged by sorting their concatenation: NumPy's own sort (vectorised
     where the CPU allows) is faster than a merge for these sizes; argsort's ties keep their
     order (their runs' order) only when a stable sort was asked for, as in NumPy.  Rounds are
-    sorted by MERGE_WORKERS threads while the next ones are cut and their buffers read; each
-    is written once the round before it is (the output stays in order)."""
+    sorted by MERGE_WORKERS threads while the next ones are cut and their buffers read, and
+    written by the thread that sorted them, at the place counted when they were cut (only a
+    chunk two rounds share waits for the round before: see :class:`_Output`)."""
     manager = active_manager() or system()
+    # Values that compare equal yet differ (0.0 and -0.0, NaNs) keep their runs' order only
+    # in a stable sort: NumPy's, which merges the round's sorted pieces as they are.  Equal
+    # values of other kinds are the same bits: the faster sort gives the same result.
+    values_kind: Any = "stable" if stable and readers[0].values.dtype.kind in "fc" else None
     # The rounds' joined values, reused: each round is concatenated into a free buffer large
     # enough (else a new one), which its worker gives back once the round is written.  At most
     # MERGE_WORKERS + 1 are in use at once: the rounds in flight and the one being joined.
@@ -198,7 +240,7 @@ def _merge(readers: list[RunReader], output: _Output, arg: bool, stable: bool, l
             free_buffers.append(base)
 
     def finish(
-        joined: np.ndarray, indices: np.ndarray | None, before: threading.Event | None
+        at: int, joined: np.ndarray, indices: np.ndarray | None, before: threading.Event | None
     ) -> None:
         with manager.activate():
             merged: np.ndarray
@@ -212,28 +254,32 @@ def _merge(readers: list[RunReader], output: _Output, arg: bool, stable: bool, l
                     merged, merged_indices = joined[order], indices[order]
                 del order, joined
             else:
-                joined.sort()
+                joined.sort(kind=values_kind)
                 merged = joined
             del indices
+            whole = output.write(at, merged, merged_indices)
             if before is not None:
                 before.wait()
-            output.write(merged, merged_indices)
+            output.join(at, merged, whole)
             if reused:
                 # Written (every output copies what it is given): nothing holds it now.
                 give_back(merged)
 
     with concurrent.futures.ThreadPoolExecutor(MERGE_WORKERS, "oocarray-merge") as pool:
         rounds: collections.deque[concurrent.futures.Future[None]] = collections.deque()
-        # Each round waits for the one before it to be written: an event set when it is.
+        # Chunks shared by two rounds are joined in order: each round's event is set once it
+        # has joined its own.
         before: threading.Event | None = None
+        at = output.at
         while any(len(r.values) for r in readers):
             values, indices = _merge_round(readers)
+            count = sum(len(v) for v in values)
             index: np.ndarray | None = None
             if arg:
                 joined = np.concatenate(values)
                 index = np.concatenate(indices)  # type: ignore[arg-type]
             else:
-                joined = np.concatenate(values, out=joined_buffer(sum(len(v) for v in values)))
+                joined = np.concatenate(values, out=joined_buffer(count))
             del values, indices
             # (refilled while the rounds before are sorted: the pieces were copied out)
             for reader in readers:
@@ -241,18 +287,20 @@ def _merge(readers: list[RunReader], output: _Output, arg: bool, stable: bool, l
             while len(rounds) >= MERGE_WORKERS:  # (the memory of MERGE_WORKERS rounds at most)
                 rounds.popleft().result()
             done = threading.Event()
-            future = pool.submit(_chained, finish, joined, index, before, done)
+            future = pool.submit(_chained, finish, at, joined, index, before, done)
             rounds.append(future)
             before = done
+            at += count
             del joined, index
         for future in rounds:
             future.result()
         free_buffers.clear()
-    output.write(np.empty(0, output.array.dtype), None, final=True)
+    output.finish()
 
 
 def _chained(
     finish: Any,
+    at: int,
     joined: np.ndarray,
     index: np.ndarray | None,
     before: threading.Event | None,
@@ -261,7 +309,7 @@ def _chained(
     """``finish`` of a round, then ``done`` set, even when it fails (the rounds after it
     must not wait forever: the failure is raised by the merge from this round's future)."""
     try:
-        finish(joined, index, before)
+        finish(at, joined, index, before)
     finally:
         done.set()
 
@@ -404,6 +452,7 @@ def _write_runs(
         if workers == 1 or len(bounds) == 1:
             return [sort_run(run) for run in bounds]
         with concurrent.futures.ThreadPoolExecutor(workers, "oocarray-sort") as pool:
+            # (Ctrl-C or a failed run: map's results cancel the runs not started)
             return list(pool.map(sort_run, bounds))
     finally:
         while not buffers.empty():  # (freed now, before the merge plans its memory)
