@@ -10,6 +10,7 @@ an earlier round left cached; other processes' cached files are left alone.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -29,6 +30,7 @@ __all__ = [
     "evict_page_cache",
     "marked_cold",
     "scratch",
+    "zarr_pipeline",
     "zarrs_pipeline",
 ]
 
@@ -94,6 +96,16 @@ def zarrs_pipeline() -> Iterator[None]:
 
     with zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"}):
         yield
+
+
+def zarr_pipeline(zarrs: bool) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """The context a zarr-python side reads in: the zarrs pipeline, or zarr's default.  Raises
+    ``ImportError`` at once when zarrs is asked for and missing, so the side is missing."""
+    if not zarrs:
+        return contextlib.nullcontext
+    with zarrs_pipeline():
+        pass
+    return zarrs_pipeline
 
 
 @dataclass(frozen=True, slots=True)

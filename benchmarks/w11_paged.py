@@ -31,7 +31,7 @@ import numpy as np
 
 import oocarray as oc
 from benchmarks import _compute_data as cd
-from benchmarks._harness import Peer, Sides, evict_page_cache, scratch, zarrs_pipeline
+from benchmarks._harness import Peer, Sides, evict_page_cache, scratch, zarr_pipeline
 from benchmarks._timing import (
     Ratio,
     Result,
@@ -98,11 +98,10 @@ def _peers(data: cd.Data, budget: int) -> dict[str, Peer]:
 
     def dask_zarrs_side() -> Callable[[], tuple[float, np.ndarray]]:
         plain = dask_side()
-        with zarrs_pipeline():
-            pass  # zarrs missing: ImportError now, so the side is reported missing
+        pipeline = zarr_pipeline(zarrs=True)
 
         def side() -> tuple[float, np.ndarray]:
-            with zarrs_pipeline():
+            with pipeline():
                 return plain()
 
         return side

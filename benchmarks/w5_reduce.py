@@ -27,7 +27,6 @@ Every side's mean and std are checked against a float64 reference.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import os
 from collections.abc import Callable
 
@@ -35,7 +34,7 @@ import numpy as np
 
 import oocarray as oc
 from benchmarks import _compute_data as cd
-from benchmarks._harness import Peer, Sides, scratch, zarrs_pipeline
+from benchmarks._harness import Peer, Sides, scratch, zarr_pipeline
 from benchmarks._timing import (
     Result,
     Row,
@@ -99,9 +98,7 @@ def dask_side(path: str, zarrs: bool = False) -> Callable[[], tuple[float, objec
     import dask
     import dask.array as da
 
-    pipeline = zarrs_pipeline if zarrs else contextlib.nullcontext
-    with pipeline():
-        pass  # zarrs missing: ImportError now, so the side is reported missing
+    pipeline = zarr_pipeline(zarrs)
 
     def side() -> tuple[float, object]:
         with pipeline():
@@ -123,9 +120,7 @@ def _loop(read: Callable[[int, int], np.ndarray], n_rows: int) -> tuple[np.ndarr
 def zarr_side(path: str, n_rows: int, zarrs: bool = False) -> Callable[[], tuple[float, object]]:
     import zarr
 
-    pipeline = zarrs_pipeline if zarrs else contextlib.nullcontext
-    with pipeline():
-        pass  # zarrs missing: ImportError now, so the side is reported missing
+    pipeline = zarr_pipeline(zarrs)
 
     def side() -> tuple[float, object]:
         with pipeline():

@@ -21,7 +21,7 @@ import numpy as np
 
 import oocarray as oc
 from benchmarks import _compute_data as cd
-from benchmarks._harness import Peer, Sides, scratch, zarrs_pipeline
+from benchmarks._harness import Peer, Sides, scratch, zarr_pipeline
 from benchmarks._timing import Result, Row, clock, format_bytes
 
 MiB = 1 << 20
@@ -59,13 +59,9 @@ def tensorstore_side(path: str, rows: np.ndarray) -> Run:
 
 
 def zarr_side(path: str, rows: np.ndarray, zarrs: bool) -> Run:
-    import contextlib
-
     import zarr
 
-    pipeline = zarrs_pipeline if zarrs else contextlib.nullcontext
-    with pipeline():
-        pass  # zarrs missing: ImportError now, so the side is reported missing
+    pipeline = zarr_pipeline(zarrs)
 
     def side() -> tuple[float, object]:
         with pipeline():

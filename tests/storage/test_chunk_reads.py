@@ -4,6 +4,7 @@ native reader rejects."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing
 import os
@@ -328,6 +329,19 @@ def sharded(tmp_path_factory: pytest.TempPathFactory) -> tuple[oc.ChunkedArray, 
     return oc.open(tmp_path / "s.zarr"), data
 
 
+@contextlib.contextmanager
+def _decoded_by_python(x: oc.ChunkedArray, python_path: bool) -> Iterator[None]:
+    """Inside, ``x``'s chunks are decoded by the Python path (with ``python_path``)."""
+    layout = x._store._layout  # type: ignore[attr-defined]
+    native = layout.native_codec
+    if python_path:
+        layout.native_codec = None
+    try:
+        yield
+    finally:
+        layout.native_codec = native
+
+
 @pytest.mark.parametrize("python_path", [False, True], ids=["native", "python"])
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
@@ -335,11 +349,7 @@ def test_reads_on_every_core_match_numpy(
     sharded: tuple[oc.ChunkedArray, np.ndarray], python_path: bool, data: st.DataObject
 ) -> None:
     x, expected = sharded
-    layout = x._store._layout  # type: ignore[attr-defined]
-    native = layout.native_codec
-    if python_path:
-        layout.native_codec = None
-    try:
+    with _decoded_by_python(x, python_path):
         start = data.draw(st.integers(-96, 95))
         stop = data.draw(st.integers(-96, 96))
         step = data.draw(st.sampled_from([1, 1, 2, 3, -1, -5]))
@@ -349,8 +359,6 @@ def test_reads_on_every_core_match_numpy(
         row = data.draw(st.integers(-96, 95))
         assert np.array_equal(x[row], expected[row])
         assert np.array_equal(x[start:stop], expected[start:stop])
-    finally:
-        layout.native_codec = native
 
 
 @pytest.mark.parametrize("python_path", [False, True], ids=["native", "python"])
@@ -361,19 +369,13 @@ def test_integer_array_rows_over_many_chunks_match_numpy(
 ) -> None:
     # x[rows] spread over many chunks decodes a few chunks at once on every core, then gathers.
     x, expected = sharded
-    layout = x._store._layout  # type: ignore[attr-defined]
-    native = layout.native_codec
-    if python_path:
-        layout.native_codec = None
-    try:
+    with _decoded_by_python(x, python_path):
         rows = np.array(data.draw(st.lists(st.integers(-96, 95), min_size=0, max_size=60)))
         rows = rows.astype(np.intp)
         columns = data.draw(st.sampled_from([slice(None), slice(3, 30, 4), 7, slice(39, None)]))
         assert np.array_equal(x[rows], expected[rows])
         assert np.array_equal(x[rows, columns], expected[rows, columns])
         assert np.array_equal(x[np.sort(rows)], expected[np.sort(rows)])
-    finally:
-        layout.native_codec = native
 
 
 def test_a_damaged_chunk_in_an_integer_array_read_is_named(tmp_path: Path) -> None:
