@@ -399,6 +399,9 @@ static int hints_for(pg_array *a, size_t u, pg_hint *out)
     size_t C = a->chunk_bytes;
     size_t from = (u + 1) * a->unit_bytes / C;
     size_t to = ((u + 1 + (size_t)a->readahead) * a->unit_bytes + C - 1) / C;
+    if (a->hinted > to) {
+        a->hinted = from; /* a scan begun again behind the last: its chunks may be cold again */
+    }
     if (from < a->hinted) {
         from = a->hinted;
     }
