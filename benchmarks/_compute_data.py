@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmarks._disk import free_bytes
+from benchmarks._harness import files_under
 from datasets import w5_data
 
 MiB = 1 << 20
@@ -50,23 +51,12 @@ def make_data(directory: str, nbytes: int, npy: bool = True) -> tuple[Data, floa
 
 
 def dir_bytes(path: str) -> int:
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    total = 0
-    for directory, _, files in os.walk(path):
-        for name in files:
-            total += os.path.getsize(os.path.join(directory, name))
-    return total
+    return sum(os.path.getsize(p) for p in files_under([path]))
 
 
 def warm(path: str) -> None:
     """Reads every file under ``path`` once, so every side starts from a warm page cache."""
-    paths = (
-        [path]
-        if os.path.isfile(path)
-        else [os.path.join(d, f) for d, _, files in os.walk(path) for f in files]
-    )
-    for p in paths:
+    for p in files_under([path]):
         with open(p, "rb", buffering=0) as f:
             while f.read(64 * MiB):
                 pass

@@ -28,6 +28,7 @@ __all__ = [
     "Sides",
     "Timings",
     "evict_page_cache",
+    "files_under",
     "marked_cold",
     "scratch",
     "zarr_pipeline",
@@ -49,7 +50,8 @@ def scratch(prefix: str) -> Iterator[str]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _files(paths: Sequence[str]) -> Iterator[str]:
+def files_under(paths: Sequence[str]) -> Iterator[str]:
+    """Every file ``paths`` name or hold (directories walked)."""
     for path in paths:
         if os.path.isfile(path):
             yield path
@@ -66,7 +68,7 @@ def evict_page_cache(paths: Sequence[str]) -> int:
     pages cannot be dropped, so each file is written back first.
     """
     count = 0
-    for path in _files(paths):
+    for path in files_under(paths):
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fdatasync(fd)
@@ -77,10 +79,14 @@ def evict_page_cache(paths: Sequence[str]) -> int:
     return count
 
 
-def marked_cold(result: Result) -> Result:
-    """``result`` with every row saying it was measured from a cold page cache."""
+def marked_cold(result: Result, ids: Sequence[str] | None = None) -> Result:
+    """``result`` with its rows (those of ``ids``, or every row) saying they were measured from
+    a cold page cache."""
     rows = [
-        dataclasses.replace(row, workload=f"{row.workload}, cold page cache") for row in result.rows
+        dataclasses.replace(row, workload=f"{row.workload}, cold page cache")
+        if ids is None or row.id in ids
+        else row
+        for row in result.rows
     ]
     return Result(rows, result.tables, result.notes)
 
@@ -197,7 +203,7 @@ class Timings:
     ) -> Row:
         """``side`` against ``peer``: the paired ratio of their rounds (a missing peer: none)."""
         text = f"{what}: {label or 'vs ' + self.labels.get(peer, peer)}"
-        if peer in self.missing or peer not in self.times:
+        if peer not in self.times:  # (missing, or not among this workload's sides)
             return Row(self.workload, text, self.median(side), peer, None, None, target)
         return Row(
             self.workload,

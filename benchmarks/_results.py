@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks._timing import ROW_HEADERS, Ratio, Result, Row, Table, TextRow, markdown_table
 
-__all__ = ["RUNS", "head_commit", "load", "machine", "render_rows", "write"]
+__all__ = ["RUNS", "head_commit", "load", "machine", "render_rows", "results_of", "write"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "benchmarks" / "results" / "runs"
@@ -115,7 +115,11 @@ def _from_dict(row: dict[str, Any]) -> Row | TextRow:
 
 def load(path: Path) -> dict[str, Result]:
     """The results of a record, benchmark by benchmark, as ``python -m benchmarks`` had them."""
-    record = json.loads(path.read_text())
+    return results_of(json.loads(path.read_text()), path)
+
+
+def results_of(record: dict[str, Any], path: Path) -> dict[str, Result]:
+    """The results of a record already read from ``path`` (named in errors)."""
     if record.get("format") != FORMAT:
         raise ValueError(f"{path}: not a run record of format {FORMAT}")
     return {

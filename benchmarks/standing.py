@@ -47,7 +47,7 @@ def latest(records: Iterable[Path]) -> dict[tuple[str, str], Measured]:
             continue
         cache = record.get("page_cache", "warm")
         load = record["machine"].get("load_average_before")
-        for key, result in _results.load(path).items():
+        for key, result in _results.results_of(record, path).items():
             measured = Measured(result, cache, path.name, record["date"], record["commit"], load)
             seen = newest.get((key, cache))
             if seen is None or seen[0] < record["date"]:

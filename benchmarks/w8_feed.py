@@ -315,6 +315,6 @@ def run(quick: bool = False, cold: bool = False) -> Result:
             table_rows,
         )
         result = Result(rows_out, [table], notes)
-        return marked_cold(result) if cold else result
+        return marked_cold(result, ids=["W8"]) if cold else result  # (W8i writes: no reads)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
