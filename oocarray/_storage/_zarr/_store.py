@@ -178,10 +178,13 @@ def _will_need(sources: Sequence[Source | None]) -> None:
     at a time as the jobs reach them (1.4-2.9x the cold throughput of two readers here).  A
     hint only: cached files cost a few system calls, and any error is ignored.  A chunk several
     pieces share is named once."""
-    distinct = dict.fromkeys(source for source in sources if source is not None)
-    if len(distinct) < _ADVISE_FROM_CHUNKS:
+    stored = [source for source in sources if source is not None]
+    if len(stored) < _ADVISE_FROM_CHUNKS:
         return
-    for where, offset, nbytes in distinct:
+    # Only files (a path) and open shards (a descriptor) can be advised: stored bytes already
+    # in memory (an object store's) are left out (nor are they hashable).
+    files = dict.fromkeys(source for source in stored if isinstance(source[0], (str, int)))
+    for where, offset, nbytes in files:
         try:
             if isinstance(where, int):  # a shard open for this read: the inner chunk's bytes
                 os.posix_fadvise(where, offset, max(nbytes, 0), os.POSIX_FADV_WILLNEED)
@@ -457,7 +460,7 @@ class ZarrStore(Store):
 
     def _hint(self, sources: Sequence[Source | None]) -> None:
         """:func:`_will_need` for a read of this array's chunks, when they are large enough."""
-        if self._chunk_nbytes >= _ADVISE_MIN_CHUNK_BYTES:
+        if self._local_files and self._chunk_nbytes >= _ADVISE_MIN_CHUNK_BYTES:
             _will_need(sources)
 
     def _row_run(self, piece: ChunkPiece, out: np.ndarray) -> tuple[np.ndarray, int] | None:
