@@ -18,7 +18,7 @@ from oocarray._feed._plan import (
     consumed_per_worker,
     worker_batches,
 )
-from oocarray._feed._sources import Source, as_source, virtual_chunk_rows
+from oocarray._feed._sources import Source, as_source, chunk_groups, virtual_chunk_rows
 
 __all__ = ["Batches", "batches"]
 
@@ -73,9 +73,11 @@ def batches(
         ``False``: rows in order.  ``True`` or ``"chunks"``: the chunks of the first chunked
         source are permuted and rows are shuffled within windows of ``window`` chunks, so whole
         chunks are read, each once per epoch (sources without chunks use chunks of about
-        1 MiB).  ``"full"``: an exact permutation of all rows; every batch gathers its rows
-        wherever they are, which costs a chunk read per row touched for compressed chunks
-        (use it with arrays in memory, memory maps, or sharded zarr with small chunks).
+        1 MiB; of a sharded zarr array, the shards are permuted and the inner chunks within
+        each, so that a shard is read in few requests).  ``"full"``: an exact permutation of
+        all rows; every batch gathers its rows wherever they are, which costs a chunk read
+        per row touched for compressed chunks (use it with arrays in memory, memory maps, or
+        sharded zarr with small chunks).
     seed
         The shuffle's seed; with None one is drawn now (and kept: see
         :meth:`Batches.state_dict`).
@@ -208,6 +210,7 @@ class Batches:
             raise ValueError(f"on_escape must be 'pin' or 'raise', got {on_escape!r}")
         self._on_escape = on_escape
         self._chunk_rows = virtual_chunk_rows(self._sources)
+        self._group_chunks = chunk_groups(self._sources)
         self._next_epoch = 0
         self._skip = 0  # batches of the next epoch already consumed (load_state_dict)
         self._running: list[int] | None = None  # [epoch, batches handed out] of a pass
@@ -308,7 +311,15 @@ class Batches:
     # ---- iteration ----
 
     def _plan(self, epoch: int) -> Plan:
-        return Plan(self._n_rows, self._chunk_rows, self._mode, self._window, self._seed, epoch)
+        return Plan(
+            self._n_rows,
+            self._chunk_rows,
+            self._mode,
+            self._window,
+            self._seed,
+            epoch,
+            self._group_chunks,
+        )
 
     def _spans(
         self, plan: Plan, worker: int = 0, workers: int = 1, skip: int = 0

@@ -7,7 +7,10 @@ every rank and worker computes the same order without talking to the others:
 - ``"none"``: position ``p`` is row ``p``.
 - ``"chunks"``: the chunks are permuted; consecutive permuted chunks form *windows* of
   ``window`` chunks; the rows of a window are permuted within it.  A window is read whole
-  (its chunks in file order) and its batches are gathered from memory.
+  (its chunks in file order) and its batches are gathered from memory.  Where chunks lie
+  in groups stored together (the inner chunks of a shard), the groups are permuted and each
+  group's chunks are permuted within it, so consecutive windows read one group: a shard is
+  fetched in a few requests, not one per inner chunk.
 - ``"full"``: an exact permutation of all rows.
 
 Ranks take contiguous ranges of positions (sizes differ by one row at most), so each reads
@@ -69,6 +72,8 @@ class Plan:
         Chunks per shuffle window.
     seed, epoch
         What the order is drawn from.
+    group_chunks
+        Chunks per group stored together along axis 0 (a shard's inner chunks); 1: none.
 
     Examples
     --------
@@ -84,6 +89,7 @@ class Plan:
     window_chunks: int
     seed: int
     epoch: int
+    group_chunks: int = 1
 
     @property
     def n_chunks(self) -> int:
@@ -111,9 +117,28 @@ class Plan:
 
     @cached_property
     def _chunk_order(self) -> np.ndarray:
-        if self.mode == "chunks":
-            return np.random.default_rng([self.seed, self.epoch, 0]).permutation(self.n_chunks)
-        return np.arange(self.n_chunks)
+        """The chunks in epoch order.
+
+        Examples
+        --------
+        >>> from oocarray._feed._plan import Plan
+        >>> plan = Plan(12, 1, "chunks", window_chunks=2, seed=0, epoch=0, group_chunks=4)
+        >>> order = plan._chunk_order
+        >>> [len(set(order[i : i + 4] // 4)) for i in (0, 4, 8)]  # each 4 chunks from 1 group
+        [1, 1, 1]
+        >>> sorted(order.tolist()) == list(range(12))
+        True
+        """
+        if self.mode != "chunks":
+            return np.arange(self.n_chunks)
+        rng = np.random.default_rng([self.seed, self.epoch, 0])
+        if self.group_chunks <= 1:
+            return rng.permutation(self.n_chunks)
+        chunks = np.arange(self.n_chunks)
+        group_rank = np.argsort(rng.permutation(-(-self.n_chunks // self.group_chunks)))
+        # groups in permuted order, the chunks of each in random order (ties broken at random)
+        group_of = group_rank[chunks // self.group_chunks]
+        return chunks[np.lexsort((rng.random(self.n_chunks), group_of))]
 
     @cached_property
     def _window_starts(self) -> list[int]:

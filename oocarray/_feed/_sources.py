@@ -23,7 +23,7 @@ from oocarray._compute import ChunkedArray
 from oocarray._compute import open as open_array
 from oocarray._storage._indexing import ChunkPiece
 
-__all__ = ["ArraySource", "ChunkedSource", "Source", "as_source"]
+__all__ = ["ArraySource", "ChunkedSource", "Source", "as_source", "chunk_groups"]
 
 # Rows of the virtual chunks that shuffle="chunks" permutes when no source is chunked.
 _VIRTUAL_CHUNK_BYTES = 1 << 20
@@ -44,6 +44,11 @@ class Source:
     @property
     def chunk_rows(self) -> int | None:
         """Rows per chunk along axis 0 of a chunked source, else None."""
+        return None
+
+    @property
+    def group_rows(self) -> int | None:
+        """Rows per group of chunks stored together along axis 0 (a shard), else None."""
         return None
 
     def gather(self, rows: np.ndarray, out: np.ndarray) -> None:
@@ -114,6 +119,11 @@ class ChunkedSource(Source):
     @property
     def chunk_rows(self) -> int | None:
         return self.array.chunks[0]
+
+    @property
+    def group_rows(self) -> int | None:
+        shards = self.array.shards
+        return None if shards is None else shards[0]
 
     def read_runs(self, runs: tuple[tuple[int, int], ...], out: np.ndarray) -> None:
         if not self._row_pieces:
@@ -218,3 +228,13 @@ def virtual_chunk_rows(sources: list[Source]) -> int:
             return rows
     widest = max(max(1, s.row_bytes) for s in sources)
     return max(1, _VIRTUAL_CHUNK_BYTES // widest)
+
+
+def chunk_groups(sources: list[Source]) -> int:
+    """Chunks per group stored together (a shard's inner chunks along axis 0) of the source
+    whose chunks the epoch plan uses; 1 where chunks are stored alone."""
+    for source in sources:
+        if source.chunk_rows is not None:
+            group = source.group_rows
+            return 1 if group is None else max(1, group // source.chunk_rows)
+    return 1

@@ -331,6 +331,7 @@ def test_batches_pickle_by_path(data: tuple[oc.ChunkedArray, np.ndarray]) -> Non
     workers=st.integers(1, 3),
     drop_last=st.booleans(),
     mode=st.sampled_from(["none", "chunks", "full"]),
+    group=st.integers(1, 5),
 )
 def test_plan_splits_cover_every_position_once(
     n_rows: int,
@@ -341,8 +342,9 @@ def test_plan_splits_cover_every_position_once(
     workers: int,
     drop_last: bool,
     mode: str,
+    group: int,
 ) -> None:
-    plan = Plan(n_rows, chunk_rows, mode, window, 7, 1)
+    plan = Plan(n_rows, chunk_rows, mode, window, 7, 1, group)
     seen: list[int] = []
     for rank in range(world_size):
         lo, hi = plan.rank_range(rank, world_size)
@@ -370,3 +372,26 @@ def test_plan_splits_cover_every_position_once(
     consumed, turn = consumed_per_worker(batch_count(n_rows, batch_size, drop_last), workers, 5)
     assert sum(consumed) == min(5, batch_count(n_rows, batch_size, drop_last))
     assert 0 <= turn < workers
+
+
+def test_a_sharded_array_is_shuffled_shard_by_shard(tmp_path: Path) -> None:
+    """Shards in random order, their inner chunks in random order within them: consecutive
+    windows read one shard (few requests to an object store), every row once."""
+    values = np.arange(4000, dtype=np.float32).reshape(-1, 1) * np.ones(3, np.float32)
+    x = oc.create(
+        str(tmp_path / "s.zarr"), values.shape, "float32", chunks=(50, 3), shards=(500, 3)
+    )
+    x[...] = values
+    rows = np.concatenate(_epoch(oc.batches(x, 100, shuffle="chunks", seed=3, window=5)))
+    np.testing.assert_array_equal(np.sort(rows), np.arange(4000))
+    shard_of = rows // 500
+    # Each shard's 500 rows come together (two windows of 5 chunks each), shards shuffled.
+    assert [len(np.unique(shard_of[i : i + 500])) for i in range(0, 4000, 500)] == [1] * 8
+    assert not np.array_equal(shard_of, np.sort(shard_of))
+    # Within a shard, chunks are drawn at random: a window is not 5 neighbouring chunks.
+    windows = [np.unique(rows[i : i + 250] // 50) for i in range(0, 4000, 250)]
+    assert any(np.any(np.diff(w) > 1) for w in windows)
+    # Unsharded arrays keep the plain chunk permutation (windows from any shard-sized span).
+    y = oc.from_numpy(values, chunks=(50, 3))
+    plain = np.concatenate(_epoch(oc.batches(y, 100, shuffle="chunks", seed=3, window=5)))
+    assert any(len(np.unique(plain[i : i + 500] // 500)) > 1 for i in range(0, 4000, 500))

@@ -43,6 +43,7 @@ MIN_IN_FLIGHT = 2  # a read-ahead whose reader never waits keeps at least this m
 MIN_WINDOW = 16 << 20  # read-ahead bytes, at least (a few chunks)
 MAX_WINDOW = 512 << 20  # and at most, without a budget
 COALESCE_GAP = 1 << 20  # ranges of one object closer than this are fetched as one
+COALESCE_LOOKAHEAD = 256  # queued requests a read-ahead looks through for ranges to coalesce
 # A read-ahead of at least this many whole objects, with a cache, validates its cached objects
 # by one listing; it lists at most LIST_SLACK times the objects it reads (plus a page), so a
 # pass over a small part of a large array does not list the rest of it.
@@ -407,20 +408,21 @@ class _Ahead:
         self._known = await self._fetcher.listed_versions(self._queue)
 
     def _next_run(self) -> list[Request]:
-        """The next request, with the ranges of the same object version that follow it within
-        COALESCE_GAP (the inner chunks of a shard, in order): one GET for them all, up to a
+        """The next request, with the ranges of the same object version queued near it that
+        lie within COALESCE_GAP of each other (the inner chunks of a shard, which a shuffled
+        pass asks for over several windows, not in file order): one GET for them all, up to a
         quarter of the window."""
-        run = [self._queue.popleft()]
-        total = self._size(run[0])
-        while self._queue and run[-1].end >= 0 and total < self._window // 4:
-            following = self._queue[0]
-            last = run[-1]
-            if (following.key, following.version) != (last.key, last.version) or not (
-                0 <= following.start - last.end <= COALESCE_GAP
-            ):
-                break
-            run.append(self._queue.popleft())
-            total += self._size(following)
+        first = self._queue.popleft()
+        if first.end < 0:
+            return [first]
+        near = [self._queue.popleft() for _ in range(min(COALESCE_LOOKAHEAD, len(self._queue)))]
+        same = sorted(
+            (r for r in near if (r.key, r.version) == (first.key, first.version) and r.end >= 0),
+            key=lambda r: r.start,
+        )
+        run = _chain_around(first, same, self._window // 4)
+        taken = set(run)
+        self._queue.extendleft(reversed([r for r in near if r not in taken]))
         return run
 
     def _size(self, request: Request) -> int:
@@ -457,6 +459,28 @@ class _Ahead:
         self._futures.clear()
         for task in list(self._tasks):  # the requests no read will take: dropped, not awaited
             task.cancel()
+
+
+def _chain_around(first: Request, same: list[Request], limit: int) -> list[Request]:
+    """``first`` and the ranges of ``same`` (sorted by start) linked to it by gaps of at most
+    COALESCE_GAP, nearest first on either side while they total at most ``limit`` bytes;
+    sorted by start."""
+    below = [r for r in same if r.start < first.start][::-1]
+    above = [r for r in same if r.start >= first.start]
+    run, low, high = [first], first.start, first.end
+    total = first.end - first.start
+    while total < limit:
+        if above and 0 <= above[0].start - high <= COALESCE_GAP:
+            grow = above.pop(0)
+            high = max(high, grow.end)
+        elif below and 0 <= low - below[0].end <= COALESCE_GAP:
+            grow = below.pop(0)
+            low = min(low, grow.start)
+        else:
+            break
+        run.append(grow)
+        total += grow.end - grow.start
+    return sorted(run, key=lambda r: r.start)
 
 
 def _nbytes(data: np.ndarray | None) -> int:

@@ -18,6 +18,7 @@ import zarr
 import zarr.storage
 
 import oocarray as oc
+from oocarray._storage._objects import _fetcher
 from oocarray._storage._objects._urls import locate, redact
 
 FAST_RETRIES = {
@@ -197,6 +198,29 @@ def test_a_sharded_read_fetches_each_shard_index_once_and_ranges_together(s3):
     before = fetcher.requests
     assert np.array_equal(y[[5, 1005, 2005]], data[[5, 1005, 2005]])
     assert fetcher.requests == before + 3  # the indexes are kept: one range per shard
+
+
+def test_a_shuffled_epoch_of_a_sharded_array_fetches_each_shard_in_few_requests(s3, monkeypatch):
+    # Chunks of real data (1 MiB) lie far apart in a shard: here, ranges are coalesced only
+    # where they touch, and only among the next shard's worth of queued requests.
+    monkeypatch.setattr(_fetcher, "COALESCE_GAP", 0)
+    monkeypatch.setattr(_fetcher, "COALESCE_LOOKAHEAD", 20)
+    data = _data((8000, 4))
+    data[:, 0] = np.arange(len(data))
+    _written(s3, "e.zarr", data, (50, 4), shards=(1000, 4))  # 8 shards of 20 inner chunks
+    y = oc.open(s3.url("e.zarr"), storage_options=s3.storage_options)
+    fetcher = y._store.fetcher
+    seen = np.zeros(len(data), dtype=np.int64)
+    with oc.Manager(max_bytes="64M"):
+        for batch in oc.batches(y, 300, shuffle="chunks", seed=1, window=4):
+            rows = batch[:, 0].astype(np.int64)
+            assert np.array_equal(batch, data[rows])
+            seen[rows] += 1
+    assert seen.min() == seen.max() == 1
+    # 8 indexes and about one ranged GET per shard (its 20 inner chunks, asked for over five
+    # windows in random order, coalesced), where one GET per inner chunk would make 160; a
+    # window the reader asks for before the read-ahead has requested it may make a few more.
+    assert fetcher.requests <= 8 + 8 + 6
 
 
 def test_a_remote_array_pickles_with_its_location_and_reopens_in_another_process(s3):
