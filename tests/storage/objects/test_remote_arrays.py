@@ -342,6 +342,24 @@ def test_a_cached_pass_validates_its_chunks_by_one_listing_and_refetches_changed
     assert fetcher.requests - before == 2  # the listing and the changed chunk
 
 
+def test_cached_chunks_read_in_workspace_cycles_are_counted_by_the_manager_above(s3, tmp_path):
+    data = _data((32768, 8))  # one chunk of 1 MiB of noise: about 1 MiB stored
+    _written(s3, "m.zarr", data, data.shape)
+    y = oc.open(s3.url("m.zarr"), storage_options=s3.storage_options, cache=tmp_path)
+    assert np.array_equal(y[...], data)  # fetched, and kept in the cache
+    hits = y._store.fetcher.cache_hits
+    with oc.Manager() as m:
+        ws = oc.Workspace("step", on_escape="raise")
+        for _ in range(3):
+            with ws:  # the fetched bytes are the reader's, not the cycle's: no escape
+                total = float(y[...].sum(dtype=np.float64))
+        ws.close()
+        peak = m.stats().peak_bytes
+    assert total == pytest.approx(float(data.sum(dtype=np.float64)), rel=1e-6)
+    assert y._store.fetcher.cache_hits == hits + 3
+    assert peak >= data.nbytes  # the cached bytes counted by the manager
+
+
 # ---- faults ----------------------------------------------------------------------------------
 
 
