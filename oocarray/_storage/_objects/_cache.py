@@ -55,7 +55,7 @@ import re
 import secrets
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -166,16 +166,19 @@ class ChunkCache:
         finally:
             os.close(fd)
 
-    def read(self, entry: CachedChunk) -> np.ndarray | None:
-        """The payload of ``entry`` as a new 1-D uint8 array (allocated with ``np.empty``, so
-        counted by the active memory manager) and marks it recently used; None when the file is
-        gone, was replaced by another version since the lookup, or fails its checks (then it is
-        removed).  A None is a miss: fetch the object without ``If-None-Match``."""
+    def read(
+        self, entry: CachedChunk, empty: Callable[[int], np.ndarray] | None = None
+    ) -> np.ndarray | None:
+        """The payload of ``entry`` as a new 1-D uint8 array and marks it recently used; None
+        when the file is gone, was replaced by another version since the lookup, or fails its
+        checks (then it is removed).  A None is a miss: fetch the object without
+        ``If-None-Match``.  ``empty(nbytes)`` makes the array (the reader's manager counts and
+        reuses its memory); by default ``np.empty``, counted by the active manager."""
         fd = _open_quietly(entry.path)
         if fd is None:
             return None
         try:
-            return self._read_open(entry, fd)
+            return self._read_open(entry, fd, empty or _empty_bytes)
         except OSError as error:
             _log.debug("cache read of %s failed: %s", entry.path, error)
             return None
@@ -236,14 +239,16 @@ class ChunkCache:
 
     # -- reading --------------------------------------------------------------------------
 
-    def _read_open(self, entry: CachedChunk, fd: int) -> np.ndarray | None:
+    def _read_open(
+        self, entry: CachedChunk, fd: int, empty: Callable[[int], np.ndarray]
+    ) -> np.ndarray | None:
         header = _read_header(fd)
         if header is None:
             self._remove_damaged(entry.path, fd)
             return None
         if (header.version, header.nbytes) != (entry.version, entry.nbytes):
             return None  # replaced since the lookup: the caller validated the other version
-        out = np.empty(header.nbytes, np.uint8)
+        out = empty(header.nbytes)
         if not _read_into(fd, out, header.offset) or _checksum(header.encoded, out) != header.crc:
             self._remove_damaged(entry.path, fd)
             return None
@@ -391,6 +396,10 @@ def _stamp() -> int:
     global _last_stamp
     _last_stamp = max(time.time_ns(), _last_stamp + 1)
     return _last_stamp
+
+
+def _empty_bytes(nbytes: int) -> np.ndarray:
+    return np.empty(nbytes, np.uint8)
 
 
 def _touch(fd: int) -> None:
