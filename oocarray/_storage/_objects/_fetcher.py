@@ -35,6 +35,7 @@ import numpy as np
 from oocarray._memory import Manager, Workspace, active_manager, budget_left
 from oocarray._storage._objects import _loop
 from oocarray._storage._objects._backend import NOT_MODIFIED, Backend, Fetched
+from oocarray._storage._objects._buffers import ReadBuffers
 
 __all__ = ["Fetcher", "Request", "read_window", "requests_in_flight"]
 
@@ -140,6 +141,7 @@ class Fetcher:
             else:
                 todo.append(i)
         limit = asyncio.Semaphore(requests_in_flight(_window(manager), self.object_bytes))
+        buffers = ReadBuffers(manager, 0)  # a read alone: new buffers, none kept
         groups = _coalesced([(i, requests[i]) for i in todo])
         if ahead is not None:
             known = await ahead.listed() if todo else None
@@ -148,7 +150,7 @@ class Fetcher:
 
         async def run(group: list[tuple[int, Request]]) -> None:
             async with limit:
-                found = await self._get(group, manager, known)
+                found = await self._get(group, buffers, known)
                 for (i, _), data in zip(group, found, strict=True):
                     results[i] = data
 
@@ -207,16 +209,16 @@ class Fetcher:
     async def _get(
         self,
         group: list[tuple[int, Request]],
-        manager: Manager | None,
+        buffers: ReadBuffers,
         known: dict[str, str] | None = None,
     ) -> list[np.ndarray | None]:
         """The bytes of a group of requests: one object, or neighbouring ranges of one.
         ``known``: versions listed at the start of the pass (see :meth:`_Ahead.listed`)."""
         first = group[0][1]
         if first.end < 0:
-            return [await self._get_object(first.key, manager, known)]
+            return [await self._get_object(first.key, buffers, known)]
         start, end = first.start, max(r.end for _, r in group)
-        cached = [await self._cached_range(r, manager) for _, r in group]
+        cached = [await self._cached_range(r, buffers) for _, r in group]
         if all(c is not None for c in cached):
             return list(cached)
         self.requests += 1
@@ -226,18 +228,18 @@ class Fetcher:
             if hit is not None:
                 out.append(hit)
                 continue
-            part = _counted(memoryview(data)[request.start - start : request.end - start], manager)
+            part = _counted(memoryview(data)[request.start - start : request.end - start], buffers)
             await self._keep(_range_key(request), request.version, part)
             out.append(part)
         return out
 
     async def _get_object(
-        self, key: str, manager: Manager | None, known: dict[str, str] | None = None
+        self, key: str, buffers: ReadBuffers, known: dict[str, str] | None = None
     ) -> np.ndarray | None:
         entry = await self._lookup(key)
         if entry is not None and known and known.get(key) == entry.version:
             # listed unchanged: no request of its own
-            data = await self._read_cached(entry, manager)
+            data = await self._read_cached(entry, buffers)
             if data is not None:
                 self.cache_hits += 1
                 return data
@@ -245,7 +247,7 @@ class Fetcher:
         fetched = await self.backend.get(key, entry.version if entry is not None else None)
         if fetched is NOT_MODIFIED:
             assert entry is not None
-            data = await self._read_cached(entry, manager)
+            data = await self._read_cached(entry, buffers)
             if data is not None:
                 self.cache_hits += 1
                 return data
@@ -256,7 +258,7 @@ class Fetcher:
                 await self._discard(key)
             return None
         assert isinstance(fetched, Fetched)
-        data = _counted(fetched.data, manager)
+        data = _counted(fetched.data, buffers)
         await self._keep(key, fetched.version, data)
         return data
 
@@ -267,19 +269,19 @@ class Fetcher:
             return None
         return await asyncio.to_thread(self.cache.lookup, self.namespace, key)
 
-    async def _read_cached(self, entry: Any, manager: Manager | None) -> np.ndarray | None:
-        # Read into memory of the reader's manager: counted there, and reused from one chunk
-        # to the next (a fresh buffer per chunk paid a page fault per 4 KiB read).
-        data = await asyncio.to_thread(self.cache.read, entry, lambda n: _empty(n, manager))
+    async def _read_cached(self, entry: Any, buffers: ReadBuffers) -> np.ndarray | None:
+        # Into a buffer of the reader's manager: the loop's worker thread would otherwise
+        # allocate in whatever manager or workspace its context carries.
+        data = await asyncio.to_thread(self.cache.read, entry, buffers.take)
         return None if data is None else np.frombuffer(data, dtype=np.uint8)
 
-    async def _cached_range(self, request: Request, manager: Manager | None) -> np.ndarray | None:
+    async def _cached_range(self, request: Request, buffers: ReadBuffers) -> np.ndarray | None:
         if self.cache is None or request.version is None:
             return None
         entry = await self._lookup(_range_key(request))
         if entry is None or entry.version != request.version:
             return None
-        data = await self._read_cached(entry, manager)
+        data = await self._read_cached(entry, buffers)
         if data is not None:
             self.cache_hits += 1
         return data
@@ -296,18 +298,10 @@ def _range_key(request: Request) -> str:
     return f"{request.key}#{request.start}-{request.end}"
 
 
-def _empty(nbytes: int, manager: Manager | None) -> np.ndarray:
-    """A new byte buffer of ``manager`` (the reader's), which counts it."""
-    if manager is None:
-        return np.empty(nbytes, dtype=np.uint8)
-    with manager.activate():
-        return np.empty(nbytes, dtype=np.uint8)
-
-
-def _counted(data: Any, manager: Manager | None) -> np.ndarray:
-    """``data`` copied into a NumPy buffer of ``manager`` (the reader's), which counts it."""
+def _counted(data: Any, buffers: ReadBuffers) -> np.ndarray:
+    """``data`` copied into a buffer of the reader's manager, which counts it."""
     source = np.frombuffer(data, dtype=np.uint8)
-    out = _empty(source.size, manager)
+    out = buffers.take(source.size)
     out[...] = source
     return out
 
@@ -343,8 +337,9 @@ class _Ahead:
     def __init__(self, fetcher: Fetcher, requests: list[Request], manager: Manager | None):
         self._fetcher = fetcher
         self._queue = collections.deque(dict.fromkeys(requests))  # each request once, in order
-        self._manager = manager
         self._window = _window(manager)
+        # the buffers of the bytes fetched ahead, reused as the reader is done with them
+        self._buffers = ReadBuffers(manager, 2 * self._window + 2 * fetcher.object_bytes)
         # Requests in flight: at most what the window holds; fewer while the reader finds
         # more fetched than it is taking (the latency is hidden with fewer), more again as
         # soon as it waits for a request (see take).
@@ -439,7 +434,7 @@ class _Ahead:
 
     async def _run(self, run: list[Request], futures: list[asyncio.Future[Any]]) -> None:
         try:
-            found = await self._fetcher._get(list(enumerate(run)), self._manager, self._known)
+            found = await self._fetcher._get(list(enumerate(run)), self._buffers, self._known)
         except BaseException as error:  # the reads that take them raise it
             for future in futures:
                 if not future.done():

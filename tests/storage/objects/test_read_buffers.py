@@ -1,0 +1,79 @@
+"""The buffers fetched bytes are copied into: reused within a pass only once nothing refers to
+them, counted by the reader's manager, kept up to their limit."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+import oocarray as oc
+from oocarray._storage._objects._buffers import ReadBuffers
+
+
+def test_a_buffer_anything_refers_to_is_never_handed_out_again() -> None:
+    buffers = ReadBuffers(None, limit=64 << 20)
+    held = []
+    for kind in ("array", "view", "memoryview", "frombuffer"):
+        data = buffers.take(100_000)
+        data[...] = len(held) + 1
+        keep: object = {
+            "array": data,
+            "view": data[10:20],
+            "memoryview": memoryview(data),
+            "frombuffer": np.frombuffer(data, dtype=np.uint16),
+        }[kind]
+        held.append((len(held) + 1, keep))
+        del data
+    for _ in range(20):  # none of the held buffers comes back, whatever is asked for
+        fresh = buffers.take(100_000)
+        fresh[...] = 0
+    for value, keep in held:
+        assert np.all(np.frombuffer(keep, dtype=np.uint8) == value)
+
+
+def test_a_buffer_no_one_refers_to_is_reused_and_the_limit_holds() -> None:
+    buffers = ReadBuffers(None, limit=1 << 20)
+    first = buffers.take(200_000)
+    address = first.__array_interface__["data"][0]
+    del first
+    again = buffers.take(190_000)  # a little smaller: the same buffer
+    assert again.__array_interface__["data"][0] == address
+    many = [buffers.take(200_000) for _ in range(10)]  # over the limit: new ones, not kept
+    assert buffers.kept_bytes <= 1 << 20
+    assert len({m.__array_interface__["data"][0] for m in many}) == 10
+    tiny = buffers.take(1000)  # far smaller than every kept buffer: its own
+    assert tiny.size == 1000
+
+
+def test_buffers_are_the_managers_memory() -> None:
+    m = oc.Manager()
+    buffers = ReadBuffers(m, limit=8 << 20)
+    before = m.stats().current_bytes
+    data = buffers.take(1 << 20)
+    assert m.stats().current_bytes >= before + (1 << 20)
+    del data, buffers
+    assert m.stats().current_bytes == before
+    m.close()
+
+
+def test_threads_taking_and_dropping_never_share_a_buffer() -> None:
+    buffers = ReadBuffers(None, limit=4 << 20)
+    errors: list[str] = []
+    start = threading.Barrier(4)
+
+    def work(me: int) -> None:
+        start.wait()
+        for i in range(300):
+            data = buffers.take(50_000 + i)
+            data[...] = me
+            if not np.all(data == me):
+                errors.append(f"thread {me}: another thread wrote into its buffer")
+            del data
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
