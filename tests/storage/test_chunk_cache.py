@@ -206,6 +206,34 @@ def test_a_damaged_file_is_a_miss_and_is_removed(tmp_path: Path, damage: str) ->
     assert cache.used_bytes == entry_size("etag", 4)
 
 
+@pytest.mark.parametrize("damage", ["flip a payload byte", "truncate"])
+def test_read_version_gives_only_the_asked_version_whole(tmp_path: Path, damage: str) -> None:
+    cache = ChunkCache(tmp_path, 1 << 20)
+    cache.store(NS, "k", "v1", bytes(range(200)))
+    found = cache.read_version(NS, "k", "v1")
+    assert found is not None and bytes(found) == bytes(range(200))
+    made: list[int] = []
+
+    def empty(nbytes: int) -> np.ndarray:
+        made.append(nbytes)
+        return np.empty(nbytes, np.uint8)
+
+    assert bytes(cache.read_version(NS, "k", "v1", empty)) == bytes(range(200))
+    assert made == [200]  # the caller's allocator made the buffer
+    assert cache.read_version(NS, "k", "v2") is None  # another version: a miss
+    assert cache.read_version(NS, "absent", "v1") is None
+    entry = cache.lookup(NS, "k")
+    assert entry is not None
+    raw = bytearray(Path(entry.path).read_bytes())
+    if damage == "truncate":
+        del raw[-1:]
+    else:
+        raw[-50] ^= 0x01
+    Path(entry.path).write_bytes(raw)
+    assert cache.read_version(NS, "k", "v1") is None  # never short or changed data
+    assert not os.path.exists(entry.path)  # and the damaged file is gone
+
+
 def test_a_lost_or_torn_total_is_recounted(tmp_path: Path) -> None:
     cache = ChunkCache(tmp_path, 1 << 20)
     for i in range(4):

@@ -185,6 +185,35 @@ class ChunkCache:
         finally:
             os.close(fd)
 
+    def read_version(
+        self,
+        namespace: str,
+        key: str,
+        version: str,
+        empty: Callable[[int], np.ndarray] | None = None,
+    ) -> np.ndarray | None:
+        """:meth:`lookup` and :meth:`read` in one: the payload of ``(namespace, key)`` when the
+        entry holds ``version`` (a version the caller knows is current), else None.  One open
+        of the file instead of two, for passes that read many small entries."""
+        path = self._path(namespace, key)
+        fd = _open_quietly(path)
+        if fd is None:
+            return None
+        try:
+            header = _read_header(fd)
+            if header is None:
+                self._remove_damaged(path, fd)
+                return None
+            if header.version != version:
+                return None
+            entry = CachedChunk(header.version, header.nbytes, path)
+            return self._read_open(entry, fd, empty or _empty_bytes)
+        except OSError as error:
+            _log.debug("cache read of %s failed: %s", path, error)
+            return None
+        finally:
+            os.close(fd)
+
     def store(self, namespace: str, key: str, version: str, data: Buffer) -> None:
         """Keep ``data`` as the content of ``(namespace, key)`` at ``version``, replacing any
         entry there, then evict least recently used entries while over ``max_bytes``.  An entry

@@ -236,13 +236,13 @@ class Fetcher:
     async def _get_object(
         self, key: str, buffers: ReadBuffers, known: dict[str, str] | None = None
     ) -> np.ndarray | None:
-        entry = await self._lookup(key)
-        if entry is not None and known and known.get(key) == entry.version:
-            # listed unchanged: no request of its own
-            data = await self._read_cached(entry, buffers)
+        listed = known.get(key) if known else None
+        if listed is not None:  # cached at the listed version: no request of its own
+            data = await self._read_version(key, listed, buffers)
             if data is not None:
                 self.cache_hits += 1
                 return data
+        entry = await self._lookup(key)
         self.requests += 1
         fetched = await self.backend.get(key, entry.version if entry is not None else None)
         if fetched is NOT_MODIFIED:
@@ -275,13 +275,21 @@ class Fetcher:
         data = await asyncio.to_thread(self.cache.read, entry, buffers.take)
         return None if data is None else np.frombuffer(data, dtype=np.uint8)
 
+    async def _read_version(
+        self, key: str, version: str, buffers: ReadBuffers
+    ) -> np.ndarray | None:
+        """The cached copy of ``key`` if it is of ``version``: one trip to the cache's thread."""
+        if self.cache is None:
+            return None
+        data = await asyncio.to_thread(
+            self.cache.read_version, self.namespace, key, version, buffers.take
+        )
+        return None if data is None else np.frombuffer(data, dtype=np.uint8)
+
     async def _cached_range(self, request: Request, buffers: ReadBuffers) -> np.ndarray | None:
-        if self.cache is None or request.version is None:
+        if request.version is None:
             return None
-        entry = await self._lookup(_range_key(request))
-        if entry is None or entry.version != request.version:
-            return None
-        data = await self._read_cached(entry, buffers)
+        data = await self._read_version(_range_key(request), request.version, buffers)
         if data is not None:
             self.cache_hits += 1
         return data
