@@ -1,9 +1,12 @@
 """W8: a training feed.  One epoch of shuffled batches of 1024 rows from a (N, 256) float32
 zstd zarr array (4 GiB; 256 MiB with ``--quick``) of noisy data, oocarray against the torch
-DataLoader recipes, and the ingest that writes such an array.
+DataLoader recipes and litdata, and the ingest that writes such an array.
 
-Sides, each one epoch unless said (rows/s, resident memory of the process and its workers
-sampled every 0.1 s, and a check that every row came exactly once, from column 0 = row id):
+Sides, each one epoch unless said, each run in a fresh process (so that one side's resident
+memory is not left to the next) with no network (a network namespace of its own where the
+system allows one, and a check that refuses any socket to another machine): rows/s, resident
+memory of the process and its workers sampled every 0.05 s, and a check that every row came
+exactly once, from column 0 = row id:
 
 - ``oc.batches(x, 1024, shuffle="chunks")`` in the process, and its ``.torch()`` dataset in a
   ``DataLoader(batch_size=None)`` with 0 and 2 workers (fork);
@@ -12,7 +15,17 @@ sampled every 0.1 s, and a check that every row came exactly once, from column 0
   yielding 1024-row tensors; ``DataLoader(batch_size=None)``, 0 and 2 workers;
 - (a) a map-style dataset of single rows through zarr-python, ``BatchSampler(RandomSampler)``
   of 1024; every row decodes a whole chunk, so a fixed number of batches is timed and the
-  rate extrapolated to the epoch (said in the table).
+  rate extrapolated to the epoch (said in the table);
+- litdata: the same rows written once by ``litdata.optimize`` (untimed, next to the zarr
+  array, its time reported apart) into chunks of 64 MB, litdata's documented default, without
+  compression (litdata's default; its zstd needs a package not installed here), then
+  ``StreamingDataLoader(StreamingDataset(dir), batch_size=1024, shuffle=True)`` with 0 and 2
+  workers.  Its files are evicted with the zarr array's in ``--cold`` runs.
+
+Resident memory: each side's process starts with numpy, torch, zarr and oocarray imported
+(the baseline every side carries); the table gives its RSS when the epoch starts, the peak of
+the process and its workers together (RSS, and PSS, which counts pages the forked workers
+share with their parent once), and first tenth -> last tenth of the epoch (flat or not).
 
 Ingest: the same blocks (16384 rows, in memory) written by ``oc.from_batches`` and by
 zarr-python (``z[a:b] = block`` into an array of the same chunks and codec), alternating.
@@ -21,12 +34,18 @@ zarr-python (``z[a:b] = block`` into an array of the same chunks and codec), alt
 from __future__ import annotations
 
 import contextlib
+import gc
+import importlib.util
+import json
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -34,51 +53,107 @@ import psutil
 
 import oocarray as oc
 from benchmarks._compute_data import warm
-from benchmarks._harness import evict_page_cache, marked_cold
+from benchmarks._harness import Peer, Sides, marked_cold
 from benchmarks._timing import Result, Table, TextRow, clock, format_mib
 from datasets import w8_data
 
 BATCH = 1024
 WINDOW = 8
+LITDATA_CHUNK_BYTES = "64MB"  # litdata's documented default chunk size
+# litdata asks PyPI for a newer version unless told not to; it must not reach the network.
+_NO_PHONING_HOME = {"LITDATA_DISABLE_VERSION_CHECK": "1", "LITDATA_CHECK_UPDATES": "0"}
+_SAMPLE_SECONDS = 0.05
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class _Rss:
-    """Resident memory of this process and its children, sampled every 0.1 s."""
+# ---- in the side's own process ----
+
+
+def _memory(pid: int) -> tuple[int, int]:
+    """RSS and PSS bytes of process ``pid`` (0, 0 once it has exited)."""
+    rss = pss = 0
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Rss:"):
+                rss = int(line.split()[1]) * 1024
+            elif line.startswith("Pss:"):
+                pss = int(line.split()[1]) * 1024
+    return rss, pss
+
+
+def _peak_of_this_process() -> int:
+    """The kernel's high-water mark of this process's RSS (every page fault counted)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class _Sampler:
+    """Resident memory of this process and its workers, every 0.05 s, from the start of the
+    epoch (the kernel's high-water mark of this process reset there, and read at the end)."""
 
     def __init__(self) -> None:
-        self.samples: list[int] = []
+        self.rss: list[int] = []
+        self.pss: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
+    def _sample(self) -> None:
         me = psutil.Process()
-        while not self._stop.wait(0.1):
-            total = 0
-            for p in [me, *me.children(recursive=True)]:
-                with contextlib.suppress(psutil.Error):  # a worker that just exited
-                    total += p.memory_info().rss
-            self.samples.append(total)
+        pids = [me.pid]
+        with contextlib.suppress(psutil.Error):
+            pids += [p.pid for p in me.children(recursive=True)]
+        rss = pss = 0
+        for pid in pids:
+            r, p = _memory(pid)
+            rss, pss = rss + r, pss + p
+        self.rss.append(rss)
+        self.pss.append(pss)
 
-    def __enter__(self) -> _Rss:
+    def _run(self) -> None:
+        while not self._stop.wait(_SAMPLE_SECONDS):
+            self._sample()
+
+    def __enter__(self) -> _Sampler:
+        with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        self.start_rss = _memory(os.getpid())[0]
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._sample()
+        self.peak_rss = max(max(self.rss), _peak_of_this_process())
+        self.peak_pss = max(self.pss)
+        tenth = max(1, len(self.rss) // 10)
+        self.first = int(statistics.median(self.rss[:tenth]))
+        self.last = int(statistics.median(self.rss[-tenth:]))
 
-    def summary(self) -> str:
-        s = self.samples or [psutil.Process().memory_info().rss]
-        tenth = max(1, len(s) // 10)
-        first, last = statistics.median(s[:tenth]), statistics.median(s[-tenth:])
-        return f"{format_mib(int(first))} -> {format_mib(int(last))} (max {format_mib(max(s))})"
+
+def _refuse_network() -> None:
+    """Any socket towards another machine, from this process or its forked workers, raises
+    (an audit hook: the workers inherit it)."""
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "socket.getaddrinfo" and args[0] not in (None, "localhost", "127.0.0.1"):
+            raise RuntimeError(f"W8 sides must not reach the network: getaddrinfo{args[:2]}")
+        if event == "socket.connect":
+            address = args[1]
+            if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "::1", "localhost"):
+                raise RuntimeError(f"W8 sides must not reach the network: connect to {address}")
+
+    sys.addaudithook(hook)
 
 
 def _epoch(
-    batches: Iterator[Any], n_rows: int, limit: int | None = None
+    batches: Iterator[Any], counts: np.ndarray, limit: int | None = None
 ) -> tuple[float, int, bool]:
-    """Seconds, rows and whether every row came once (None limit: the whole epoch)."""
-    counts = np.zeros(n_rows, dtype=np.int32)
+    """Seconds, rows and whether every row came once (None limit: the whole epoch), counted in
+    ``counts`` (zeros, one per row)."""
     rows = 0
     start = clock()
     for i, batch in enumerate(batches):
@@ -138,48 +213,189 @@ def _row_dataset(path: str) -> Any:
     return Rows()
 
 
-def _feed_sides(path: str) -> dict[str, Callable[[], Any]]:
+def _litdata_rows(block: int, n_rows: int) -> Iterator[np.ndarray]:
+    """``litdata.optimize``'s function: the rows of one W8 block, one item each."""
+    yield from w8_data.block(block, n_rows)
+
+
+def _optimize(lit_dir: str, n_rows: int) -> None:
+    import functools
+
+    import litdata
+
+    litdata.optimize(
+        fn=functools.partial(_litdata_rows, n_rows=n_rows),
+        inputs=list(range(-(-n_rows // w8_data.BLOCK_ROWS))),
+        output_dir=lit_dir,
+        chunk_bytes=LITDATA_CHUNK_BYTES,
+        num_workers=2,
+        reorder_files=False,
+        start_method="fork",  # the workers inherit the network check
+        verbose=False,
+    )
+
+
+def _batches_of(side: str, path: str, lit_dir: str) -> Callable[[], Iterator[Any]]:
+    """How side ``side`` makes the iterator of one epoch (its objects built here, untimed)."""
     import torch
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
-    x = oc.open(path)
+    workers = 2 if "2 workers" in side else 0
+    if side == "oc.batches, in process":
+        x = oc.open(path)
+        return lambda: iter(oc.batches(x, BATCH, shuffle="chunks", seed=1, prefetch=4))
+    if side.startswith("oc .torch()"):
+        ds = oc.batches(oc.open(path), BATCH, shuffle="chunks", seed=1, prefetch=4).torch()
+        return lambda: iter(DataLoader(ds, batch_size=None, num_workers=workers))
+    if side.startswith("(b)"):
+        expert = _expert_dataset(path, 1)
+        return lambda: iter(DataLoader(expert, batch_size=None, num_workers=workers))
+    if side.startswith("(a)"):
+        rows = _row_dataset(path)
+        sampler = BatchSampler(
+            RandomSampler(rows, generator=torch.Generator().manual_seed(1)), BATCH, False
+        )
+        return lambda: iter(DataLoader(rows, batch_sampler=sampler, num_workers=workers))
+    if side.startswith("litdata"):
+        import litdata
 
-    def ours() -> Iterator[Any]:
-        return iter(oc.batches(x, BATCH, shuffle="chunks", seed=1, prefetch=4))
-
-    def ours_torch(workers: int) -> Callable[[], Iterator[Any]]:
-        def make() -> Iterator[Any]:
-            ds = oc.batches(x, BATCH, shuffle="chunks", seed=1, prefetch=4).torch()
-            return iter(DataLoader(ds, batch_size=None, num_workers=workers))
-
-        return make
-
-    def expert(workers: int) -> Callable[[], Iterator[Any]]:
-        def make() -> Iterator[Any]:
-            ds = _expert_dataset(path, 1)
-            return iter(DataLoader(ds, batch_size=None, num_workers=workers))
-
-        return make
-
-    def rows(workers: int) -> Callable[[], Iterator[Any]]:
-        def make() -> Iterator[Any]:
-            ds = _row_dataset(path)
-            sampler = BatchSampler(
-                RandomSampler(ds, generator=torch.Generator().manual_seed(1)), BATCH, False
+        streamed = litdata.StreamingDataset(
+            lit_dir, shuffle=True, seed=1, cache_dir=os.path.join(lit_dir, "cache")
+        )
+        return lambda: iter(
+            litdata.StreamingDataLoader(
+                streamed, batch_size=BATCH, shuffle=True, num_workers=workers
             )
-            return iter(DataLoader(ds, batch_sampler=sampler, num_workers=workers))
+        )
+    raise ValueError(f"no W8 side {side!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    """One epoch of one side, as its process reports it."""
+
+    seconds: float
+    rows: int
+    once: bool
+    limited: bool
+    start_rss: int
+    peak_rss: int
+    peak_pss: int
+    first_rss: int
+    last_rss: int
+
+
+def _limit(side: str) -> int | None:
+    if side.startswith("(a)"):
+        return 1 if "0 workers" in side else 4
+    return None
+
+
+def side_process() -> None:
+    """The entry of a side's process: ``argv[1]`` says what to do; one JSON line out."""
+    task = json.loads(sys.argv[1])
+    _refuse_network()
+    import torch  # noqa: F401  (the baseline every side carries)
+    import zarr  # noqa: F401
+
+    if task["side"] == "baseline":
+        print(json.dumps({"rss": _memory(os.getpid())[0]}))
+        return
+    if task["side"] == "optimize":
+        start = clock()
+        _optimize(task["lit_dir"], task["n_rows"])
+        print(json.dumps({"seconds": clock() - start}))
+        return
+    make = _batches_of(task["side"], task["path"], task["lit_dir"])
+    limit = _limit(task["side"])
+    # The check's counts are resident before the epoch starts: its memory is not the side's.
+    counts = np.zeros(task["n_rows"], dtype=np.int32)
+    counts[:] = 0
+    gc.collect()
+    with _Sampler() as memory:
+        seconds, rows, once = _epoch(make(), counts, limit)
+    measured = _Measured(
+        seconds,
+        rows,
+        once,
+        limit is not None,
+        memory.start_rss,
+        memory.peak_rss,
+        memory.peak_pss,
+        memory.first,
+        memory.last,
+    )
+    print(json.dumps(asdict(measured)))
+
+
+# ---- in the runner's process ----
+
+
+def _no_network_prefix() -> list[str]:
+    """``unshare --net``: a network namespace with nothing but a loopback that is down, where
+    the system allows it (root); otherwise only the audit hook guards."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return []
+    probe = subprocess.run([unshare, "--net", "true"], capture_output=True, check=False)
+    return [unshare, "--net"] if probe.returncode == 0 else []
+
+
+def _in_fresh_process(prefix: list[str], task: dict[str, Any]) -> dict[str, Any]:
+    env = {**os.environ, **_NO_PHONING_HOME}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
+    code = "import benchmarks.w8_feed as w; w.side_process()"
+    done = subprocess.run(
+        [*prefix, sys.executable, "-c", code, json.dumps(task)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=_ROOT,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"W8 side {task['side']!r} failed:\n{done.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+SIDES = {
+    "oc.batches, in process": None,
+    "oc .torch(), 0 workers": None,
+    "oc .torch(), 2 workers": None,
+    "(b) chunk-shuffle IterableDataset, 0 workers": None,
+    "(b) chunk-shuffle IterableDataset, 2 workers": None,
+    "(a) random rows + BatchSampler, 0 workers": None,
+    "(a) random rows + BatchSampler, 2 workers": None,
+    "litdata StreamingDataLoader, 0 workers": "litdata",
+    "litdata StreamingDataLoader, 2 workers": "litdata",
+}
+
+
+def _peers(
+    prefix: list[str], path: str, lit_dir: str, n_rows: int, out: dict[str, list[_Measured]]
+) -> dict[str, Peer]:
+    """Every side as a peer of the harness; a side whose library is missing is missing."""
+
+    def maker(side: str, library: str | None) -> Callable[[], Callable[[], tuple[float, object]]]:
+        def make() -> Callable[[], tuple[float, object]]:
+            for name in ("torch", "zarr", library):
+                if name is not None and importlib.util.find_spec(name) is None:
+                    raise ImportError(f"No module named {name!r}")
+            out[side] = []
+
+            def run() -> tuple[float, object]:
+                task = {"side": side, "path": path, "lit_dir": lit_dir, "n_rows": n_rows}
+                measured = _Measured(**_in_fresh_process(prefix, task))
+                out[side].append(measured)
+                # seconds of a whole epoch at this rate (extrapolated for the (a) sides)
+                return n_rows * measured.seconds / measured.rows, measured
+
+            return run
 
         return make
 
-    return {
-        "oc.batches, in process": ours,
-        "oc .torch(), 0 workers": ours_torch(0),
-        "oc .torch(), 2 workers": ours_torch(2),
-        "(b) chunk-shuffle IterableDataset, 0 workers": expert(0),
-        "(b) chunk-shuffle IterableDataset, 2 workers": expert(2),
-        "(a) random rows + BatchSampler, 0 workers": rows(0),
-        "(a) random rows + BatchSampler, 2 workers": rows(2),
-    }
+    return {side: Peer(side, maker(side, library)) for side, library in SIDES.items()}
 
 
 def _ingest(directory: str, n_rows: int, rounds: int) -> tuple[float, float, int]:
@@ -216,6 +432,28 @@ def _ingest(directory: str, n_rows: int, rounds: int) -> tuple[float, float, int
     return min(ours_t), min(theirs_t), sum(b.nbytes for b in held)
 
 
+def _disk_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+def _side_row(name: str, runs: list[_Measured], n_rows: int) -> list[str]:
+    rate = statistics.median(m.rows / m.seconds for m in runs)
+    limited = runs[0].limited
+    what = f"{runs[0].rows} rows of {n_rows}, extrapolated" if limited else "one epoch"
+    peak = int(statistics.median(m.peak_rss for m in runs))
+    start = int(statistics.median(m.start_rss for m in runs))
+    return [
+        name,
+        f"{rate:,.0f}",
+        f"{n_rows / rate:,.1f} s" + (" (est.)" if limited else ""),
+        what,
+        "yes" if all(m.once for m in runs) else "**no**",
+        f"{format_mib(start)} -> {format_mib(peak)} (+{format_mib(peak - start)})",
+        format_mib(int(statistics.median(m.peak_pss for m in runs))),
+        " ; ".join(f"{format_mib(m.first_rss)} -> {format_mib(m.last_rss)}" for m in runs),
+    ]
+
+
 def run(quick: bool = False, cold: bool = False) -> Result:
     nbytes = (256 << 20) if quick else (4 << 30)
     n_rows = w8_data.rows_for(nbytes)
@@ -223,71 +461,75 @@ def run(quick: bool = False, cold: bool = False) -> Result:
     notes = []
     try:
         path = os.path.join(directory, "x.zarr")
+        lit_dir = os.path.join(directory, "litdata")
         start = clock()
         w8_data.write_zarr(path, n_rows)
         made = clock() - start
-        stored = sum(
-            os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files
-        )
-        if not cold:
-            warm(path)
+        stored = _disk_bytes(path)
         ingest_rows = min(n_rows, w8_data.rows_for(1 << 30))
         ours_s, theirs_s, ingest_bytes = _ingest(directory, ingest_rows, 2 if quick else 3)
-        sides = _feed_sides(path)
-        rounds = 1 if quick else 2
-        results: dict[str, list[tuple[float, int, bool, str, bool]]] = {k: [] for k in sides}
-        for r in range(rounds):
-            for name, make in sides.items():
-                if r and name.startswith("(a)"):
-                    continue
-                limit = None
-                if name.startswith("(a)"):
-                    limit = 1 if "0 workers" in name else 4
-                if cold:
-                    evict_page_cache([path])
-                with _Rss() as rss:
-                    seconds, rows, once = _epoch(make(), n_rows, limit)
-                results[name].append((seconds, rows, once, rss.summary(), limit is not None))
-        table_rows = []
-        rate: dict[str, float] = {}
-        for name, runs in results.items():
-            seconds, rows, once, memory, extrapolated = min(runs, key=lambda t: t[0] / t[1])
-            rate[name] = rows / seconds
-            epoch_s = n_rows / rate[name]
-            what = f"{rows} rows of {n_rows}, extrapolated" if extrapolated else "one epoch"
-            table_rows.append(
-                [
-                    name,
-                    f"{rate[name]:,.0f}",
-                    f"{epoch_s:,.1f} s" + (" (est.)" if extrapolated else ""),
-                    what,
-                    "yes" if once else "**no**",
-                    memory,
-                ]
+        prefix = _no_network_prefix()
+        measured: dict[str, list[_Measured]] = {}
+        sides = Sides.discover("W8", _peers(prefix, path, lit_dir, n_rows, measured))
+        notes += sides.notes()
+        files = [path]
+        if any(name.startswith("litdata") for name in sides.runs):
+            task = {"side": "optimize", "lit_dir": lit_dir, "n_rows": n_rows}
+            optimized = _in_fresh_process(prefix, task)["seconds"]
+            files.append(lit_dir)
+            notes.append(
+                f"W8: litdata.optimize wrote the same {n_rows} rows (one item a row) in "
+                f"{optimized:.1f} s, untimed, into {LITDATA_CHUNK_BYTES} chunks, uncompressed "
+                f"({format_mib(_disk_bytes(lit_dir))} on disk)"
             )
-        best_b = max(v for k, v in rate.items() if k.startswith("(b)"))
-        best_a = max(v for k, v in rate.items() if k.startswith("(a)"))
+        if not cold:
+            for f in files:
+                warm(f)
+        baseline = _in_fresh_process(prefix, {"side": "baseline"})["rss"]
+        load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+        sides.time(1 if quick else 2, files, cold=cold)
+
+        rate = {k: statistics.median(m.rows / m.seconds for m in v) for k, v in measured.items()}
+        peak = {k: statistics.median(m.peak_rss for m in v) for k, v in measured.items()}
         mine = rate["oc.batches, in process"]
-        best_ours = max(v for k, v in rate.items() if k.startswith("oc"))
-        rows_out = [
+        rows_out = []
+        for prefix_, what, target in (
+            ("(b)", "best (b) chunk-shuffle DataLoader", 1.5),
+            ("(a)", "best (a) random-row DataLoader", 100.0),
+            ("litdata", "best litdata StreamingDataLoader", 1.0),
+        ):
+            theirs = [v for k, v in rate.items() if k.startswith(prefix_)]
+            if not theirs:
+                continue
+            ratio = mine / max(theirs)
+            met = ratio > target if target == 1.0 else ratio >= target
+            rows_out.append(
+                TextRow(
+                    "W8",
+                    f'shuffle="chunks" batches vs {what}, rows/s',
+                    f"{mine:,.0f}/s",
+                    f"{max(theirs):,.0f}/s",
+                    f"{ratio:,.2f}x" if ratio < 100 else f"{ratio:,.0f}x",
+                    f">= {target:,.2f}x" if target != 1.0 else "> 1.00x",
+                    "yes" if met else "**no**",
+                )
+            )
+        loaders = {k: v for k, v in peak.items() if k.startswith(("(b)", "litdata"))}
+        lowest = min(loaders, key=lambda k: loaders[k])
+        ours_peak = peak["oc.batches, in process"]
+        rows_out.append(
             TextRow(
                 "W8",
-                'shuffle="chunks" batches vs best (b) chunk-shuffle DataLoader, rows/s',
-                f"{mine:,.0f}/s",
-                f"{best_b:,.0f}/s",
-                f"{mine / best_b:.2f}x",
-                ">= 1.50x",
-                "yes" if mine / best_b >= 1.5 else "**no**",
-            ),
-            TextRow(
-                "W8",
-                'shuffle="chunks" batches vs best (a) random-row DataLoader, rows/s',
-                f"{mine:,.0f}/s",
-                f"{best_a:,.0f}/s",
-                f"{mine / best_a:,.0f}x",
-                ">= 100x",
-                "yes" if mine / best_a >= 100 else "**no**",
-            ),
+                "peak RSS of the epoch (process and workers), oc.batches vs the lowest of "
+                f"the chunk-shuffle and litdata loaders ({lowest})",
+                format_mib(int(ours_peak)),
+                format_mib(int(loaders[lowest])),
+                f"{ours_peak / loaders[lowest]:.2f}x",
+                "<= 1.00x",
+                "yes" if ours_peak <= loaders[lowest] else "**no**",
+            )
+        )
+        rows_out.append(
             TextRow(
                 "W8i",
                 f"ingest {format_mib(ingest_bytes)} in 16384-row blocks, from_batches vs "
@@ -297,21 +539,24 @@ def run(quick: bool = False, cold: bool = False) -> Result:
                 f"{theirs_s / ours_s:.2f}x",
                 "—",
                 "n/a",
-            ),
-        ]
+            )
+        )
         notes.append(
             f"W8: {format_mib(n_rows * w8_data.ROW_BYTES)} array ({n_rows} rows, chunks "
             f"{w8_data.CHUNK_ROWS}x256, zstd level 3, {format_mib(stored)} on disk) written by "
             f"oc.from_batches in {made:.1f} s; "
             + ("evicted from the page cache before each epoch" if cold else "page cache warm")
-            + "; best oc side "
-            f"{best_ours:,.0f} rows/s; load average before the feed "
-            f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}"
+            + "; each side's epoch in a fresh process "
+            + ("in a network namespace of its own" if prefix else "(no network namespace)")
+            + f"; the interpreter with numpy, torch, zarr and oocarray imported: "
+            f"{format_mib(baseline)} RSS; load average before the feed {load}"
         )
+        table_rows = [_side_row(name, runs, n_rows) for name, runs in measured.items() if runs]
         table = Table(
-            "W8 feed: one epoch of 1024-row shuffled batches (rows/s; RSS of the process and "
-            "its workers, first tenth -> last tenth of the epoch, and the max)",
-            ("side", "rows/s", "epoch", "measured", "each row once", "RSS"),
+            "W8 feed: one epoch of 1024-row shuffled batches, each side in a fresh process "
+            "(median rows/s of the rounds; RSS of the process and its workers: at the start of "
+            "the epoch -> its peak, the peak's PSS, and first tenth -> last tenth of each round)",
+            ("side", "rows/s", "epoch", "measured", "each row once", "RSS", "PSS", "RSS flat"),
             table_rows,
         )
         result = Result(rows_out, [table], notes)

@@ -91,7 +91,7 @@ def batches(
         epoch's positions (shares differ by at most one row; together they are every row).
     window
         Chunks per shuffle window (``shuffle="chunks"``): more shuffles better and takes more
-        memory (two windows of every chunked source are held).
+        memory (one window of every chunked source is held).
     on_escape
         ``"pin"`` (default): a batch still referenced when its buffer comes up for refilling
         is left to you (the iterator's ``escapes`` counts them).  ``"raise"``: that raises

@@ -1,10 +1,15 @@
 """Filling one batch: the rows of a range of epoch positions, gathered from the sources.
 
-Chunked sources are read a window at a time (see :mod:`._plan`) into window buffers, two per
-source, so that a batch spanning two windows finds both in memory; the next window is read
-when the first batch that needs it is filled.  Other sources are gathered straight from the
-array.  Window buffers are made once, in the iteration's manager; what a window read or a
-gather allocates for the moment lives in the iteration's cyclic workspace, one cycle each.
+Chunked sources are read a window at a time (see :mod:`._plan`) into one window buffer per
+source.  A pass fills its positions in increasing order, and a batch that spans two windows
+takes all it needs from the first before the second is read, so a window is never needed
+again once the next one is read: one buffer per source is enough, and the next window is read
+into it when the first batch that needs it is filled (a second buffer would only hold a
+window nobody reads again: a window's worth of resident memory for nothing).  Should a
+position behind the loaded window ever be asked for, that window is read again.  Other
+sources are gathered straight from the array.  Window buffers are made once, in the
+iteration's manager; what a window read or a gather allocates for the moment lives in the
+iteration's cyclic workspace, one cycle each.
 """
 
 from __future__ import annotations
@@ -38,8 +43,8 @@ class Filler:
         self._plan = plan
         self._manager = manager
         self._workspace = workspace
-        self._loaded: list[_Loaded] = []  # at most two, the older first
-        self._spare: list[list[np.ndarray | None]] = []  # window buffer sets not in use
+        self._loaded: _Loaded | None = None  # the window in the buffers
+        self._buffers: list[np.ndarray | None] | None = None  # made at the first window
         self._windowed = any(s.windowed for s in sources)
         self._direct = any(not s.windowed for s in sources)
 
@@ -81,22 +86,21 @@ class Filler:
                 source.gather(loaded.rows[order], out)
 
     def _window(self, number: int) -> _Loaded:
-        for loaded in self._loaded:
-            if loaded.number == number:
-                return loaded
+        if self._loaded is not None and self._loaded.number == number:
+            return self._loaded
         # Made outside any cycle: the window's order and rows serve many batches.
         window = self._plan.window(number)
         rows = window.rows() if self._direct and window.order is not None else None
-        if len(self._loaded) == 2:
-            self._spare.append(self._loaded.pop(0).buffers)
-        buffers = self._spare.pop() if self._spare else self._new_buffers()
+        self._loaded = None  # its buffers are overwritten now
+        if self._buffers is None:
+            self._buffers = self._new_buffers()
+        buffers = self._buffers
         with self._workspace:  # what a read needs besides the buffer (decode scratch)
             for source, buffer in zip(self._sources, buffers, strict=True):
                 if buffer is not None:
                     source.read_runs(window.runs, buffer)
-        loaded = _Loaded(number, window, rows, buffers)
-        self._loaded.append(loaded)
-        return loaded
+        self._loaded = _Loaded(number, window, rows, buffers)
+        return self._loaded
 
     def _new_buffers(self) -> list[np.ndarray | None]:
         rows = min(self._plan.window_chunks * self._plan.chunk_rows, self._plan.n_rows)
