@@ -87,8 +87,8 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
 class DemoPlan:
     """The demo's sizes for a budget and a data size.
 
-    Chunks are a 64th of the budget (at most 4 MiB): the shuffle holds two windows of 8
-    chunks, a quarter of the budget.
+    Chunks are a 64th of the budget (at most 4 MiB): the shuffle holds a window of 8
+    chunks, an eighth of the budget.
 
     Examples
     --------
