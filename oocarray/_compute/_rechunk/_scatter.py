@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from oocarray._compute._rechunk._plan import Pass
+from oocarray._compute._rechunk._plan import SLAB_BYTES, Pass
 from oocarray._compute._rechunk._resume import Marker
 from oocarray._compute._rechunk._threads import Outcome, run_blocks
+from oocarray._compute._rechunk._zstd_stream import FrameReader, streamable, write_frame
 from oocarray._compute._scratch_file import ScratchFile
 from oocarray._storage._indexing import parse_key
 
@@ -89,6 +90,18 @@ class _Buffer:
             return  # a slot's first and last pages are shared with its neighbours
         with contextlib.suppress(OSError):  # a file system that cannot punch holes
             self._map.madvise(mmap.MADV_REMOVE, flat * self.slot_bytes, self.slot_bytes)
+
+    def let_go(self, start: int, stop: int) -> None:
+        """Free the buffer's bytes ``[start, stop)``, read for the last time: their whole
+        pages, as :meth:`release` does (or, sharing pages with a neighbour, only unmapped)."""
+        first, last = -(-start // PAGE) * PAGE, stop // PAGE * PAGE
+        if last <= first:
+            return
+        if self.slot_bytes % PAGE == 0:
+            with contextlib.suppress(OSError):
+                self._map.madvise(mmap.MADV_REMOVE, first, last - first)
+                return
+        self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
 
     def close(self) -> None:
         if hasattr(self, "array"):
@@ -195,6 +208,27 @@ def _scatter_into(
                 target[part] = moved[part]
 
 
+def _slabs(chunk: tuple[int, ...], itemsize: int, nbytes: int) -> list[tuple[slice, ...]]:
+    """A chunk cut, in C order, into boxes of at most ``nbytes`` (at least one element): one
+    index along the leading axes, a run along one axis, whole along the rest."""
+    axis = 0
+    while axis < len(chunk) - 1 and math.prod(chunk[axis + 1 :]) * itemsize > nbytes:
+        axis += 1
+    row = math.prod(chunk[axis + 1 :]) * itemsize
+    rows = max(1, nbytes // max(row, 1))
+    out = []
+    for lead in itertools.product(*(range(n) for n in chunk[:axis])):
+        for start in range(0, chunk[axis], rows):
+            out.append(
+                (
+                    *(slice(i, i + 1) for i in lead),
+                    slice(start, min(chunk[axis], start + rows)),
+                    *(slice(0, n) for n in chunk[axis + 1 :]),
+                )
+            )
+    return out
+
+
 def scatter(
     source: Any, out: Any, work: Pass, progress: bool, marker: Marker | None = None
 ) -> None:
@@ -221,6 +255,11 @@ def scatter(
         )
     lock = threading.Lock()
     buffer = _Buffer(grid, unit, np.dtype(dst.dtype), work.map_bytes)
+    # Streamed where the plan counted on it and the stores allow (a store the plan could not
+    # see, the output, is checked here; else the one-shot codec is used).
+    stream_reads = work.stream_reads and streamable(src) and tuple(src.chunks) == chunks
+    stream_writes = work.stream_writes and streamable(dst) and unit == tuple(dst.chunks)
+    slabs = _slabs(chunks, np.dtype(src.dtype).itemsize, SLAB_BYTES) if stream_reads else []
 
     def blocks_of(region: tuple[slice, ...]) -> tuple[slice, ...]:
         return tuple(
@@ -241,14 +280,17 @@ def scatter(
         region = group_region(group)
         # The group's chunks decoded side by side into this thread's group array, made once
         # per pass: a fresh one per group would be mapped, and faulted in, every time.
-        selection = parse_key(region, shape, tuple(src.chunks))
-        flat = getattr(per_thread, "group", None)
-        if flat is None:
-            flat = per_thread.group = np.empty(math.prod(chunks), dtype=src.dtype)
-        data = flat[: math.prod(selection.full_shape)].reshape(selection.full_shape)
-        src.read_into(list(selection.pieces()), data)
-        _scatter_into(buffer, data, region, unit, work.step_bytes)
-        del data
+        if stream_reads:
+            read_streamed(group, region)
+        else:
+            selection = parse_key(region, shape, tuple(src.chunks))
+            flat = getattr(per_thread, "group", None)
+            if flat is None:
+                flat = per_thread.group = np.empty(math.prod(chunks), dtype=src.dtype)
+            data = flat[: math.prod(selection.full_shape)].reshape(selection.full_shape)
+            src.read_into(list(selection.pieces()), data)
+            _scatter_into(buffer, data, region, unit, work.step_bytes)
+            del data
         touched = blocks_of(region)
         with lock:
             left = remaining[touched]
@@ -262,10 +304,53 @@ def scatter(
                 complete.append(("write", block))
         return complete, 0
 
+    def read_streamed(chunk: tuple[int, ...], region: tuple[slice, ...]) -> None:
+        """Decode source chunk ``chunk`` (at ``region``) a slab at a time into this thread's
+        slab array, each slab's valid part copied into the buffer before the next."""
+        flat = getattr(per_thread, "slab", None)
+        if flat is None:
+            flat = per_thread.slab = np.empty(
+                max(math.prod(s.stop - s.start for s in slab) for slab in slabs), src.dtype
+            )
+        reader = FrameReader(src, chunk)
+        try:
+            for slab in slabs:
+                data = flat[: math.prod(s.stop - s.start for s in slab)]
+                data = data.reshape([s.stop - s.start for s in slab])
+                reader.read_into(data)
+                at = tuple(
+                    slice(r.start + s.start, min(r.stop, r.start + s.stop))
+                    for r, s in zip(region, slab, strict=True)
+                )
+                if all(a.stop > a.start for a in at):  # else all padding, past the array
+                    valid = data[tuple(slice(0, a.stop - a.start) for a in at)]
+                    _scatter_into(buffer, valid, at, unit, work.step_bytes)
+            reader.finish()
+        finally:
+            reader.close()
+
+    def write_streamed(block: tuple[int, ...], flat: int) -> None:
+        """Encode target block ``block`` from its slot a piece at a time, each piece's pages
+        freed once encoded; padding at the array's edge is filled in the slot."""
+        slot = buffer.array[block]
+        region = dst.block_region(block)
+        for axis, r in enumerate(region):
+            if r.stop - r.start < unit[axis]:
+                slot[(slice(None),) * axis + (slice(r.stop - r.start, None),)] = dst.fill_value
+        base = flat * buffer.slot_bytes
+        write_frame(dst, block, slot, lambda start, stop: buffer.let_go(base + start, base + stop))
+        del slot
+
     def write(block: tuple[int, ...]) -> Outcome[Job]:
         region = dst.block_region(block)
         valid = tuple(slice(0, r.stop - r.start) for r in region)
         flat = _flat(block, grid)
+        if stream_writes:
+            write_streamed(block, flat)
+            buffer.release(flat)
+            if marker is not None:
+                marker.record(flat)
+            return [], 1
         # Encoded straight from the buffer's pages: no copy of the block (the store pads one
         # at the array's edge).  The buffer outlives every write.
         slot = buffer.array[block][valid]

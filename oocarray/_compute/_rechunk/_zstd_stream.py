@@ -33,10 +33,12 @@ __all__ = ["CONTEXT_BYTES", "PIECE_BYTES", "FrameReader", "streamable", "write_f
 
 # Stored bytes read, and encoded bytes written, per call.
 PIECE_BYTES = 1 << 20
-# A thread's compression and decompression contexts, counted in a plan: zstd's own estimate of
-# a compression stream at level 3 is about 1.3 MiB and a decompression window at most 8 MiB
-# for levels up to 19 on chunks this size; their memory is libzstd's, not NumPy's.
-CONTEXT_BYTES = 10 << 20
+# A thread's compression and decompression contexts, counted in a plan (libzstd's memory,
+# not NumPy's): zstd estimates 3.5 MiB for a compression stream at level 3 (the ``zstd``
+# codec's) and 2.5 MiB for decoding frames of levels up to 4 (a 2 MiB window); a source
+# written at a higher level decodes with a larger window, within the 64 MiB the RSS may
+# exceed the budget by.
+CONTEXT_BYTES = 8 << 20
 
 # zstd.h's stable API values.
 _C_COMPRESSION_LEVEL = 100
