@@ -1,14 +1,22 @@
 """The scatter pass: every source chunk read once, its pieces copied into the partial target
 blocks of a raw scatter buffer, each target block written once, when its last piece arrived.
 
-The buffer is a temporary file mapped into memory, one slot per target block (of the output's
-write grid: chunks, or shards), allocated in full up front so that a full disk is an
-``OSError`` here and never a ``SIGBUS`` in a copy.  Why not compressed spill memory: each
-source chunk adds a piece to many partial target blocks, so compressed pages would be
-decoded and encoded again once per source chunk; raw pages are copied into at memory speed
-and the kernel's page cache keeps what RAM allows.  The pages this process maps are handed
-back to the kernel (``MADV_DONTNEED``: they stay in the page cache, dirty ones are written to
-the file) whenever about ``map_bytes`` of them were touched, so the RSS stays in the plan.
+The buffer is a temporary file, one slot per target block (of the output's write grid:
+chunks, or shards), allocated in full up front so that a full disk is an ``OSError`` here
+and never a ``SIGBUS`` in a copy.  Why not compressed spill memory: each source chunk adds a
+piece to many partial target blocks, so compressed pages would be decoded and encoded again
+once per source chunk; raw pages are copied into at memory speed and the kernel's page cache
+keeps what RAM allows.
+
+A piece that is one run of its slot's bytes (a target block's rows, whole along the faster
+axes) is written with ``pwrite`` (several pieces gathered first into a small per-thread
+array), and a slot is read back with ``pread``: a shared mapping of an ext4 file costs a
+page fault and the file system's write notification per page, about 6x the time of
+``pwrite`` of the same bytes here, and two threads faulting on one mapping were no faster
+than one.  Other pieces are copied into the file mapped into memory; the pages this process
+maps are handed back to the kernel (``MADV_DONTNEED``: they stay in the page cache, dirty ones
+are written to the file) whenever about ``map_bytes`` of them were touched, so the RSS stays
+in the plan.
 """
 
 from __future__ import annotations
@@ -33,6 +41,23 @@ from oocarray._storage._indexing import parse_key
 __all__ = ["scatter"]
 
 PAGE = mmap.PAGESIZE
+
+# Written slots are freed (see _Buffer.release) where the buffer is larger than this share
+# of the memory available.
+FREE_SLOTS_FROM_SHARE = 4
+
+
+def _available_memory() -> int:
+    """The kernel's estimate of the memory available without swapping (MemAvailable)."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
 
 # A block of work: ("read", source chunk) or ("write", target block).
 Job = tuple[str, tuple[int, ...]]
@@ -66,9 +91,30 @@ class _Buffer:
             raise
         count = math.prod(grid) * math.prod(unit)
         self.array = np.frombuffer(self._map, dtype=dtype, count=count).reshape(grid + unit)
+        self.grid = grid
         self._map_bytes = max(map_bytes, slot)
         self._touched = 0
         self._lock = threading.Lock()
+        # Slots are freed once written only where the buffer would crowd the page cache:
+        # freeing costs as much as the pread of the slot, and the kernel frees a small
+        # buffer's pages at once when it is closed.
+        self._free_slots = size > _available_memory() // FREE_SLOTS_FROM_SHARE
+
+    def write_at(self, offset: int, values: np.ndarray) -> None:
+        """Write a C-contiguous array's bytes at byte ``offset`` of the buffer."""
+        view = memoryview(values).cast("B")  # type: ignore[arg-type]
+        while view:
+            written = os.pwrite(self._file.fd, view, offset)
+            view, offset = view[written:], offset + written
+
+    def read_at(self, offset: int, out: np.ndarray) -> None:
+        """Fill a C-contiguous array with the buffer's bytes from byte ``offset`` on."""
+        view = memoryview(out).cast("B")  # type: ignore[arg-type]
+        while view:
+            got = os.preadv(self._file.fd, [view], offset)
+            if got <= 0:
+                raise OSError(f"the scatter buffer ended at byte {offset}")
+            view, offset = view[got:], offset + got
 
     def touched(self, nbytes: int) -> None:
         """Count pages touched; past ``map_bytes``, give the mapped pages back."""
@@ -86,22 +132,10 @@ class _Buffer:
         Why: a scatter buffer the size of the data is otherwise written back by the kernel
         (once dirty pages pass its limits, the copies into the buffer wait for the disk),
         though each byte is read back once and then never needed."""
-        if self.slot_bytes % PAGE:
+        if self.slot_bytes % PAGE or not self._free_slots:
             return  # a slot's first and last pages are shared with its neighbours
         with contextlib.suppress(OSError):  # a file system that cannot punch holes
             self._map.madvise(mmap.MADV_REMOVE, flat * self.slot_bytes, self.slot_bytes)
-
-    def let_go(self, start: int, stop: int) -> None:
-        """Free the buffer's bytes ``[start, stop)``, read for the last time: their whole
-        pages, as :meth:`release` does (or, sharing pages with a neighbour, only unmapped)."""
-        first, last = -(-start // PAGE) * PAGE, stop // PAGE * PAGE
-        if last <= first:
-            return
-        if self.slot_bytes % PAGE == 0:
-            with contextlib.suppress(OSError):
-                self._map.madvise(mmap.MADV_REMOVE, first, last - first)
-                return
-        self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
 
     def close(self) -> None:
         if hasattr(self, "array"):
@@ -166,17 +200,73 @@ def _segments(start: int, stop: int, unit: int) -> list[Segment]:
     return out
 
 
+def _run_start(within: tuple[slice, ...], unit: tuple[int, ...]) -> int | None:
+    """The element of a slot where the piece ``within`` starts, when the piece is one run of
+    the slot's elements (one index along the leading axes, a run along one, whole along the
+    rest), else None."""
+    axis = 0
+    while axis < len(unit) - 1 and within[axis].stop - within[axis].start == 1:
+        axis += 1
+    for w, u in zip(within[axis + 1 :], unit[axis + 1 :], strict=True):
+        if w.start != 0 or w.stop != u:
+            return None
+    start = 0
+    for w, u in zip(within, unit, strict=True):
+        start = start * u + w.start
+    return start
+
+
+def _write_runs(
+    buffer: _Buffer,
+    moved: np.ndarray,
+    blocks: tuple[slice, ...],
+    start: int,
+    staging: np.ndarray,
+) -> bool:
+    """Write the pieces of ``moved`` (block axes, then piece axes), each a run of its slot
+    from element ``start`` on, with ``pwrite``: straight from the source where a piece is
+    contiguous there, else gathered, as many as ``staging`` holds, into it first.  False
+    (nothing written) where a piece is neither contiguous nor fits ``staging``."""
+    ndim = len(blocks)
+    counts, widths = moved.shape[:ndim], moved.shape[ndim:]
+    piece_elements = math.prod(widths)
+    direct = moved[(0,) * ndim].flags.c_contiguous  # every piece has the same strides
+    room = staging.nbytes // max(piece_elements * moved.itemsize, 1)
+    if not direct and room == 0:
+        return False
+    per_copy = 1 if direct else room
+    base = start * moved.itemsize
+    stage = staging.view(moved.dtype)
+    for outer in itertools.product(*(range(n) for n in counts[:-1])):
+        row = moved[outer]
+        corner = [b.start + i for b, i in zip(blocks[:-1], outer, strict=True)]
+        for first in range(0, counts[-1], per_copy):
+            last = min(counts[-1], first + per_copy)
+            if direct:
+                part = row[first:last]
+            else:
+                part = stage[: (last - first) * piece_elements].reshape(last - first, *widths)
+                part[...] = row[first:last]
+            for j in range(first, last):
+                flat = _flat((*corner, blocks[-1].start + j), buffer.grid)
+                buffer.write_at(flat * buffer.slot_bytes + base, part[j - first])
+    return True
+
+
 def _scatter_into(
     buffer: _Buffer,
     data: np.ndarray,
     region: tuple[slice, ...],
     unit: tuple[int, ...],
     step_bytes: int,
+    staging: np.ndarray | None = None,
 ) -> None:
-    """Copy a group of source chunks' data (at ``region``) into its target blocks' slots: one
-    NumPy copy per combination of head, middle and tail segments (at most 3 per axis), cut
-    into copies that touch at most about ``step_bytes`` of the buffer's pages each, counted
-    before they are touched (so the pages mapped stay what the plan counted)."""
+    """Copy a group of source chunks' data (at ``region``) into its target blocks' slots: per
+    combination of head, middle and tail segments (at most 3 per axis), pieces that are runs
+    of their slots written with ``pwrite`` (gathered in ``staging``), other pieces by one
+    NumPy copy into the mapped buffer, cut into copies that touch at most about
+    ``step_bytes`` of the buffer's pages each, counted before they are touched (so the pages
+    mapped stay what the plan counted)."""
     ndim = len(unit)
     exact = buffer.slot_bytes % PAGE == 0
     axes = [_segments(r.start, r.stop, u) for r, u in zip(region, unit, strict=True)]
@@ -189,6 +279,13 @@ def _scatter_into(
         split = piece.reshape([n for pair in zip(counts, widths, strict=True) for n in pair])
         order = [2 * axis for axis in range(ndim)] + [2 * axis + 1 for axis in range(ndim)]
         moved = split.transpose(order)
+        start = _run_start(within, unit) if staging is not None else None
+        if (
+            start is not None
+            and staging is not None
+            and _write_runs(buffer, moved, blocks, start, staging)
+        ):
+            continue
         target = buffer.array[blocks + within]
         # Slots a whole number of pages long start at one offset within a page: the first
         # slot's pages count for each.
@@ -289,7 +386,7 @@ def scatter(
                 flat = per_thread.group = np.empty(math.prod(chunks), dtype=src.dtype)
             data = flat[: math.prod(selection.full_shape)].reshape(selection.full_shape)
             src.read_into(list(selection.pieces()), data)
-            _scatter_into(buffer, data, region, unit, work.step_bytes)
+            _scatter_into(buffer, data, region, unit, work.step_bytes, staging())
             del data
         touched = blocks_of(region)
         with lock:
@@ -303,6 +400,14 @@ def scatter(
             if _flat(block, grid) not in done:
                 complete.append(("write", block))
         return complete, 0
+
+    def staging() -> np.ndarray:
+        """This thread's array pieces are gathered in before they are written (the plan's
+        step: it stands for the pages a copy into the mapped buffer touches)."""
+        flat = getattr(per_thread, "staging", None)
+        if flat is None:
+            flat = per_thread.staging = np.empty(work.step_bytes, dtype=np.uint8)
+        return flat
 
     def read_streamed(chunk: tuple[int, ...], region: tuple[slice, ...]) -> None:
         """Decode source chunk ``chunk`` (at ``region``) a slab at a time into this thread's
@@ -324,22 +429,27 @@ def scatter(
                 )
                 if all(a.stop > a.start for a in at):  # else all padding, past the array
                     valid = data[tuple(slice(0, a.stop - a.start) for a in at)]
-                    _scatter_into(buffer, valid, at, unit, work.step_bytes)
+                    _scatter_into(buffer, valid, at, unit, work.step_bytes, staging())
             reader.finish()
         finally:
             reader.close()
 
     def write_streamed(block: tuple[int, ...], flat: int) -> None:
-        """Encode target block ``block`` from its slot a piece at a time, each piece's pages
-        freed once encoded; padding at the array's edge is filled in the slot."""
-        slot = buffer.array[block]
+        """Encode target block ``block`` from its slot, read a piece at a time; padding at the
+        array's edge is filled in the slot first."""
         region = dst.block_region(block)
-        for axis, r in enumerate(region):
-            if r.stop - r.start < unit[axis]:
-                slot[(slice(None),) * axis + (slice(r.stop - r.start, None),)] = dst.fill_value
+        if any(r.stop - r.start < u for r, u in zip(region, unit, strict=True)):
+            slot = buffer.array[block]
+            for axis, r in enumerate(region):
+                if r.stop - r.start < unit[axis]:
+                    padding = (slice(None),) * axis + (slice(r.stop - r.start, None),)
+                    slot[padding] = dst.fill_value
+            del slot
+            buffer.touched(buffer.slot_bytes)
         base = flat * buffer.slot_bytes
-        write_frame(dst, block, slot, lambda start, stop: buffer.let_go(base + start, base + stop))
-        del slot
+        write_frame(
+            dst, block, buffer.slot_bytes, lambda start, out: buffer.read_at(base + start, out)
+        )
 
     def write(block: tuple[int, ...]) -> Outcome[Job]:
         region = dst.block_region(block)
@@ -347,16 +457,14 @@ def scatter(
         flat = _flat(block, grid)
         if stream_writes:
             write_streamed(block, flat)
-            buffer.release(flat)
-            if marker is not None:
-                marker.record(flat)
-            return [], 1
-        # Encoded straight from the buffer's pages: no copy of the block (the store pads one
-        # at the array's edge).  The buffer outlives every write.
-        slot = buffer.array[block][valid]
-        buffer.touched(_span(slot, buffer.slot_bytes % PAGE == 0))
-        dst.write_blocks([(block, slot)])
-        del slot
+        else:
+            # Read back into this thread's block array (the store pads a copy of it at the
+            # array's edge).
+            back = getattr(per_thread, "block", None)
+            if back is None:
+                back = per_thread.block = np.empty(unit, dtype=dst.dtype)
+            buffer.read_at(flat * buffer.slot_bytes, back)
+            dst.write_blocks([(block, back[valid])])
         buffer.release(flat)
         if marker is not None:
             marker.record(flat)

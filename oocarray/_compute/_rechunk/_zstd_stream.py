@@ -31,7 +31,7 @@ from oocarray.errors import CorruptChunkError
 
 __all__ = ["CONTEXT_BYTES", "PIECE_BYTES", "FrameReader", "streamable", "write_frame"]
 
-# Stored bytes read, and encoded bytes written, per call.
+# Stored bytes read, and a chunk's bytes encoded, per call.
 PIECE_BYTES = 1 << 20
 # A thread's compression and decompression contexts, counted in a plan (libzstd's memory,
 # not NumPy's): zstd estimates 3.5 MiB for a compression stream at level 3 (the ``zstd``
@@ -119,6 +119,7 @@ class _Contexts:
             self.__del__()
             raise MemoryError("libzstd could not make a context")
         self.piece = np.empty(PIECE_BYTES, dtype=np.uint8)
+        self.source = np.empty(PIECE_BYTES, dtype=np.uint8)
 
     def __del__(self) -> None:
         lib = getattr(self, "lib", None)
@@ -143,19 +144,17 @@ def _mine() -> _Contexts:
 def write_frame(
     store: ZarrStore,
     chunk: tuple[int, ...],
-    data: np.ndarray,
-    done: Callable[[int, int], None] | None = None,
+    nbytes: int,
+    fill: Callable[[int, np.ndarray], None],
 ) -> None:
-    """Write ``data`` (a whole chunk, C-contiguous, as stored) as the file of ``chunk``,
-    compressed a piece at a time; ``done(start, stop)`` after each piece of its bytes is
-    consumed (they are not read again).  Written beside and renamed: a reader sees the old
-    file or the whole new one; a failed write (a full disk) leaves nothing and raises."""
+    """Write the file of ``chunk``, ``nbytes`` (a whole chunk as stored) compressed a piece
+    at a time; ``fill(start, out)`` puts the chunk's bytes from ``start`` on into ``out`` (a
+    uint8 array).  Written beside and renamed: a reader sees the old file or the whole new
+    one; a failed write (a full disk) leaves nothing and raises."""
     layout = store._layout
     assert layout is not None
     own = _mine()
     lib, cctx = own.lib, own.cctx
-    source = data.reshape(-1).view(np.uint8)
-    total = source.nbytes
     path = store._chunk_path(chunk)
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
@@ -163,21 +162,18 @@ def write_frame(
     try:
         try:
             lib.ZSTD_CCtx_reset(cctx, _RESET_SESSION_AND_PARAMETERS)
-            _check(
-                lib,
-                lib.ZSTD_CCtx_setParameter(cctx, _C_COMPRESSION_LEVEL, layout.codec.level),
-                path,
-            )
+            level = layout.codec.level
+            _check(lib, lib.ZSTD_CCtx_setParameter(cctx, _C_COMPRESSION_LEVEL, level), path)
             checksum = int(bool(layout.codec.checksum))
             _check(lib, lib.ZSTD_CCtx_setParameter(cctx, _C_CHECKSUM_FLAG, checksum), path)
-            _check(lib, lib.ZSTD_CCtx_setPledgedSrcSize(cctx, total), path)
-            out = own.piece
-            address = source.ctypes.data
+            _check(lib, lib.ZSTD_CCtx_setPledgedSrcSize(cctx, nbytes), path)
+            source, out = own.source, own.piece
             crc = 0
-            for start in range(0, total, PIECE_BYTES):
-                stop = min(total, start + PIECE_BYTES)
-                mode = _E_END if stop == total else _E_CONTINUE
-                given = _Window(address + start, stop - start, 0)
+            for start in range(0, nbytes, PIECE_BYTES):
+                stop = min(nbytes, start + PIECE_BYTES)
+                fill(start, source[: stop - start])
+                mode = _E_END if stop == nbytes else _E_CONTINUE
+                given = _Window(source.ctypes.data, stop - start, 0)
                 while True:
                     taken = _Window(out.ctypes.data, out.nbytes, 0)
                     left = _check(lib, lib.ZSTD_compressStream2(cctx, taken, given, mode), path)
@@ -191,8 +187,6 @@ def write_frame(
                         mode == _E_CONTINUE and given.pos == given.size
                     ):
                         break
-                if done is not None:
-                    done(start, stop)
             if layout.crc32c:
                 os.write(fd, int(crc).to_bytes(4, "little"))
         finally:
