@@ -242,6 +242,8 @@ def _write_runs(
     for outer in itertools.product(*(range(n) for n in counts[:-1])):
         row = moved[outer]
         corner = [b.start + i for b, i in zip(blocks[:-1], outer, strict=True)]
+        # Blocks next to each other along the last axis have slots next to each other.
+        at = _flat((*corner, blocks[-1].start), buffer.grid) * buffer.slot_bytes + base
         for first in range(0, counts[-1], per_copy):
             last = min(counts[-1], first + per_copy)
             if direct:
@@ -249,9 +251,8 @@ def _write_runs(
             else:
                 part = stage[: (last - first) * piece_elements].reshape(last - first, *widths)
                 part[...] = row[first:last]
-            for j in range(first, last):
-                flat = _flat((*corner, blocks[-1].start + j), buffer.grid)
-                buffer.write_at(flat * buffer.slot_bytes + base, part[j - first])
+            for j in range(last - first):
+                buffer.write_at(at + (first + j) * buffer.slot_bytes, part[j])
     return True
 
 
