@@ -308,25 +308,28 @@ def _scatter_variant(
         if stream_reads
         else _scatter_group(shape, itemsize, source, unit or target, budget, workers)
     )
-    # A worker keeps, made once per pass: its group, decoded (streamed: a slab of a source
-    # chunk), and the array pieces of it are gathered in before they are written (the step;
-    # pieces that are not runs of their slots are copied into the mapped buffer instead,
-    # touching as many of its pages); the array a target block is read back into, and a copy
-    # of it where it is padded (at the array's edge) or a shard (zarr-python encodes a
-    # copy).  And the codec's buffers, which the native codec keeps per thread: a chunk's
-    # stored bytes while it is decoded and an encoded block; streamed, its contexts and a
-    # piece of stored bytes and of a block's bytes.
+    # A worker holds either its group, decoded (streamed: a slab of a source chunk), and the
+    # step (the array pieces are gathered in before they are written, or the pages a copy
+    # into the mapped buffer touches); or the buffer's pages of the target block it encodes
+    # (straight from the buffer), a copy of it where it is padded (at the array's edge) or a
+    # shard (zarr-python encodes a copy) -- streamed, a piece of the block read back.  Pages
+    # counted as mapped may be mapped again by a worker still copying (or encoding) after
+    # another let them go: hence the step and the block are its own.  And the codec's
+    # buffers, kept per thread: the native codec's one (the encoded block, or a chunk's
+    # stored bytes while it is decoded); streamed, its contexts and a piece of stored bytes.
     even = all(n % u == 0 for n, u in zip(shape, unit or target, strict=True))
     copies = 0 if even and unit is None else 1
     group_bytes = math.prod(group) * itemsize
     if stream_reads:
         group_bytes = min(SLAB_BYTES, group_bytes)
     step_bytes = min(SCATTER_STEP_BYTES, group_bytes)
-    reading = group_bytes + step_bytes + (PIECE_BYTES if stream_reads else source_bytes)
-    writing = 2 * PIECE_BYTES if stream_writes else (2 + copies) * target_bytes
-    contexts = CONTEXT_BYTES if stream_reads or stream_writes else 0
-    per_worker = reading + writing + contexts
-    least_mapped = step_bytes
+    reading = group_bytes + step_bytes + (PIECE_BYTES if stream_reads else 0)
+    writing = 2 * PIECE_BYTES if stream_writes else (1 + copies) * target_bytes
+    sides = ((source_bytes, stream_reads), (target_bytes, stream_writes))
+    native = [nbytes for nbytes, streamed in sides if not streamed]
+    codec = max(native, default=0) + (CONTEXT_BYTES if stream_reads or stream_writes else 0)
+    per_worker = max(reading, writing) + codec
+    least_mapped = step_bytes if stream_writes else target_bytes  # the block read back
     # The mapped pages of the buffer take what the workers leave, at most SCATTER_MAP_BYTES,
     # at least what one worker maps at once.
     workers = max(1, min(workers, (budget - least_mapped) // max(per_worker, 1)))

@@ -461,13 +461,12 @@ def scatter(
         if stream_writes:
             write_streamed(block, flat)
         else:
-            # Read back into this thread's block array (the store pads a copy of it at the
-            # array's edge).
-            back = getattr(per_thread, "block", None)
-            if back is None:
-                back = per_thread.block = np.empty(unit, dtype=dst.dtype)
-            buffer.read_at(flat * buffer.slot_bytes, back)
-            dst.write_blocks([(block, back[valid])])
+            # Encoded straight from the buffer's pages: no copy of the block (the store pads
+            # one at the array's edge).  The buffer outlives every write.
+            slot = buffer.array[block][valid]
+            buffer.touched(_span(slot, buffer.slot_bytes % PAGE == 0))
+            dst.write_blocks([(block, slot)])
+            del slot
         buffer.release(flat)
         if marker is not None:
             marker.record(flat)
