@@ -437,18 +437,23 @@ def scatter(
         finally:
             reader.close()
 
+    # A slot's bytes past the array's edge were never written: zeros, the padding of a fill
+    # value whose bytes are zeros.
+    zero_fill = not np.asarray(dst.fill_value, dtype=dst.dtype).tobytes().strip(b"\0")
+
     def write_streamed(block: tuple[int, ...], flat: int) -> None:
         """Encode target block ``block`` from its slot, read a piece at a time; padding at the
-        array's edge is filled in the slot first."""
+        array's edge is filled in the slot first where the fill value is not zeros."""
         region = dst.block_region(block)
-        if any(r.stop - r.start < u for r, u in zip(region, unit, strict=True)):
+        edge = any(r.stop - r.start < u for r, u in zip(region, unit, strict=True))
+        if edge and not zero_fill:
             slot = buffer.array[block]
             for axis, r in enumerate(region):
                 if r.stop - r.start < unit[axis]:
                     padding = (slice(None),) * axis + (slice(r.stop - r.start, None),)
+                    buffer.touched(_span(slot[padding], buffer.slot_bytes % PAGE == 0))
                     slot[padding] = dst.fill_value
             del slot
-            buffer.touched(buffer.slot_bytes)
         base = flat * buffer.slot_bytes
         write_frame(
             dst, block, buffer.slot_bytes, lambda start, out: buffer.read_at(base + start, out)
