@@ -14,7 +14,10 @@
   source chunk and a target chunk do not fit at once.
 
 Blocks run on up to :func:`~oocarray._storage._pool.workers` threads, as many as the budget
-holds at once.
+holds at once.  A scatter pass whose chunks are large (8 MiB or more) decodes and encodes
+them as zstd streams where the stores allow and that fits more threads (see
+:mod:`._zstd_stream`): the native codec's buffers, a chunk's size per thread, are then not
+needed.
 """
 
 from __future__ import annotations
