@@ -14,7 +14,10 @@
   source chunk and a target chunk do not fit at once.
 
 Blocks run on up to :func:`~oocarray._storage._pool.workers` threads, as many as the budget
-holds at once.
+holds at once.  A scatter pass whose chunks are large (8 MiB or more) decodes and encodes
+them as zstd streams where the stores allow and that fits more threads (see
+:mod:`._zstd_stream`): the native codec's buffers, a chunk's size per thread, are then not
+needed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from oocarray._compute._rechunk._zstd_stream import CONTEXT_BYTES, PIECE_BYTES
 from oocarray._memory._units import format_bytes
 from oocarray._storage._pool import workers as cpu_workers
 from oocarray.errors import MemoryBudgetError
@@ -48,6 +52,17 @@ SCATTER_GROUP_SHARE = 4
 # The scatter buffer's pages one copy into it touches at most (see SCATTER_MAP_BYTES).
 SCATTER_STEP_BYTES = 1 << 20
 
+# Chunks of at least this many bytes are encoded or decoded as a stream (see _zstd_stream)
+# where their store allows: smaller ones cost the codec's buffers little, and a stream's
+# calls cost more per byte.
+STREAM_FROM_BYTES = 8 << 20
+
+# A streamed source chunk is decoded and scattered this many bytes at a time.
+SLAB_BYTES = 4 << 20
+
+# Between plans running as many threads, whether the streamed one is chosen.
+PREFER_STREAMS = False
+
 
 @dataclass(frozen=True)
 class Pass:
@@ -68,6 +83,9 @@ class Pass:
     map_bytes: int = 0
     # Scatter: the buffer's pages one copy touches at most.
     step_bytes: int = 0
+    # Scatter: source chunks decoded, and target chunks encoded, as streams (_zstd_stream).
+    stream_reads: bool = False
+    stream_writes: bool = False
 
 
 @dataclass(frozen=True)
@@ -160,6 +178,11 @@ class Plan:
                 if p.scatter_bytes
                 else ""
             )
+            streamed = [
+                k for k, on in (("read", p.stream_reads), ("written", p.stream_writes)) if on
+            ]
+            if streamed:
+                scatter += f" (chunks {' and '.join(streamed)} as streams)"
             lines.append(
                 f"  {p.name}: blocks {p.block} on {p.workers} thread(s), read "
                 f"{format_bytes(p.bytes_read)}, write {format_bytes(p.bytes_written)}{scatter}, "
@@ -246,30 +269,74 @@ def _scatter_pass(
     target: tuple[int, ...],
     budget: int,
     unit: tuple[int, ...] | None = None,
+    streams: tuple[bool, bool] = (False, False),
 ) -> Pass:
     """One pass through the scatter buffer, reading groups of source chunks (the pass's
-    ``block``)."""
+    ``block``).  ``streams``: whether the source's chunks can be read, and the output's
+    written, as streams (local unsharded zstd chunk files); they are where their chunks are
+    large (see STREAM_FROM_BYTES) and where that runs more threads in the budget."""
+    source_bytes = math.prod(source) * itemsize
+    target_bytes = math.prod(unit or target) * itemsize
+    reads = streams[0] and source_bytes >= STREAM_FROM_BYTES
+    writes = streams[1] and unit is None and target_bytes >= STREAM_FROM_BYTES
+    variants = [
+        _scatter_variant(shape, itemsize, source, target, budget, unit, r, w)
+        for r, w in {(False, False), (reads, False), (False, writes), (reads, writes)}
+    ]
+    # The most threads in the budget; then as PREFER_STREAMS says.
+    fits = [v for v in variants if v.peak_bytes <= budget] or variants
+    sign = 1 if PREFER_STREAMS else -1
+    return max(fits, key=lambda v: (v.workers, sign * (v.stream_reads + v.stream_writes)))
+
+
+def _scatter_variant(
+    shape: tuple[int, ...],
+    itemsize: int,
+    source: tuple[int, ...],
+    target: tuple[int, ...],
+    budget: int,
+    unit: tuple[int, ...] | None,
+    stream_reads: bool,
+    stream_writes: bool,
+) -> Pass:
+    """The scatter pass with source chunks read, and target chunks written, as streams or
+    not."""
     nbytes = math.prod(shape) * itemsize
     target_bytes = math.prod(unit or target) * itemsize
+    source_bytes = math.prod(source) * itemsize
     workers = cpu_workers()
-    group = _scatter_group(shape, itemsize, source, unit or target, budget, workers)
-    # A worker holds either its group, decoded, and the step of the buffer's pages it copies
-    # into; or the buffer's pages of the target block it encodes (straight from the buffer),
-    # a copy of it where it is padded (at the array's edge) or a shard (zarr-python encodes
-    # a copy).  Pages counted as mapped may be mapped again by a worker still copying (or
-    # encoding) after another let them go: hence the step and the block are its own.  And
-    # the codec's buffer: the encoded block (or a chunk's stored bytes while it is decoded),
-    # which the native codec keeps per thread.
+    # A streamed source chunk is read alone, a slab at a time: no group.
+    group = (
+        source
+        if stream_reads
+        else _scatter_group(shape, itemsize, source, unit or target, budget, workers)
+    )
+    # A worker holds either its group, decoded (streamed: a slab of a source chunk), and the
+    # step (the array pieces are gathered in before they are written, or the pages a copy
+    # into the mapped buffer touches); or the buffer's pages of the target block it encodes
+    # (straight from the buffer), a copy of it where it is padded (at the array's edge) or a
+    # shard (zarr-python encodes a copy) -- streamed, a piece of the block read back.  Pages
+    # counted as mapped may be mapped again by a worker still copying (or encoding) after
+    # another let them go: hence the step and the block are its own.  And the codec's
+    # buffers, kept per thread: the native codec's one (the encoded block, or a chunk's
+    # stored bytes while it is decoded); streamed, its contexts and a piece of stored bytes.
     even = all(n % u == 0 for n, u in zip(shape, unit or target, strict=True))
     copies = 0 if even and unit is None else 1
     group_bytes = math.prod(group) * itemsize
+    if stream_reads:
+        group_bytes = min(SLAB_BYTES, group_bytes)
     step_bytes = min(SCATTER_STEP_BYTES, group_bytes)
-    codec_bytes = max(target_bytes, math.prod(source) * itemsize)
-    per_worker = max(group_bytes + step_bytes, (1 + copies) * target_bytes) + codec_bytes
+    reading = group_bytes + step_bytes + (PIECE_BYTES if stream_reads else 0)
+    writing = 2 * PIECE_BYTES if stream_writes else (1 + copies) * target_bytes
+    sides = ((source_bytes, stream_reads), (target_bytes, stream_writes))
+    native = [nbytes for nbytes, streamed in sides if not streamed]
+    codec = max(native, default=0) + (CONTEXT_BYTES if stream_reads or stream_writes else 0)
+    per_worker = max(reading, writing) + codec
+    least_mapped = step_bytes if stream_writes else target_bytes  # the block read back
     # The mapped pages of the buffer take what the workers leave, at most SCATTER_MAP_BYTES,
-    # at least one target chunk (the one being read back).
-    workers = max(1, min(workers, (budget - target_bytes) // max(per_worker, 1)))
-    map_bytes = max(target_bytes, min(SCATTER_MAP_BYTES, budget - workers * per_worker))
+    # at least what one worker maps at once.
+    workers = max(1, min(workers, (budget - least_mapped) // max(per_worker, 1)))
+    map_bytes = max(least_mapped, min(SCATTER_MAP_BYTES, budget - workers * per_worker))
     return Pass(
         "pass 1 (scatter)",
         group,
@@ -282,6 +349,8 @@ def _scatter_pass(
         2 * nbytes,
         map_bytes,
         step_bytes,
+        stream_reads,
+        stream_writes,
     )
 
 
@@ -352,12 +421,14 @@ def make_plan(
     budget: int,
     strategy: str | None = None,
     write_unit: tuple[int, ...] | None = None,
+    streams: tuple[bool, bool] = (False, False),
 ) -> Plan:
     """The first of direct, scatter and two-pass whose peak fits ``budget`` (or the one
     ``strategy`` names), else :class:`MemoryBudgetError` naming the smallest budget that
     would do.  Direct and scatter read the source once and write each target chunk once;
     scatter also copies the data through its raw buffer, so direct comes first.
-    ``write_unit`` is the output's shard shape, when it has shards."""
+    ``write_unit`` is the output's shard shape, when it has shards; ``streams`` whether the
+    source's chunks can be read, and the output's written, as streams."""
     itemsize = dtype.itemsize
     direct = _pass(
         "pass 1 (direct)",
@@ -368,7 +439,9 @@ def make_plan(
         itemsize,
         budget,
     )
-    scatter = _scatter_pass(shape, itemsize, source_chunks, target_chunks, budget, write_unit)
+    scatter = _scatter_pass(
+        shape, itemsize, source_chunks, target_chunks, budget, write_unit, streams
+    )
     candidates = [
         Plan(shape, dtype, source_chunks, target_chunks, "direct", (direct,), None),
         Plan(shape, dtype, source_chunks, target_chunks, "scatter", (scatter,), None),

@@ -16,6 +16,7 @@ from oocarray._compute._rechunk._plan import Pass, Plan, make_plan, normalize_ch
 from oocarray._compute._rechunk._resume import Marker, units
 from oocarray._compute._rechunk._scatter import scatter
 from oocarray._compute._rechunk._threads import Outcome, run_blocks
+from oocarray._compute._rechunk._zstd_stream import streamable
 from oocarray._compute._temporaries import _ARRAY_TYPE, temporary
 from oocarray._memory._units import parse_size
 from oocarray._storage import StoredArray, create
@@ -146,10 +147,14 @@ def rechunk(
         else min(parse_size(max_mem, "max_mem") or 0, working_bytes())
     )
     unit = tuple(int(s) for s in shards) if isinstance(shards, (tuple, list)) else None
-    plan = make_plan(shape, dtype, source_chunks, target, budget, strategy, unit)
+    codec = codec or "zstd"
+    # The output's chunks can be written as streams when they will be local zstd chunk files
+    # (checked again on the store made: see _scatter.scatter).
+    local_out = out is None or (isinstance(out, (str, os.PathLike)) and "://" not in str(out))
+    streams = (streamable(x._store), codec == "zstd" and shards is None and local_out)
+    plan = make_plan(shape, dtype, source_chunks, target, budget, strategy, unit, streams)
     if dry_run:
         return plan
-    codec = codec or "zstd"
     naming = {"dataset": out_dataset, "dimension_names": dimension_names}
     return _execute(x, plan, out, shards, codec, resume, mode, storage_options, progress, naming)
 
