@@ -64,6 +64,7 @@ class SlabPlan:
     block per chunked array read whole, and each constant.
     """
 
+    shape: tuple[int, ...]  # the pass's
     reductions: dict[int, Reduction]  # index in the pass -> reduction
     roots: dict[int, int]  # index in the pass -> the register its expression ends in
     steps: list[_Step] = field(default_factory=list)
@@ -117,7 +118,14 @@ class SlabPlan:
         rest = region[1:]
         rows = self.slab_rows(region)
         values: list[Any] = [None] * self.registers
-        whole = {r: reads.read(array, region) for r, array in self.block_reads.items()}
+        # Rows are read on their own only where the block spans every other axis (a pass
+        # that also writes a store cuts its blocks along the store's grid, which may not).
+        spans = all(s.start == 0 and s.stop == n for s, n in zip(rest, self.shape[1:], strict=True))
+        row_reads = self.row_reads if spans else {}
+        whole = {
+            r: reads.read(array, region)
+            for r, array in {**self.block_reads, **({} if spans else self.row_reads)}.items()
+        }
         for r, constant in self.constants.items():
             values[r] = _constant_rows(constant, region)
         per_slab_constants = {
@@ -136,7 +144,7 @@ class SlabPlan:
             slab = (slice(lo, hi), *rest)
             for r, constant in per_slab_constants.items():
                 values[r] = _constant_rows(constant, slab)
-            for r, array in self.row_reads.items():
+            for r, array in row_reads.items():
                 array._read_rows_into(lo, values[r])
             for step in self.steps:
                 step.ufunc(*[values[i] for i in step.ins], out=values[step.out], **step.kwargs)
@@ -235,8 +243,8 @@ def _worth_slabs(reduction: Reduction) -> bool:
 class _Compiler:
     """Builds a :class:`SlabPlan`: one register per distinct node, temporaries reused."""
 
-    def __init__(self, exprs: Sequence[Node]) -> None:
-        self.plan = SlabPlan({}, {})
+    def __init__(self, exprs: Sequence[Node], shape: tuple[int, ...]) -> None:
+        self.plan = SlabPlan(shape, {}, {})
         self.register_of: dict[int, int] = {}
         self.array_register: dict[int, int] = {}
         self.readers: dict[int, int] = {}  # node id -> steps still to read it
@@ -314,7 +322,7 @@ def plan_slabs(reductions: Sequence[Reduction], shape: tuple[int, ...]) -> SlabP
     chosen = {i: r for i, r in enumerate(reductions) if _streamable(r, shape) and _worth_slabs(r)}
     if not chosen:
         return None
-    compiler = _Compiler([r.expr for r in chosen.values()])
+    compiler = _Compiler([r.expr for r in chosen.values()], shape)
     plan = compiler.plan
     plan.reductions = chosen
     plan.roots = {i: compiler.register(r.expr) for i, r in chosen.items()}

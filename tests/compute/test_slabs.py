@@ -204,3 +204,16 @@ def test_random_expressions_equal_numpy(
     finally:
         _slabs.SLAB_BYTES = old
     _check(ours, expected, values, name, axis)
+
+
+@pytest.mark.usefixtures("small_slabs")
+def test_blocks_that_cut_the_columns_read_whole_rows_arrays_as_blocks() -> None:
+    # y's chunks split the columns, and y comes first: the pass's blocks follow its chunks,
+    # so x (whole rows in its chunks, read by rows elsewhere) is read a block at a time.
+    data = np.random.default_rng(11).standard_normal((300, 8))
+    x = oc.from_numpy(data, chunks=(40, 8), codec="none")
+    y = oc.from_numpy(data[::-1].copy(), chunks=(30, 3), codec="none")
+    values = data[::-1] * data + 1
+    for axis in (None, 0, 1):
+        _check(((y * x) + 1).sum(axis=axis), values.sum(axis=axis), values, "sum", axis)
+        _check(((y * x) + 1).max(axis=axis), values.max(axis=axis), values, "max", axis)
