@@ -3,11 +3,12 @@
 Evaluated a block at a time, ``((x*2+1)-x).sum()`` reads a block of ``x`` into memory and
 writes and reads back a block-sized temporary per operation: several passes over memory for
 each block, the same traffic as the step hand-written with ``out=`` buffers.  Evaluated here,
-a block is cut into slabs of rows whose inputs and temporaries together fit a core's L2 cache;
-each slab's input rows are read straight into a buffer that stays in cache (uncompressed chunks
-and memory maps read only the rows asked for), the expression runs as NumPy ufuncs into buffers
-reused every slab, and the reduction of the slab is combined into the block's partial.  The
-input is read from memory once and no temporary ever leaves the cache.
+a block is cut into slabs of rows whose inputs and temporaries together stay in the caches
+(:data:`SLAB_BYTES`); each slab's input rows are read straight into a buffer (uncompressed
+chunks and memory maps read only the rows asked for; other arrays are read a block at a time and
+cut), the expression runs as NumPy ufuncs into buffers reused every slab, and the slabs'
+partials are combined into the block's.  The input is read from memory once and no temporary
+goes to memory.
 
 numexpr fuses an expression in the same way but not the reduction after it, its reductions are
 single-threaded, and NumPy's vectorised float32 loops beat its own (``python -m benchmarks
@@ -156,8 +157,8 @@ class SlabPlan:
 def _partial(reduction: Reduction, values: np.ndarray, slab: Region) -> Any:
     """``reduction.partial``; a float sum over every axis as the column sums of the values
     seen as one column: NumPy's pairwise sum runs one strand at a time, the column sums 2,048
-    interleaved strands at full vector speed (2.1x faster here), as accurate (each strand adds
-    about 128 items in a row, as NumPy's pairwise sum does at its leaves)."""
+    interleaved strands at full vector speed (2.1x faster here) and about as accurately (each
+    strand adds a few hundred items in a row; NumPy's pairwise sum adds 128 at its leaves)."""
     if (
         isinstance(reduction, Accumulate)
         and reduction.function is np.sum
