@@ -33,7 +33,7 @@ from oocarray._compute._nodes import Apply, BlockReads, Constant, Node, Source
 from oocarray._compute._reduce import Accumulate, Extreme, Reduction, _column_sums
 from oocarray._storage import StoredArray
 
-__all__ = ["SLAB_BYTES", "SlabPlan", "plan_slabs"]
+__all__ = ["ENABLED", "SLAB_BYTES", "SlabPlan", "plan_slabs"]
 
 Region = tuple[slice, ...]
 
@@ -42,6 +42,8 @@ Region = tuple[slice, ...]
 # 7.7 at 4 MiB, 10.0 at 8 MiB.  Below, the Python cost of each NumPy call and read (8-20 us)
 # weighs; above, the slab no longer stays in the caches (1 MiB of L2 a core, 32 MiB of L3).
 SLAB_BYTES = 4 << 20
+# Benchmarks turn slabs off to measure what they buy, or what numexpr does without them.
+ENABLED = True
 # Buffers are cut from one allocation, each start aligned to a cache line.
 _ALIGN = 64
 
@@ -319,7 +321,9 @@ class _Compiler:
 
 def plan_slabs(reductions: Sequence[Reduction], shape: tuple[int, ...]) -> SlabPlan | None:
     """The slab plan of the reductions of a pass over ``shape`` that can stream (and gain by
-    it); None when none can."""
+    it); None when none can, or slabs are off (:data:`ENABLED`)."""
+    if not ENABLED:
+        return None
     chosen = {i: r for i, r in enumerate(reductions) if _streamable(r, shape) and _worth_slabs(r)}
     if not chosen:
         return None
