@@ -155,8 +155,9 @@ class _ChunkFiles:
 
 def _zstd_writer(layout: Layout | None) -> ZstdChunkWriter | None:
     """The native zstd writer of an array's unsharded chunks, where its codec is zstd."""
-    native = None if layout is None or layout.shard is not None else layout.native_codec
-    if native is None or native & 0xFF != _native.CODEC_ZSTD:
+    if layout is None or layout.shard is not None or layout.native_codec is None:
+        return None
+    if layout.native_codec & 0xFF != _native.CODEC_ZSTD:
         return None
     return ZstdChunkWriter(layout.codec.level, layout.codec.checksum, layout.crc32c)
 
