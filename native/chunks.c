@@ -614,8 +614,11 @@ int oc_zstd_write(int fd, const char *src, size_t n, int level, int checksum, in
     } else {
         oc_zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
         r = oc_zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
-        if (!oc_zstd.is_error(r) && tune_bytes > 0 && tune_bytes < n) {
-            r = zstd_tune(s->cctx, level, tune_bytes);
+        if (!oc_zstd.is_error(r) && tune_bytes > 0 && tune_bytes < n &&
+            oc_zstd.is_error(zstd_tune(s->cctx, level, tune_bytes))) {
+            /* a library refusing a parameter: the level's own ones, as without tune_bytes */
+            oc_zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
+            r = oc_zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
         }
         if (!oc_zstd.is_error(r)) {
             r = oc_zstd.set_parameter(s->cctx, ZSTD_C_CHECKSUM_FLAG, checksum);

@@ -28,7 +28,7 @@ typedef struct {
 #define ZSTD_C_COMPRESSION_LEVEL 100
 #define ZSTD_C_CHECKSUM_FLAG 201
 #define ZSTD_RESET_SESSION_AND_PARAMETERS 3
-/* ZSTD_cParameter numbers of the stable API, in the order of ZSTD_compressionParameters */
+/* ZSTD_cParameter numbers of the match finder's parameters (stable API since zstd 1.4.0) */
 #define ZSTD_C_WINDOW_LOG 101
 #define ZSTD_C_HASH_LOG 102
 #define ZSTD_C_CHAIN_LOG 103
