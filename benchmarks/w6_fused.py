@@ -214,13 +214,32 @@ CODEC_LABELS = {
 }
 
 
+def _disk_need(nbytes: int) -> int:
+    return 7 * nbytes + GiB  # input zarr + .npy + blosc2 copy + the outputs of one round
+
+
+def _size_that_fits(directory: str, nbytes: int, notes: list[str]) -> int:
+    """``nbytes``, or where the disk is too full for it the largest half, quarter, ... of it
+    (down to 512 MiB) that fits, said in the notes: a smaller run beats none."""
+    size = nbytes
+    while not cd.enough_disk(directory, _disk_need(size)) and size > 512 * MiB:
+        size //= 2
+    if not cd.enough_disk(directory, _disk_need(size)):
+        raise SystemExit(f"W6 needs {format_bytes(_disk_need(size))} free in {directory}")
+    if size != nbytes:
+        notes.append(
+            f"W6: run at {format_bytes(size)}, not {format_bytes(nbytes)}: the disk had room "
+            f"for {format_bytes(_disk_need(size))} (inputs and one round's outputs), not "
+            f"{format_bytes(_disk_need(nbytes))}."
+        )
+    return size
+
+
 def _run_in(directory: str, quick: bool) -> Result:
     nbytes = QUICK_BYTES if quick else FULL_BYTES
     budget = QUICK_BUDGET if quick else BUDGET
     notes: list[str] = []
-    need = 7 * nbytes + GiB  # input zarr + .npy + blosc2 copy + the outputs of one round
-    if not cd.enough_disk(directory, need):
-        raise SystemExit(f"W6 needs {format_bytes(need)} free in {directory}")
+    nbytes = _size_that_fits(directory, nbytes, notes)
     data, made_s = cd.make_data(directory, nbytes)
     assert data.npy_path is not None
     mean, std = w5_data.expected_moments(data.n_rows)

@@ -573,11 +573,33 @@ int oc_decode_range(int codec, int fd, int64_t offset, int64_t nbytes, size_t ch
 
 /* ---- zstd frames, for the Python functions (py_chunks.c), without the GIL ---- */
 
+/* Gives the compression context the parameters that level picks for a source of tune_bytes
+ * (its match window, tables and search), where the library can say them; the frame stays one
+ * frame of the whole source, which every zstd decoder reads. */
+static size_t zstd_tune(ZSTD_CCtx *cctx, int level, size_t tune_bytes)
+{
+    if (oc_zstd.level_params == NULL) {
+        return 0; /* a library without ZSTD_getCParams: the level's own parameters */
+    }
+    oc_zstd_cparams p = oc_zstd.level_params(level, tune_bytes, 0);
+    const int ids[] = {ZSTD_C_WINDOW_LOG, ZSTD_C_CHAIN_LOG,    ZSTD_C_HASH_LOG, ZSTD_C_SEARCH_LOG,
+                       ZSTD_C_MIN_MATCH,  ZSTD_C_TARGET_LENGTH, ZSTD_C_STRATEGY};
+    const int values[] = {(int)p.window_log, (int)p.chain_log,     (int)p.hash_log,
+                          (int)p.search_log, (int)p.min_match, (int)p.target_length, p.strategy};
+    size_t r = 0;
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0] && !oc_zstd.is_error(r); i++) {
+        r = oc_zstd.set_parameter(cctx, ids[i], values[i]);
+    }
+    return r;
+}
+
 /* Writes one zstd frame of src (level, checksum; with crc, the frame's CRC-32C after it) to fd
- * from its position, compressed into this thread's buffer.  0 with *written the bytes written;
- * OC_ZW_NOMEM; OC_ZW_ZSTD with *written zstd's error code; or the errno of the write. */
+ * from its position, compressed into this thread's buffer; with tune_bytes (0 < tune_bytes < n),
+ * using the parameters the level picks for a source of that size (see zstd_tune).  0 with
+ * *written the bytes written; OC_ZW_NOMEM; OC_ZW_ZSTD with *written zstd's error code; or the
+ * errno of the write. */
 int oc_zstd_write(int fd, const char *src, size_t n, int level, int checksum, int crc,
-                  size_t *written)
+                  size_t tune_bytes, size_t *written)
 {
     size_t r = 0;
     int result = 0;
@@ -592,6 +614,12 @@ int oc_zstd_write(int fd, const char *src, size_t n, int level, int checksum, in
     } else {
         oc_zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
         r = oc_zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
+        if (!oc_zstd.is_error(r) && tune_bytes > 0 && tune_bytes < n &&
+            oc_zstd.is_error(zstd_tune(s->cctx, level, tune_bytes))) {
+            /* a library refusing a parameter: the level's own ones, as without tune_bytes */
+            oc_zstd.reset_c(s->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
+            r = oc_zstd.set_parameter(s->cctx, ZSTD_C_COMPRESSION_LEVEL, level);
+        }
         if (!oc_zstd.is_error(r)) {
             r = oc_zstd.set_parameter(s->cctx, ZSTD_C_CHECKSUM_FLAG, checksum);
         }

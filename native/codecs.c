@@ -64,6 +64,7 @@ static void zstd_load(void)
     *(void **)&oc_zstd.bound = dlsym(lib, "ZSTD_compressBound");
     *(void **)&oc_zstd.sizeof_d = dlsym(lib, "ZSTD_sizeof_DCtx");
     *(void **)&oc_zstd.sizeof_c = dlsym(lib, "ZSTD_sizeof_CCtx");
+    *(void **)&oc_zstd.level_params = dlsym(lib, "ZSTD_getCParams");
     int complete = oc_zstd.create && oc_zstd.free && oc_zstd.decompress && oc_zstd.stream &&
                    oc_zstd.reset && oc_zstd.is_error && oc_zstd.error_name &&
                    oc_zstd.content_size && oc_zstd.create_c && oc_zstd.free_c &&

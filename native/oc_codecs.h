@@ -28,6 +28,19 @@ typedef struct {
 #define ZSTD_C_COMPRESSION_LEVEL 100
 #define ZSTD_C_CHECKSUM_FLAG 201
 #define ZSTD_RESET_SESSION_AND_PARAMETERS 3
+/* ZSTD_cParameter numbers of the match finder's parameters (stable API since zstd 1.4.0) */
+#define ZSTD_C_WINDOW_LOG 101
+#define ZSTD_C_HASH_LOG 102
+#define ZSTD_C_CHAIN_LOG 103
+#define ZSTD_C_SEARCH_LOG 104
+#define ZSTD_C_MIN_MATCH 105
+#define ZSTD_C_TARGET_LENGTH 106
+#define ZSTD_C_STRATEGY 107
+/* zstd.h's ZSTD_compressionParameters (its layout unchanged since zstd 1.0) */
+typedef struct {
+    unsigned window_log, chain_log, hash_log, search_log, min_match, target_length;
+    int strategy;
+} oc_zstd_cparams;
 
 typedef struct {
     ZSTD_DCtx *(*create)(void);
@@ -46,6 +59,8 @@ typedef struct {
     size_t (*bound)(size_t);
     size_t (*sizeof_d)(const ZSTD_DCtx *); /* optional: counting the contexts' memory */
     size_t (*sizeof_c)(const ZSTD_CCtx *);
+    /* optional: the parameters a level picks for a source of a given size (ZSTD_getCParams) */
+    oc_zstd_cparams (*level_params)(int, unsigned long long, size_t);
 } oc_zstd_api;
 /* A 4-byte little-endian number in a chunk's header or trailer. */
 static inline uint32_t oc_le32(const unsigned char *p)

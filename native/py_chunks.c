@@ -179,17 +179,24 @@ static PyObject *oc_py_pool_workers(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(
 }
 
 /*
- * zstd_write(fd, data, level, checksum, crc32c=False) -> int: write one zstd frame of data's
- * bytes to fd (from its current position), with the content size in the header, as numcodecs
- * writes it, and a checksum when asked; then, with crc32c, the CRC-32C of the frame (zarr's
- * crc32c codec after zstd).  Compressed without the GIL into this thread's buffer.  Returns the
- * bytes written; a failed write raises OSError with its errno (ENOSPC on a full disk).
+ * zstd_write(fd, data, level, checksum, crc32c=False, tune_bytes=0) -> int: write one zstd
+ * frame of data's bytes to fd (from its current position), with the content size in the
+ * header, as numcodecs writes it, and a checksum when asked; then, with crc32c, the CRC-32C of
+ * the frame (zarr's crc32c codec after zstd).  With tune_bytes (smaller than data), the frame
+ * is compressed with the parameters the level picks for a source of that size.  Compressed
+ * without the GIL into this thread's buffer.  Returns the bytes written; a failed write raises
+ * OSError with its errno (ENOSPC on a full disk).
  */
 static PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
 {
     int fd, level, checksum, crc = 0;
+    Py_ssize_t tune_bytes = 0;
     PyObject *data;
-    if (!PyArg_ParseTuple(args, "iOip|p", &fd, &data, &level, &checksum, &crc)) {
+    if (!PyArg_ParseTuple(args, "iOip|pn", &fd, &data, &level, &checksum, &crc, &tune_bytes)) {
+        return NULL;
+    }
+    if (tune_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "tune_bytes must be 0 or more");
         return NULL;
     }
     if (!oc_zstd_ready()) {
@@ -207,7 +214,8 @@ static PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
     size_t r;
     int result;
     Py_BEGIN_ALLOW_THREADS
-    result = oc_zstd_write(fd, view.buf, (size_t)view.len, level, checksum, crc, &r);
+    result = oc_zstd_write(fd, view.buf, (size_t)view.len, level, checksum, crc, (size_t)tune_bytes,
+                           &r);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (result == OC_ZW_NOMEM) {

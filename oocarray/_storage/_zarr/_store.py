@@ -30,6 +30,7 @@ from oocarray._storage._indexing import ChunkPiece, parse_key
 from oocarray._storage._reader import ChunkRead, Source, scratch_set
 from oocarray._storage._zarr._groups import array_in_group, is_group
 from oocarray._storage._zarr._layout import Layout, OpenShard, crc32c_of, layout_of
+from oocarray._storage._zarr._zstd_write import ZstdChunkWriter
 from oocarray.errors import StoreNotFoundError
 
 __all__ = ["ZarrStore", "encoded_parts"]
@@ -152,6 +153,15 @@ class _ChunkFiles:
         self._shards.clear()
 
 
+def _zstd_writer(layout: Layout | None) -> ZstdChunkWriter | None:
+    """The native zstd writer of an array's unsharded chunks, where its codec is zstd."""
+    if layout is None or layout.shard is not None or layout.native_codec is None:
+        return None
+    if layout.native_codec & 0xFF != _native.CODEC_ZSTD:
+        return None
+    return ZstdChunkWriter(layout.codec.level, layout.codec.checksum, layout.crc32c)
+
+
 def _chunk_file(root: str, layout: Layout, chunk: tuple[int, ...]) -> str:
     # Keys are made of integers and a validated separator: they cannot leave the root.
     return root + os.sep + layout.key(chunk)
@@ -248,6 +258,7 @@ class ZarrStore(Store):
             and self.chunks[1:] == self.shape[1:]
         )
         self.codec = self._codec_name()
+        self._zstd_writer = _zstd_writer(layout)
         self._thread_reads = threading.local()
         self.supports_partial_reads = self._plain_files
         # a local directory read without zarr-python
@@ -562,11 +573,9 @@ class ZarrStore(Store):
         try:
             try:
                 data = _as_encodable(data)
-                codec = layout.codec
-                native = layout.native_codec
-                if native is not None and native & 0xFF == _native.CODEC_ZSTD:
+                if self._zstd_writer is not None:
                     # one zstd frame, and the crc32c codec's checksum after it if it follows
-                    _native.zstd_write(fd, data, codec.level, codec.checksum, layout.crc32c)
+                    self._zstd_writer.write(fd, data)
                 else:
                     for part in encoded_parts(layout, data):
                         while part:
