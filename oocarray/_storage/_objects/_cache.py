@@ -57,7 +57,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import google_crc32c
 import numpy as np
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 __all__ = ["RESCAN_EVERY", "CachedChunk", "ChunkCache"]
 
 _log = logging.getLogger("oocarray.cache")
+_T = TypeVar("_T")
 
 # magic, format version, version-string length, payload length, CRC-32C of version and payload
 _HEADER = struct.Struct("<4sHHQI")
@@ -150,21 +151,7 @@ class ChunkCache:
     def lookup(self, namespace: str, key: str) -> CachedChunk | None:
         """The whole entry for ``(namespace, key)``, or None.  Its checksum is checked by
         :meth:`read`; a file whose header or size is wrong is removed here."""
-        path = self._path(namespace, key)
-        fd = _open_quietly(path)
-        if fd is None:
-            return None
-        try:
-            header = _read_header(fd)
-            if header is None:
-                self._remove_damaged(path, fd)
-                return None
-            return CachedChunk(header.version, header.nbytes, path)
-        except OSError as error:
-            _log.debug("cache lookup of %s failed: %s", path, error)
-            return None
-        finally:
-            os.close(fd)
+        return self._open_entry(self._path(namespace, key), "lookup", lambda fd, entry: entry)
 
     def read(
         self, entry: CachedChunk, empty: Callable[[int], np.ndarray] | None = None
@@ -195,7 +182,19 @@ class ChunkCache:
         """:meth:`lookup` and :meth:`read` in one: the payload of ``(namespace, key)`` when the
         entry holds ``version`` (a version the caller knows is current), else None.  One open
         of the file instead of two, for passes that read many small entries."""
-        path = self._path(namespace, key)
+
+        def payload(fd: int, entry: CachedChunk) -> np.ndarray | None:
+            if entry.version != version:
+                return None
+            return self._read_open(entry, fd, empty or _empty_bytes)
+
+        return self._open_entry(self._path(namespace, key), "read", payload)
+
+    def _open_entry(
+        self, path: str, what: str, use: Callable[[int, CachedChunk], _T | None]
+    ) -> _T | None:
+        """``use(fd, entry)`` of the entry file at ``path`` open, its header read; None when
+        there is no file, it is damaged (then removed) or reading it fails."""
         fd = _open_quietly(path)
         if fd is None:
             return None
@@ -204,12 +203,9 @@ class ChunkCache:
             if header is None:
                 self._remove_damaged(path, fd)
                 return None
-            if header.version != version:
-                return None
-            entry = CachedChunk(header.version, header.nbytes, path)
-            return self._read_open(entry, fd, empty or _empty_bytes)
+            return use(fd, CachedChunk(header.version, header.nbytes, path))
         except OSError as error:
-            _log.debug("cache read of %s failed: %s", path, error)
+            _log.debug("cache %s of %s failed: %s", what, path, error)
             return None
         finally:
             os.close(fd)
