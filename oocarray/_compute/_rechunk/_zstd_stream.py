@@ -28,7 +28,7 @@ import google_crc32c
 import numpy as np
 
 from oocarray import _native
-from oocarray._storage._zarr._store import ZarrStore, _mkstemp_beside
+from oocarray._storage._zarr._store import ZarrStore, written_beside
 from oocarray.errors import CorruptChunkError
 
 __all__ = ["CONTEXT_BYTES", "PIECE_BYTES", "FrameReader", "streamable", "write_frame"]
@@ -158,46 +158,39 @@ def write_frame(
     own = _mine()
     lib, cctx = own.lib, own.cctx
     path = store._chunk_path(chunk)
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = _mkstemp_beside(directory)
-    try:
-        try:
-            lib.ZSTD_CCtx_reset(cctx, _RESET_SESSION_AND_PARAMETERS)
-            level = layout.codec.level
-            _check(lib, lib.ZSTD_CCtx_setParameter(cctx, _C_COMPRESSION_LEVEL, level), path)
-            checksum = int(bool(layout.codec.checksum))
-            _check(lib, lib.ZSTD_CCtx_setParameter(cctx, _C_CHECKSUM_FLAG, checksum), path)
-            _check(lib, lib.ZSTD_CCtx_setPledgedSrcSize(cctx, nbytes), path)
-            source, out = own.source, own.piece
-            crc = 0
-            for start in range(0, nbytes, PIECE_BYTES):
-                stop = min(nbytes, start + PIECE_BYTES)
-                fill(start, source[: stop - start])
-                mode = _E_END if stop == nbytes else _E_CONTINUE
-                given = _Window(source.ctypes.data, stop - start, 0)
-                while True:
-                    taken = _Window(out.ctypes.data, out.nbytes, 0)
-                    left = _check(lib, lib.ZSTD_compressStream2(cctx, taken, given, mode), path)
-                    if taken.pos:
-                        view = memoryview(out[: taken.pos])  # type: ignore[arg-type]
-                        if layout.crc32c:
-                            crc = google_crc32c.extend(crc, bytes(view))
-                        while view:
-                            view = view[os.write(fd, view) :]
-                    if (mode == _E_END and left == 0) or (
-                        mode == _E_CONTINUE and given.pos == given.size
-                    ):
-                        break
-            if layout.crc32c:
-                os.write(fd, int(crc).to_bytes(4, "little"))
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with written_beside(path) as fd:
+        lib.ZSTD_CCtx_reset(cctx, _RESET_SESSION_AND_PARAMETERS)
+        level = layout.codec.level
+        _check(lib, lib.ZSTD_CCtx_setParameter(cctx, _C_COMPRESSION_LEVEL, level), path)
+        checksum = int(bool(layout.codec.checksum))
+        _check(lib, lib.ZSTD_CCtx_setParameter(cctx, _C_CHECKSUM_FLAG, checksum), path)
+        _check(lib, lib.ZSTD_CCtx_setPledgedSrcSize(cctx, nbytes), path)
+        source, out = own.source, own.piece
+        crc = 0
+        for start in range(0, nbytes, PIECE_BYTES):
+            stop = min(nbytes, start + PIECE_BYTES)
+            fill(start, source[: stop - start])
+            mode = _E_END if stop == nbytes else _E_CONTINUE
+            given = _Window(source.ctypes.data, stop - start, 0)
+            while True:
+                taken = _Window(out.ctypes.data, out.nbytes, 0)
+                left = _check(lib, lib.ZSTD_compressStream2(cctx, taken, given, mode), path)
+                if taken.pos:
+                    view = memoryview(out[: taken.pos])  # type: ignore[arg-type]
+                    if layout.crc32c:
+                        crc = google_crc32c.extend(crc, bytes(view))
+                    _write_all(fd, view)
+                if (mode == _E_END and left == 0) or (
+                    mode == _E_CONTINUE and given.pos == given.size
+                ):
+                    break
+        if layout.crc32c:
+            _write_all(fd, memoryview(int(crc).to_bytes(4, "little")))
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 class FrameReader:

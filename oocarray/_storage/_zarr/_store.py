@@ -10,13 +10,14 @@ remote stores, writes into shards) goes through zarr-python.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import os
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,26 @@ def _mkstemp_beside(directory: str) -> tuple[int, str]:
         os.unlink(tmp)
         raise
     return fd, tmp
+
+
+@contextlib.contextmanager
+def written_beside(path: str) -> Iterator[int]:
+    """A descriptor of a new file beside ``path`` (its folders made) that is renamed over it
+    when the block ends: readers see the old file or the whole new one.  On any error,
+    a full disk say, the new file is removed and ``path`` is left as it was."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = _mkstemp_beside(directory)
+    try:
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _as_encodable(data: np.ndarray) -> np.ndarray:
@@ -565,28 +586,15 @@ class ZarrStore(Store):
     def _write_stored(self, layout: Layout, chunk: tuple[int, ...], data: np.ndarray) -> None:
         """Encode one stored chunk and write its file.  Runs on pool threads: it makes no NumPy
         arrays."""
-        path = self._chunk_path(chunk)
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        # Write beside it and rename: readers never see half a chunk.
-        fd, tmp = _mkstemp_beside(directory)
-        try:
-            try:
-                data = _as_encodable(data)
-                if self._zstd_writer is not None:
-                    # one zstd frame, and the crc32c codec's checksum after it if it follows
-                    self._zstd_writer.write(fd, data)
-                else:
-                    for part in encoded_parts(layout, data):
-                        while part:
-                            part = part[os.write(fd, part) :]
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        with written_beside(self._chunk_path(chunk)) as fd:  # never half a chunk
+            data = _as_encodable(data)
+            if self._zstd_writer is not None:
+                # one zstd frame, and the crc32c codec's checksum after it if it follows
+                self._zstd_writer.write(fd, data)
+            else:
+                for part in encoded_parts(layout, data):
+                    while part:
+                        part = part[os.write(fd, part) :]
 
     # ---- growing along axis 0 (append) ----
 
