@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ import oocarray as oc
 from oocarray._compute._rechunk._resume import MARKER, units
 from testkit import cgroup
 from testkit.children import start_python
+from tests.compute._rechunk_kill import killed_mid_rechunk
 
 MiB = 1 << 20
 
@@ -39,25 +38,7 @@ def test_kill_minus_nine_then_resume(tmp_path: Path) -> None:
     x = oc.create(tmp_path / "src.zarr", values.shape, values.dtype, chunks=(4, 16))
     x[...] = values
     out = tmp_path / "out.zarr"
-    child = start_python(SLOW_RECHUNK, str(x.path), str(out))
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        done: list[int] = []
-        for _ in range(3000):  # until a few target blocks are recorded (not a timing check)
-            try:
-                marked = zarr.open_array(out, mode="r").attrs.get(MARKER, {})
-                done = sorted(units(marked.get("done")))
-            except Exception:  # the output not created yet
-                done = []
-            if len(done) >= 3 or child.poll() is not None:
-                break
-            time.sleep(0.01)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.communicate(timeout=30)
-    marker = zarr.open_array(out, mode="r").attrs.get(MARKER)
-    if marker is None:
-        pytest.skip("the child finished before it was killed")
+    marker = killed_mid_rechunk(SLOW_RECHUNK, str(x.path), out)
     written = _chunk_files(out)
     recorded = units(marker["done"])
     y = oc.rechunk(x, (2, 16), out, progress=False)

@@ -4,9 +4,7 @@ an error, and a full disk or kill -9 leaves every target chunk whole or absent."
 
 from __future__ import annotations
 
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +19,7 @@ from oocarray._compute._rechunk import _plan
 from oocarray._compute._rechunk._resume import MARKER, units
 from oocarray._compute._rechunk._zstd_stream import FrameReader, streamable, write_frame
 from oocarray.errors import CorruptChunkError
-from testkit.children import start_python
+from tests.compute._rechunk_kill import killed_mid_rechunk
 
 # What makes a plan stream chunks this small (in production only chunks of 8 MiB or more
 # are, and only where that runs more threads).
@@ -188,24 +186,7 @@ def test_kill_minus_nine_then_resume_streamed(tmp_path: Path) -> None:
     values = np.arange(12000 * 16, dtype="f8").reshape(12000, 16)
     x = _source(tmp_path / "src.zarr", values, (4, 16))
     out = tmp_path / "out.zarr"
-    child = start_python(SLOW_STREAMED, str(x.path), str(out))
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        for _ in range(3000):  # until a few target blocks are recorded (not a timing check)
-            try:
-                marked = zarr.open_array(out, mode="r").attrs.get(MARKER, {})
-                done = units(marked.get("done"))
-            except Exception:  # the output not created yet
-                done = set()
-            if len(done) >= 3 or child.poll() is not None:
-                break
-            time.sleep(0.01)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.communicate(timeout=30)
-    marker = zarr.open_array(out, mode="r").attrs.get(MARKER)
-    if marker is None:
-        pytest.skip("the child finished before it was killed")
+    marker = killed_mid_rechunk(SLOW_STREAMED, str(x.path), out)
     z = zarr.open_array(out, mode="r")
     for block in units(marker["done"]):  # each recorded target block (2 rows) is whole
         rows = slice(2 * block, 2 * block + 2)
