@@ -28,7 +28,7 @@ void oc_pager_destroy(pg_array *a);
 char *oc_pager_base(pg_array *a);
 size_t oc_pager_data_bytes(pg_array *a);
 int oc_pager_writable(pg_array *a);
-void oc_pager_stats(pg_array *a, long long out[12]);
+void oc_pager_stats(pg_array *a, long long out[14]);
 const char *oc_pager_error(pg_array *a);
 size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n);
 int oc_pager_begin_writeback(pg_array *a, size_t u);
@@ -52,6 +52,15 @@ int oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode);
 /* Chunks not on disk yet are asked of a feeder process: requests on req_fd, answers on rep_fd
  * (both duplicated); 0 or errno.  Before the array is first touched. */
 int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd);
+/* A remote array's chunks handed over in memory by the process that made it (see
+ * pager_remote.c): chunk c's stored bytes, copied and counted on the array's node (0; ENOSPC
+ * where the budget has no room for them; or errno); every chunk outside [lo, hi)
+ * let go (the bytes freed); the chunk of the latest fill (-1: none yet); and an eventfd
+ * (duplicated) written when the fills move to another chunk (0 or errno). */
+int oc_pager_remote_give(pg_array *a, size_t c, const char *src, size_t n);
+size_t oc_pager_remote_keep(pg_array *a, size_t lo, size_t hi);
+long long oc_pager_remote_pos(pg_array *a);
+int oc_pager_remote_progress(pg_array *a, int fd);
 int oc_pager_native_writeback(pg_array *a);
 int oc_pager_write_back(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n);
 void oc_pager_writeback_error(pg_array *a, char *out, size_t n);

@@ -26,7 +26,7 @@ void pg_array_free(pg_array *a)
     }
     free(a->paths);
     free(a->table);
-    pg_remote_free(a->remote);
+    pg_remote_free(a);
     while (a->moves != NULL) {
         pg_move *m = a->moves;
         a->moves = m->next;
@@ -175,7 +175,7 @@ char *oc_pager_base(pg_array *a) { return a->base; }
 size_t oc_pager_data_bytes(pg_array *a) { return a->data_bytes; }
 int oc_pager_writable(pg_array *a) { return a->writable; }
 
-void oc_pager_stats(pg_array *a, long long out[12])
+void oc_pager_stats(pg_array *a, long long out[14])
 {
     out[0] = atomic_load(&a->fills);
     out[1] = atomic_load(&a->zero_fills);
@@ -195,6 +195,8 @@ void oc_pager_stats(pg_array *a, long long out[12])
     out[9] = (long long)a->unit_bytes;
     out[10] = atomic_load(&a->writebacks);
     out[11] = atomic_load(&a->wb_failures);
+    out[12] = atomic_load(&a->given_reads);
+    out[13] = atomic_load(&a->given_bytes);
 }
 
 const char *oc_pager_error(pg_array *a) { return a->error; }

@@ -45,9 +45,33 @@ static int read_part(pg_array *a, size_t c, const int64_t t[3], size_t lo, size_
         snprintf(err, err_n, "chunk %zu (%s): its place in the file is unknown after a write that failed", c, where);
         return -1;
     }
+    char why[256];
+    /* a spill's last chunk is as long as the data left (a zarr or HDF5 chunk is always whole) */
+    size_t cn = a->spill && cs + C > a->data_bytes ? a->data_bytes - cs : C;
+    int codec = a->codec;
+    if (OC_CODEC_KIND(codec) == OC_CODEC_H5) {
+        codec = oc_h5_masked(codec, OC_CHUNK_MASK(t[0])); /* the filters this chunk skipped */
+    }
+    if (a->remote != NULL) {
+        pg_remote_note(a, c);
+    }
     int fd = a->fd >= 0 ? a->fd : open(a->paths[path], O_RDONLY | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT && a->remote != NULL) { /* not fetched yet: ask the feeder */
-        int got = pg_remote_wait(a, c, a->paths[path], err, err_n);
+        pg_given *given = NULL;
+        int got = pg_remote_wait(a, c, a->paths[path], &given, err, err_n);
+        if (got == 2) { /* handed over in memory */
+            size_t n;
+            const char *bytes = pg_given_bytes(given, &n);
+            oc_source mem = {.fd = -1, .path = NULL, .mem = bytes, .mem_len = (int64_t)n};
+            int rc = oc_decode(codec, &mem, 0, (int64_t)n, cn, lo - cs, d, hi - lo, why, sizeof why);
+            pg_remote_done(a, given);
+            atomic_fetch_add(&a->given_reads, 1);
+            if (rc != 0) {
+                snprintf(err, err_n, "chunk %zu (%s) cannot be decoded: %s", c, where, why);
+                return -1;
+            }
+            return 0;
+        }
         if (got != 0) {
             if (got == 1) {
                 fill_pattern(a, d, lo, hi);
@@ -63,13 +87,6 @@ static int read_part(pg_array *a, size_t c, const int64_t t[3], size_t lo, size_
         }
         snprintf(err, err_n, "chunk %zu: cannot open %s: %s", c, where, strerror(errno));
         return -1;
-    }
-    char why[256];
-    /* a spill's last chunk is as long as the data left (a zarr or HDF5 chunk is always whole) */
-    size_t cn = a->spill && cs + C > a->data_bytes ? a->data_bytes - cs : C;
-    int codec = a->codec;
-    if (OC_CODEC_KIND(codec) == OC_CODEC_H5) {
-        codec = oc_h5_masked(codec, OC_CHUNK_MASK(t[0])); /* the filters this chunk skipped */
     }
     int rc = oc_decode_range(codec, fd, t[1], t[2], cn, lo - cs, d, hi - lo, why, sizeof why);
     if (a->fd < 0) {

@@ -88,6 +88,7 @@ struct pg_array { /* typedef'd in oc_core.h */
     oc_wb_store wb;
     long long wb_retry_ns; /* after a failed write-back under pressure, none before this */
     atomic_llong writebacks, wb_failures;
+    atomic_llong given_reads, given_bytes; /* remote: chunks read from bytes handed over; held */
     char wb_error[400]; /* the last failed write-back under pressure, under `pg_lock` */
     pg_remote *remote;  /* chunks fetched on demand by a feeder process (pager_remote.c) */
 };
@@ -144,9 +145,16 @@ void pg_ring_push(pg_array *a, size_t u);
 /* pager_arrays.c */
 void pg_array_free(pg_array *a);
 /* pager_remote.c: chunk c of an array paged from an object store, fetched into `path` by the
- * feeder: 0 when the file is there, 1 when the chunk was never written, -1 with a message */
-int pg_remote_wait(pg_array *a, size_t c, const char *path, char *err, size_t err_n);
-void pg_remote_free(pg_remote *r);
+ * feeder: 0 when the file is there, 1 when the chunk was never written, 2 with *given (held:
+ * pg_remote_done after decoding) when its bytes were handed over in memory, -1 with a
+ * message */
+typedef struct pg_given pg_given;
+int pg_remote_wait(pg_array *a, size_t c, const char *path, pg_given **given, char *err,
+                   size_t err_n);
+void pg_remote_done(pg_array *a, pg_given *g);
+const char *pg_given_bytes(const pg_given *g, size_t *n);
+void pg_remote_note(pg_array *a, size_t c); /* a fill reads chunk c now */
+void pg_remote_free(pg_array *a);
 int pg_withdraw(pg_array *a);
 /* pager_errors.c */
 extern atomic_int pg_failures_seen;

@@ -8,6 +8,13 @@
  * it and renamed, so a file is whole or absent) and answers (c, status) on another pipe.  The
  * fill then reads that file as it reads a local chunk.  Workers waiting for answers take turns
  * reading the answer pipe: the one reading records every answer it gets and wakes the others.
+ *
+ * A thread of the process that made the array may also hand chunks over in memory before they
+ * are asked for (oocarray/_storage/_zarr/_prefetch.py: a scan read ahead without files or the
+ * feeder's start-up).  That thread needs the GIL, which a faulting thread may hold, so it only
+ * ever helps: a fill takes a chunk handed over if there is one, and otherwise asks the feeder
+ * as before, waking as soon as either comes.  Each fill of a chunk writes its number on an
+ * eventfd, so that thread knows where the reads are.
  */
 #include "pager_int.h"
 
@@ -28,15 +35,28 @@ struct pg_remote {
     int reading; /* a worker is reading the answer pipe */
     int broken;  /* the feeder is gone: every wait fails */
     uint8_t *status; /* per chunk */
+    pg_given **given; /* per chunk: its stored bytes handed over in memory, or NULL */
+    int progress_fd;  /* an eventfd written when fills move to another chunk, or -1 */
+    atomic_llong pos; /* the chunk of the latest fill, -1 before the first */
+};
+
+/* A chunk's stored bytes in memory, counted on the array's node while held. */
+struct pg_given {
+    size_t n;
+    int refs;    /* fills decoding from it; under the remote's mutex */
+    int dropped; /* no longer in `given`: the last fill done with it frees it */
+    char data[];
 };
 
 int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd)
 {
     pg_remote *r = calloc(1, sizeof *r);
     uint8_t *status = calloc(a->nchunks ? a->nchunks : 1, 1);
-    if (r == NULL || status == NULL) {
+    pg_given **given = calloc(a->nchunks ? a->nchunks : 1, sizeof *given);
+    if (r == NULL || status == NULL || given == NULL) {
         free(r);
         free(status);
+        free(given);
         return ENOMEM;
     }
     r->req_fd = fcntl(req_fd, F_DUPFD_CLOEXEC, 0);
@@ -47,24 +67,165 @@ int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd)
         if (r->rep_fd >= 0) close(r->rep_fd);
         free(r);
         free(status);
+        free(given);
         return e;
     }
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->status = status;
+    r->given = given;
+    r->progress_fd = -1;
+    atomic_init(&r->pos, -1);
     a->remote = r;
     return 0;
 }
 
-void pg_remote_free(pg_remote *r)
+int oc_pager_remote_progress(pg_array *a, int fd)
 {
+    pg_remote *r = a->remote;
+    if (r == NULL) {
+        return EINVAL;
+    }
+    int mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (mine < 0) {
+        return errno;
+    }
+    pthread_mutex_lock(&r->mu);
+    int old = r->progress_fd;
+    r->progress_fd = mine;
+    pthread_mutex_unlock(&r->mu);
+    if (old >= 0) {
+        close(old);
+    }
+    return 0;
+}
+
+static void given_free(pg_array *a, pg_given *g)
+{
+    atomic_fetch_sub(&a->given_bytes, (long long)g->n);
+    if (a->node != NULL) {
+        oc_release(a->node, (int64_t)g->n);
+    }
+    free(g);
+}
+
+/* Under the remote's mutex: chunk c's bytes in memory are let go (freed, or by the last fill
+ * decoding from them). */
+static pg_given *given_take_out(pg_remote *r, size_t c)
+{
+    pg_given *g = r->given[c];
+    r->given[c] = NULL;
+    if (g != NULL && g->refs > 0) {
+        g->dropped = 1;
+        return NULL;
+    }
+    return g;
+}
+
+int oc_pager_remote_give(pg_array *a, size_t c, const char *src, size_t n)
+{
+    pg_remote *r = a->remote;
+    if (r == NULL || c >= a->nchunks) {
+        return EINVAL;
+    }
+    pg_given *g = malloc(sizeof *g + (n ? n : 1));
+    if (g == NULL) {
+        return ENOMEM;
+    }
+    g->n = n;
+    g->refs = 0;
+    g->dropped = 0;
+    if (a->node != NULL) {
+        if (oc_reserve(a->node, (int64_t)n) != NULL) {
+            free(g); /* no room in the budget: the fill asks the feeder, as without it */
+            return ENOSPC;
+        }
+        oc_raise_peaks(a->node);
+    }
+    memcpy(g->data, src, n);
+    atomic_fetch_add(&a->given_bytes, (long long)n);
+    pthread_mutex_lock(&r->mu);
+    pg_given *old = given_take_out(r, c);
+    r->given[c] = g;
+    pthread_cond_broadcast(&r->cv); /* fills waiting for the feeder take it now */
+    pthread_mutex_unlock(&r->mu);
+    if (old != NULL) {
+        given_free(a, old);
+    }
+    return 0;
+}
+
+size_t oc_pager_remote_keep(pg_array *a, size_t lo, size_t hi)
+{
+    pg_remote *r = a->remote;
+    size_t freed = 0;
+    if (r == NULL) {
+        return 0;
+    }
+    for (size_t c = 0; c < a->nchunks; c++) {
+        if (c >= lo && c < hi) {
+            continue;
+        }
+        pthread_mutex_lock(&r->mu);
+        pg_given *g = r->given[c] != NULL ? given_take_out(r, c) : NULL;
+        pthread_mutex_unlock(&r->mu);
+        if (g != NULL) {
+            freed += g->n;
+            given_free(a, g);
+        }
+    }
+    return freed;
+}
+
+long long oc_pager_remote_pos(pg_array *a)
+{
+    return a->remote == NULL ? -1 : atomic_load(&a->remote->pos);
+}
+
+void pg_remote_note(pg_array *a, size_t c)
+{
+    pg_remote *r = a->remote;
+    if (atomic_exchange(&r->pos, (long long)c) == (long long)c) {
+        return;
+    }
+    pthread_mutex_lock(&r->mu);
+    if (r->progress_fd >= 0) {
+        uint64_t one = 1;
+        (void)!write(r->progress_fd, &one, sizeof one); /* a wake-up: never fails usefully */
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+void pg_remote_done(pg_array *a, pg_given *g)
+{
+    pg_remote *r = a->remote;
+    pthread_mutex_lock(&r->mu);
+    int last = --g->refs == 0 && g->dropped;
+    pthread_mutex_unlock(&r->mu);
+    if (last) {
+        given_free(a, g);
+    }
+}
+
+void pg_remote_free(pg_array *a)
+{
+    pg_remote *r = a->remote;
     if (r == NULL) {
         return;
     }
     close(r->req_fd); /* the feeder reads end-of-file and exits */
     close(r->rep_fd);
+    if (r->progress_fd >= 0) {
+        close(r->progress_fd);
+    }
+    for (size_t c = 0; c < a->nchunks; c++) {
+        if (r->given[c] != NULL) {
+            given_free(a, r->given[c]); /* no fill runs any more */
+        }
+    }
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
+    free(r->given);
     free(r->status);
     free(r);
 }
@@ -103,10 +264,17 @@ static void failure_reason(pg_array *a, const char *path, size_t c, char *err, s
              why[0] ? why : "the fetching process ended");
 }
 
-int pg_remote_wait(pg_array *a, size_t c, const char *path, char *err, size_t err_n)
+int pg_remote_wait(pg_array *a, size_t c, const char *path, pg_given **given, char *err,
+                   size_t err_n)
 {
     pg_remote *r = a->remote;
     pthread_mutex_lock(&r->mu);
+    if (r->given[c] != NULL) {
+        *given = r->given[c];
+        (*given)->refs++;
+        pthread_mutex_unlock(&r->mu);
+        return 2;
+    }
     if (r->status[c] == RQ_READY) {
         r->status[c] = RQ_NONE; /* the file went since (a retry): ask again */
     }
@@ -122,7 +290,7 @@ int pg_remote_wait(pg_array *a, size_t c, const char *path, char *err, size_t er
             r->status[c] = RQ_ASKED;
         }
     }
-    while (r->status[c] == RQ_ASKED && !r->broken) {
+    while (r->status[c] == RQ_ASKED && !r->broken && r->given[c] == NULL) {
         if (r->reading) {
             pthread_cond_wait(&r->cv, &r->mu);
             continue;
@@ -141,6 +309,13 @@ int pg_remote_wait(pg_array *a, size_t c, const char *path, char *err, size_t er
         }
         pthread_cond_broadcast(&r->cv);
     }
+    if (r->status[c] != RQ_READY && r->given[c] != NULL) {
+        *given = r->given[c]; /* handed over while the feeder fetched it (which it still
+                                 answers: a later fill may open its file) */
+        (*given)->refs++;
+        pthread_mutex_unlock(&r->mu);
+        return 2;
+    }
     int status = r->broken && r->status[c] == RQ_ASKED ? RQ_FAILED : r->status[c];
     if (status == RQ_FAILED) {
         r->status[c] = RQ_NONE; /* a later fault asks again */
@@ -154,4 +329,10 @@ int pg_remote_wait(pg_array *a, size_t c, const char *path, char *err, size_t er
     }
     failure_reason(a, path, c, err, err_n);
     return -1;
+}
+
+const char *pg_given_bytes(const pg_given *g, size_t *n)
+{
+    *n = g->n;
+    return g->data;
 }

@@ -7,6 +7,7 @@
 #include "oc_pager.h"
 
 #include <fcntl.h>
+#include <limits.h>
 
 typedef struct {
     PyObject_HEAD
@@ -219,12 +220,13 @@ static PyBufferProcs Pages_as_buffer = {
 
 static PyObject *Pages_stats(PagesObject *self, PyObject *Py_UNUSED(a))
 {
-    long long s[12];
+    long long s[14];
     oc_pager_stats(self->pages, s);
-    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsL}", "fills", s[0], "zero_fills", s[1],
+    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "fills", s[0], "zero_fills", s[1],
                          "readaheads", s[2], "evictions", s[3], "failures", s[4], "faults", s[5],
                          "decoded_bytes", s[6], "resident_bytes", s[7], "dirty_units", s[8],
-                         "unit_bytes", s[9], "writebacks", s[10], "writeback_failures", s[11]);
+                         "unit_bytes", s[9], "writebacks", s[10], "writeback_failures", s[11],
+                         "handed_over_reads", s[12], "handed_over_bytes", s[13]);
 }
 
 static PyObject *Pages_dirty_units(PagesObject *self, PyObject *Py_UNUSED(a))
@@ -395,6 +397,60 @@ static PyObject *Pages_prefetch(PagesObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *Pages_remote_give(PagesObject *self, PyObject *args)
+{
+    Py_ssize_t c;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "ny*", &c, &data)) {
+        return NULL;
+    }
+    int e = EINVAL;
+    if (c >= 0) {
+        Py_BEGIN_ALLOW_THREADS
+        e = oc_pager_remote_give(self->pages, (size_t)c, data.buf, (size_t)data.len);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&data);
+    if (e) {
+        return oc_py_errno_error(e);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Pages_remote_keep(PagesObject *self, PyObject *args)
+{
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "nn", &lo, &hi)) {
+        return NULL;
+    }
+    size_t freed;
+    Py_BEGIN_ALLOW_THREADS
+    freed = oc_pager_remote_keep(self->pages, lo < 0 ? 0 : (size_t)lo, hi < 0 ? 0 : (size_t)hi);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromSize_t(freed);
+}
+
+static PyObject *Pages_remote_position(PagesObject *self, PyObject *Py_UNUSED(args))
+{
+    return PyLong_FromLongLong(oc_pager_remote_pos(self->pages));
+}
+
+static PyObject *Pages_remote_progress(PagesObject *self, PyObject *arg)
+{
+    long fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (fd < 0 || fd > INT_MAX) {
+        return oc_py_errno_error(EBADF);
+    }
+    int e = oc_pager_remote_progress(self->pages, (int)fd);
+    if (e) {
+        return oc_py_errno_error(e);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Pages_get_error(PagesObject *self, void *Py_UNUSED(c))
 {
     const char *e = oc_pager_error(self->pages);
@@ -429,6 +485,10 @@ static PyMethodDef Pages_methods[] = {
     {"move_end", (PyCFunction)Pages_move_end, METH_VARARGS, "move_end(id, (path, offset, stored) or None): the chunk is stored there."},
     {"trim", (PyCFunction)Pages_trim, METH_NOARGS, "Drop every clean resident unit; the bytes released."},
     {"prefetch", (PyCFunction)Pages_prefetch, METH_VARARGS, "Queue fills of units [first, last)."},
+    {"remote_give", (PyCFunction)Pages_remote_give, METH_VARARGS, "remote_give(chunk, data): a remote array's chunk's stored bytes, copied for its fills."},
+    {"remote_keep", (PyCFunction)Pages_remote_keep, METH_VARARGS, "remote_keep(lo, hi): let go of the chunks handed over outside [lo, hi); the bytes freed."},
+    {"remote_position", (PyCFunction)Pages_remote_position, METH_NOARGS, "The chunk of a remote array's latest fill, -1 before the first."},
+    {"remote_progress", (PyCFunction)Pages_remote_progress, METH_O, "remote_progress(eventfd): written when a remote array's fills move to another chunk."},
     {NULL},
 };
 

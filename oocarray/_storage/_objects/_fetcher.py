@@ -37,7 +37,7 @@ from oocarray._storage._objects import _loop
 from oocarray._storage._objects._backend import NOT_MODIFIED, Backend, Fetched
 from oocarray._storage._objects._buffers import ReadBuffers
 
-__all__ = ["Fetcher", "Request", "read_window", "requests_in_flight"]
+__all__ = ["Fetcher", "Request", "read_window", "reader_manager", "requests_in_flight"]
 
 MAX_REQUESTS = 64  # requests in flight per read: enough to hide 20-100 ms of latency
 MIN_IN_FLIGHT = 2  # a read-ahead whose reader never waits keeps at least this many
@@ -63,7 +63,7 @@ class Request(NamedTuple):
     version: str | None = None
 
 
-def _reader_manager() -> Manager | None:
+def reader_manager() -> Manager | None:
     """The manager fetched bytes are counted on: the active one, or where a workspace is
     active, the manager above it.  A fetched buffer is freed when its read ends, but the
     event loop may still hold its last reference for a moment after: in a workspace's arena
@@ -81,7 +81,7 @@ def requests_in_flight(window: int, object_bytes: int) -> int:
 
 def read_window() -> int:
     """The bytes a read in this thread may hold fetched at once (see :func:`_window`)."""
-    return _window(_reader_manager())
+    return _window(reader_manager())
 
 
 def _window(manager: Manager | None) -> int:
@@ -124,7 +124,7 @@ class Fetcher:
         if not requests:
             return []
         self._in_this_process()
-        manager = _reader_manager()
+        manager = reader_manager()
         ahead = self._ahead
         return _loop.run(self._fetch_all(list(requests), manager, ahead))
 
@@ -192,7 +192,7 @@ class Fetcher:
             if self._ahead is not None:
                 mine = None
             else:
-                mine = self._ahead = _Ahead(self, list(requests), _reader_manager())
+                mine = self._ahead = _Ahead(self, list(requests), reader_manager())
         if mine is None:
             yield
             return

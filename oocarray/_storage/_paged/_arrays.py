@@ -247,7 +247,7 @@ def _plan(store: Store, mode: str) -> Plan | np.ndarray:
         return Plan(
             dtype=layout.stored_dtype,
             codec=layout.native_codec | _native.CODEC_VERIFY,
-            table=lambda nchunks: feeder_table(store, nchunks),
+            table=lambda nchunks: feeder_table(store, nchunks, read_ahead=mode == "r"),
             native_writer=NativeWriter(
                 zstd_level=int(getattr(codec, "level", 0)),
                 zstd_checksum=bool(getattr(codec, "checksum", False)),

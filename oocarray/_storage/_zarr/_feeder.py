@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
 import itertools
 import math
 import os
@@ -39,6 +40,7 @@ import numpy as np
 
 from oocarray._storage._paged._plan import ChunkTable
 from oocarray._storage._temp_dirs import new_temp_dir, remove_temp_dir
+from oocarray._storage._zarr._prefetch import ReadAhead
 
 __all__ = ["feeder_table"]
 
@@ -47,17 +49,23 @@ _REQUEST = struct.Struct("<q")
 _ANSWER = struct.Struct("<qq")
 AHEAD_BYTES = 64 << 20  # stored bytes fetched ahead of the pager's requests, at most
 AHEAD_CHUNKS = 256  # and chunks
+HELPED_RUN = 4  # chunks asked for in a row before reading ahead where this process is helped
+HELPER_NICENESS = 10  # then its priority lowered by this
 
 
-def feeder_table(store: Any, nchunks: int) -> ChunkTable:
+def feeder_table(store: Any, nchunks: int, read_ahead: bool = False) -> ChunkTable:
     """The pager's table for a remote array: one file per row chunk in a private directory,
     none there yet, and a feeder process started to fetch them (``request_fd`` and
-    ``reply_fd``: the pipes the pager takes; the process ends when the pager closes them)."""
+    ``reply_fd``: the pipes the pager takes; the process ends when the pager closes them).
+    With ``read_ahead`` (a read-only array), this process also fetches ahead of a forward
+    scan and hands the chunks over in memory (``_prefetch``), and the feeder reads ahead
+    only when it is asked for chunks one after another (that reader could not keep up)."""
     directory = new_temp_dir()
     owner = os.getpid()
     with open(os.path.join(directory, "feeder.log"), "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "oocarray._storage._zarr._feeder"],
+            [sys.executable, "-m", "oocarray._storage._zarr._feeder"]
+            + (["--helper"] if read_ahead else []),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
@@ -65,7 +73,7 @@ def feeder_table(store: Any, nchunks: int) -> ChunkTable:
         )
     assert process.stdin is not None and process.stdout is not None
     chunk_bytes = math.prod(store.chunks) * store.dtype.itemsize
-    config = pickle.dumps((store.reopen_remote(), directory, nchunks, chunk_bytes))
+    config = pickle.dumps((store.reopen_remote(), directory, nchunks, chunk_bytes, read_ahead))
     process.stdin.write(struct.pack("<q", len(config)) + config)
     process.stdin.flush()
     table = np.zeros((nchunks, 3), dtype=np.int64)
@@ -73,6 +81,10 @@ def feeder_table(store: Any, nchunks: int) -> ChunkTable:
     table[:, 2] = -1
     paths = [os.path.join(directory, str(c)) for c in range(nchunks)]
     feed = _Feed(process, directory, owner)
+    if read_ahead:
+        feed.read_ahead = functools.partial(
+            ReadAhead, store, nchunks=nchunks, chunk_bytes=chunk_bytes
+        )
     return ChunkTable(paths, table, feed=feed)
 
 
@@ -90,6 +102,8 @@ class _Feed:
         # Set when a put of written-back chunks failed: their files are the only copy, and the
         # directory is then kept (and named) when the array goes, never removed.
         self._unsent: list[bool] = []
+        # this process's read-ahead, started with the pages (where the array is read-only)
+        self.read_ahead: Any = None
 
     def handed_over(self, pages: Any) -> None:
         """The pager has its own copies of the pipes: close these, and clean up after it."""
@@ -97,6 +111,8 @@ class _Feed:
         self.process.stdin.close()
         self.process.stdout.close()
         weakref.finalize(pages, _finish, self.process, self.directory, self._owner, self._unsent)
+        if self.read_ahead is not None:
+            self.read_ahead(pages)
 
     def upload(self, store: Any) -> int:
         """Put every chunk file the pager wrote back since the last upload (one PUT each);
@@ -165,6 +181,10 @@ def _finish(
 
 
 def _serve() -> None:
+    if "--helper" in sys.argv:
+        # This process only helps (the asking process reads ahead itself): its start must
+        # not take the cores from the scan it helps.
+        os.nice(HELPER_NICENESS)
     from oocarray._storage._formats import open_store
 
     requests: Any = sys.stdin.buffer.raw  # type: ignore[union-attr]
@@ -172,11 +192,11 @@ def _serve() -> None:
     answers = os.dup(1)
     os.dup2(2, 1)
     size = _REQUEST.unpack(_read(requests, 8))[0]
-    (location, dataset, cache), directory, nchunks, chunk_bytes = pickle.loads(
+    (location, dataset, cache), directory, nchunks, chunk_bytes, helped = pickle.loads(
         _read(requests, size)
     )
     store: Any = open_store(location, "r", dataset, True, cache)
-    _Feeder(store, directory, nchunks, chunk_bytes, answers).serve(requests)
+    _Feeder(store, directory, nchunks, chunk_bytes, answers, helped).serve(requests)
 
 
 class _Feeder:
@@ -185,7 +205,13 @@ class _Feeder:
     direction the reads go started ahead."""
 
     def __init__(
-        self, store: Any, directory: str, nchunks: int, chunk_bytes: int, answers: int
+        self,
+        store: Any,
+        directory: str,
+        nchunks: int,
+        chunk_bytes: int,
+        answers: int,
+        helped: bool = False,
     ) -> None:
         self._store = store
         self._directory = directory
@@ -204,6 +230,10 @@ class _Feeder:
         self._running: set[int] = set()
         self._asked: set[int] = set()  # asked for, not answered yet
         self._last = -1
+        # The asking process reads a scan ahead itself: read ahead only when asked for several
+        # chunks one after another (it cannot run), not for the few it misses.
+        self._helped = helped
+        self._run = 0  # chunks asked for one after another
 
     def serve(self, requests: Any) -> None:
         while True:
@@ -216,6 +246,7 @@ class _Feeder:
 
     def _ask(self, c: int) -> None:
         step = 1 if c >= self._last else -1
+        self._run = self._run + 1 if abs(c - self._last) == 1 else 0
         self._last = c
         with self._lock:
             known = self._outcome.get(c)
@@ -225,7 +256,8 @@ class _Feeder:
                 self._outcome.pop(c, None)  # a failure: try again
                 self._asked.add(c)
                 self._start([c])
-            self._top_up(c, step)
+            if self._run >= HELPED_RUN or not self._helped:
+                self._top_up(c, step)
 
     def _top_up(self, c: int, step: int) -> None:
         """Keep the chunks ahead of ``c``, in the direction the reads go, fetched or being

@@ -15,6 +15,7 @@ import pytest
 import oocarray as oc
 from oocarray._storage._paged._arrays import paging_available
 from oocarray.errors import PagedChunkError
+from testkit.objects import S3Server
 
 PAGING, WHY_NOT = paging_available()
 pytestmark = pytest.mark.skipif(not PAGING, reason=f"as_ndarray() cannot page here: {WHY_NOT}")
@@ -79,20 +80,20 @@ def test_chunks_never_written_read_as_the_fill_value_and_the_feeder_ends(s3):
     assert not mine & set(_feeders())  # ended (and waited for) with the array
 
 
-def test_a_chunk_that_cannot_be_fetched_is_an_error_in_the_touching_thread(s3, monkeypatch):
-    """The feeder reaches the store through a closed port on loopback (the faults of a proxy
-    cannot be used here: a thread waiting on a page holds the GIL, and a proxy in this process
-    would wait for it)."""
-    import dataclasses
-
-    data = np.arange(4096 * 8, dtype=np.float64).reshape(4096, 8)
-    y = _remote(s3, "e.zarr", data, (512, 8))
-    store = y._store
-    remote, dataset, cache = store.reopen_remote()
-    closed = dict(remote.options, endpoint="http://127.0.0.1:1", retries=0)
-    unreachable = (dataclasses.replace(remote, options=closed), dataset, cache)
-    monkeypatch.setattr(store, "reopen_remote", lambda: unreachable)
-    a = y.as_ndarray()
+@pytest.mark.parametrize("mode", ["r", "r+"])
+def test_a_chunk_that_cannot_be_fetched_is_an_error_in_the_touching_thread(mode):
+    """A server of its own, stopped once the array is open: the read-ahead of this process
+    ("r") and the feeder both fail, and the touching thread gets the feeder's error."""
+    server = S3Server()
+    try:
+        bucket = server.bucket()
+        data = np.arange(4096 * 8, dtype=np.float64).reshape(4096, 8)
+        y = _remote(bucket, "e.zarr", data, (512, 8))
+        options = {**bucket.storage_options, "retries": 0}
+        y = oc.open(bucket.url("e.zarr"), mode, storage_options=options)
+    finally:
+        server.stop()
+    a = y.as_ndarray(mode)
     with pytest.raises(PagedChunkError, match="could not be fetched"):
         a[5].copy()
     with pytest.raises(PagedChunkError, match="could not be fetched"):

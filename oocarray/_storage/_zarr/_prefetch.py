@@ -1,0 +1,135 @@
+"""A forward scan of an ``as_ndarray()`` of an array in an object store, read ahead by the
+process that made it: the next chunks fetched and handed to the pager in memory.
+
+The feeder process (``_feeder``) is what every fill can count on: the pager's threads never
+wait for Python, and the thread that faulted may hold the GIL.  But every chunk it fetches goes
+through a file (written, then read back), and it starts as a new interpreter, 0.4 s before its
+first fetch on a 2-core machine.  This reader only helps, whenever the GIL lets it run: it
+follows the fills (the pager writes an eventfd when they move to another chunk) and, while
+they go forward, keeps the next chunks fetched and handed over (``Pages.remote_give``), so the
+fills decode them from memory.  A fill that finds nothing handed over asks the feeder as
+before.  Chunks behind the fills are let go.  The bytes fetched and handed over are counted on
+the manager the array was made in (above a workspace), and the window ahead is the read-ahead
+window of its budget, as for a streaming pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import threading
+import weakref
+from typing import Any
+
+from oocarray._storage._objects._fetcher import read_window, reader_manager
+
+__all__ = ["ReadAhead"]
+
+AHEAD_BYTES = 64 << 20  # stored bytes handed over ahead of the fills, at most
+AHEAD_CHUNKS = 256  # and chunks
+
+
+class ReadAhead:
+    """Chunks fetched ahead of one remote paged array's fills; stops when the array goes."""
+
+    def __init__(self, store: Any, pages: Any, nchunks: int, chunk_bytes: int) -> None:
+        self._store = store
+        self._pages = weakref.ref(pages)
+        self._nchunks = nchunks
+        # taken from the fetch in groups: a shard's chunks where they are in shards
+        self._group = max(1, store.write_grid[0] // max(1, store.chunks[0]))
+        window = min(AHEAD_BYTES, read_window())
+        self._ahead = max(1, min(AHEAD_CHUNKS, window // max(1, chunk_bytes)), self._group)
+        self._manager = reader_manager()
+        self._wake = os.eventfd(0, os.EFD_CLOEXEC)
+        self._lock = threading.Lock()
+        self._stopping = False
+        pages.remote_progress(self._wake)
+        # The first chunks before the array is returned: a scan's first touch often holds the
+        # GIL (a reduction copies its first row), and would wait for the feeder's start.
+        self._give(range(min(nchunks, self._group)), -1)
+        thread = threading.Thread(target=self._follow, name="oocarray-read-ahead", daemon=True)
+        thread.start()
+        weakref.finalize(pages, self.stop)
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._stopping:
+                return
+            self._stopping = True
+            os.eventfd_write(self._wake, 1)
+
+    def _follow(self) -> None:
+        """Runs of chunks read ahead in order (the fetcher's read-ahead, as a streaming pass
+        reads), each handed over when the fills come within the window of it; a new run where
+        the fills go back, or jump past the window."""
+        start = min(self._nchunks, self._group)
+        manager = self._manager
+        try:
+            with manager.activate() if manager is not None else contextlib.nullcontext():
+                self._runs(start)
+        except Exception:
+            pass  # the feeder fetches what this does not, and says why it fails
+        finally:
+            with self._lock:
+                self._stopping = True  # no write to the eventfd after this
+            os.close(self._wake)
+
+    def _runs(self, start: int) -> None:
+        rest = self._store._rest
+        while start < self._nchunks:
+            chunks = [(c, *rest) for c in range(start, self._nchunks)]
+            with self._store.read_ahead(chunks):
+                start = self._run(start)
+            if start < 0:
+                return
+
+    def _run(self, start: int) -> int:
+        """Hands over chunks from ``start`` on while the fills go forward; where the next run
+        starts, or -1 to stop."""
+        for first in range(start, self._nchunks, self._group):
+            group = range(first, min(self._nchunks, first + self._group))
+            while True:
+                pos = self._position()
+                if pos is None:
+                    return -1
+                if pos < start - 1 or pos >= group[-1] + self._ahead:
+                    return max(pos + 1, 0)  # went back, or far past: read from there
+                if group[0] <= pos + self._ahead:
+                    break
+                os.eventfd_read(self._wake)  # the fills moved on, or stop
+            self._give(group, pos)
+        return -1
+
+    def _position(self) -> int | None:
+        """The chunk the fills are at, the chunks behind it let go; None to stop."""
+        pages = self._pages()
+        if pages is None or self._stopping:
+            return None
+        pos = int(pages.remote_position())
+        pages.remote_keep(max(pos, 0), pos + 1 + self._ahead)
+        return pos
+
+    def _give(self, numbers: range, pos: int) -> None:
+        """Fetch these chunks (taken from the read-ahead where one runs) and hand over those
+        the fills have not passed."""
+        rest = self._store._rest
+        try:
+            sources = self._store._chunk_sources([(c, *rest) for c in numbers])
+        except Exception:
+            return  # the feeder fetches these chunks when they are asked for, and says why
+        try:
+            pages = self._pages()
+            for c in numbers:
+                source = sources.source((c, *rest))
+                if pages is None or source is None or c <= pos:
+                    continue  # (never written: the feeder says so)
+                try:
+                    pages.remote_give(c, source[0])
+                except OSError as error:
+                    if error.errno != errno.ENOSPC:
+                        raise
+                    return  # no room in the budget now: the fills ask the feeder
+        finally:
+            sources.close()

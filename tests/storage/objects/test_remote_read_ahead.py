@@ -1,0 +1,137 @@
+"""A read-only ``as_ndarray()`` of an array in S3 (moto on loopback, in a process of its own):
+this process reads a forward scan ahead and hands the chunks to the pager in memory, counted on
+the array's manager; whatever it does not hand over, the feeder fetches (a thread holding the
+GIL through a whole scan included)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import oocarray as oc
+from oocarray._storage._paged._arrays import paging_available
+
+PAGING, WHY_NOT = paging_available()
+pytestmark = pytest.mark.skipif(not PAGING, reason=f"as_ndarray() cannot page here: {WHY_NOT}")
+
+WAIT_S = 60.0  # for the read-ahead thread to hand chunks over: a bound, never reached when it works
+
+
+def _remote(s3, name: str, data: np.ndarray, chunks, shards=None, codec="zstd"):
+    x = oc.create(
+        s3.url(name),
+        data.shape,
+        data.dtype,
+        chunks=chunks,
+        shards=shards,
+        codec=codec,
+        storage_options=s3.storage_options,
+    )
+    x[...] = data
+    return oc.open(s3.url(name), storage_options=s3.storage_options)
+
+
+def _stats(y) -> dict[str, int]:
+    (stats,) = y._paged.stats()
+    return stats
+
+
+def _until(condition) -> None:
+    """Waits on the pager's own counters (the read-ahead thread changes them)."""
+    done = threading.Event()
+    for _ in range(int(WAIT_S / 0.005)):
+        if condition():
+            return
+        done.wait(0.005)
+    raise AssertionError("the read-ahead did not hand the chunks over")
+
+
+@pytest.mark.parametrize("shards", [None, (1024, 32)], ids=["chunks", "shards"])
+def test_a_forward_scan_decodes_chunks_handed_over_in_memory(s3, shards):
+    data = np.random.default_rng(0).standard_normal((8192, 32)).astype(np.float32)
+    # 32 chunks of 32 KiB, stored as they are: the bytes handed over tell the chunks
+    y = _remote(s3, "a.zarr", data, (256, 32), shards, codec="none")
+    a = y.as_ndarray()
+    # The first chunks are handed over before the array is returned.
+    assert _stats(y)["handed_over_bytes"] >= 32768
+    assert np.array_equal(a[0], data[0])
+    assert _stats(y)["handed_over_reads"] >= 1
+    # The fills are at the start: the rest of the window (the whole array) follows; at most
+    # the first two chunks are let go meanwhile.
+    _until(lambda: _stats(y)["handed_over_bytes"] >= 30 * 32768)
+    assert float(a.sum(dtype=np.float64)) == pytest.approx(float(data.sum(dtype=np.float64)))
+    assert _stats(y)["handed_over_reads"] >= 30  # from memory, not from the feeder's files
+    del a
+
+
+def test_handed_over_bytes_are_counted_on_the_manager_and_freed_with_the_array(s3):
+    data = np.arange(8192 * 32, dtype=np.float32).reshape(8192, 32)
+    y = _remote(s3, "m.zarr", data, (256, 32))
+    with oc.Manager(max_bytes="64M") as m:
+        a = y.as_ndarray()
+        assert a[0, 1] == 1
+        _until(lambda: _stats(y)["handed_over_bytes"] >= 16 * 32768)
+        held = _stats(y)["handed_over_bytes"]
+        assert m.stats().current_bytes >= held + _stats(y)["resident_bytes"]
+        del a
+        gc.collect()
+        assert m.stats().current_bytes == 0  # the pages and the chunks handed over
+
+
+def test_no_chunk_is_handed_over_beyond_the_budget(s3):
+    data = np.ones((8192, 32), dtype=np.float32)
+    y = _remote(s3, "b.zarr", data, (256, 32))
+    with oc.Manager(max_bytes="256K") as m:  # a quarter of the array
+        a = y.as_ndarray()
+        assert float(a.sum(dtype=np.float64)) == 8192 * 32
+        assert m.stats().peak_bytes <= 256 << 10
+        del a
+
+
+def test_a_scan_holding_the_gil_throughout_is_served_by_the_feeder(s3):
+    """``tolist`` never lets the GIL go: the read-ahead thread cannot run, every fill after
+    the first chunks asks the feeder, and the scan ends with the right values."""
+    data = np.random.default_rng(2).integers(0, 1000, (8192, 8)).astype(np.int32)
+    y = _remote(s3, "g.zarr", data, (256, 8))
+    a = y.as_ndarray()
+    assert a.tolist() == data.tolist()
+    del a
+
+
+def test_threads_scanning_one_array_each_read_every_row(s3):
+    data = np.random.default_rng(3).standard_normal((16384, 16)).astype(np.float64)
+    y = _remote(s3, "t.zarr", data, (512, 16))
+    a = y.as_ndarray()
+    sums: list[float] = []
+    errors: list[BaseException] = []
+
+    def scan(backward: bool) -> None:
+        try:
+            view = a[::-1] if backward else a
+            sums.append(float(view.sum()))
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=scan, args=(i % 2 == 1,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sums == pytest.approx([float(data.sum())] * 4)
+    del a
+
+
+def test_a_second_scan_after_eviction_is_read_ahead_again(s3):
+    data = np.random.default_rng(4).standard_normal((8192, 32)).astype(np.float32)
+    y = _remote(s3, "s.zarr", data, (256, 32))
+    with oc.Manager(max_bytes="512K"):
+        a = y.as_ndarray()
+        first = float(a.sum(dtype=np.float64))
+        second = float(a.sum(dtype=np.float64))  # the pages of the start were evicted
+        assert first == second == pytest.approx(float(data.sum(dtype=np.float64)))
+        assert _stats(y)["evictions"] > 0
+        del a
