@@ -53,8 +53,8 @@ int oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode);
  * (both duplicated); 0 or errno.  Before the array is first touched. */
 int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd);
 /* A remote array's chunks handed over in memory by the process that made it (see
- * pager_remote.c): chunk c's stored bytes, copied and counted on the array's node (0; ENOSPC
- * where the budget has no room for them; or errno); every chunk outside [lo, hi)
+ * pager_remote.c): chunk c's stored bytes, copied and counted on the array's node, clean units
+ * dropped to make room (0; ENOSPC where none can be; or errno); every chunk outside [lo, hi)
  * let go (the bytes freed); the chunk of the latest fill (-1: none yet); and an eventfd
  * (duplicated) written when the fills move to another chunk (0 or errno). */
 int oc_pager_remote_give(pg_array *a, size_t c, const char *src, size_t n);

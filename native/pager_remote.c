@@ -135,11 +135,15 @@ int oc_pager_remote_give(pg_array *a, size_t c, const char *src, size_t n)
     g->n = n;
     g->refs = 0;
     g->dropped = 0;
-    if (a->node != NULL) {
-        if (oc_reserve(a->node, (int64_t)n) != NULL) {
-            free(g); /* no room in the budget: the fill asks the feeder, as without it */
+    /* Counted as a fill's unit is: room made by dropping the units filled longest ago (of a
+     * scan, those behind it); with none to drop, the fill asks the feeder as without it. */
+    while (a->node != NULL && oc_reserve(a->node, (int64_t)n) != NULL) {
+        if (pg_evict_lru(a->node, n, NULL) == 0) {
+            free(g);
             return ENOSPC;
         }
+    }
+    if (a->node != NULL) {
         oc_raise_peaks(a->node);
     }
     memcpy(g->data, src, n);

@@ -183,16 +183,17 @@ class Fetcher:
     # ---- reading ahead --------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def read_ahead(self, requests: Iterable[Request]) -> Iterator[None]:
-        """Fetch ``requests`` in order, ahead of the reads inside, within the window; what is
-        left untaken at the end is dropped.  Nested or concurrent read-aheads of one array:
-        the first one reads ahead, the others read as they go."""
+    def read_ahead(self, requests: Iterable[Request], window: int | None = None) -> Iterator[None]:
+        """Fetch ``requests`` in order, ahead of the reads inside, within the window (the
+        budget's, or ``window`` bytes); what is left untaken at the end is dropped.  Nested or
+        concurrent read-aheads of one array: the first one reads ahead, the others read as
+        they go."""
         self._in_this_process()
         with self._lock:
             if self._ahead is not None:
                 mine = None
             else:
-                mine = self._ahead = _Ahead(self, list(requests), reader_manager())
+                mine = self._ahead = _Ahead(self, list(requests), reader_manager(), window)
         if mine is None:
             yield
             return
@@ -342,10 +343,16 @@ class _Ahead:
     """One read-ahead: its requests in order, started on the loop while the bytes fetched and
     not yet taken fit the window.  Lives on the loop's thread only."""
 
-    def __init__(self, fetcher: Fetcher, requests: list[Request], manager: Manager | None):
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        requests: list[Request],
+        manager: Manager | None,
+        window: int | None = None,
+    ):
         self._fetcher = fetcher
         self._queue = collections.deque(dict.fromkeys(requests))  # each request once, in order
-        self._window = _window(manager)
+        self._window = _window(manager) if window is None else window
         # the buffers of the bytes fetched ahead, reused as the reader is done with them
         self._buffers = ReadBuffers(manager, 2 * self._window + 2 * fetcher.object_bytes)
         # Requests in flight: at most what the window holds; fewer while the reader finds

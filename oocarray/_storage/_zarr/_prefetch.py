@@ -39,8 +39,11 @@ class ReadAhead:
         self._nchunks = nchunks
         # taken from the fetch in groups: a shard's chunks where they are in shards
         self._group = max(1, store.write_grid[0] // max(1, store.chunks[0]))
-        window = min(AHEAD_BYTES, read_window())
-        self._ahead = max(1, min(AHEAD_CHUNKS, window // max(1, chunk_bytes)), self._group)
+        # The budget's read-ahead window now, before the array's pages fill it: they are
+        # dropped to make room for what is handed over (the pager's own rule for fills).
+        self._window = read_window()
+        ahead = min(AHEAD_BYTES, self._window) // max(1, chunk_bytes)
+        self._ahead = max(1, min(AHEAD_CHUNKS, ahead), self._group)
         self._manager = reader_manager()
         self._wake = os.eventfd(0, os.EFD_CLOEXEC)
         self._lock = threading.Lock()
@@ -78,25 +81,32 @@ class ReadAhead:
 
     def _runs(self, start: int) -> None:
         rest = self._store._rest
-        while start < self._nchunks:
+        floor = -1  # where the fills were when the run began
+        while True:
             chunks = [(c, *rest) for c in range(start, self._nchunks)]
-            with self._store.read_ahead(chunks):
-                start = self._run(start)
-            if start < 0:
+            with self._store.read_ahead(chunks, self._window):
+                floor = self._run(start, floor)
+            if floor < 0:
                 return
+            start = floor + 1
 
-    def _run(self, start: int) -> int:
-        """Hands over chunks from ``start`` on while the fills go forward; where the next run
-        starts, or -1 to stop."""
-        for first in range(start, self._nchunks, self._group):
+    def _run(self, start: int, floor: int) -> int:
+        """Hands over chunks from ``start`` on while the fills go forward from ``floor``;
+        the chunk the fills are at when a new run must start after it (they went back, or
+        far past the window), or -1 to stop."""
+        highest = floor  # the furthest the fills went: well behind it, a new scan began
+        # (then, past the last chunk, waiting for one)
+        for first in [*range(start, self._nchunks, self._group), self._nchunks]:
             group = range(first, min(self._nchunks, first + self._group))
             while True:
                 pos = self._position()
                 if pos is None:
                     return -1
-                if pos < start - 1 or pos >= group[-1] + self._ahead:
-                    return max(pos + 1, 0)  # went back, or far past: read from there
-                if group[0] <= pos + self._ahead:
+                went_back = pos < highest - self._ahead
+                if went_back or (group and pos > group[-1] + self._ahead):
+                    return max(pos, 0)  # read on from there
+                highest = max(highest, pos)
+                if group and group[0] <= pos + self._ahead:
                     break
                 os.eventfd_read(self._wake)  # the fills moved on, or stop
             self._give(group, pos)
@@ -108,7 +118,8 @@ class ReadAhead:
         if pages is None or self._stopping:
             return None
         pos = int(pages.remote_position())
-        pages.remote_keep(max(pos, 0), pos + 1 + self._ahead)
+        # (a group is handed over once its first chunk is in the window)
+        pages.remote_keep(max(pos, 0), pos + 1 + self._ahead + self._group)
         return pos
 
     def _give(self, numbers: range, pos: int) -> None:
@@ -130,6 +141,6 @@ class ReadAhead:
                 except OSError as error:
                     if error.errno != errno.ENOSPC:
                         raise
-                    return  # no room in the budget now: the fills ask the feeder
+                    return  # nothing can be dropped to make room: the fills ask the feeder
         finally:
             sources.close()

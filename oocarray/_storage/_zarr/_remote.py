@@ -147,10 +147,13 @@ class RemoteZarrStore(ZarrStore):
             sources.release()
 
     @contextlib.contextmanager
-    def read_ahead(self, chunks: Iterable[tuple[int, ...]]) -> Iterator[None]:
-        """Fetch these chunks in this order ahead of the reads inside (a pass's plan).  In
-        shards, the indexes of every shard the pass reads are fetched first (together), then
-        the inner chunks' ranges go ahead as whole chunks do."""
+    def read_ahead(
+        self, chunks: Iterable[tuple[int, ...]], window: int | None = None
+    ) -> Iterator[None]:
+        """Fetch these chunks in this order ahead of the reads inside (a pass's plan), within
+        the budget's read-ahead window or ``window`` bytes.  In shards, the indexes of every
+        shard the pass reads are fetched first (together), then the inner chunks' ranges go
+        ahead as whole chunks do."""
         layout = self._layout
         if layout is None:
             yield
@@ -159,7 +162,7 @@ class RemoteZarrStore(ZarrStore):
             requests: Iterable[Request] = (Request(self._key(c)) for c in chunks)
         else:
             requests = self._inner_requests(list(chunks))
-        with self.fetcher.read_ahead(requests):
+        with self.fetcher.read_ahead(requests, window):
             yield
 
     def _inner_requests(self, chunks: list[tuple[int, ...]]) -> list[Request]:
