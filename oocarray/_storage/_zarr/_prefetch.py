@@ -22,7 +22,8 @@ import threading
 import weakref
 from typing import Any
 
-from oocarray._storage._objects._fetcher import read_window, reader_manager
+from oocarray._memory import budget_left
+from oocarray._storage._objects._fetcher import MAX_WINDOW, reader_manager
 
 __all__ = ["ReadAhead"]
 
@@ -39,12 +40,14 @@ class ReadAhead:
         self._nchunks = nchunks
         # taken from the fetch in groups: a shard's chunks where they are in shards
         self._group = max(1, store.write_grid[0] // max(1, store.chunks[0]))
-        # The budget's read-ahead window now, before the array's pages fill it: they are
-        # dropped to make room for what is handed over (the pager's own rule for fills).
-        self._window = read_window()
+        # A quarter of what the budget has left now, before the array's pages fill it (they
+        # are dropped to make room for what is handed over, the pager's rule for its fills),
+        # and not the floor of a streaming pass's window: a small budget stays small.
+        self._manager = reader_manager()
+        left = None if self._manager is None else budget_left(self._manager)
+        self._window = MAX_WINDOW if left is None else max(chunk_bytes, left // 4)
         ahead = min(AHEAD_BYTES, self._window) // max(1, chunk_bytes)
         self._ahead = max(1, min(AHEAD_CHUNKS, ahead), self._group)
-        self._manager = reader_manager()
         self._wake = os.eventfd(0, os.EFD_CLOEXEC)
         self._lock = threading.Lock()
         self._stopping = False
@@ -83,9 +86,12 @@ class ReadAhead:
         rest = self._store._rest
         floor = -1  # where the fills were when the run began
         while True:
-            chunks = [(c, *rest) for c in range(start, self._nchunks)]
-            with self._store.read_ahead(chunks, self._window):
-                floor = self._run(start, floor)
+            if start < self._nchunks:
+                chunks = [(c, *rest) for c in range(start, self._nchunks)]
+                with self._store.read_ahead(chunks, self._window):
+                    floor = self._run(start, floor)
+            else:  # every chunk handed over, the fetch's buffers freed: wait for a new scan
+                floor = self._wait_back(floor)
             if floor < 0:
                 return
             start = floor + 1
@@ -95,22 +101,32 @@ class ReadAhead:
         the chunk the fills are at when a new run must start after it (they went back, or
         far past the window), or -1 to stop."""
         highest = floor  # the furthest the fills went: well behind it, a new scan began
-        # (then, past the last chunk, waiting for one)
-        for first in [*range(start, self._nchunks, self._group), self._nchunks]:
+        for first in range(start, self._nchunks, self._group):
             group = range(first, min(self._nchunks, first + self._group))
             while True:
                 pos = self._position()
                 if pos is None:
                     return -1
-                went_back = pos < highest - self._ahead
-                if went_back or (group and pos > group[-1] + self._ahead):
-                    return max(pos, 0)  # read on from there
+                if pos < highest - self._ahead or pos > group[-1] + self._ahead:
+                    return max(pos, 0)  # went back, or far past: read on from there
                 highest = max(highest, pos)
-                if group and group[0] <= pos + self._ahead:
+                if group[0] <= pos + self._ahead:
                     break
                 os.eventfd_read(self._wake)  # the fills moved on, or stop
             self._give(group, pos)
-        return -1
+        return self._nchunks - 1  # handed over to the end: where a new scan is waited for
+
+    def _wait_back(self, highest: int) -> int:
+        """Waits for the fills to go back well behind ``highest`` (a new scan); where they
+        are then, or -1 to stop."""
+        while True:
+            pos = self._position()
+            if pos is None:
+                return -1
+            if pos < highest - self._ahead:
+                return pos
+            highest = max(highest, pos)
+            os.eventfd_read(self._wake)
 
     def _position(self) -> int | None:
         """The chunk the fills are at, the chunks behind it let go; None to stop."""
