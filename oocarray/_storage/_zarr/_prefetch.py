@@ -8,14 +8,17 @@ first fetch on a 2-core machine.  This reader only helps, whenever the GIL lets 
 follows the fills (the pager writes an eventfd when they move to another chunk) and, while
 they go forward, keeps the next chunks fetched and handed over (``Pages.remote_give``), so the
 fills decode them from memory.  A fill that finds nothing handed over asks the feeder as
-before.  Chunks behind the fills are let go.  The bytes fetched and handed over are counted on
-the manager the array was made in (above a workspace), and the window ahead is the read-ahead
-window of its budget, as for a streaming pass.
+before.  Chunks behind the fills are let go.
+
+Memory: the window ahead is a quarter of what the budget of the manager the array was made in
+(above a workspace) has left then, at most 64 MiB.  The bytes handed over are counted on that
+manager as the array's pages are, pages filled longest ago dropped to make room.  The fetch's
+own buffers (at most the window, freed as each chunk is handed over) are not: counted, they
+would take the room of the pages and the chunks handed over, as the feeder's are not either.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import threading
@@ -29,6 +32,7 @@ __all__ = ["ReadAhead"]
 
 AHEAD_BYTES = 64 << 20  # stored bytes handed over ahead of the fills, at most
 AHEAD_CHUNKS = 256  # and chunks
+BEHIND_CHUNKS = 8  # kept behind the latest fill, at most
 
 
 class ReadAhead:
@@ -43,11 +47,12 @@ class ReadAhead:
         # A quarter of what the budget has left now, before the array's pages fill it (they
         # are dropped to make room for what is handed over, the pager's rule for its fills),
         # and not the floor of a streaming pass's window: a small budget stays small.
-        self._manager = reader_manager()
-        left = None if self._manager is None else budget_left(self._manager)
-        self._window = MAX_WINDOW if left is None else max(chunk_bytes, left // 4)
-        ahead = min(AHEAD_BYTES, self._window) // max(1, chunk_bytes)
-        self._ahead = max(1, min(AHEAD_CHUNKS, ahead), self._group)
+        manager = reader_manager()
+        left = None if manager is None else budget_left(manager)
+        # The fetch reads no further ahead than the chunks are handed over (copied).
+        self._window = min(AHEAD_BYTES, MAX_WINDOW if left is None else left // 4)
+        self._window = max(self._window, chunk_bytes)
+        self._ahead = max(1, min(AHEAD_CHUNKS, self._window // max(1, chunk_bytes)), self._group)
         self._wake = os.eventfd(0, os.EFD_CLOEXEC)
         self._lock = threading.Lock()
         self._stopping = False
@@ -71,10 +76,8 @@ class ReadAhead:
         reads), each handed over when the fills come within the window of it; a new run where
         the fills go back, or jump past the window."""
         start = min(self._nchunks, self._group)
-        manager = self._manager
         try:
-            with manager.activate() if manager is not None else contextlib.nullcontext():
-                self._runs(start)
+            self._runs(start)
         except Exception:
             pass  # the feeder fetches what this does not, and says why it fails
         finally:
@@ -134,8 +137,10 @@ class ReadAhead:
         if pages is None or self._stopping:
             return None
         pos = int(pages.remote_position())
-        # (a group is handed over once its first chunk is in the window)
-        pages.remote_keep(max(pos, 0), pos + 1 + self._ahead + self._group)
+        # Kept a few chunks behind: the pager's threads fill units out of order (its own read-
+        # ahead among them); and a group is handed over once its first chunk is in the window.
+        behind = min(self._ahead, BEHIND_CHUNKS)
+        pages.remote_keep(max(pos - behind, 0), pos + 1 + self._ahead + self._group)
         return pos
 
     def _give(self, numbers: range, pos: int) -> None:
