@@ -108,14 +108,14 @@ def test_threads_scanning_one_array_each_read_every_row(s3):
     sums: list[float] = []
     errors: list[BaseException] = []
 
-    def scan(backward: bool) -> None:
+    def scan(array: np.ndarray, backward: bool) -> None:
         try:
-            view = a[::-1] if backward else a
+            view = array[::-1] if backward else array
             sums.append(float(view.sum()))
         except BaseException as error:  # reported by the main thread
             errors.append(error)
 
-    threads = [threading.Thread(target=scan, args=(i % 2 == 1,)) for i in range(4)]
+    threads = [threading.Thread(target=scan, args=(a, i % 2 == 1)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
