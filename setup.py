@@ -21,6 +21,7 @@ setup(
                 "native/py_numpy.c",
                 "native/py_node.c",
                 "native/py_pages.c",
+                "native/py_counted.c",
                 "native/py_handler.c",
                 "native/py_spill.c",
                 "native/py_chunks.c",

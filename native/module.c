@@ -20,7 +20,8 @@ PyMODINIT_FUNC PyInit__native(void)
     if (oc_py_numpy_import() < 0) {
         return NULL;
     }
-    if (PyType_Ready(&oc_py_NodeType) < 0 || PyType_Ready(&oc_py_PagesType) < 0) {
+    if (PyType_Ready(&oc_py_NodeType) < 0 || PyType_Ready(&oc_py_PagesType) < 0 ||
+        PyType_Ready(&oc_py_CountedType) < 0) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&native_module);
@@ -34,6 +35,7 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddFunctions(m, oc_py_chunks_methods) < 0 ||
         PyModule_AddObjectRef(m, "Node", (PyObject *)&oc_py_NodeType) < 0 ||
         PyModule_AddObjectRef(m, "Pages", (PyObject *)&oc_py_PagesType) < 0 ||
+        PyModule_AddObjectRef(m, "Counted", (PyObject *)&oc_py_CountedType) < 0 ||
         PyModule_AddIntConstant(m, "HEADER_BYTES", OC_HEADER_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "FLAG_REGION", OC_FLAG_REGION) < 0 ||
         PyModule_AddIntConstant(m, "FLAG_KEPT", OC_FLAG_KEPT) < 0 ||

@@ -234,6 +234,13 @@ oc_node *oc_reserve(oc_node *n, int64_t bytes) { return oc_reserve_until(n, NULL
 
 void oc_release(oc_node *n, int64_t bytes) { oc_release_until(n, NULL, bytes); }
 
+void oc_force_reserve(oc_node *n, int64_t bytes)
+{
+    for (oc_node *p = n; p != NULL; p = p->parent) {
+        atomic_fetch_add_explicit(&p->current_bytes, bytes, memory_order_relaxed);
+    }
+}
+
 oc_node *oc_common_ancestor(oc_node *a, oc_node *b)
 {
     for (oc_node *p = a; p != NULL; p = p->parent) {

@@ -181,6 +181,7 @@ int64_t oc_live_count(oc_node *n);
 void oc_sweep_zombies(void);
 oc_node *oc_reserve(oc_node *n, int64_t bytes);
 void oc_release(oc_node *n, int64_t bytes);
+void oc_force_reserve(oc_node *n, int64_t bytes); /* counted even over a budget: bytes in use */
 void oc_raise_peaks(oc_node *n);
 oc_node *oc_common_ancestor(oc_node *a, oc_node *b);
 oc_node *oc_reserve_until(oc_node *n, oc_node *stop, int64_t bytes);

@@ -10,12 +10,7 @@
 
 /* ---- budget and eviction ---- */
 
-void pg_force_count(oc_node *n, int64_t bytes)
-{
-    for (oc_node *p = n; p != NULL; p = p->parent) {
-        atomic_fetch_add_explicit(&p->current_bytes, bytes, memory_order_relaxed);
-    }
-}
+void pg_force_count(oc_node *n, int64_t bytes) { oc_force_reserve(n, bytes); }
 
 /* Whether eviction writes a dirty unit of `a` back and drops it (r+ over chunk files), where
  * the unit is the least recently filled; lock held. */

@@ -18,6 +18,7 @@ typedef struct {
 int oc_py_numpy_import(void);        /* py_numpy.c */
 extern PyTypeObject oc_py_NodeType;  /* py_node.c */
 extern PyTypeObject oc_py_PagesType; /* py_pages.c */
+extern PyTypeObject oc_py_CountedType; /* py_counted.c */
 extern PyMethodDef oc_py_handler_methods[];
 extern PyMethodDef oc_py_spill_methods[];
 extern PyMethodDef oc_py_pages_methods[];

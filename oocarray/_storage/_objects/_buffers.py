@@ -1,5 +1,6 @@
-"""The buffers fetched bytes are copied into: memory of the reader's manager, reused within a
-pass.
+"""The buffers fetched bytes are read from: the network layer's own bytes, counted on the
+reader's manager (:meth:`ReadBuffers.counted`, no copy), and for bytes read from the chunk
+cache, memory of the reader's manager reused within a pass.
 
 A pass over a remote array fetches one buffer per chunk.  A new buffer per chunk pays a page
 fault for every 4 KiB written into it (the region cache under a budget keeps at most 16 MiB of
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import Any
 
 import numpy as np
 
+from oocarray import _native
 from oocarray._memory import Manager
 
 __all__ = ["ReadBuffers", "empty_in"]
@@ -63,6 +66,12 @@ class ReadBuffers:
     def kept_bytes(self) -> int:
         """Bytes of the buffers kept for reuse (in use or not)."""
         return self._kept_bytes
+
+    def counted(self, data: Any) -> np.ndarray:
+        """``data``'s bytes (a buffer another library made) as a read-only 1-D uint8 array,
+        counted on the manager while the array or a view of it lives: no copy."""
+        node = None if self._manager is None else self._manager._node
+        return np.frombuffer(_native.Counted(data, node), dtype=np.uint8)
 
     def take(self, nbytes: int) -> np.ndarray:
         """A 1-D uint8 array of ``nbytes`` (contents undefined): a kept buffer nothing else

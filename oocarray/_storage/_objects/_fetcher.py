@@ -308,11 +308,9 @@ def _range_key(request: Request) -> str:
 
 
 def _counted(data: Any, buffers: ReadBuffers) -> np.ndarray:
-    """``data`` copied into a buffer of the reader's manager, which counts it."""
-    source = np.frombuffer(data, dtype=np.uint8)
-    out = buffers.take(source.size)
-    out[...] = source
-    return out
+    """``data``, the bytes the network layer made, counted on the reader's manager while
+    anything refers to them: decoded from where they are, not copied."""
+    return buffers.counted(data)
 
 
 def _coalesced(requests: list[tuple[int, Request]]) -> list[list[tuple[int, Request]]]:

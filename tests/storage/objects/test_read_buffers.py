@@ -1,5 +1,7 @@
-"""The buffers fetched bytes are copied into: reused within a pass only once nothing refers to
-them, counted by the reader's manager, kept up to their limit."""
+"""The buffers fetched bytes are read from: the network layer's own bytes counted on the
+reader's manager while anything refers to them (no copy); and the buffers cached bytes are
+read into, reused within a pass only once nothing refers to them, counted by the reader's
+manager, kept up to their limit."""
 
 from __future__ import annotations
 
@@ -55,6 +57,37 @@ def test_buffers_are_the_managers_memory() -> None:
     del data, buffers
     assert m.stats().current_bytes == before
     m.close()
+
+
+def test_counted_bytes_are_the_same_memory_counted_while_anything_refers_to_them() -> None:
+    m = oc.Manager(max_bytes="1M")
+    buffers = ReadBuffers(m, limit=0)
+    fetched = bytearray(b"x" * (2 << 20))  # over the budget: bytes that exist are counted
+    before = m.stats().current_bytes
+    data = buffers.counted(fetched)
+    assert data.size == 2 << 20 and not data.flags.writeable
+    fetched[5] = ord("y")  # the same memory, not a copy
+    assert data[5] == ord("y")
+    assert m.stats().current_bytes == before + (2 << 20)
+    assert m.stats().peak_bytes >= before + (2 << 20)
+    view = memoryview(data[100:200])
+    del data
+    assert m.stats().current_bytes == before + (2 << 20)  # a view still refers to them
+    del view
+    assert m.stats().current_bytes == before
+    m.close()
+
+
+def test_counted_bytes_of_no_manager_are_counted_nowhere_and_keep_their_source() -> None:
+    import sys
+
+    source = bytes(range(256)) * 16
+    refs = sys.getrefcount(source)
+    data = ReadBuffers(None, limit=0).counted(memoryview(source)[16:48])
+    assert data.tolist() == list(range(16, 48))
+    assert sys.getrefcount(source) > refs  # held through the memoryview
+    del data
+    assert sys.getrefcount(source) == refs
 
 
 def test_threads_taking_and_dropping_never_share_a_buffer() -> None:
