@@ -71,7 +71,7 @@ class ReadBuffers:
         """``data``'s bytes (a buffer another library made) as a read-only 1-D uint8 array,
         counted on the manager while the array or a view of it lives: no copy."""
         node = None if self._manager is None else self._manager._node
-        return np.frombuffer(_native.Counted(data, node), dtype=np.uint8)
+        return np.frombuffer(memoryview(_native.Counted(data, node)), dtype=np.uint8)
 
     def take(self, nbytes: int) -> np.ndarray:
         """A 1-D uint8 array of ``nbytes`` (contents undefined): a kept buffer nothing else
