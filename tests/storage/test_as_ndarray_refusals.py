@@ -19,6 +19,18 @@ from oocarray._storage._paged._arrays import paging_available
 # ---- zarr ----
 
 
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_0d_zarr_array_reads_as_its_value_and_r_plus_is_refused(tmp_path: Path, zarr_format):
+    """One element in a chunk of its own key (``c`` or ``0``): read, not paged."""
+    z = zarr.create_array(tmp_path / "z.zarr", shape=(), dtype="f8", zarr_format=zarr_format)
+    z[...] = 3.5
+    a = oc.open(tmp_path / "z.zarr").as_ndarray()
+    assert a.shape == () and a.dtype == np.float64 and float(a) == 3.5
+    assert not a.flags.writeable
+    with pytest.raises(NotImplementedError, match=r"0-d.*x\[\.\.\.\] = value"):
+        oc.open(tmp_path / "z.zarr", mode="r+").as_ndarray("r+")
+
+
 def test_unpageable_stores_are_refused_with_the_rewrite(tmp_path: Path) -> None:
     x = oc.create(tmp_path / "cols.zarr", (100, 8), "float32", chunks=(10, 4))
     with pytest.raises(NotImplementedError, match="span every axis but the first"):

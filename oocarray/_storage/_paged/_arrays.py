@@ -218,6 +218,15 @@ def _plan(store: Store, mode: str) -> Plan | np.ndarray:
         )
     assert isinstance(store, ZarrStore) and store._layout is not None
     layout = store._layout
+    if not store.shape:  # one element, in a chunk of its own key: read it, there is no paging
+        if mode == "r+":
+            raise NotImplementedError(
+                f"as_ndarray('r+') writes chunks back; the array at {store.path!r} is 0-d, "
+                f"one element: write it with x[...] = value"
+            )
+        out = np.array(store.read_chunk(()), dtype=store.dtype).reshape(())
+        out.flags.writeable = False
+        return out
     check_row_chunks(store, f"the array at {store.path!r}")
     if layout.native_codec is None:
         raise NotImplementedError(

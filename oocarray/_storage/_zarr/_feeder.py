@@ -40,7 +40,7 @@ import numpy as np
 
 from oocarray._storage._paged._plan import ChunkTable
 from oocarray._storage._temp_dirs import new_temp_dir, remove_temp_dir
-from oocarray._storage._zarr._prefetch import ReadAhead
+from oocarray._storage._zarr._prefetch import ReadAhead, row_chunks_together
 
 __all__ = ["feeder_table"]
 
@@ -220,7 +220,7 @@ class _Feeder:
         self._ahead = max(1, min(AHEAD_CHUNKS, AHEAD_BYTES // max(1, chunk_bytes)))
         # Chunks fetched together: the row chunks of one shard (ranges of one object, one
         # request); chunks of their own objects each alone, so each is ready when it arrives.
-        self._together = max(1, store.write_grid[0] // max(1, store.chunks[0]))
+        self._together = row_chunks_together(store)
         # A thread per fetch running at once: the one asked for, and those ahead of it.
         self._pool = concurrent.futures.ThreadPoolExecutor(
             self._ahead // self._together + 4, "feeder"

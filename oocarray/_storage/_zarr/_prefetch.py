@@ -28,11 +28,19 @@ from typing import Any
 from oocarray._memory import budget_left
 from oocarray._storage._objects._fetcher import MAX_WINDOW, reader_manager
 
-__all__ = ["ReadAhead"]
+__all__ = ["ReadAhead", "row_chunks_together"]
 
 AHEAD_BYTES = 64 << 20  # stored bytes handed over ahead of the fills, at most
 AHEAD_CHUNKS = 256  # and chunks
 BEHIND_CHUNKS = 8  # kept behind the latest fill, at most
+
+
+def row_chunks_together(store: Any) -> int:
+    """Row chunks fetched together: a shard's where the chunks are in shards (one request
+    for their ranges), else one; one for a 0-d array."""
+    if not store.shape:
+        return 1
+    return max(1, store.write_grid[0] // max(1, store.chunks[0]))
 
 
 class ReadAhead:
@@ -42,8 +50,7 @@ class ReadAhead:
         self._store = store
         self._pages = weakref.ref(pages)
         self._nchunks = nchunks
-        # taken from the fetch in groups: a shard's chunks where they are in shards
-        self._group = max(1, store.write_grid[0] // max(1, store.chunks[0]))
+        self._group = row_chunks_together(store)  # taken from the fetch in groups
         # A quarter of what the budget has left now, before the array's pages fill it (they
         # are dropped to make room for what is handed over, the pager's rule for its fills),
         # and not the floor of a streaming pass's window: a small budget stays small.

@@ -101,6 +101,13 @@ def test_a_scan_holding_the_gil_throughout_is_served_by_the_feeder(s3):
     del a
 
 
+def test_a_0d_remote_array_reads_as_its_value(s3):
+    x = oc.create(s3.url("z.zarr"), (), "complex64", storage_options=s3.storage_options)
+    x[...] = 1 + 2j
+    a = oc.open(s3.url("z.zarr"), storage_options=s3.storage_options).as_ndarray()
+    assert a.shape == () and complex(a) == 1 + 2j
+
+
 def test_threads_scanning_one_array_each_read_every_row(s3):
     data = np.random.default_rng(3).standard_normal((16384, 16)).astype(np.float64)
     y = _remote(s3, "t.zarr", data, (512, 16))
