@@ -343,3 +343,21 @@ FORMATS: list[Format] = [
     Format("hdf5-contiguous", _hdf5(None), read_hdf5, paged=False),
     Format("npy", _npy, _read_npy, paged=False),
 ]
+
+
+def remote_array(
+    bucket: Any, name: str, data: np.ndarray, chunks: Any, shards: Any = None, codec: str = "zstd"
+) -> Any:
+    """``data`` written as the zarr array ``name`` of an object-store bucket (a
+    :class:`testkit.objects.Bucket`), then opened read-only from it."""
+    x = oc.create(
+        bucket.url(name),
+        data.shape,
+        data.dtype,
+        chunks=chunks,
+        shards=shards,
+        codec=codec,
+        storage_options=bucket.storage_options,
+    )
+    x[...] = data
+    return oc.open(bucket.url(name), storage_options=bucket.storage_options)

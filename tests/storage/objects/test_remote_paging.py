@@ -16,6 +16,7 @@ import oocarray as oc
 from oocarray._storage._paged._arrays import paging_available
 from oocarray.errors import PagedChunkError
 from testkit.objects import S3Server
+from testkit.stores import remote_array
 
 PAGING, WHY_NOT = paging_available()
 pytestmark = pytest.mark.skipif(not PAGING, reason=f"as_ndarray() cannot page here: {WHY_NOT}")
@@ -37,23 +38,10 @@ def _feeders() -> list[int]:
     return found
 
 
-def _remote(s3, name: str, data: np.ndarray, chunks, shards=None):
-    x = oc.create(
-        s3.url(name),
-        data.shape,
-        data.dtype,
-        chunks=chunks,
-        shards=shards,
-        storage_options=s3.storage_options,
-    )
-    x[...] = data
-    return oc.open(s3.url(name), storage_options=s3.storage_options)
-
-
 @pytest.mark.parametrize("shards", [None, (1024, 32)], ids=["chunks", "shards"])
 def test_a_scan_and_random_rows_of_a_remote_array_in_a_budget(s3, shards):
     data = np.random.default_rng(0).standard_normal((8192, 32)).astype(np.float32)
-    y = _remote(s3, "p.zarr", data, (256, 32), shards)
+    y = remote_array(s3, "p.zarr", data, (256, 32), shards)
     with oc.Manager(max_bytes="2M") as m:  # the array is 1 MiB of 32 KiB chunks, times 1
         a = y.as_ndarray()
         assert float(a.sum(dtype=np.float64)) == pytest.approx(float(data.sum(dtype=np.float64)))
@@ -88,7 +76,7 @@ def test_a_chunk_that_cannot_be_fetched_is_an_error_in_the_touching_thread(mode)
     try:
         bucket = server.bucket()
         data = np.arange(4096 * 8, dtype=np.float64).reshape(4096, 8)
-        y = _remote(bucket, "e.zarr", data, (512, 8))
+        y = remote_array(bucket, "e.zarr", data, (512, 8))
         options = {**bucket.storage_options, "retries": 0}
         y = oc.open(bucket.url("e.zarr"), mode, storage_options=options)
     finally:
@@ -103,7 +91,7 @@ def test_a_chunk_that_cannot_be_fetched_is_an_error_in_the_touching_thread(mode)
 
 def test_a_damaged_chunk_in_the_store_is_an_error_naming_it(s3):
     data = np.ones((2048, 8), dtype=np.float32)
-    y = _remote(s3, "d.zarr", data, (512, 8))
+    y = remote_array(s3, "d.zarr", data, (512, 8))
     key = s3.url("d.zarr").split("/", 3)[3] + "/c/1/0"
     s3.server.boto3().put_object(Bucket=s3.name, Key=key, Body=b"\x28\xb5\x2f\xfd" + b"x" * 64)
     a = y.as_ndarray()
@@ -117,7 +105,7 @@ def test_as_ndarray_r_plus_writes_changed_chunks_back_with_one_put_each(s3):
     import zarr.storage
 
     data = np.zeros((4096, 16), dtype=np.float32)
-    _remote(s3, "w.zarr", data, (512, 16))
+    remote_array(s3, "w.zarr", data, (512, 16))
     x = oc.open(s3.url("w.zarr"), "r+", storage_options=s3.storage_options)
     with oc.Manager(max_bytes="1M"):  # write-backs under budget pressure happen too
         a = x.as_ndarray("r+")
@@ -152,7 +140,7 @@ def test_chunks_that_cannot_be_put_are_kept_and_named(s3, monkeypatch):
     import sys
     import warnings
 
-    _remote(s3, "k.zarr", np.zeros((2048, 16), np.float32), (512, 16))
+    remote_array(s3, "k.zarr", np.zeros((2048, 16), np.float32), (512, 16))
     x = oc.open(s3.url("k.zarr"), "r+", storage_options=s3.storage_options)
     a = x.as_ndarray("r+")
     a[3] = 5.0

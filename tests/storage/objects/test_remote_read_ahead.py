@@ -13,25 +13,12 @@ import pytest
 
 import oocarray as oc
 from oocarray._storage._paged._arrays import paging_available
+from testkit.stores import remote_array
 
 PAGING, WHY_NOT = paging_available()
 pytestmark = pytest.mark.skipif(not PAGING, reason=f"as_ndarray() cannot page here: {WHY_NOT}")
 
 WAIT_S = 60.0  # for the read-ahead thread to hand chunks over: a bound, never reached when it works
-
-
-def _remote(s3, name: str, data: np.ndarray, chunks, shards=None, codec="zstd"):
-    x = oc.create(
-        s3.url(name),
-        data.shape,
-        data.dtype,
-        chunks=chunks,
-        shards=shards,
-        codec=codec,
-        storage_options=s3.storage_options,
-    )
-    x[...] = data
-    return oc.open(s3.url(name), storage_options=s3.storage_options)
 
 
 def _stats(y) -> dict[str, int]:
@@ -53,7 +40,7 @@ def _until(condition) -> None:
 def test_a_forward_scan_decodes_chunks_handed_over_in_memory(s3, shards):
     data = np.random.default_rng(0).standard_normal((8192, 32)).astype(np.float32)
     # 32 chunks of 32 KiB, stored as they are: the bytes handed over tell the chunks
-    y = _remote(s3, "a.zarr", data, (256, 32), shards, codec="none")
+    y = remote_array(s3, "a.zarr", data, (256, 32), shards, codec="none")
     a = y.as_ndarray()
     # The first chunks are handed over before the array is returned.
     assert _stats(y)["handed_over_bytes"] >= 32768
@@ -69,7 +56,7 @@ def test_a_forward_scan_decodes_chunks_handed_over_in_memory(s3, shards):
 
 def test_handed_over_bytes_are_counted_on_the_manager_and_freed_with_the_array(s3):
     data = np.arange(8192 * 32, dtype=np.float32).reshape(8192, 32)
-    y = _remote(s3, "m.zarr", data, (256, 32))
+    y = remote_array(s3, "m.zarr", data, (256, 32))
     with oc.Manager(max_bytes="64M") as m:
         a = y.as_ndarray()
         assert a[0, 1] == 1
@@ -83,7 +70,7 @@ def test_handed_over_bytes_are_counted_on_the_manager_and_freed_with_the_array(s
 
 def test_no_chunk_is_handed_over_beyond_the_budget(s3):
     data = np.ones((8192, 32), dtype=np.float32)
-    y = _remote(s3, "b.zarr", data, (256, 32))
+    y = remote_array(s3, "b.zarr", data, (256, 32))
     with oc.Manager(max_bytes="256K") as m:  # a quarter of the array
         a = y.as_ndarray()
         assert float(a.sum(dtype=np.float64)) == 8192 * 32
@@ -95,7 +82,7 @@ def test_a_scan_holding_the_gil_throughout_is_served_by_the_feeder(s3):
     """``tolist`` never lets the GIL go: the read-ahead thread cannot run, every fill after
     the first chunks asks the feeder, and the scan ends with the right values."""
     data = np.random.default_rng(2).integers(0, 1000, (8192, 8)).astype(np.int32)
-    y = _remote(s3, "g.zarr", data, (256, 8))
+    y = remote_array(s3, "g.zarr", data, (256, 8))
     a = y.as_ndarray()
     assert a.tolist() == data.tolist()
     del a
@@ -110,7 +97,7 @@ def test_a_0d_remote_array_reads_as_its_value(s3):
 
 def test_threads_scanning_one_array_each_read_every_row(s3):
     data = np.random.default_rng(3).standard_normal((16384, 16)).astype(np.float64)
-    y = _remote(s3, "t.zarr", data, (512, 16))
+    y = remote_array(s3, "t.zarr", data, (512, 16))
     a = y.as_ndarray()
     sums: list[float] = []
     errors: list[BaseException] = []
@@ -134,7 +121,7 @@ def test_threads_scanning_one_array_each_read_every_row(s3):
 
 def test_a_second_scan_after_eviction_is_read_ahead_again(s3):
     data = np.random.default_rng(4).standard_normal((8192, 32)).astype(np.float32)
-    y = _remote(s3, "s.zarr", data, (256, 32))
+    y = remote_array(s3, "s.zarr", data, (256, 32))
     with oc.Manager(max_bytes="512K"):
         a = y.as_ndarray()
         first = float(a.sum(dtype=np.float64))
