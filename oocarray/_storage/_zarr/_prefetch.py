@@ -40,7 +40,7 @@ def row_chunks_together(store: Any) -> int:
     for their ranges), else one; one for a 0-d array."""
     if not store.shape:
         return 1
-    return max(1, store.write_grid[0] // max(1, store.chunks[0]))
+    return max(1, int(store.write_grid[0]) // max(1, int(store.chunks[0])))
 
 
 class ReadAhead:
