@@ -20,6 +20,7 @@ would take the room of the pages and the chunks handed over, as the feeder's are
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 import weakref
@@ -29,6 +30,8 @@ from oocarray._memory import budget_left
 from oocarray._storage._objects._fetcher import MAX_WINDOW, reader_manager
 
 __all__ = ["ReadAhead", "row_chunks_together"]
+
+_log = logging.getLogger(__name__)
 
 AHEAD_BYTES = 64 << 20  # stored bytes handed over ahead of the fills, at most
 AHEAD_CHUNKS = 256  # and chunks
@@ -63,6 +66,7 @@ class ReadAhead:
         self._wake = os.eventfd(0, os.EFD_CLOEXEC)
         self._lock = threading.Lock()
         self._stopping = False
+        self._furthest = -1  # the furthest chunk the fills went to in this scan
         pages.remote_progress(self._wake)
         # The first chunks before the array is returned: a scan's first touch often holds the
         # GIL (a reduction copies its first row), and would wait for the feeder's start.
@@ -85,8 +89,8 @@ class ReadAhead:
         start = min(self._nchunks, self._group)
         try:
             self._runs(start)
-        except Exception:
-            pass  # the feeder fetches what this does not, and says why it fails
+        except Exception:  # the feeder fetches what this does not, and says why it fails
+            _log.debug("the read-ahead of %s stopped", self._store.path, exc_info=True)
         finally:
             with self._lock:
                 self._stopping = True  # no write to the eventfd after this
@@ -94,49 +98,53 @@ class ReadAhead:
 
     def _runs(self, start: int) -> None:
         rest = self._store._rest
-        floor = -1  # where the fills were when the run began
         while True:
             if start < self._nchunks:
                 chunks = [(c, *rest) for c in range(start, self._nchunks)]
                 with self._store.read_ahead(chunks, self._window):
-                    floor = self._run(start, floor)
+                    at = self._run(start)
             else:  # every chunk handed over, the fetch's buffers freed: wait for a new scan
-                floor = self._wait_back(floor)
-            if floor < 0:
+                at = self._wait_back()
+            if at < 0:
                 return
-            start = floor + 1
+            start = at + 1
 
-    def _run(self, start: int, floor: int) -> int:
-        """Hands over chunks from ``start`` on while the fills go forward from ``floor``;
-        the chunk the fills are at when a new run must start after it (they went back, or
-        far past the window), or -1 to stop."""
-        highest = floor  # the furthest the fills went: well behind it, a new scan began
+    def _run(self, start: int) -> int:
+        """Hands over chunks from ``start`` on while the fills go forward; the chunk the
+        fills are at when a new run must start after it (they went back, or far past the
+        window; the last chunk when every one is handed over), or -1 to stop."""
         for first in range(start, self._nchunks, self._group):
             group = range(first, min(self._nchunks, first + self._group))
             while True:
                 pos = self._position()
                 if pos is None:
                     return -1
-                if pos < highest - self._ahead or pos > group[-1] + self._ahead:
-                    return max(pos, 0)  # went back, or far past: read on from there
-                highest = max(highest, pos)
+                if self._went_back(pos) or pos > group[-1] + self._ahead:
+                    return max(pos, 0)  # read on from there
                 if group[0] <= pos + self._ahead:
                     break
                 os.eventfd_read(self._wake)  # the fills moved on, or stop
             self._give(group, pos)
-        return self._nchunks - 1  # handed over to the end: where a new scan is waited for
+        return self._nchunks - 1
 
-    def _wait_back(self, highest: int) -> int:
-        """Waits for the fills to go back well behind ``highest`` (a new scan); where they
-        are then, or -1 to stop."""
+    def _wait_back(self) -> int:
+        """Waits for a new scan from behind; where the fills are then, or -1 to stop."""
         while True:
             pos = self._position()
             if pos is None:
                 return -1
-            if pos < highest - self._ahead:
+            if self._went_back(pos):
                 return pos
-            highest = max(highest, pos)
             os.eventfd_read(self._wake)
+
+    def _went_back(self, pos: int) -> bool:
+        """Whether the fills went back well behind the furthest they went (a new scan; a
+        little behind is the pager's threads filling out of order)."""
+        if pos < self._furthest - self._ahead:
+            self._furthest = pos
+            return True
+        self._furthest = max(self._furthest, pos)
+        return False
 
     def _position(self) -> int | None:
         """The chunk the fills are at, the chunks behind it let go; None to stop."""
