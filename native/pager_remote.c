@@ -42,6 +42,7 @@ struct pg_remote {
 
 /* A chunk's stored bytes in memory, counted on the array's node while held. */
 struct pg_given {
+    pg_given *next; /* in a list of those let go at once */
     size_t n;
     int refs;    /* fills decoding from it; under the remote's mutex */
     int dropped; /* no longer in `given`: the last fill done with it frees it */
@@ -166,17 +167,21 @@ size_t oc_pager_remote_keep(pg_array *a, size_t lo, size_t hi)
     if (r == NULL) {
         return 0;
     }
+    pg_given *out = NULL; /* freed after the mutex: once per move of the fills, not per chunk */
+    pthread_mutex_lock(&r->mu);
     for (size_t c = 0; c < a->nchunks; c++) {
-        if (c >= lo && c < hi) {
-            continue;
-        }
-        pthread_mutex_lock(&r->mu);
-        pg_given *g = r->given[c] != NULL ? given_take_out(r, c) : NULL;
-        pthread_mutex_unlock(&r->mu);
+        pg_given *g = (c < lo || c >= hi) && r->given[c] != NULL ? given_take_out(r, c) : NULL;
         if (g != NULL) {
-            freed += g->n;
-            given_free(a, g);
+            g->next = out;
+            out = g;
         }
+    }
+    pthread_mutex_unlock(&r->mu);
+    while (out != NULL) {
+        pg_given *g = out;
+        out = g->next;
+        freed += g->n;
+        given_free(a, g);
     }
     return freed;
 }
