@@ -2,13 +2,13 @@
 reader's manager (:meth:`ReadBuffers.counted`, no copy), and for bytes read from the chunk
 cache, memory of the reader's manager reused within a pass.
 
-A pass over a remote array fetches one buffer per chunk.  A new buffer per chunk pays a page
-fault for every 4 KiB written into it (the region cache under a budget keeps at most 16 MiB of
-freed regions, while a read-ahead holds up to a quarter of the budget), which was a fifth of
-a cached epoch's time.  :class:`ReadBuffers` keeps the buffers of one read-ahead and hands one
-out again once nothing but itself refers to it: no array, view or buffer export of it is left
-anywhere, so reusing it can change nothing anyone can see.  The buffers are the manager's
-arrays, so its budget counts them, and they go when the read-ahead ends.
+A pass over a cached remote array reads one buffer per chunk.  A new buffer per chunk pays a
+page fault for every 4 KiB written into it (the region cache under a budget keeps at most
+16 MiB of freed regions, while a read-ahead holds up to a quarter of the budget), which was a
+fifth of a cached epoch's time.  :class:`ReadBuffers` keeps the buffers of one read-ahead and
+hands one out again once nothing but itself refers to it: no array, view or buffer export of
+it is left anywhere, so reusing it can change nothing anyone can see.  The buffers are the
+manager's arrays, so its budget counts them, and they go when the read-ahead ends.
 """
 
 from __future__ import annotations

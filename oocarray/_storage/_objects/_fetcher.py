@@ -223,13 +223,14 @@ class Fetcher:
         if all(c is not None for c in cached):
             return list(cached)
         self.requests += 1
-        data = await self.backend.get_range(first.key, start, end, first.version)
+        # Counted whole: each range is a view of it, and the run's bytes stay as long as any is.
+        data = buffers.counted(await self.backend.get_range(first.key, start, end, first.version))
         out: list[np.ndarray | None] = []
         for (_, request), hit in zip(group, cached, strict=True):
             if hit is not None:
                 out.append(hit)
                 continue
-            part = _counted(memoryview(data)[request.start - start : request.end - start], buffers)
+            part = data[request.start - start : request.end - start]
             await self._keep(_range_key(request), request.version, part)
             out.append(part)
         return out
@@ -259,7 +260,7 @@ class Fetcher:
                 await self._discard(key)
             return None
         assert isinstance(fetched, Fetched)
-        data = _counted(fetched.data, buffers)
+        data = buffers.counted(fetched.data)
         await self._keep(key, fetched.version, data)
         return data
 
@@ -305,12 +306,6 @@ class Fetcher:
 
 def _range_key(request: Request) -> str:
     return f"{request.key}#{request.start}-{request.end}"
-
-
-def _counted(data: Any, buffers: ReadBuffers) -> np.ndarray:
-    """``data``, the bytes the network layer made, counted on the reader's manager while
-    anything refers to them: decoded from where they are, not copied."""
-    return buffers.counted(data)
 
 
 def _coalesced(requests: list[tuple[int, Request]]) -> list[list[tuple[int, Request]]]:

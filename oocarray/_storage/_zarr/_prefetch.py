@@ -60,8 +60,7 @@ class ReadAhead:
         manager = reader_manager()
         left = None if manager is None else budget_left(manager)
         # The fetch reads no further ahead than the chunks are handed over (copied).
-        self._window = min(AHEAD_BYTES, MAX_WINDOW if left is None else left // 4)
-        self._window = max(self._window, chunk_bytes)
+        self._window = max(chunk_bytes, min(AHEAD_BYTES, MAX_WINDOW if left is None else left // 4))
         self._ahead = max(1, min(AHEAD_CHUNKS, self._window // max(1, chunk_bytes)), self._group)
         self._wake = os.eventfd(0, os.EFD_CLOEXEC)
         self._lock = threading.Lock()
