@@ -67,7 +67,8 @@ static int read_part(pg_array *a, size_t c, const int64_t t[3], size_t lo, size_
             pg_remote_done(a, given);
             atomic_fetch_add(&a->given_reads, 1);
             if (rc != 0) {
-                snprintf(err, err_n, "chunk %zu (%s) cannot be decoded: %s", c, where, why);
+                snprintf(err, err_n, "chunk %zu (as fetched from the object store) cannot be decoded: %s",
+                         c, why);
                 return -1;
             }
             return 0;
