@@ -13,6 +13,7 @@ import pytest
 
 import oocarray as oc
 from oocarray._storage._paged._arrays import paging_available
+from oocarray.errors import PagedChunkError
 from testkit.stores import remote_array
 
 PAGING, WHY_NOT = paging_available()
@@ -85,6 +86,21 @@ def test_a_scan_holding_the_gil_throughout_is_served_by_the_feeder(s3):
     y = remote_array(s3, "g.zarr", data, (256, 8))
     a = y.as_ndarray()
     assert a.tolist() == data.tolist()
+    del a
+
+
+def test_a_damaged_chunk_handed_over_is_an_error_naming_it(s3):
+    data = np.ones((8192, 8), dtype=np.float32)
+    y = remote_array(s3, "d.zarr", data, (2048, 8))  # 4 chunks of 64 KiB: a unit each
+    key = s3.url("d.zarr").split("/", 3)[3] + "/c/1/0"
+    s3.server.boto3().put_object(Bucket=s3.name, Key=key, Body=b"\x28\xb5\x2f\xfd" + b"x" * 64)
+    a = y.as_ndarray()
+    first = _stats(y)["handed_over_bytes"]  # chunk 0, before the array was returned
+    assert a[0].sum() == 8
+    _until(lambda: _stats(y)["handed_over_bytes"] > first)  # chunk 1 is handed over first
+    with pytest.raises(PagedChunkError, match=r"chunk 1 \(as fetched from the object store\)"):
+        a[2048].copy()
+    assert a[4096:].sum() == 4096 * 8  # the other chunks still read
     del a
 
 
