@@ -25,6 +25,7 @@ setup(
                 "native/py_handler.c",
                 "native/py_spill.c",
                 "native/py_chunks.c",
+                "native/py_moments.c",
                 "native/node.c",
                 "native/block.c",
                 "native/alloc_calls.c",
@@ -55,6 +56,7 @@ setup(
                 "native/pager_remote.c",
                 "native/zspill.c",
                 "native/writeback.c",
+                "native/moments.c",
             ],
             libraries=["dl"],  # dlopen of libzstd, libz and codec libraries (part of libc from glibc 2.34)
             depends=[
@@ -70,6 +72,7 @@ setup(
                 "native/oc_pool.h",
                 "native/oc_source.h",
                 "native/oc_reader.h",
+                "native/oc_moments.h",
                 "native/pager_int.h",
                 "native/py_module.h",
             ],

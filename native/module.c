@@ -2,7 +2,7 @@
  * The module oocarray._native: its definition, init and constants.  The types and the
  * functions live with what they expose: py_node.c (Node), py_pages.c (Pages, the pager),
  * py_handler.c (the handler, blocks and memory settings), py_spill.c (spill and moves),
- * py_chunks.c (the chunk reader and the codecs).
+ * py_chunks.c (the chunk reader and the codecs), py_moments.c (compute kernels).
  */
 #include "py_module.h"
 #include "oc_alloc.h"
@@ -33,6 +33,7 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddFunctions(m, oc_py_spill_methods) < 0 ||
         PyModule_AddFunctions(m, oc_py_pages_methods) < 0 ||
         PyModule_AddFunctions(m, oc_py_chunks_methods) < 0 ||
+        PyModule_AddFunctions(m, oc_py_moments_methods) < 0 ||
         PyModule_AddObjectRef(m, "Node", (PyObject *)&oc_py_NodeType) < 0 ||
         PyModule_AddObjectRef(m, "Pages", (PyObject *)&oc_py_PagesType) < 0 ||
         PyModule_AddObjectRef(m, "Counted", (PyObject *)&oc_py_CountedType) < 0 ||
