@@ -17,7 +17,7 @@
 #define SLAB_BYTES ((size_t)128 << 10)
 
 #define SLAB_MOMENTS(NAME, T)                                                                    \
-    __attribute__((target_clones("avx2", "default"), optimize("O3"))) static void NAME(                        \
+    __attribute__((target_clones("avx2", "default"), optimize("O3"))) static void NAME(          \
         const T *x, size_t rows, size_t cols, double *sum, double *sq)                           \
     {                                                                                            \
         memset(sum, 0, cols * sizeof *sum);                                                      \

@@ -36,9 +36,11 @@ static PyObject *oc_py_column_moments(PyObject *Py_UNUSED(m), PyObject *args)
     if (of[0] == '<' || of[0] == '=' || of[0] == '@') {
         of++;
     }
-    int known = (strcmp(xf, "f") == 0 && x.itemsize == 4) || (strcmp(xf, "d") == 0 && x.itemsize == 8);
+    int known = (strcmp(xf, "f") == 0 && x.itemsize == 4) ||
+                (strcmp(xf, "d") == 0 && x.itemsize == 8);
     if (x.ndim != 2 || !known) {
-        PyErr_SetString(PyExc_ValueError, "column_moments: matrix must be 2-D float32 or float64");
+        PyErr_SetString(PyExc_ValueError,
+                        "column_moments: matrix must be 2-D float32 or float64");
         goto done;
     }
     size_t rows = (size_t)x.shape[0], cols = (size_t)x.shape[1];
@@ -58,6 +60,9 @@ done:
 }
 
 PyMethodDef oc_py_moments_methods[] = {
-    {"column_moments", oc_py_column_moments, METH_VARARGS, "column_moments(matrix, out): the means (out[:c]) and centred sums of squares (out[c:2c]) of a C-contiguous float32/float64 (rows, c) matrix's columns, in one pass over memory without the GIL; out holds 4 * c float64."},
+    {"column_moments", oc_py_column_moments, METH_VARARGS,
+     "column_moments(matrix, out): the means (out[:c]) and centred sums of squares (out[c:2c]) "
+     "of a C-contiguous float32/float64 (rows, c) matrix's columns, in one pass over memory "
+     "without the GIL; out holds 4 * c float64."},
     {NULL, NULL, 0, NULL},
 };

@@ -251,10 +251,9 @@ class Moments(Reduction):
         self.work = work.newbyteorder("=")
         self.ddof = ddof
         self.count = np.zeros(self.kept_shape, dtype=np.float64)
-        self.mean = np.zeros(self.kept_shape, dtype=work)
-        self.m2 = np.zeros(
-            self.kept_shape, dtype=work.type(0).real.dtype if work.kind == "c" else work
-        )
+        self.mean = np.zeros(self.kept_shape, dtype=self.work)
+        real = self.work.type(0).real.dtype if self.work.kind == "c" else self.work
+        self.m2 = np.zeros(self.kept_shape, dtype=real)
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
         # A block's infinities (inf - inf) and overflows give NaN and inf as in NumPy; a
