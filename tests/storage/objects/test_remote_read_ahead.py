@@ -51,7 +51,10 @@ def test_a_forward_scan_decodes_chunks_handed_over_in_memory(s3, shards):
     # the first two chunks are let go meanwhile.
     _until(lambda: _stats(y)["handed_over_bytes"] >= 30 * 32768)
     assert float(a.sum(dtype=np.float64)) == pytest.approx(float(data.sum(dtype=np.float64)))
-    assert _stats(y)["handed_over_reads"] >= 30  # from memory, not from the feeder's files
+    # From memory, not from the feeder's files: all but a few.  Which few is a race, not a
+    # count to pin down: a chunk not handed over yet when the scan reaches it is asked of the
+    # feeder, and a fill that finds the feeder's file there reads the file.
+    assert _stats(y)["handed_over_reads"] >= 24
     del a
 
 
