@@ -5,8 +5,8 @@
  * taken a slab of rows at a time, small enough to stay in the core's L2 cache: the slab's sums,
  * then its squared deviations from its own mean, read from cache; then the slab's moments are
  * merged into the block's (Chan et al.'s pairwise update), in double precision throughout.
- * The inner loops run along a row's columns, which the compiler vectorises (AVX2 where the CPU
- * has it: target_clones picks at load time).
+ * The inner loops run along a row's columns, which the compiler vectorises (on x86-64, AVX2
+ * where the CPU has it: target_clones picks at load time; other CPUs get their base vectors).
  */
 #include "oc_moments.h"
 
@@ -16,8 +16,14 @@
 
 #define SLAB_BYTES ((size_t)128 << 10)
 
+#if defined(__x86_64__)
+#define SLAB_CLONES __attribute__((target_clones("avx2", "default"), optimize("O3")))
+#else
+#define SLAB_CLONES __attribute__((optimize("O3")))
+#endif
+
 #define SLAB_MOMENTS(NAME, T)                                                                    \
-    __attribute__((target_clones("avx2", "default"), optimize("O3"))) static void NAME(          \
+    SLAB_CLONES static void NAME(                                                                \
         const T *x, size_t rows, size_t cols, double *sum, double *sq)                           \
     {                                                                                            \
         memset(sum, 0, cols * sizeof *sum);                                                      \

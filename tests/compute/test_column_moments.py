@@ -103,8 +103,8 @@ def test_non_contiguous_matrix_is_refused() -> None:
 def test_var_and_std_of_a_stored_array_use_them_and_equal_numpy(
     tmp_path: object, dtype: object
 ) -> None:
-    """A chunked var/std (every block through the kernel for native floats; big-endian
-    through NumPy) equals NumPy's on the whole array."""
+    """A chunked var/std equals NumPy's on the whole array: every block goes through the
+    kernel, a big-endian one converted to the native work dtype first."""
     rng = np.random.default_rng(7)
     data = (rng.standard_normal((20_000, 9)) * 50 + 1000).astype(dtype)
     x = oc.from_numpy(data, chunks=(3_000, 9))
