@@ -533,6 +533,48 @@ int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out,
 }
 
 
+/* The stored bytes of a checked source (an entry of the chunk cache) read whole into this
+ * thread's buffer and checked against the source's CRC-32C, as a source in memory in *whole:
+ * a damaged entry fails here, before any of it is decoded.  0, or -1 with a message. */
+static int checked_bytes(reader_state *s, const oc_source *src, int64_t offset, int64_t nbytes,
+                         oc_source *whole, char *err, size_t err_n)
+{
+    if (nbytes < 0) {
+        nbytes = oc_source_rest(src, offset);
+        if (nbytes < 0) {
+            snprintf(err, err_n, "the size of the stored bytes: %s", strerror(errno));
+            return -1;
+        }
+    }
+    if (!oc_codec_lib_ready(OC_LIB_CRC32C)) {
+        snprintf(err, err_n, "the CRC-32C library is not loaded");
+        return -1;
+    }
+    const char *at = oc_source_at(src, offset, (size_t)nbytes);
+    if (at == NULL) {
+        char *buf = grow(&s->src, &s->src_size, (size_t)nbytes + 1);
+        size_t got;
+        if (buf == NULL) {
+            snprintf(err, err_n, "out of memory");
+            return -1;
+        }
+        if (oc_source_read(src, buf, (size_t)nbytes, offset, &got) != 0) {
+            snprintf(err, err_n, "read %zu of %lld bytes: %s", got, (long long)nbytes,
+                     strerror(errno));
+            return -1;
+        }
+        at = buf;
+    }
+    uint32_t sum = oc_crc32c_extend(src->crc_seed, at, (size_t)nbytes);
+    if (sum != src->crc) {
+        snprintf(err, err_n, "the cache entry's CRC-32C does not match (stored %08x, computed %08x)",
+                 src->crc, sum);
+        return -1;
+    }
+    *whole = (oc_source){.fd = -1, .path = NULL, .mem = at, .mem_len = nbytes, .checked = 0};
+    return 0;
+}
+
 /* Decode bytes [skip, skip + n) of one chunk (chunk_n bytes decoded) whose stored bytes are
  * at src/offset/nbytes (nbytes -1: the rest of the source) into dst, on this thread's state:
  * the one decoder of the chunk reader (reader.c) and the pager (pager.c), for callers that
@@ -540,7 +582,7 @@ int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out,
 int oc_decode(int codec, const oc_source *src, int64_t offset, int64_t nbytes, size_t chunk_n,
               size_t skip, char *dst, size_t n, char *err, size_t err_n)
 {
-    if (OC_CODEC_KIND(codec) == OC_CODEC_H5) {
+    if (OC_CODEC_KIND(codec) == OC_CODEC_H5 && !src->checked) {
         return oc_h5_decode(codec, src, offset, nbytes, chunk_n, skip, dst, n, err, err_n);
     }
     int zstd_codec = OC_CODEC_KIND(codec) == OC_CODEC_ZSTD ||
@@ -557,6 +599,16 @@ int oc_decode(int codec, const oc_source *src, int64_t offset, int64_t nbytes, s
         state_put(s);
         snprintf(err, err_n, "out of memory");
         return -1;
+    }
+    oc_source whole;
+    if (src->checked) {
+        if (checked_bytes(s, src, offset, nbytes, &whole, err, err_n) != 0) {
+            state_put(s);
+            return -1;
+        }
+        src = &whole;
+        offset = 0;
+        nbytes = whole.mem_len;
     }
     job_spec job = {.src = src, .offset = offset, .nbytes = nbytes, .skip = (int64_t)skip};
     int rc = run_job(s, codec, &job, chunk_n, dst, n, err, err_n);

@@ -285,6 +285,11 @@ int oc_codec_ready(int codec)
 
 uint32_t oc_crc32c(const void *data, size_t n) { return lib.crc32c_extend(0, data, n); }
 
+uint32_t oc_crc32c_extend(uint32_t crc, const void *data, size_t n)
+{
+    return lib.crc32c_extend(crc, data, n);
+}
+
 /* Check that the last 4 bytes of src (n bytes in all) are the CRC-32C of the others; 0, or -1
  * with a message. */
 int oc_crc32c_check(const char *src, size_t n, char *err, size_t err_n)

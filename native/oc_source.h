@@ -12,11 +12,16 @@ typedef struct {
     const char *path; /* else a file the job opens (reader.c), or NULL */
     const char *mem;  /* else these bytes */
     int64_t mem_len;
+    /* checked: a job's stored bytes must have the CRC-32C crc, computed on from crc_seed (an
+     * entry of the chunk cache: the seed is its version string's); they are read whole and
+     * checked before any of them is decoded */
+    int checked;
+    uint32_t crc_seed, crc;
 } oc_source;
 
 static inline oc_source oc_file_source(int fd)
 {
-    return (oc_source){.fd = fd, .path = NULL, .mem = NULL, .mem_len = 0};
+    return (oc_source){.fd = fd, .path = NULL, .mem = NULL, .mem_len = 0, .checked = 0};
 }
 
 /* Read exactly n bytes at offset; 0, or -1 with errno (EIO standing for "ended early"). */

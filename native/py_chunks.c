@@ -22,7 +22,9 @@ static PyObject *oc_py_zstd_available(PyObject *Py_UNUSED(m), PyObject *Py_UNUSE
  * read_chunks(jobs, sources, dests, threads) -> ([(job, message), ...], [job, ...])
  *
  * jobs: a C-contiguous int64 table of OC_JOB_FIELDS columns, one row a job (oc_reader.h);
- * sources: open file descriptors (int), paths of files (str) or buffers of stored bytes;
+ * sources: open file descriptors (int), paths of files (str), buffers of stored bytes, or
+ * (fd, seed, crc) tuples: an open file whose stored bytes of each job must have the CRC-32C crc
+ * computed on from seed (an entry of the chunk cache; checked whole before it is decoded);
  * dests: writable C-contiguous buffers.  Every job is checked against them before anything
  * runs (ValueError).  Runs on up to `threads` threads of the native pool, the caller included,
  * with the GIL released once; returns the failed jobs in order, with reasons, and the jobs
@@ -74,6 +76,23 @@ static PyObject *oc_py_read_chunks(PyObject *Py_UNUSED(m), PyObject *args)
             }
             const char *path = PyBytes_AS_STRING(encoded[i]);
             sources[i] = (oc_source){.fd = -1, .path = path, .mem = NULL, .mem_len = 0};
+            continue;
+        }
+        if (PyTuple_Check(s)) {
+            /* (fd, seed, crc): an open entry of the chunk cache, checked before it is decoded */
+            int fd;
+            unsigned int seed, crc;
+            if (!PyArg_ParseTuple(s, "iII", &fd, &seed, &crc)) {
+                goto done;
+            }
+            if (fd < 0) {
+                PyErr_Format(PyExc_ValueError, "source %zd: %d is no file descriptor", i, fd);
+                goto done;
+            }
+            sources[i] = oc_file_source(fd);
+            sources[i].checked = 1;
+            sources[i].crc_seed = seed;
+            sources[i].crc = crc;
             continue;
         }
         if (PyLong_Check(s)) {

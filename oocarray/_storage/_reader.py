@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import google_crc32c
 import numpy as np
 
 from oocarray import _native
@@ -30,13 +31,66 @@ from oocarray._memory import active_manager
 from oocarray._storage import _pool
 from oocarray.errors import CorruptChunkError
 
-__all__ = ["ChunkRead", "Source", "scratch_set"]
+__all__ = ["CheckedFile", "ChunkRead", "Source", "scratch_set"]
 
 Decoder = Callable[[bytes, np.ndarray], None]
 # Where a chunk's stored bytes are: (a file's path, which the native job opens, an open file's
-# descriptor, or a buffer of bytes; offset; length or -1 for the rest of it).  A path of no
-# file is a chunk never written: it reads as the fill value.
+# descriptor, a CheckedFile, or a buffer of bytes; offset; length or -1 for the rest of it).  A
+# path of no file is a chunk never written: it reads as the fill value.
 Source = tuple[Any, int, int]
+
+
+class CheckedFile:
+    """An open file holding a chunk's stored bytes ``[offset, offset + nbytes)`` that are
+    checked whole against a CRC-32C before any of them is decoded: an entry of the chunk cache,
+    whose CRC covers its version string (``seed`` is that string's CRC) and then the bytes.  The
+    native jobs read and check it as they decode (no copy into Python); bytes that fail come
+    from ``recover()`` instead (the object fetched anew; None: it is gone), which the cache's
+    owner sets.  The descriptor is closed by :meth:`close`, or when the object goes."""
+
+    __slots__ = ("crc", "fd", "nbytes", "offset", "recover", "seed")
+
+    def __init__(self, fd: int, offset: int, nbytes: int, seed: int, crc: int) -> None:
+        self.fd, self.offset, self.nbytes, self.seed, self.crc = fd, offset, nbytes, seed, crc
+        self.recover: Callable[[], Any] | None = None
+
+    @property
+    def source(self) -> Source:
+        return (self, self.offset, self.nbytes)
+
+    def native(self) -> tuple[int, int, int]:
+        """As the native reader takes it."""
+        if self.fd < 0:
+            raise ValueError("the cache entry's file is closed")
+        return (self.fd, self.seed, self.crc)
+
+    def read(self) -> Any:
+        """The stored bytes, checked (a new uint8 array, counted by the active manager); from
+        ``recover()`` where they fail (None: the object is gone)."""
+        out = np.empty(self.nbytes, np.uint8)
+        view, done = out.data, 0
+        try:
+            while done < self.nbytes:
+                count = os.preadv(self.fd, [view[done:]], self.offset + done)
+                if count == 0:
+                    break
+                done += count
+        except OSError:
+            done = -1
+        if done == self.nbytes and int(google_crc32c.extend(self.seed, out)) == self.crc:
+            return out
+        if self.recover is None:
+            raise ValueError("a damaged cache entry, and nowhere to fetch its object from")
+        return self.recover()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
 
 _FIELDS = 9  # the job table's columns: see native/reader.c
 _PARALLEL_COPY_BYTES = 8 << 20  # raw reads smaller than this run on the calling thread alone
@@ -126,8 +180,9 @@ class ChunkRead:
         return self._buffers[buffer].reshape(-1).view(np.uint8)
 
     def _source_number(self, where: Any) -> int:
-        # A path or a file descriptor by its value, stored bytes by their object: each once.
-        key = where if isinstance(where, (int, str)) else ("bytes", id(where))
+        # A path or a file descriptor by its value, stored bytes (or a cache entry) by their
+        # object: each once.
+        key = where if isinstance(where, (int, str)) else ("object", id(where))
         number = self._source_numbers.get(key)
         if number is None:
             number = self._source_numbers[key] = len(self._sources)
@@ -175,7 +230,12 @@ class ChunkRead:
                 scratch = scratch_set(runners, self._chunk_shape, self._dtype, "runner")
                 _pool.run_spread(count, lambda i, slot: self._run_python(i, scratch[slot]), runners)
                 return
-            failed, absent = _native.read_chunks(self._table, self._sources, self._buffers, runners)
+            failed, absent = _native.read_chunks(
+                self._table, self._native_sources(), self._buffers, runners
+            )
+            if failed and any(isinstance(s, CheckedFile) for s in self._sources):
+                failed, recovered_absent = self._recover(failed, runners)
+                absent = [*absent, *recovered_absent]
             for i in absent:
                 self._fill(i)
             if failed:
@@ -191,6 +251,39 @@ class ChunkRead:
             del self._table[:]
             self._chunks.clear()
             self._wanted = 0
+
+    def _native_sources(self) -> list[Any]:
+        return [s.native() if isinstance(s, CheckedFile) else s for s in self._sources]
+
+    def _recover(self, failed: list[Any], runners: int) -> tuple[list[Any], list[int]]:
+        """The jobs that failed on a checked source (a damaged cache entry) run again on their
+        object's bytes, read and checked again or else fetched anew; the failures left, and the
+        jobs whose object is gone."""
+        replaced: set[int] = set()
+        again: list[int] = []
+        left: list[Any] = []
+        for i, reason in failed:
+            number = self._job(i)[0]
+            where = self._sources[number]
+            if isinstance(where, CheckedFile):
+                self._sources[number] = where.read()
+                replaced.add(number)
+            if number in replaced:
+                # the bytes are the object's now, all of them
+                self._table[i * _FIELDS + 1 : i * _FIELDS + 3] = array.array("q", (0, -1))
+                again.append(i)
+            else:
+                left.append((i, reason))
+        gone = [i for i in again if self._sources[self._job(i)[0]] is None]
+        rerun = [i for i in again if self._sources[self._job(i)[0]] is not None]
+        if rerun:
+            table = array.array("q")
+            for i in rerun:
+                table.extend(self._job(i))
+            sources = [b"" if s is None else s for s in self._native_sources()]
+            failed_again, _ = _native.read_chunks(table, sources, self._buffers, runners)
+            left.extend((rerun[j], reason) for j, reason in failed_again)
+        return sorted(left), gone
 
     def _fill(self, i: int) -> None:
         """Job ``i``'s chunk was never written: its bytes are the fill value's."""
@@ -212,6 +305,9 @@ class ChunkRead:
                 os.close(fd)
         if isinstance(where, int):
             return _pread(where, offset, nbytes)
+        if isinstance(where, CheckedFile):
+            data = where.read()
+            return None if data is None else bytes(data)
         data = memoryview(where).cast("B")
         return bytes(data[offset:] if nbytes < 0 else data[offset : offset + nbytes])
 

@@ -17,7 +17,10 @@ An entry file is a header (magic, format version, length of the version string, 
 CRC-32C of the version string and payload), the version string (UTF-8), then the payload.
 :meth:`ChunkCache.lookup` checks the lengths against the file's size, :meth:`ChunkCache.read` the
 checksum against the bytes it read; a file that fails is removed and the running total recounted
-(its size may have changed behind the cache's back).
+(its size may have changed behind the cache's back).  :meth:`ChunkCache.open_version` hands the
+entry over as an open :class:`~oocarray._storage._reader.CheckedFile` instead: the native reader
+checks the checksum as it reads the payload to decode it, and a payload that fails is fetched
+anew, never decoded.
 
 Several processes may share one directory (DataLoader workers, several notebooks):
 
@@ -61,6 +64,8 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import google_crc32c
 import numpy as np
+
+from oocarray._storage._reader import CheckedFile
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
@@ -189,6 +194,41 @@ class ChunkCache:
             return self._read_open(entry, fd, empty or _empty_bytes)
 
         return self._open_entry(self._path(namespace, key), "read", payload)
+
+    def open_version(
+        self, namespace: str, key: str, version: str, remove_damaged: bool = True
+    ) -> CheckedFile | None:
+        """The entry of ``(namespace, key)`` as an open file when it holds ``version`` (a
+        version the caller knows is current), else None; marked recently used.  Its payload
+        is read and checked by whoever decodes it (the native reader, without a copy into
+        Python), and the kernel is asked to read it ahead meanwhile.  A few system calls and
+        no lock, unless a damaged file is found and ``remove_damaged`` (the lock is taken to
+        remove it; without, a later store replaces it)."""
+        path = self._path(namespace, key)
+        fd = _open_quietly(path)
+        if fd is None:
+            return None
+        try:
+            header = _read_header(fd)
+            if header is None:
+                if remove_damaged:
+                    self._remove_damaged(path, fd)
+                return None
+            if header.version != version:
+                return None
+            _touch(fd)
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(fd, header.offset, header.nbytes, os.POSIX_FADV_WILLNEED)
+            seed = int(google_crc32c.value(header.encoded))
+            entry = CheckedFile(fd, header.offset, header.nbytes, seed, header.crc)
+            fd = -1  # the entry's now
+            return entry
+        except OSError as error:
+            _log.debug("cache open of %s failed: %s", path, error)
+            return None
+        finally:
+            if fd >= 0:
+                os.close(fd)
 
     def _open_entry(
         self, path: str, what: str, use: Callable[[int, CachedChunk], _T | None]

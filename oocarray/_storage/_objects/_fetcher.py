@@ -16,7 +16,9 @@ fetched only when their version (ETag) changed (a conditional request answers 30
 and ranges of a shard whose version the read already knows are not requested at all.  A
 read-ahead over many cached objects validates them together: one listing of their keys gives
 every version at the start of the pass (a thousand per request), so an unchanged cached object
-costs no request of its own.
+costs no request of its own.  A cached object is handed to the reader as its open entry file
+(a :class:`~oocarray._storage._reader.CheckedFile`), which the native reader checks and decodes
+as it does a local chunk file: its bytes are never copied into Python.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from oocarray import _native
 from oocarray._memory import Manager, Workspace, active_manager, budget_left
 from oocarray._storage._objects import _loop
 from oocarray._storage._objects._backend import NOT_MODIFIED, Backend, Fetched
 from oocarray._storage._objects._buffers import ReadBuffers
+from oocarray._storage._reader import CheckedFile
 
 __all__ = ["Fetcher", "Request", "read_window", "reader_manager", "requests_in_flight"]
 
@@ -51,6 +55,10 @@ COALESCE_LOOKAHEAD = 256  # queued requests a read-ahead looks through for range
 LIST_VALIDATION_MIN = 16
 LIST_SLACK = 4
 LIST_PAGE = 1000
+
+
+# What a request gives: the bytes fetched, or a cache entry's open file (read by the decoder)
+Stored = np.ndarray | CheckedFile
 
 
 class Request(NamedTuple):
@@ -119,7 +127,7 @@ class Fetcher:
 
     # ---- one read -------------------------------------------------------------------------
 
-    def fetch(self, requests: Sequence[Request]) -> list[np.ndarray | None]:
+    def fetch(self, requests: Sequence[Request]) -> list[Stored | None]:
         """The bytes of each request (None: the object does not exist), fetched together."""
         if not requests:
             return []
@@ -130,7 +138,7 @@ class Fetcher:
 
     async def _fetch_all(
         self, requests: list[Request], manager: Manager | None, ahead: _Ahead | None
-    ) -> list[np.ndarray | None]:
+    ) -> list[Stored | None]:
         results: list[Any] = [None] * len(requests)
         waiting: dict[int, asyncio.Future[Any]] = {}
         todo: list[int] = []
@@ -212,7 +220,7 @@ class Fetcher:
         group: list[tuple[int, Request]],
         buffers: ReadBuffers,
         known: dict[str, str] | None = None,
-    ) -> list[np.ndarray | None]:
+    ) -> list[Stored | None]:
         """The bytes of a group of requests: one object, or neighbouring ranges of one.
         ``known``: versions listed at the start of the pass (see :meth:`_Ahead.listed`)."""
         first = group[0][1]
@@ -225,7 +233,7 @@ class Fetcher:
         self.requests += 1
         # Counted whole: each range is a view of it, and the run's bytes stay as long as any is.
         data = buffers.counted(await self.backend.get_range(first.key, start, end, first.version))
-        out: list[np.ndarray | None] = []
+        out: list[Stored | None] = []
         for (_, request), hit in zip(group, cached, strict=True):
             if hit is not None:
                 out.append(hit)
@@ -237,10 +245,10 @@ class Fetcher:
 
     async def _get_object(
         self, key: str, buffers: ReadBuffers, known: dict[str, str] | None = None
-    ) -> np.ndarray | None:
+    ) -> Stored | None:
         listed = known.get(key) if known else None
         if listed is not None:  # cached at the listed version: no request of its own
-            data = await self._read_version(key, listed, buffers)
+            data = await self._read_version(key, listed, buffers, Request(key))
             if data is not None:
                 self.cache_hits += 1
                 return data
@@ -249,7 +257,7 @@ class Fetcher:
         fetched = await self.backend.get(key, entry.version if entry is not None else None)
         if fetched is NOT_MODIFIED:
             assert entry is not None
-            data = await self._read_cached(entry, buffers)
+            data = await self._read_version(key, entry.version, buffers, Request(key))
             if data is not None:
                 self.cache_hits += 1
                 return data
@@ -271,29 +279,57 @@ class Fetcher:
             return None
         return await asyncio.to_thread(self.cache.lookup, self.namespace, key)
 
-    async def _read_cached(self, entry: Any, buffers: ReadBuffers) -> np.ndarray | None:
-        # Into a buffer of the reader's manager: the loop's worker thread would otherwise
-        # allocate in whatever manager or workspace its context carries.
-        data = await asyncio.to_thread(self.cache.read, entry, buffers.take)
-        return None if data is None else np.frombuffer(data, dtype=np.uint8)
-
     async def _read_version(
-        self, key: str, version: str, buffers: ReadBuffers
-    ) -> np.ndarray | None:
-        """The cached copy of ``key`` if it is of ``version``: one trip to the cache's thread."""
+        self, key: str, version: str, buffers: ReadBuffers, request: Request
+    ) -> Stored | None:
+        """The cached copy of ``key`` if it is of ``version``: one trip to the cache's thread.
+        Where the native reader checks cache entries, the entry's open file, which it decodes
+        from without a copy (``request`` fetches its object anew if the entry is damaged)."""
         if self.cache is None:
             return None
+        if _native.codec_ready(_native.CODEC_RAW | _native.CODEC_CRC32C):
+            # Opened here, on the loop: a few system calls, which cost less than a trip to a
+            # worker thread and back (a cached epoch ran 10 % slower so).  A damaged file is
+            # left for the store that replaces it: its removal takes the cache's lock.
+            entry: CheckedFile | None = self.cache.open_version(
+                self.namespace, key, version, remove_damaged=False
+            )
+            if entry is not None:
+                entry.recover = lambda: self._fetch_anew(key, request)
+            return entry
         data = await asyncio.to_thread(
             self.cache.read_version, self.namespace, key, version, buffers.take
         )
         return None if data is None else np.frombuffer(data, dtype=np.uint8)
 
-    async def _cached_range(self, request: Request, buffers: ReadBuffers) -> np.ndarray | None:
+    async def _cached_range(self, request: Request, buffers: ReadBuffers) -> Stored | None:
         if request.version is None:
             return None
-        data = await self._read_version(_range_key(request), request.version, buffers)
+        data = await self._read_version(_range_key(request), request.version, buffers, request)
         if data is not None:
             self.cache_hits += 1
+        return data
+
+    def _fetch_anew(self, key: str, request: Request) -> Any:
+        """The bytes of a request whose cache entry ``key`` was found damaged when read,
+        fetched again (on the loop, from the reader's thread) and cached again; None: the
+        object is gone."""
+        assert self.cache is not None
+        self.cache.discard(self.namespace, key)
+        self.requests += 1
+        if request.end >= 0:
+            data = _loop.run(
+                self.backend.get_range(request.key, request.start, request.end, request.version)
+            )
+            version = request.version
+        else:
+            fetched = _loop.run(self.backend.get(request.key))
+            if fetched is None:
+                return None
+            assert isinstance(fetched, Fetched)
+            data, version = fetched.data, fetched.version
+        if version is not None:
+            self.cache.store(self.namespace, key, version, data)
         return data
 
     async def _keep(self, key: str, version: str | None, data: np.ndarray) -> None:
@@ -494,7 +530,9 @@ def _chain_around(first: Request, same: list[Request], limit: int) -> list[Reque
     return sorted(run, key=lambda r: r.start)
 
 
-def _nbytes(data: np.ndarray | None) -> int:
+def _nbytes(data: Stored | None) -> int:
+    """The bytes a fetched object holds in the window (an open cache entry: its payload, which
+    also bounds the files a read-ahead keeps open)."""
     return 0 if data is None else int(data.nbytes)
 
 

@@ -284,13 +284,13 @@ class _Feeder:
             sources = self._store._chunk_sources([(c, *rest) for c in numbers])
             try:
                 for c in numbers:
-                    source = sources.source((c, *rest))
-                    if source is None:
+                    data = sources.stored_bytes((c, *rest))
+                    if data is None:
                         outcomes[c] = (ABSENT, "")
                     else:
                         # stamped as fetched, not written back (see upload), before it appears
                         path = os.path.join(self._directory, str(c))
-                        _write_file(path, source[0], fetched=True)
+                        _write_file(path, data, fetched=True)
                         outcomes[c] = (READY, "")
             finally:
                 sources.close()

@@ -168,11 +168,13 @@ class ReadAhead:
         try:
             pages = self._pages()
             for c in numbers:
-                source = sources.source((c, *rest))
-                if pages is None or source is None or c <= pos:
+                if pages is None or c <= pos:
+                    continue
+                data = sources.stored_bytes((c, *rest))
+                if data is None:
                     continue  # (never written: the feeder says so)
                 try:
-                    pages.remote_give(c, source[0])
+                    pages.remote_give(c, data)
                 except OSError as error:
                     if error.errno != errno.ENOSPC:
                         raise

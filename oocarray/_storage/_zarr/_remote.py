@@ -28,7 +28,7 @@ from oocarray._storage._objects import _loop
 from oocarray._storage._objects._backend import Backend, VersionChanged, backend_for, translate
 from oocarray._storage._objects._fetcher import MAX_REQUESTS, Fetcher, Request, read_window
 from oocarray._storage._objects._urls import Remote
-from oocarray._storage._reader import Source
+from oocarray._storage._reader import CheckedFile, Source
 from oocarray._storage._zarr._groups import array_member
 from oocarray._storage._zarr._layout import ShardIndex
 from oocarray._storage._zarr._store import _METADATA_DAMAGE, ZarrStore, encoded_parts
@@ -290,7 +290,7 @@ class _FetchedChunks:
 
     def __init__(self, store: RemoteZarrStore, chunks: Sequence[tuple[int, ...]]) -> None:
         self._store = store
-        self._data: dict[tuple[int, ...], np.ndarray | None] = {}
+        self._data: dict[tuple[int, ...], np.ndarray | CheckedFile | None] = {}
         self._owner = True
         wanted = list(dict.fromkeys(chunks))
         for attempt in (1, 2):
@@ -341,7 +341,15 @@ class _FetchedChunks:
 
     def source(self, chunk: tuple[int, ...]) -> Source | None:
         data = self._data.get(chunk)
+        if isinstance(data, CheckedFile):  # a cache entry, decoded from its file
+            return data.source
         return None if data is None else (data, 0, -1)
+
+    def stored_bytes(self, chunk: tuple[int, ...]) -> Any:
+        """The chunk's stored bytes in memory (a cache entry's read and checked), for those
+        that hand them on rather than decode them; None: never written."""
+        data = self._data.get(chunk)
+        return data.read() if isinstance(data, CheckedFile) else data
 
     def row_source(self, i: int) -> Source | None:
         return self.source((i, *self._store._rest))
@@ -351,6 +359,9 @@ class _FetchedChunks:
             self.release()
 
     def release(self) -> None:
+        for data in self._data.values():
+            if isinstance(data, CheckedFile):
+                data.close()
         self._data = {}
 
 
