@@ -156,7 +156,7 @@ class ChunkCache:
     def lookup(self, namespace: str, key: str) -> CachedChunk | None:
         """The whole entry for ``(namespace, key)``, or None.  Its checksum is checked by
         :meth:`read`; a file whose header or size is wrong is removed here."""
-        return self._open_entry(self._path(namespace, key), "lookup", lambda fd, entry: entry)
+        return self._open_entry(self._path(namespace, key), "lookup", _entry)
 
     def read(
         self, entry: CachedChunk, empty: Callable[[int], np.ndarray] | None = None
@@ -188,10 +188,10 @@ class ChunkCache:
         entry holds ``version`` (a version the caller knows is current), else None.  One open
         of the file instead of two, for passes that read many small entries."""
 
-        def payload(fd: int, entry: CachedChunk) -> np.ndarray | None:
-            if entry.version != version:
+        def payload(fd: int, header: _Header, path: str) -> np.ndarray | None:
+            if header.version != version:
                 return None
-            return self._read_open(entry, fd, empty or _empty_bytes)
+            return self._read_open(_entry(fd, header, path), fd, empty or _empty_bytes)
 
         return self._open_entry(self._path(namespace, key), "read", payload)
 
@@ -204,7 +204,29 @@ class ChunkCache:
         Python), and the kernel is asked to read it ahead meanwhile.  A few system calls and
         no lock, unless a damaged file is found and ``remove_damaged`` (the lock is taken to
         remove it; without, a later store replaces it)."""
-        path = self._path(namespace, key)
+
+        def opened(fd: int, header: _Header, path: str) -> CheckedFile | None:
+            if header.version != version:
+                return None
+            _touch(fd)
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(fd, header.offset, header.nbytes, os.POSIX_FADV_WILLNEED)
+            seed = int(google_crc32c.value(header.encoded))
+            # a descriptor of its own: the one the header was read from is closed
+            return CheckedFile(os.dup(fd), header.offset, header.nbytes, seed, header.crc)
+
+        return self._open_entry(self._path(namespace, key), "open", opened, remove_damaged)
+
+    def _open_entry(
+        self,
+        path: str,
+        what: str,
+        use: Callable[[int, _Header, str], _T | None],
+        remove_damaged: bool = True,
+    ) -> _T | None:
+        """``use(fd, header, path)`` of the entry file at ``path`` open, its header read; None
+        when there is no file, it is damaged (then removed, if ``remove_damaged``) or reading
+        it fails."""
         fd = _open_quietly(path)
         if fd is None:
             return None
@@ -214,36 +236,7 @@ class ChunkCache:
                 if remove_damaged:
                     self._remove_damaged(path, fd)
                 return None
-            if header.version != version:
-                return None
-            _touch(fd)
-            with contextlib.suppress(OSError):
-                os.posix_fadvise(fd, header.offset, header.nbytes, os.POSIX_FADV_WILLNEED)
-            seed = int(google_crc32c.value(header.encoded))
-            entry = CheckedFile(fd, header.offset, header.nbytes, seed, header.crc)
-            fd = -1  # the entry's now
-            return entry
-        except OSError as error:
-            _log.debug("cache open of %s failed: %s", path, error)
-            return None
-        finally:
-            if fd >= 0:
-                os.close(fd)
-
-    def _open_entry(
-        self, path: str, what: str, use: Callable[[int, CachedChunk], _T | None]
-    ) -> _T | None:
-        """``use(fd, entry)`` of the entry file at ``path`` open, its header read; None when
-        there is no file, it is damaged (then removed) or reading it fails."""
-        fd = _open_quietly(path)
-        if fd is None:
-            return None
-        try:
-            header = _read_header(fd)
-            if header is None:
-                self._remove_damaged(path, fd)
-                return None
-            return use(fd, CachedChunk(header.version, header.nbytes, path))
+            return use(fd, header, path)
         except OSError as error:
             _log.debug("cache %s of %s failed: %s", what, path, error)
             return None
@@ -465,6 +458,10 @@ def _stamp() -> int:
 
 def _empty_bytes(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, np.uint8)
+
+
+def _entry(fd: int, header: _Header, path: str) -> CachedChunk:
+    return CachedChunk(header.version, header.nbytes, path)
 
 
 def _touch(fd: int) -> None:
