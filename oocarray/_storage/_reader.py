@@ -49,10 +49,19 @@ class CheckedFile:
     owner sets.  The descriptor is closed by :meth:`close`, or when the object goes."""
 
     __slots__ = ("crc", "fd", "nbytes", "offset", "recover", "seed")
+    _open = 0  # in this process, for open_now()
+    _counting = threading.Lock()
 
     def __init__(self, fd: int, offset: int, nbytes: int, seed: int, crc: int) -> None:
         self.fd, self.offset, self.nbytes, self.seed, self.crc = fd, offset, nbytes, seed, crc
         self.recover: Callable[[], Any] | None = None
+        with CheckedFile._counting:
+            CheckedFile._open += 1
+
+    @staticmethod
+    def open_now() -> int:
+        """How many are open in this process (a read-ahead keeps them within a limit)."""
+        return CheckedFile._open
 
     @property
     def source(self) -> Source:
@@ -86,6 +95,8 @@ class CheckedFile:
     def close(self) -> None:
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
+            with CheckedFile._counting:
+                CheckedFile._open -= 1
             os.close(fd)
 
     def __del__(self) -> None:

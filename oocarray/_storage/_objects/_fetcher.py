@@ -55,6 +55,9 @@ COALESCE_LOOKAHEAD = 256  # queued requests a read-ahead looks through for range
 LIST_VALIDATION_MIN = 16
 LIST_SLACK = 4
 LIST_PAGE = 1000
+# Cache entries handed to readers as open files, at most, in a process (a read-ahead over many
+# small chunks would hold a descriptor for each); beyond, entries are read into buffers.
+MAX_OPEN_ENTRIES = 256
 
 
 # What a request gives: the bytes fetched, or a cache entry's open file (read by the decoder)
@@ -287,7 +290,8 @@ class Fetcher:
         from without a copy (``request`` fetches its object anew if the entry is damaged)."""
         if self.cache is None:
             return None
-        if _native.codec_ready(_native.CODEC_RAW | _native.CODEC_CRC32C):
+        native = _native.codec_ready(_native.CODEC_RAW | _native.CODEC_CRC32C)
+        if native and CheckedFile.open_now() < MAX_OPEN_ENTRIES:
             # Opened here, on the loop: a few system calls, which cost less than a trip to a
             # worker thread and back (a cached epoch ran 10 % slower so).  A damaged file is
             # left for the store that replaces it: its removal takes the cache's lock.

@@ -166,3 +166,25 @@ def test_as_ndarray_of_a_cached_array_reads_whole_entries(cached):
     a = y.as_ndarray()
     assert np.array_equal(a, data)
     del a
+
+
+def test_entries_beyond_the_open_file_limit_are_read_into_buffers(cached, monkeypatch):
+    from oocarray._storage._objects import _fetcher
+
+    data, y, _ = cached
+    monkeypatch.setattr(_fetcher, "MAX_OPEN_ENTRIES", CheckedFile.open_now() + 3)
+    read = ChunkCache.read_version
+    calls = []
+    most = []
+
+    def counted(self, *args, **kwargs):
+        calls.append(args[1])
+        most.append(CheckedFile.open_now())
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(ChunkCache, "read_version", counted)
+    before = CheckedFile.open_now()
+    assert _epoch(y) == pytest.approx(float(data.sum(dtype=np.float64)), rel=1e-6)
+    assert calls  # the read-ahead ran into the limit: those entries were read into buffers
+    assert max(most) <= before + 3
+    assert CheckedFile.open_now() == before  # all closed again
