@@ -31,7 +31,7 @@ from oocarray._memory import active_manager
 from oocarray._storage import _pool
 from oocarray.errors import CorruptChunkError
 
-__all__ = ["CheckedFile", "ChunkRead", "Source", "scratch_set"]
+__all__ = ["CheckedFile", "ChunkRead", "Source", "read_one", "scratch_set"]
 
 Decoder = Callable[[bytes, np.ndarray], None]
 # Where a chunk's stored bytes are: (a file's path, which the native job opens, an open file's
@@ -130,6 +130,17 @@ def scratch_set(
     while len(buffers) < count:
         buffers.append(np.empty(shape, dtype=dtype))
     return buffers[:count]
+
+
+def read_one(where: str, codec: int, skip: int, out: np.ndarray, chunk_nbytes: int) -> bool:
+    """Decode bytes ``[skip, skip + out.nbytes)`` of the chunk in the file ``where`` into
+    ``out`` (C-contiguous) on the calling thread: one job straight to the native reader,
+    without a :class:`ChunkRead`'s bookkeeping, which took most of an ``x[i]``.  False when
+    it cannot (no such file, or the job failed): the caller reads through a ``ChunkRead``,
+    which fills or reports it."""
+    table = array.array("q", (0, 0, -1, skip, 0, 0, out.nbytes, codec, chunk_nbytes))
+    failed, absent = _native.read_chunks(table, [where], [out], 1)
+    return not failed and not absent
 
 
 class ChunkRead:

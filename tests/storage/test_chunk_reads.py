@@ -602,3 +602,20 @@ def test_the_read_ahead_hint_never_fails_a_read(tmp_path: Path) -> None:
     assert np.array_equal(y[3:61], np.arange(512, dtype=np.int32).reshape(64, 8)[3:61])
     rows = np.array([60, 1, 17, 33, 45])
     assert np.array_equal(y[rows], np.arange(512, dtype=np.int32).reshape(64, 8)[rows])
+
+
+@pytest.mark.parametrize("codec", ["zstd", "none"])
+def test_rows_of_one_chunk_read_as_one_job_fill_and_name_damage(tmp_path: Path, codec) -> None:
+    data = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
+    x = oc.create(tmp_path / "a.zarr", (64, 8), np.float32, chunks=(8, 8), codec=codec)
+    x[:48] = data[:48]  # chunks 6 and 7 never written
+    chunk = tmp_path / "a.zarr" / "c" / "2" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-9])
+    y = oc.open(tmp_path / "a.zarr")
+    for i in (0, 7, 8, 47):
+        assert np.array_equal(y[i], data[i])
+    assert np.array_equal(y[9:15], data[9:15])
+    assert not y[50].any() and not y[56:64].any()  # the fill value
+    with pytest.raises(oc.CorruptChunkError, match=r"chunk \(2, 0\).*c/2/0"):
+        y[17]
+    assert np.array_equal(y[-1], np.zeros(8, np.float32))

@@ -28,7 +28,7 @@ from oocarray import _native
 from oocarray._storage import _pool
 from oocarray._storage._base import Store, check_dtype
 from oocarray._storage._indexing import ChunkPiece, parse_key
-from oocarray._storage._reader import ChunkRead, Source, scratch_set
+from oocarray._storage._reader import ChunkRead, Source, read_one, scratch_set
 from oocarray._storage._zarr._groups import array_in_group, is_group
 from oocarray._storage._zarr._layout import Layout, OpenShard, crc32c_of, layout_of
 from oocarray._storage._zarr._zstd_write import ZstdChunkWriter
@@ -278,6 +278,15 @@ class ZarrStore(Store):
             and layout.stored_dtype == self.dtype
             and self.chunks[1:] == self.shape[1:]
         )
+        # Rows of one chunk file that the native reader decodes: read as one job (x[i]).
+        self._one_file_rows = (
+            self._rows_direct
+            and self._local_files
+            and layout is not None
+            and layout.shard is None
+            and layout.native_codec is not None
+            and self.dtype.kind not in "mM"
+        )
         self.codec = self._codec_name()
         self._zstd_writer = _zstd_writer(layout)
         self._thread_reads = threading.local()
@@ -371,6 +380,14 @@ class ZarrStore(Store):
         if out.size == 0:
             return True
         per_chunk = self.chunks[0]
+        c, r = divmod(start, per_chunk)
+        if self._one_file_rows and r + len(out) <= per_chunk:  # x[i]: one job, no more
+            assert self._layout is not None and self._layout.native_codec is not None
+            row_bytes = self._chunk_nbytes // per_chunk
+            path = self._chunk_path((c, *self._rest))
+            codec = self._layout.native_codec
+            if read_one(path, codec, r * row_bytes, out, self._chunk_nbytes):
+                return True
         # Every chunk's share is a run of whole rows: it is read (or decoded) straight into
         # ``out``, the chunks on every core.
         row_bytes = self._chunk_nbytes // per_chunk
