@@ -287,6 +287,12 @@ class ZarrStore(Store):
             and layout.native_codec is not None
             and self.dtype.kind not in "mM"
         )
+        # The file of row chunk c is head + str(c) + tail (a key is its numbers joined).
+        self._row_path = ("", "")
+        if self._one_file_rows:
+            marker = 987654321987654321
+            head, _, tail = self._chunk_path((marker, *self._rest)).partition(str(marker))
+            self._row_path = (head, tail)
         self.codec = self._codec_name()
         self._zstd_writer = _zstd_writer(layout)
         self._thread_reads = threading.local()
@@ -384,7 +390,7 @@ class ZarrStore(Store):
         if self._one_file_rows and r + len(out) <= per_chunk:  # x[i]: one job, no more
             assert self._layout is not None and self._layout.native_codec is not None
             row_bytes = self._chunk_nbytes // per_chunk
-            path = self._chunk_path((c, *self._rest))
+            path = self._row_path[0] + str(c) + self._row_path[1]
             codec = self._layout.native_codec
             if read_one(path, codec, r * row_bytes, out, self._chunk_nbytes):
                 return True
