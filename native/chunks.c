@@ -204,6 +204,43 @@ void oc_chunks_atfork(int phase)
 
 static char *grow(char **buf, size_t *size, size_t n) { return oc_scratch_grow(buf, size, n); }
 
+/* How many stored bytes a job has: nbytes, or (-1) the rest of the source from offset; -1 with
+ * a message when that cannot be told. */
+static int64_t stored_length(const oc_source *src, int64_t offset, int64_t nbytes, char *err,
+                             size_t err_n)
+{
+    if (nbytes >= 0) {
+        return nbytes;
+    }
+    int64_t rest = oc_source_rest(src, offset);
+    if (rest < 0) {
+        snprintf(err, err_n, "the size of the stored bytes: %s", strerror(errno));
+    }
+    return rest;
+}
+
+/* n stored bytes at offset in memory: where they are for bytes in memory, else read into this
+ * thread's buffer.  NULL with a message when they cannot be read. */
+static const char *stored_in_memory(reader_state *s, const oc_source *src, int64_t offset,
+                                    size_t n, char *err, size_t err_n)
+{
+    const char *at = oc_source_at(src, offset, n);
+    if (at != NULL) {
+        return at;
+    }
+    char *buf = grow(&s->src, &s->src_size, n + 1);
+    size_t got;
+    if (buf == NULL) {
+        snprintf(err, err_n, "out of memory");
+        return NULL;
+    }
+    if (oc_source_read(src, buf, n, offset, &got) != 0) {
+        snprintf(err, err_n, "read %zu of %zu bytes: %s", got, n, strerror(errno));
+        return NULL;
+    }
+    return buf;
+}
+
 /* ---- one job ---- */
 
 /* Where one job's stored bytes are. */
@@ -347,13 +384,9 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
         snprintf(err, err_n, "bytes %zu-%zu asked of a chunk of %zu", skip, skip + n, chunk_n);
         return -1;
     }
-    int64_t stored = job->nbytes;
+    int64_t stored = stored_length(job->src, job->offset, job->nbytes, err, err_n);
     if (stored < 0) {
-        stored = oc_source_rest(job->src, job->offset);
-        if (stored < 0) {
-            snprintf(err, err_n, "the size of the stored bytes: %s", strerror(errno));
-            return -1;
-        }
+        return -1;
     }
     int kind = OC_CODEC_KIND(codec);
     int crc = (codec & OC_CODEC_CRC32C) != 0;
@@ -383,19 +416,9 @@ static int run_job(reader_state *s, int codec, const job_spec *job, size_t chunk
         return -1;
     }
     /* bytes in memory are decoded where they are; a file's are read into this thread's buffer */
-    const char *src = oc_source_at(job->src, job->offset, (size_t)stored);
+    const char *src = stored_in_memory(s, job->src, job->offset, (size_t)stored, err, err_n);
     if (src == NULL) {
-        char *buf = grow(&s->src, &s->src_size, (size_t)stored + 1);
-        if (buf == NULL) {
-            snprintf(err, err_n, "out of memory");
-            return -1;
-        }
-        if (oc_source_read(job->src, buf, (size_t)stored, job->offset, &got) != 0) {
-            snprintf(err, err_n, "read %zu of %lld bytes: %s", got, (long long)stored,
-                     strerror(errno));
-            return -1;
-        }
-        src = buf;
+        return -1;
     }
     size_t src_n = (size_t)stored;
     if (crc) {
@@ -539,31 +562,17 @@ int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out,
 static int checked_bytes(reader_state *s, const oc_source *src, int64_t offset, int64_t nbytes,
                          oc_source *whole, char *err, size_t err_n)
 {
+    nbytes = stored_length(src, offset, nbytes, err, err_n);
     if (nbytes < 0) {
-        nbytes = oc_source_rest(src, offset);
-        if (nbytes < 0) {
-            snprintf(err, err_n, "the size of the stored bytes: %s", strerror(errno));
-            return -1;
-        }
+        return -1;
     }
     if (!oc_codec_lib_ready(OC_LIB_CRC32C)) {
         snprintf(err, err_n, "the CRC-32C library is not loaded");
         return -1;
     }
-    const char *at = oc_source_at(src, offset, (size_t)nbytes);
+    const char *at = stored_in_memory(s, src, offset, (size_t)nbytes, err, err_n);
     if (at == NULL) {
-        char *buf = grow(&s->src, &s->src_size, (size_t)nbytes + 1);
-        size_t got;
-        if (buf == NULL) {
-            snprintf(err, err_n, "out of memory");
-            return -1;
-        }
-        if (oc_source_read(src, buf, (size_t)nbytes, offset, &got) != 0) {
-            snprintf(err, err_n, "read %zu of %lld bytes: %s", got, (long long)nbytes,
-                     strerror(errno));
-            return -1;
-        }
-        at = buf;
+        return -1;
     }
     uint32_t sum = oc_crc32c_extend(src->crc_seed, at, (size_t)nbytes);
     if (sum != src->crc) {

@@ -179,6 +179,7 @@ class ChunkRead:
         self._buffers: list[np.ndarray] = []
         self._sources: list[Any] = []
         self._source_numbers: dict[Any, int] = {}
+        self._checked = False  # whether a source is a CheckedFile
         # The table, _FIELDS int64 a job (native/reader.c): an array, not an ndarray, which
         # would cost more than the one job of a row read.
         self._table = array.array("q")
@@ -209,6 +210,7 @@ class ChunkRead:
         if number is None:
             number = self._source_numbers[key] = len(self._sources)
             self._sources.append(where)
+            self._checked = self._checked or isinstance(where, CheckedFile)
         return number
 
     def add(
@@ -255,7 +257,7 @@ class ChunkRead:
             failed, absent = _native.read_chunks(
                 self._table, self._native_sources(), self._buffers, runners
             )
-            if failed and any(isinstance(s, CheckedFile) for s in self._sources):
+            if failed and self._checked:
                 failed, recovered_absent = self._recover(failed, runners)
                 absent = [*absent, *recovered_absent]
             for i in absent:
@@ -270,11 +272,14 @@ class ChunkRead:
             self._buffers.clear()
             self._sources.clear()
             self._source_numbers.clear()
+            self._checked = False
             del self._table[:]
             self._chunks.clear()
             self._wanted = 0
 
     def _native_sources(self) -> list[Any]:
+        if not self._checked:  # (every read of a local array, x[i] too: no copy of the list)
+            return self._sources
         return [s.native() if isinstance(s, CheckedFile) else s for s in self._sources]
 
     def _recover(self, failed: list[Any], runners: int) -> tuple[list[Any], list[int]]:
