@@ -14,7 +14,15 @@ MiB = 1 << 20
 CHUNK_ROWS = 512  # 2 MiB row chunks
 BATCH = 256
 MEMMAP_TARGET = 2.0
-ZARR_TARGET = 0.10  # oocarray/zarr-python p50 ratio for ">= 10x faster"
+ZARR_TARGET = 0.10  # oocarray/zarr-python p50 ratio for ">= 10x faster" (uncompressed)
+# Compressed chunks: decoding one chunk bounds every side, so PERFORMANCE.md asks only to be
+# ahead of every peer there (zarr-python with either codec pipeline, tensorstore).
+AHEAD_TARGET = 1.0
+COMPRESSED_PEERS = (
+    ("zarr-python", "zarr-python (ahead)"),
+    ("zarr+zarrs", "zarr-python over zarrs (ahead)"),
+    ("tensorstore", "tensorstore (ahead)"),
+)
 SEED = 77
 WARM = 0.99  # fraction of a phase's file pages in the page cache to call it warm
 
@@ -106,10 +114,16 @@ def result(
             row = _ratio_row(measured, kind, ours, "memmap", MEMMAP_TARGET, what)
             if row is not None:
                 rows.append(row)
-        for ours, peer in (("oc-none", "zarr-none"), ("oc-zstd", "zarr-python")):
-            row = _ratio_row(measured, kind, ours, peer, ZARR_TARGET, "zarr-python (>= 10x faster)")
-            if row is not None:
-                rows.append(row)
+        row = _ratio_row(
+            measured, kind, "oc-none", "zarr-none", ZARR_TARGET, "zarr-python (>= 10x faster)"
+        )
+        if row is not None:
+            rows.append(row)
+        for peer, what in COMPRESSED_PEERS:
+            if peer in measured:
+                row = _ratio_row(measured, kind, "oc-zstd", peer, AHEAD_TARGET, what)
+                if row is not None:
+                    rows.append(row)
     latency_rows = []
     for m in measured.values():
         latency_rows.append(
@@ -131,7 +145,7 @@ def result(
         ("oc-none+mgr", "memmap"),
         ("oc-none+mgr", "zarr-none"),
         ("oc-zstd+mgr", "zarr-python"),
-        ("oc-zstd", "tensorstore"),
+        ("oc-zstd+mgr", "zarr+zarrs"),
         ("oc-zstd+mgr", "tensorstore"),
     ):
         if ours in measured and peer in measured:
@@ -196,7 +210,7 @@ def result(
     if "zstd" in counts and counts["zstd"] != counts.get("uncompressed"):
         fewer = (
             " (fewer on the zstd store: every read there decodes a large part of a 2 MiB "
-            "chunk, 0.2-3 ms each on this machine, on four sides)"
+            "chunk, 0.2-3 ms each on this machine, on five sides)"
         )
     all_warm = all(p.resident_before >= WARM and p.resident_after >= WARM for p in phases)
     notes += [
