@@ -16,10 +16,9 @@ view reads nothing.
 Sides are measured in three phases, one per group of files, so that each group fits in the page
 cache and on disk while it is read (8 GiB per file, 16 GiB per phase): (1) ``.npy`` and
 uncompressed zarr: ``numpy.memmap`` (the floor), oocarray on the ``.npy`` (memory-mapped),
-oocarray and zarr-python on the uncompressed zarr; (2) the zstd zarr: oocarray, zarr-python with its
-default codec pipeline and with the zarrs (Rust) pipeline, tensorstore (when importable; its
-default context, which caches no chunks); (3) h5py
-contiguous and chunked.
+oocarray and zarr-python on the uncompressed zarr; (2) the zstd zarr: oocarray, zarr-python
+with its default codec pipeline and with the zarrs (Rust) pipeline, tensorstore (when
+importable; its default context, which caches no chunks); (3) h5py contiguous and chunked.
 oocarray's chunk-reading sides are measured twice: as a plain call, and inside an
 ``oc.Manager`` (their buffers then come from oocarray's allocator instead of ``malloc``).  In
 each phase the sides run interleaved in rounds (order rotated each round); in a round each side
@@ -28,7 +27,7 @@ reads a different block of the same list of rows, so no side reads rows another 
 Targets (PERFORMANCE.md): oocarray's p50 within 2x of ``numpy.memmap`` on uncompressed data
 (the ``.npy`` and the uncompressed zarr are both compared); >= 10x faster than zarr-python on
 the uncompressed zarr, i.e. a p50 ratio oocarray/zarr-python <= 0.10; and on the zstd zarr,
-where decoding one chunk bounds every side, ahead of every peer (a p50 ratio < 1.0 against
+where decoding one chunk bounds every side, ahead of every peer (a p50 ratio <= 1.0 against
 zarr-python with either pipeline and tensorstore).
 """
 
