@@ -11,6 +11,7 @@ an earlier round left cached; other processes' cached files are left alone.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import os
 import shutil
@@ -65,10 +66,13 @@ def evict_page_cache(paths: Sequence[str]) -> int:
 
     ``posix_fadvise(DONTNEED)`` on the workload's files rather than ``/proc/sys/vm/drop_caches``:
     it needs no root and leaves other processes' cache (and their measurements) alone.  Dirty
-    pages cannot be dropped, so each file is written back first.
+    pages cannot be dropped, so each file is written back first; mapped pages cannot either,
+    so this process's read-only mappings of the files let go of theirs first.
     """
+    files = list(files_under(paths))
+    _drop_mapped_pages(files)
     count = 0
-    for path in files_under(paths):
+    for path in files:
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fdatasync(fd)
@@ -77,6 +81,28 @@ def evict_page_cache(paths: Sequence[str]) -> int:
             os.close(fd)
         count += 1
     return count
+
+
+_MADV_DONTNEED = 4
+
+
+def _drop_mapped_pages(files: Sequence[str]) -> None:
+    """Unmap the pages this process has mapped of ``files`` (a ``numpy.memmap`` side keeps
+    every page it touched mapped, and ``POSIX_FADV_DONTNEED`` leaves mapped pages in the page
+    cache).  Only read-only shared mappings: their pages come back from the file unchanged,
+    where dropping a private or writable mapping's pages could lose data."""
+    wanted = {os.path.realpath(f) for f in files}
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        regions = [line.split(maxsplit=5) for line in maps]
+    for fields in regions:
+        if len(fields) < 6 or fields[5].strip() not in wanted:
+            continue
+        perms = fields[1]
+        if perms[1] != "-" or perms[3] != "s":
+            continue
+        start, end = (int(v, 16) for v in fields[0].split("-"))
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
 
 
 def marked_cold(result: Result, ids: Sequence[str] | None = None) -> Result:
