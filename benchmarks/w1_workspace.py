@@ -111,6 +111,18 @@ def _buffers(passes: Callable[..., np.floating], like: np.ndarray) -> list[np.nd
     return [np.ones_like(like) for _ in range(passes.__code__.co_argcount - 1)]
 
 
+def _timed(call: Callable[[], object]) -> Callable[[], float]:
+    """A side: seconds for ITERATIONS calls of ``call``."""
+
+    def side() -> float:
+        start = clock()
+        for _ in range(ITERATIONS):
+            call()
+        return clock() - start
+
+    return side
+
+
 def _sides(
     x: np.ndarray,
     ws: oc.Workspace,
@@ -122,32 +134,16 @@ def _sides(
     z = np.empty_like(x)
     buffers = _buffers(passes, x)
 
-    def plain() -> float:
-        start = clock()
-        for _ in range(ITERATIONS):
+    def cycle() -> None:
+        with ws:
             step(x)
-        return clock() - start
 
-    def workspace() -> float:
-        start = clock()
-        for _ in range(ITERATIONS):
-            with ws:
-                step(x)
-        return clock() - start
-
-    def out_floor() -> float:
-        start = clock()
-        for _ in range(ITERATIONS):
-            floor(x, y, z)
-        return clock() - start
-
-    def own_passes() -> float:
-        start = clock()
-        for _ in range(ITERATIONS):
-            passes(x, *buffers)
-        return clock() - start
-
-    return {"workspace": workspace, "plain": plain, "floor": out_floor, "passes": own_passes}
+    return {
+        "workspace": _timed(cycle),
+        "plain": _timed(lambda: step(x)),
+        "floor": _timed(lambda: floor(x, y, z)),
+        "passes": _timed(lambda: passes(x, *buffers)),
+    }
 
 
 def _check(
