@@ -194,17 +194,24 @@ class Fetcher:
     # ---- reading ahead --------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def read_ahead(self, requests: Iterable[Request], window: int | None = None) -> Iterator[None]:
+    def read_ahead(
+        self,
+        requests: Iterable[Request],
+        window: int | None = None,
+        manager: Manager | None = None,
+    ) -> Iterator[None]:
         """Fetch ``requests`` in order, ahead of the reads inside, within the window (the
-        budget's, or ``window`` bytes); what is left untaken at the end is dropped.  Nested or
-        concurrent read-aheads of one array: the first one reads ahead, the others read as
-        they go."""
+        budget's, or ``window`` bytes), the bytes counted on the reader's manager (or
+        ``manager``, for a thread that reads for another); what is left untaken at the end is
+        dropped.  Nested or concurrent read-aheads of one array: the first one reads ahead,
+        the others read as they go."""
         self._in_this_process()
         with self._lock:
             if self._ahead is not None:
                 mine = None
             else:
-                mine = self._ahead = _Ahead(self, list(requests), reader_manager(), window)
+                counted = manager or reader_manager()
+                mine = self._ahead = _Ahead(self, list(requests), counted, window)
         if mine is None:
             yield
             return

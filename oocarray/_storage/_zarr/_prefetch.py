@@ -12,9 +12,9 @@ before.  Chunks behind the fills are let go.
 
 Memory: the window ahead is a quarter of what the budget of the manager the array was made in
 (above a workspace) has left then, at most 64 MiB.  The bytes handed over are counted on that
-manager as the array's pages are, pages filled longest ago dropped to make room.  The fetch's
-own buffers (at most the window, freed as each chunk is handed over) are not: counted, they
-would take the room of the pages and the chunks handed over, as the feeder's are not either.
+manager as the array's pages are, pages filled longest ago dropped to make room; so are the
+fetch's own buffers (at most the window, freed as each chunk is handed over), though this
+thread has no manager active: it names the array's.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class ReadAhead:
         # A quarter of what the budget has left now, before the array's pages fill it (they
         # are dropped to make room for what is handed over, the pager's rule for its fills),
         # and not the floor of a streaming pass's window: a small budget stays small.
-        manager = reader_manager()
+        manager = self._manager = reader_manager()
         left = None if manager is None else budget_left(manager)
         # The fetch reads no further ahead than the chunks are handed over (copied).
         self._window = max(chunk_bytes, min(AHEAD_BYTES, MAX_WINDOW if left is None else left // 4))
@@ -100,7 +100,7 @@ class ReadAhead:
         while True:
             if start < self._nchunks:
                 chunks = [(c, *rest) for c in range(start, self._nchunks)]
-                with self._store.read_ahead(chunks, self._window):
+                with self._store.read_ahead(chunks, self._window, self._manager):
                     at = self._run(start)
             else:  # every chunk handed over, the fetch's buffers freed: wait for a new scan
                 at = self._wait_back()

@@ -17,7 +17,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
@@ -33,6 +33,9 @@ from oocarray._storage._zarr._groups import array_member
 from oocarray._storage._zarr._layout import ShardIndex
 from oocarray._storage._zarr._store import _METADATA_DAMAGE, ZarrStore, encoded_parts
 from oocarray.errors import StoreNotFoundError
+
+if TYPE_CHECKING:
+    from oocarray._memory import Manager
 
 __all__ = ["RemoteZarrStore", "open_array_at"]
 
@@ -148,12 +151,15 @@ class RemoteZarrStore(ZarrStore):
 
     @contextlib.contextmanager
     def read_ahead(
-        self, chunks: Iterable[tuple[int, ...]], window: int | None = None
+        self,
+        chunks: Iterable[tuple[int, ...]],
+        window: int | None = None,
+        manager: Manager | None = None,
     ) -> Iterator[None]:
         """Fetch these chunks in this order ahead of the reads inside (a pass's plan), within
-        the budget's read-ahead window or ``window`` bytes.  In shards, the indexes of every
-        shard the pass reads are fetched first (together), then the inner chunks' ranges go
-        ahead as whole chunks do."""
+        the budget's read-ahead window or ``window`` bytes, the bytes counted on the reader's
+        manager (or ``manager``).  In shards, the indexes of every shard the pass reads are
+        fetched first (together), then the inner chunks' ranges go ahead as whole chunks do."""
         layout = self._layout
         if layout is None:
             yield
@@ -162,7 +168,7 @@ class RemoteZarrStore(ZarrStore):
             requests: Iterable[Request] = (Request(self._key(c)) for c in chunks)
         else:
             requests = self._inner_requests(list(chunks))
-        with self.fetcher.read_ahead(requests, window):
+        with self.fetcher.read_ahead(requests, window, manager):
             yield
 
     def _inner_requests(self, chunks: list[tuple[int, ...]]) -> list[Request]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import oocarray as oc
+from oocarray._memory import active_manager
 from oocarray._storage._paged._arrays import paging_available
 from oocarray.errors import PagedChunkError
 from testkit.stores import remote_array
@@ -58,7 +59,11 @@ def test_a_forward_scan_decodes_chunks_handed_over_in_memory(s3, shards):
     del a
 
 
-def test_handed_over_bytes_are_counted_on_the_manager_and_freed_with_the_array(s3):
+def _read_ahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "oocarray-read-ahead"]
+
+
+def test_handed_over_and_fetched_bytes_are_counted_on_the_manager_and_freed_with_the_array(s3):
     data = np.arange(8192 * 32, dtype=np.float32).reshape(8192, 32)
     y = remote_array(s3, "m.zarr", data, (256, 32))
     with oc.Manager(max_bytes="64M") as m:
@@ -67,9 +72,35 @@ def test_handed_over_bytes_are_counted_on_the_manager_and_freed_with_the_array(s
         _until(lambda: _stats(y)["handed_over_bytes"] >= 16 * 32768)
         held = _stats(y)["handed_over_bytes"]
         assert m.stats().current_bytes >= held + _stats(y)["resident_bytes"]
+        (thread,) = _read_ahead_threads()
         del a
         gc.collect()
-        assert m.stats().current_bytes == 0  # the pages and the chunks handed over
+        thread.join(WAIT_S)  # it lets its fetched buffers go as it ends
+        assert not thread.is_alive()
+        assert m.stats().current_bytes == 0  # the pages, the chunks handed over, the fetch
+
+
+def test_a_read_ahead_for_another_thread_counts_its_fetched_bytes_on_that_manager(s3):
+    """The read-ahead thread of an ``as_ndarray()`` has no manager active: it names the
+    array's, which counts the bytes fetched and not yet taken, and nothing once it ends."""
+    data = np.ones((8192, 32), dtype=np.float32)
+    y = remote_array(s3, "f.zarr", data, (256, 32), codec="none")  # 32 chunks of 32 KiB
+    store = y._store
+    m = oc.Manager("reader")
+    seen: list[int] = []
+
+    def read_ahead() -> None:
+        assert active_manager() is None
+        with store.read_ahead([(c, 0) for c in range(32)], 8 * 32768, m):
+            _until(lambda: m.stats().current_bytes >= 32768)
+            seen.append(m.stats().current_bytes)
+
+    thread = threading.Thread(target=read_ahead)
+    thread.start()
+    thread.join()
+    assert seen and seen[0] >= 32768  # at least one chunk's bytes, fetched ahead
+    assert m.stats().current_bytes == 0
+    m.close()
 
 
 def test_no_chunk_is_handed_over_beyond_the_budget(s3):
