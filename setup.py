@@ -57,6 +57,7 @@ setup(
                 "native/zspill.c",
                 "native/writeback.c",
                 "native/moments.c",
+                "native/bins.c",
             ],
             libraries=["dl"],  # dlopen of libzstd, libz and codec libraries (part of libc from glibc 2.34)
             depends=[
@@ -73,6 +74,7 @@ setup(
                 "native/oc_source.h",
                 "native/oc_reader.h",
                 "native/oc_moments.h",
+                "native/oc_bins.h",
                 "native/pager_int.h",
                 "native/py_module.h",
             ],
