@@ -785,6 +785,15 @@ def _short(error: str | None) -> str:
     return f"{kind} ({name})"
 
 
+def _times_faster(ours: float | None, peer: float | None, target: float) -> tuple[str, str, str]:
+    """The ratio, target and met cells of a row judged as "peer time / our time >= 1 / target"
+    (``target``: our time over the peer's at most)."""
+    if not ours or not peer:
+        return "—", f">= {1 / target:.2f}x", "n/a"
+    met = "yes" if peer / ours >= 1 / target else "**no**"
+    return f"{peer / ours:.2f}x", f">= {1 / target:.2f}x", met
+
+
 def _rss(o: Outcome) -> str:
     return f"{format_mib(o.peak_tree)} (before {format_mib(o.base_rss)})"
 
@@ -1129,11 +1138,7 @@ def _report(
                     "chunk-shuffle loader",
                     "failed" if ours is None else f"{ours:.2f} s",
                     "failed" if peer is None else f"{peer:.2f} s",
-                    "—" if not ours or not peer else f"{peer / ours:.2f}x",
-                    f">= {1 / TARGET_C:.2f}x",
-                    "n/a"
-                    if not ours or not peer
-                    else ("yes" if peer / ours >= 1 / TARGET_C else "**no**"),
+                    *_times_faster(ours, peer, TARGET_C),
                 )
             )
         for temp in ("warm", "cold"):
@@ -1151,11 +1156,7 @@ def _report(
                     if cached is None
                     else f"{cached:.2f} s",
                     "failed" if disk is None else f"{disk:.2f} s (local disk)",
-                    "—" if not cached or not disk else f"{disk / cached:.2f}x",
-                    f">= {1 / TARGET_CACHED:.2f}x",
-                    "n/a"
-                    if not cached or not disk
-                    else ("yes" if disk / cached >= 1 / TARGET_CACHED else "**no**"),
+                    *_times_faster(cached, disk, TARGET_CACHED),
                 )
             )
     notes.append(
