@@ -130,11 +130,17 @@ static PyObject *oc_py_bin_counts(PyObject *Py_UNUSED(m), PyObject *args)
         goto done;
     }
     Py_ssize_t rows = x.shape[0], cols = x.shape[1];
-    if (PyObject_GetBuffer(counts_obj, &counts, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) {
+    if (PyObject_GetBuffer(counts_obj, &counts,
+                           PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) != 0) {
         counts.obj = NULL;
         goto done;
     }
-    if (cols == 0 || counts.len % (cols * 8) != 0 || counts.len == 0) {
+    const char *cf = counts.format == NULL ? "B" : counts.format;
+    if (cf[0] == '<' || cf[0] == '=' || cf[0] == '@') {
+        cf++;
+    }
+    int int64 = counts.itemsize == 8 && (strcmp(cf, "q") == 0 || strcmp(cf, "l") == 0);
+    if (!int64 || cols == 0 || counts.len % (cols * 8) != 0 || counts.len == 0) {
         PyErr_SetString(PyExc_ValueError, "bin_counts: counts must be int64 (columns, bins)");
         goto done;
     }

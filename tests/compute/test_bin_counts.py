@@ -99,3 +99,5 @@ def test_counts_add_to_what_is_there_and_bad_buffers_are_refused() -> None:
         _native.bin_counts(m, counts, np.ones(3, np.uint8), None, None, low, high, shift)
     with pytest.raises(ValueError, match="int64"):
         _native.bin_counts(m, np.ones((2, 3), np.int32), own, None, None, low, high, shift)
+    with pytest.raises(ValueError, match="int64"):  # as many bytes as (2, 2) int64 counts
+        _native.bin_counts(m, np.ones((2, 4), np.int32), own, None, None, low, high, shift)
