@@ -10,6 +10,7 @@ decided by NumPy's own method table, index and interpolation helpers
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,7 @@ from oocarray._compute._selection import select_ranks, summarize
 __all__ = ["FUNCTIONS", "median", "quantile"]
 
 Region = tuple[slice, ...]
+_CATCHING = threading.Lock()
 _METHODS: dict[str, dict[str, Any]] = _numpy_quantiles._QuantileMethods  # type: ignore[attr-defined]
 
 
@@ -63,7 +65,9 @@ class _PerBlock(Reduction):
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
         shape = tuple(s.stop - s.start for s in region)
-        with warnings.catch_warnings(record=True) as caught:
+        # catch_warnings swaps the process's filters and hook: worker threads inside it
+        # together would restore each other's, losing or leaking warnings; they take turns.
+        with _CATCHING, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = self.function(
                 np.broadcast_to(block, shape), axis=self.axes, keepdims=True, **self.kwargs

@@ -191,8 +191,12 @@ class Extreme(Reduction):
     FUNCTIONS: ClassVar[dict[str, Any]] = {
         "min": (np.min, np.minimum),
         "max": (np.max, np.maximum),
-        "nanmin": (np.nanmin, np.fmin),
-        "nanmax": (np.nanmax, np.fmax),
+        # np.nanmin is np.fmin.reduce plus a warning for all-NaN slices, which a block may
+        # hold where the whole array has none: the warning is judged at the end.  (No
+        # catch_warnings here: it swaps the process's filters, and worker threads inside it
+        # together restore each other's.)
+        "nanmin": (np.fmin.reduce, np.fmin),
+        "nanmax": (np.fmax.reduce, np.fmax),
     }
 
     def __init__(self, name: str, expr: Node, axes: tuple[int, ...], keepdims: bool) -> None:
@@ -204,9 +208,7 @@ class Extreme(Reduction):
         self.seen = np.zeros(self.kept_shape, dtype=bool)
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN blocks: judged at the end
-            return np.asarray(self.function(block, axis=self.axes, keepdims=True))
+        return np.asarray(self.function(block, axis=self.axes, keepdims=True))
 
     def merge(self, partial: Any, region: Region) -> None:
         target = self.target(region)

@@ -415,6 +415,21 @@ def test_nanmax_of_an_all_nan_slice_warns_and_is_nan() -> None:
     np.testing.assert_array_equal(result, [np.nan, 1.0])
 
 
+def test_nanmin_over_blocks_of_nan_warns_nothing_and_leaves_the_filters_as_they_were() -> None:
+    """Blocks all NaN in a column that is not: no warning, and the workers never touch the
+    process's warning filters (threads swapping them restore each other's)."""
+    data = np.full((64, 4), np.nan)
+    data[-1] = np.arange(4.0)
+    x = oc.from_numpy(data, chunks=(4, 2))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        filters = list(warnings.filters)
+        result = np.nanmin(x, axis=0)
+        assert list(warnings.filters) == filters
+    assert caught == []
+    np.testing.assert_array_equal(result, np.arange(4.0))
+
+
 def test_full_reductions_are_numpy_scalars() -> None:
     data = np.arange(12, dtype=np.int32).reshape(3, 4)
     x = oc.from_numpy(data, chunks=(2, 3))
