@@ -210,7 +210,7 @@ class Fetcher:
             if self._ahead is not None:
                 mine = None
             else:
-                counted = manager or reader_manager()
+                counted = manager if manager is not None else reader_manager()
                 mine = self._ahead = _Ahead(self, list(requests), counted, window)
         if mine is None:
             yield
