@@ -669,7 +669,7 @@ class Outcome:
     job: Job
     phases: dict[str, Any] | None
     error: str | None  # "failed: ..." / "not supported yet: ..."
-    peak_tree: int  # highest RSS of the process and its children, sampled
+    peak_tree: int  # highest RSS of the process + USS of its children, sampled
     vmhwm: int
     base_rss: int
     wall: float
@@ -698,14 +698,16 @@ def run_job(job: Job) -> Outcome:
         except psutil.Error:
             return
         while not stop.wait(0.01):
-            total = 0
+            # The side's RSS and the memory only its children hold (USS): their RSS would
+            # count again the library pages they share with it (about 28 MiB a Python child).
             try:
-                tree = [me, *me.children(recursive=True)]
+                total = me.memory_info().rss
+                children = me.children(recursive=True)
             except psutil.Error:
                 break
-            for p in tree:
+            for p in children:
                 with contextlib.suppress(psutil.Error):
-                    total += p.memory_info().rss
+                    total += p.memory_full_info().uss
             peak = max(peak, total)
 
     thread = threading.Thread(target=sample, daemon=True)
@@ -1065,16 +1067,20 @@ def _report(
                 )
             )
             if workload in ("reduce", "scan"):
-                peak = max(o.peak_tree for o in runs)
+                # What the pass adds to the process that opened the array (the interpreter and
+                # its libraries are no part of the budget), as W11 judges its scan.
+                worst = max(runs, key=lambda o: o.peak_tree - o.base_rss)
+                added = worst.peak_tree - worst.base_rss
                 rows.append(
                     TextRow(
                         "W13",
-                        f"{title}, {layout}: oocarray peak RSS, Manager(max_bytes=512M)",
-                        format_mib(peak),
+                        f"{title}, {layout}: oocarray peak RSS above the process before the "
+                        "pass (its children's USS included), Manager(max_bytes=512M)",
+                        f"{format_mib(added)}; in all {_rss(worst)}",
                         "—",
                         "—",
                         f"<= {format_mib(BUDGET + RSS_SLACK)}",
-                        "yes" if peak <= BUDGET + RSS_SLACK else "**no**",
+                        "yes" if added <= BUDGET + RSS_SLACK else "**no**",
                     )
                 )
 

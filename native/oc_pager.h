@@ -58,6 +58,9 @@ int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd);
  * let go (the bytes freed); the chunk of the latest fill (-1: none yet); and an eventfd
  * (duplicated) written when the fills move to another chunk (0 or errno). */
 int oc_pager_remote_give(pg_array *a, size_t c, const char *src, size_t n);
+/* `bytes` counted on `node`: room made by dropping clean units of its paged arrays, least
+ * recently filled first; counted over the budget where none is left (the bytes exist). */
+void oc_pager_count_room(oc_node *node, int64_t bytes);
 size_t oc_pager_remote_keep(pg_array *a, size_t lo, size_t hi);
 long long oc_pager_remote_pos(pg_array *a);
 int oc_pager_remote_progress(pg_array *a, int fd);

@@ -12,6 +12,17 @@
 
 void pg_force_count(oc_node *n, int64_t bytes) { oc_force_reserve(n, bytes); }
 
+void oc_pager_count_room(oc_node *node, int64_t bytes)
+{
+    while (oc_reserve(node, bytes) != NULL) {
+        if (pg_evict_lru(node, (size_t)bytes, NULL) == 0) {
+            oc_force_reserve(node, bytes);
+            break;
+        }
+    }
+    oc_raise_peaks(node);
+}
+
 /* Whether eviction writes a dirty unit of `a` back and drops it (r+ over chunk files), where
  * the unit is the least recently filled; lock held. */
 static int evicts_dirty(pg_array *a, pid_t me, long long now)

@@ -2,9 +2,11 @@
  * Counted bytes: the buffer of another object (the bytes an object-store library fetched),
  * counted on a manager's node for as long as this object lives.  A read then decodes from the
  * bytes the network layer made, with no copy into a buffer of the manager, and the budget
- * still counts them.
+ * still counts them.  Given a number instead, it counts that many bytes and has no buffer:
+ * what a request in flight will hold before its bytes can be seen.
  */
 #include "py_module.h"
+#include "oc_pager.h"
 
 typedef struct {
     PyObject_HEAD
@@ -27,16 +29,39 @@ static PyObject *Counted_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (self == NULL) {
         return NULL;
     }
-    if (PyObject_GetBuffer(data, &self->view, PyBUF_SIMPLE) < 0) {
+    if (PyLong_Check(data)) {
+        /* A count alone: bytes another library is still receiving (a request in flight),
+         * held where no buffer of theirs can be seen yet. */
+        Py_ssize_t nbytes = PyLong_AsSsize_t(data);
+        if (nbytes < 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "a count of bytes must be >= 0");
+            }
+            Py_DECREF(self);
+            return NULL;
+        }
         self->view.obj = NULL;
+        self->view.buf = NULL;
+        self->view.len = nbytes;
+    } else if (PyObject_GetBuffer(data, &self->view, PyBUF_SIMPLE) < 0) {
+        self->view.obj = NULL;
+        self->view.len = 0;
         Py_DECREF(self);
         return NULL;
     }
     if (node_obj != Py_None) {
         self->node = ((NodeObject *)node_obj)->node;
         oc_node_incref(self->node);
-        oc_force_reserve(self->node, (int64_t)self->view.len); /* the bytes exist already */
-        oc_raise_peaks(self->node);
+        if (self->view.obj == NULL) {
+            /* Bytes about to exist: pages of the manager's paged arrays make room, as for a
+             * chunk handed to a pager (they can be filled again). */
+            Py_BEGIN_ALLOW_THREADS
+            oc_pager_count_room(self->node, (int64_t)self->view.len);
+            Py_END_ALLOW_THREADS
+        } else {
+            oc_force_reserve(self->node, (int64_t)self->view.len); /* the bytes exist already */
+            oc_raise_peaks(self->node);
+        }
     }
     return (PyObject *)self;
 }
@@ -55,6 +80,11 @@ static void Counted_dealloc(CountedObject *self)
 
 static int Counted_getbuffer(CountedObject *self, Py_buffer *view, int flags)
 {
+    if (self->view.obj == NULL) {
+        PyErr_SetString(PyExc_BufferError, "a count of bytes held elsewhere has no buffer");
+        view->obj = NULL;
+        return -1;
+    }
     return PyBuffer_FillInfo(view, (PyObject *)self, self->view.buf, self->view.len, 1, flags);
 }
 
@@ -71,6 +101,6 @@ PyTypeObject oc_py_CountedType = {
     .tp_as_sequence = &Counted_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Counted(data, node): data's buffer (read-only), its bytes counted on node while "
-              "this object lives.",
+              "this object lives; Counted(nbytes, node): that many bytes counted, no buffer.",
     .tp_new = Counted_new,
 };

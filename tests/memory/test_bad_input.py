@@ -96,6 +96,12 @@ NEGATIVE_SHAPES: list[object] = [-1, (-1,), (2, -3), (0, -1), np.int64(-5), (np.
 BAD_DTYPES: list[object] = ["nope", "f9", "", 1, object(), [("a", "zz")], "i4,zz"]
 
 
+def case_id(value: object) -> str:
+    """A test's id, the same in every process (a bare object's repr shows its address, and
+    parallel runs must collect the same ids)."""
+    return "object()" if type(value) is object else repr(value)
+
+
 def message_names(error: pytest.ExceptionInfo[BaseException], *parts: object) -> None:
     """The message contains each part (a string, or a tuple of acceptable spellings)."""
     text = str(error.value)
@@ -193,7 +199,7 @@ def test_parse_size_rejects_fractional_bytes_in_strings(value: str) -> None:
 # ---------------------------------------------------------------- Manager(...)
 
 
-@pytest.mark.parametrize("name", [1, 1.0, b"x", ["a"], object()], ids=repr)
+@pytest.mark.parametrize("name", [1, 1.0, b"x", ["a"], object()], ids=case_id)
 def test_manager_name_must_be_str(name: object) -> None:
     with pytest.raises(TypeError) as info:
         oc.Manager(name)  # type: ignore[arg-type]
@@ -201,7 +207,7 @@ def test_manager_name_must_be_str(name: object) -> None:
 
 
 @pytest.mark.parametrize(
-    "parent", ["System", 1, object(), np.zeros(1), oc.Manager, {"name": "x"}], ids=repr
+    "parent", ["System", 1, object(), np.zeros(1), oc.Manager, {"name": "x"}], ids=case_id
 )
 def test_manager_parent_must_be_a_manager(parent: object) -> None:
     with pytest.raises(TypeError) as info:
@@ -382,7 +388,7 @@ def test_absurd_shape_with_mmap_location() -> None:
 
 
 @pytest.mark.parametrize("kind", [*ALLOCATORS, "asarray"])
-@pytest.mark.parametrize("dtype", BAD_DTYPES, ids=repr)
+@pytest.mark.parametrize("dtype", BAD_DTYPES, ids=case_id)
 def test_bad_dtype(manager: oc.Manager, kind: str, dtype: object) -> None:
     if kind == "asarray":
         call = functools.partial(manager.asarray, [1, 2, 3], dtype)

@@ -1,6 +1,7 @@
 """The buffers fetched bytes are read from: the network layer's own bytes, counted on the
-reader's manager (:meth:`ReadBuffers.counted`, no copy), and for bytes read from the chunk
-cache, memory of the reader's manager reused within a pass.
+reader's manager (:meth:`ReadBuffers.counted`, no copy; while a request is in flight, the bytes
+it will hold, :meth:`ReadBuffers.in_flight`), and for bytes read from the chunk cache, memory of
+the reader's manager reused within a pass.
 
 A pass over a cached remote array reads one buffer per chunk.  A new buffer per chunk pays a
 page fault for every 4 KiB written into it (the region cache under a budget keeps at most
@@ -72,6 +73,13 @@ class ReadBuffers:
         counted on the manager while the array or a view of it lives: no copy."""
         node = None if self._manager is None else self._manager._node
         return np.frombuffer(memoryview(_native.Counted(data, node)), dtype=np.uint8)
+
+    def in_flight(self, nbytes: int) -> Any:
+        """``nbytes`` counted on the manager until the object returned goes: what a request
+        will hold while the network layer receives it, before its bytes can be seen (and
+        counted by :meth:`counted`)."""
+        node = None if self._manager is None else self._manager._node
+        return None if node is None else _native.Counted(nbytes, node)
 
     def take(self, nbytes: int) -> np.ndarray:
         """A 1-D uint8 array of ``nbytes`` (contents undefined): a kept buffer nothing else

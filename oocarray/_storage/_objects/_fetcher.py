@@ -241,8 +241,14 @@ class Fetcher:
         if all(c is not None for c in cached):
             return list(cached)
         self.requests += 1
-        # Counted whole: each range is a view of it, and the run's bytes stay as long as any is.
-        data = buffers.counted(await self.backend.get_range(first.key, start, end, first.version))
+        # Counted while in flight, then whole: each range is a view of it, and the run's bytes
+        # stay as long as any is.
+        receiving = buffers.in_flight(end - start)
+        try:
+            raw = await self.backend.get_range(first.key, start, end, first.version)
+            data = buffers.counted(raw)
+        finally:
+            del receiving  # now: a traceback would keep the frame, and the count, alive
         out: list[Stored | None] = []
         for (_, request), hit in zip(group, cached, strict=True):
             if hit is not None:
@@ -264,7 +270,11 @@ class Fetcher:
                 return data
         entry = await self._lookup(key)
         self.requests += 1
-        fetched = await self.backend.get(key, entry.version if entry is not None else None)
+        receiving = buffers.in_flight(self.object_bytes)  # a typical object's, until it is seen
+        try:
+            fetched = await self.backend.get(key, entry.version if entry is not None else None)
+        finally:
+            del receiving  # now: a traceback would keep the frame, and the count, alive
         if fetched is NOT_MODIFIED:
             assert entry is not None
             data = await self._read_version(key, entry.version, buffers, Request(key))

@@ -28,6 +28,7 @@ from typing import Any
 
 from oocarray._memory import budget_left
 from oocarray._storage._objects._fetcher import MAX_WINDOW, reader_manager
+from oocarray._storage._objects._heap import HeapTrimmer
 
 __all__ = ["ReadAhead", "row_chunks_together"]
 
@@ -66,6 +67,7 @@ class ReadAhead:
         self._lock = threading.Lock()
         self._stopping = False
         self._furthest = -1  # the furthest chunk the fills went to in this scan
+        self._trimmer = HeapTrimmer()  # the fetch's freed buffers returned as the scan goes
         pages.remote_progress(self._wake)
         # The first chunks before the array is returned: a scan's first touch often holds the
         # GIL (a reduction copies its first row), and would wait for the feeder's start.
@@ -165,6 +167,7 @@ class ReadAhead:
             sources = self._store._chunk_sources([(c, *rest) for c in numbers])
         except Exception:
             return  # the feeder fetches these chunks when they are asked for, and says why
+        given = 0
         try:
             pages = self._pages()
             for c in numbers:
@@ -179,5 +182,7 @@ class ReadAhead:
                     if error.errno != errno.ENOSPC:
                         raise
                     return  # nothing can be dropped to make room: the fills ask the feeder
+                given += len(memoryview(data).cast("B"))
         finally:
             sources.close()
+            self._trimmer.let_go(given)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 import oocarray as oc
 from oocarray._storage._objects._buffers import ReadBuffers
@@ -88,6 +89,46 @@ def test_counted_bytes_of_no_manager_are_counted_nowhere_and_keep_their_source()
     assert sys.getrefcount(source) > refs  # held through the memoryview
     del data
     assert sys.getrefcount(source) == refs
+
+
+def test_bytes_in_flight_are_counted_until_let_go_and_have_no_buffer() -> None:
+    m = oc.Manager(max_bytes="1M")
+    buffers = ReadBuffers(m, limit=0)
+    before = m.stats().current_bytes
+    receiving = buffers.in_flight(3 << 20)  # over the budget: a request already sent
+    assert m.stats().current_bytes == before + (3 << 20)
+    assert len(receiving) == 3 << 20
+    with pytest.raises(BufferError, match="no buffer"):
+        memoryview(receiving)
+    del receiving
+    assert m.stats().current_bytes == before
+    with pytest.raises(ValueError, match=">= 0"):
+        buffers.in_flight(-1)
+    assert m.stats().current_bytes == before
+    assert ReadBuffers(None, limit=0).in_flight(1 << 20) is None  # counted nowhere
+    m.close()
+
+
+def test_bytes_in_flight_make_room_by_dropping_pages_filled_longest_ago(tmp_path) -> None:
+    from oocarray._storage._paged._arrays import paging_available
+
+    ok, why = paging_available()
+    if not ok:
+        pytest.skip(f"as_ndarray() cannot page here: {why}")
+    data = np.arange(1 << 20, dtype=np.float32).reshape(1024, 1024)  # 4 MiB, 64 KiB rows
+    x = oc.from_numpy(data, chunks=(16, 1024)).to_zarr(str(tmp_path / "a.zarr"))
+    with oc.Manager(max_bytes="2M") as m:
+        a = x.as_ndarray()
+        assert float(a[:384].sum(dtype=np.float64)) == float(data[:384].sum(dtype=np.float64))
+        resident = x.paging_stats()[0]["resident_bytes"]
+        assert resident >= 1 << 20
+        receiving = ReadBuffers(m, limit=0).in_flight(1 << 20)
+        # The pages filled longest ago went to make room: the budget holds.
+        assert m.stats().current_bytes <= 2 << 20
+        assert x.paging_stats()[0]["resident_bytes"] <= resident - (512 << 10)
+        del receiving
+        assert np.array_equal(a[:384], data[:384])  # what was dropped is filled again
+        del a
 
 
 def test_threads_taking_and_dropping_never_share_a_buffer() -> None:

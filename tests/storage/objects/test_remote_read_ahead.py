@@ -179,3 +179,22 @@ def test_a_second_scan_after_eviction_is_read_ahead_again(s3):
         assert first == second == pytest.approx(float(data.sum(dtype=np.float64)))
         assert _stats(y)["evictions"] > 0
         del a
+
+
+def test_the_heap_is_trimmed_as_fetched_buffers_are_let_go(s3, monkeypatch):
+    from oocarray._storage._objects import _heap
+
+    assert _heap._TRIM is not None  # glibc, as on every Linux these tests run on
+    trims: list[int] = []
+    monkeypatch.setattr(_heap, "TRIM_EVERY", 4 * 32768)
+    monkeypatch.setattr(_heap, "_TRIM", lambda pad: trims.append(pad) or 0)
+    data = np.random.default_rng(3).standard_normal((8192, 32)).astype(np.float32)
+    y = remote_array(s3, "trim.zarr", data, (256, 32), codec="none")
+    a = y.as_ndarray()
+    _until(lambda: _stats(y)["handed_over_bytes"] >= 30 * 32768)
+    assert np.array_equal(a, data)
+    # Every four chunks handed over (32 KiB each), the heap is trimmed: 7 of the 8 runs of
+    # four are complete once 30 chunks are.
+    assert len(trims) >= 7
+    assert set(trims) == {0}
+    del a
