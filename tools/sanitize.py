@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sanitize: built {kind}; PYTHONPATH={site}")
         return 0
     tests = args.pytest_args or (ASAN_TESTS if kind == "asan" else TSAN_TESTS)
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *tests]
+    # one process: the sanitizer runtime is preloaded into it
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", *tests]
     if not args.pytest_args:
         command.insert(3, "-q")
     if kind == "tsan":

@@ -32,6 +32,14 @@ class Site:
         ]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of the site run in one process (pytest-xdist's ``loadgroup``): each process
+    would build it again, a minute and a half of the run."""
+    for item in items:
+        if "site" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("docs-site"))
+
+
 @pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     pytest.importorskip("sphinx")

@@ -16,7 +16,7 @@ CASES = "tests/reliability/_damaged_store_cases.py"
 def test_damaged_stores_raise_documented_errors_only() -> None:
     long = os.environ.get("HYPOTHESIS_PROFILE") == "long"
     result = children.run(
-        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", CASES],
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-x", CASES],
         timeout=3600 if long else 300,
     )
     tail = (result.stdout + result.stderr)[-6000:]
