@@ -65,14 +65,31 @@ class _PerBlock(Reduction):
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
         shape = tuple(s.stop - s.start for s in region)
-        # catch_warnings swaps the process's filters and hook: worker threads inside it
-        # together would restore each other's, losing or leaking warnings; they take turns.
+        block = np.broadcast_to(block, shape)
+        if not self._may_warn(block):
+            # Floating-point errors are the one other source of warnings here; NumPy's
+            # errstate is per thread, so they are caught without touching the filters.
+            errors: list[str] = []
+            with np.errstate(all="call", call=lambda kind, _flag: errors.append(kind)):
+                result = self._call(block)
+            if not errors:
+                return np.asarray(result), []
+        # Run again to catch NumPy's own warnings.  catch_warnings swaps the process's
+        # filters and hook: worker threads inside it together would restore each other's,
+        # losing or leaking warnings; they take turns.
         with _CATCHING, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            result = self.function(
-                np.broadcast_to(block, shape), axis=self.axes, keepdims=True, **self.kwargs
-            )
+            result = self._call(block)
         return np.asarray(result), [(str(w.message), w.category) for w in caught]
+
+    def _call(self, block: np.ndarray) -> Any:
+        return self.function(block, axis=self.axes, keepdims=True, **self.kwargs)
+
+    def _may_warn(self, block: np.ndarray) -> bool:
+        """Whether NumPy warns of an all-NaN line in this block (the nan variants do)."""
+        if not self.function.__name__.startswith("nan") or block.dtype.kind not in "fc":
+            return False
+        return bool(np.isnan(block).all(axis=self.axes).any())
 
     def merge(self, partial: Any, region: Region) -> None:
         result, caught = partial

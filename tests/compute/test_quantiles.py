@@ -10,6 +10,7 @@ several times smaller than the data."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray._compute import _order_keys, _selection
+from oocarray._compute import _order_keys, _quantiles, _selection
 from tests.compute.strategies import (
     BOOL,
     FLOATS,
@@ -189,6 +190,42 @@ def test_whole_lines_in_each_chunk_reduce_block_by_block() -> None:
         expected = np.nanquantile(data, [0.2, 0.7], axis=1)
     np.testing.assert_array_equal(ours, expected)
     np.testing.assert_array_equal(np.median(x, axis=1), np.median(data, axis=1))
+
+
+class _CountingLock:
+    """A lock that counts how often it is taken."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.taken = 0
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.taken += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_blocks_that_cannot_warn_run_side_by_side() -> None:
+    """Only a block that warns is run again under the lock that catching warnings takes, so
+    the others run on every worker at once; floating-point warnings still reach the caller."""
+    data = np.random.default_rng(4).normal(size=(64, 300))
+    x = oc.from_numpy(data, chunks=(4, 300))
+    counting = _CountingLock()
+    with mock.patch.object(_quantiles, "_CATCHING", counting):
+        np.testing.assert_array_equal(np.median(x, axis=1), np.median(data, axis=1))
+        np.testing.assert_array_equal(
+            np.nanpercentile(x, [5, 95], axis=1), np.nanpercentile(data, [5, 95], axis=1)
+        )
+        assert counting.taken == 0
+        data[9, :2] = [np.inf, -np.inf]  # lerp between -inf and inf: "invalid value"
+        x = oc.from_numpy(data, chunks=(4, 300))
+        expected, _, expected_warnings = outcome(np.quantile, data, [0.0001, 0.5], axis=1)
+        ours, error, our_warnings = outcome(np.quantile, x, [0.0001, 0.5], axis=1)
+    assert error is None and counting.taken == 1
+    np.testing.assert_array_equal(ours, expected)
+    assert expected_warnings and set(our_warnings) == set(expected_warnings)
 
 
 def test_a_lazy_expression_is_reduced_too() -> None:
