@@ -182,7 +182,7 @@ class ReadAhead:
                     if error.errno != errno.ENOSPC:
                         raise
                     return  # nothing can be dropped to make room: the fills ask the feeder
-                given += len(memoryview(data).cast("B"))
+                given += memoryview(data).nbytes
         finally:
             sources.close()
             self._trimmer.let_go(given)
