@@ -58,6 +58,7 @@ setup(
                 "native/writeback.c",
                 "native/moments.c",
                 "native/bins.c",
+                "native/key_columns.c",
             ],
             libraries=["dl"],  # dlopen of libzstd, libz and codec libraries (part of libc from glibc 2.34)
             depends=[
@@ -75,6 +76,7 @@ setup(
                 "native/oc_reader.h",
                 "native/oc_moments.h",
                 "native/oc_bins.h",
+                "native/oc_keys.h",
                 "native/pager_int.h",
                 "native/py_module.h",
             ],

@@ -136,6 +136,19 @@ def bin_counts(
     shift: np.ndarray | None,
     /,
 ) -> None: ...
+def key_summary(
+    matrix: np.ndarray, valid: np.ndarray, low: np.ndarray, high: np.ndarray, /
+) -> None: ...
+def key_gather(
+    matrix: np.ndarray,
+    own: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    group: np.ndarray,
+    found_groups: np.ndarray | None,
+    found_keys: np.ndarray | None,
+    /,
+) -> int: ...
 def zstd_write(
     fd: int, data: Any, level: int, checksum: bool, crc32c: bool = ..., tune_bytes: int = ..., /
 ) -> int: ...

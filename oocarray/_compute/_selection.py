@@ -45,8 +45,9 @@ __all__ = ["ColumnSummary", "candidate_limit", "select_ranks", "summarize"]
 Region = tuple[slice, ...]
 
 MAX_BINS = 4096
-# Counted by the native kernel (``_native.bin_counts``); other dtypes by NumPy.
-_NATIVE_BINNED = (np.dtype(np.float32), np.dtype(np.float64))
+# Summarized, counted and gathered by the native kernels (``_native.key_summary``,
+# ``bin_counts``, ``key_gather``); other dtypes by NumPy.
+_NATIVE_KEYED = (np.dtype(np.float32), np.dtype(np.float64))
 MIN_BINS = 16
 MIN_CANDIDATES = 4096
 # Memory per bin of a column's counts: the count, its cumulative sum and a comparison.
@@ -78,6 +79,9 @@ class _Summary(Reduction):
         valid = np.zeros(width, np.int64)
         low = np.full(width, _ALL_ONES, np.uint64)
         high = np.zeros(width, np.uint64)
+        if matrix.dtype in _NATIVE_KEYED:
+            _native.key_summary(np.ascontiguousarray(matrix), valid, low, high)
+            return valid.reshape(kept), low.reshape(kept), high.reshape(kept)
         slices = KeySlices(matrix, transposed=False)
         largest = np.iinfo(slices.key_type).max
         for _, keys, finite in slices:
@@ -189,7 +193,7 @@ class _BinCounts(_Targets):
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
         matrix = column_matrix(block, region, self.axes)
-        if matrix.dtype in _NATIVE_BINNED:
+        if matrix.dtype in _NATIVE_KEYED:
             return self._native_partial(matrix, region)
         width = matrix.shape[1]
         low, high = self.key_state(region)
@@ -273,7 +277,7 @@ class _BinCounts(_Targets):
                 high = np.ascontiguousarray(self.state(self.high, region)[s], np.uint64)
                 shift = np.ascontiguousarray(self.state(binning.shift, region)[s], np.uint64)  # type: ignore[arg-type]
                 _native.bin_counts(matrix, counts, own[s], None, None, low, high, shift)
-            out[s] = counts.astype(np.int32).reshape(*kept, self.bins)
+            out[s] = counts.reshape(*kept, self.bins)
         return out
 
     def merge(self, partial: Any, region: Region) -> None:
@@ -320,10 +324,12 @@ class _Gather(_Targets):
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
         matrix = column_matrix(block, region, self.axes)
-        low, high = self.key_state(region)
         own = self.state(self.own, region)
         cells = self.cells[self.target(region)].reshape(-1)
         total = math.prod(self.kept_shape)
+        if matrix.dtype in _NATIVE_KEYED:
+            return self._native_partial(matrix, region, own, cells, total)
+        low, high = self.key_state(region)
         groups, keys_found = [], []
         slices = KeySlices(matrix)
         for _, keys, finite in slices:
@@ -337,6 +343,24 @@ class _Gather(_Targets):
         if not groups:
             return np.empty(0, np.int64), np.empty(0, np.uint64)
         return np.concatenate(groups), np.concatenate(keys_found)
+
+    def _native_partial(
+        self, matrix: np.ndarray, region: Region, own: np.ndarray, cells: np.ndarray, total: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The same keys, each value read once by the native kernel (floats): counted, then
+        written to arrays of that length."""
+        matrix = np.ascontiguousarray(matrix)
+        arguments = (
+            np.ascontiguousarray(own, np.uint8),
+            np.ascontiguousarray(self.state(self.low, region), np.uint64),
+            np.ascontiguousarray(self.state(self.high, region), np.uint64),
+            cells[None, :] + (np.arange(self.slots, dtype=np.int64) * total)[:, None],
+        )
+        found = _native.key_gather(matrix, *arguments, None, None)
+        groups, keys = np.empty(found, np.int64), np.empty(found, np.uint64)
+        if found:
+            _native.key_gather(matrix, *arguments, groups, keys)
+        return groups, keys
 
     def merge(self, partial: Any, region: Region) -> None:
         if len(partial[0]):

@@ -1,0 +1,27 @@
+/* Order keys of float columns (key_columns.c): the summary and gathering passes of exact order
+ * statistics (oocarray/_compute/_selection.py), each value read once. */
+#ifndef OC_KEYS_H
+#define OC_KEYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* For each column j of the C-contiguous (rows, cols) matrix x of float (itemsize 4) or double
+ * (8): valid[j] its values that are not NaN, low[j] and high[j] the smallest and largest of
+ * their order keys (the bits, the sign bit flipped, every bit of a negative value flipped).
+ * A column of NaN only keeps low[j] the largest key of the width and high[j] 0.
+ * 0; -1 where its scratch memory could not be had. */
+int oc_key_summary(const void *x, size_t itemsize, size_t rows, size_t cols, int64_t *valid,
+                    uint64_t *low, uint64_t *high);
+
+/* The values of x (as above) whose order key lies in [low[s * cols + j], high[s * cols + j]]
+ * for a slot s with own[s * cols + j], NaN never: each found once per such slot, as the pair
+ * (group[s * cols + j], key) written to found_groups[i], found_keys[i] while i < capacity
+ * (none written where found_groups is NULL).  Returns how many there are, written or not;
+ * SIZE_MAX where its scratch memory could not be had. */
+size_t oc_key_gather(const void *x, size_t itemsize, size_t rows, size_t cols, size_t slots,
+                     const uint8_t *own, const uint64_t *low, const uint64_t *high,
+                     const int64_t *group, int64_t *found_groups, uint64_t *found_keys,
+                     size_t capacity);
+
+#endif
