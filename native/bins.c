@@ -4,103 +4,123 @@
  * and np.add.at; here each value is read once.
  *
  * Counting straight from the rows into the caller's counts took 13-42 ns a value here: a
- * row's values go to as many columns' counts (megabytes of them, a power of two apart), and a
- * column walked down the rows reads a cache line per value.  So the columns are copied out
- * GROUP at a time (a cache line of each row) for a tile of rows, and each column's values are
- * then counted in order into 32-bit counts that stay in the first-level cache (10-13 ns a
- * value on the benchmarks' machine, most of it the copy's reads).
+ * row's values go to as many columns' counts (megabytes of them, a power of two apart).
+ * Copying a cache line of each row out per group of columns, then counting column by column,
+ * took 10-13 ns: the copy reads the rows a line at a time, down the block.  So a tile of rows
+ * is first read in order, its bins computed in loops that vectorize (the columns' parameters
+ * spread out to a unit of whole rows) and kept as 16-bit bins; each column's bins are then
+ * counted from there, into its counts, which stay in the core's cache while it is counted
+ * (2-3 ns a value on the benchmarks' machine).
  */
 #include "oc_bins.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* (a column of the copy is padded by a cache line: columns a power of two apart would all
- * fall in the same cache sets) */
-enum { GROUP = 16, TILE_ROWS = 2048, COLUMN_STRIDE = TILE_ROWS + 16 };
+#if defined(__x86_64__)
+#define BIN_CLONES __attribute__((target_clones("avx2", "default"), optimize("O3")))
+#else
+#define BIN_CLONES __attribute__((optimize("O3")))
+#endif
 
-static inline uint64_t key_of_float(float v)
+/* A unit holds whole rows, about UNIT_VALUES values (one row where a row holds more); a tile
+ * whole units, at most TILE_VALUES values (one unit where a unit holds more): 4 MiB of bins,
+ * so a column's rows in a tile are many (its counts fetched once for them) and the tile's bins
+ * stay in the last-level cache until they are counted. */
+enum { UNIT_VALUES = 512, TILE_VALUES = 1 << 21, OUTSIDE = 0xffff };
+
+static inline uint32_t key_of_float(float v)
 {
     uint32_t bits;
     memcpy(&bits, &v, sizeof bits);
-    uint32_t flip = (uint32_t)((int32_t)bits >> 31) | UINT32_C(0x80000000);
-    return bits ^ flip;
+    return bits ^ ((uint32_t)((int32_t)bits >> 31) | UINT32_C(0x80000000));
 }
 
 static inline uint64_t key_of_double(double v)
 {
     uint64_t bits;
     memcpy(&bits, &v, sizeof bits);
-    uint64_t flip = (uint64_t)((int64_t)bits >> 63) | UINT64_C(0x8000000000000000);
-    return bits ^ flip;
+    return bits ^ ((uint64_t)((int64_t)bits >> 63) | UINT64_C(0x8000000000000000));
 }
 
-/* The bin of a value by value, as NumPy computes it (_order_keys.value_bins, then a cast to an
- * index): in the values' precision; clip keeps a NaN, which only an infinity times a scale of
- * 0 gives here (NaN values are left out before) and value_bins then sets to 0. */
-#define VALUE_BIN(T)                                                                          \
-    static inline size_t value_bin_##T(T v, T start, T scale, T last)                         \
+/* The bins of n values (whole units), by value: clip((v - start) * scale, 0, last) truncated,
+ * in the values' precision, as NumPy computes it (_order_keys.value_bins, then a cast to an
+ * index); a NaN position (an infinity times a scale of 0) in bin 0, a NaN value OUTSIDE.
+ * start, scale and counted hold a unit's parameters. */
+#define BINS_BY_VALUE(NAME, T)                                                                \
+    BIN_CLONES static void NAME(const T *v, size_t n, size_t unit, const T *start,            \
+                                const T *scale, const uint8_t *counted, T last, uint16_t *b)  \
     {                                                                                         \
-        T p = (v - start) * scale;                                                            \
-        if (p != p) {                                                                         \
-            return 0;                                                                         \
+        for (size_t u = 0; u < n; u += unit) {                                                \
+            for (size_t i = 0; i < unit; i++) {                                               \
+                T x = v[u + i];                                                               \
+                T p = (x - start[i]) * scale[i];                                              \
+                p = p != p ? 0 : p;                                                           \
+                p = p < 0 ? 0 : p;                                                            \
+                p = p > last ? last : p;                                                      \
+                uint16_t bin = (uint16_t)(int32_t)p; /* (p <= bins - 1) */                    \
+                b[u + i] = x == x && counted[i] ? bin : (uint16_t)OUTSIDE;                    \
+            }                                                                                 \
         }                                                                                     \
-        p = p < 0 ? 0 : p;                                                                    \
-        p = p > last ? last : p;                                                              \
-        return (size_t)(int)p; /* (an int: p <= bins - 1) */                                  \
     }
-VALUE_BIN(float)
-VALUE_BIN(double)
+BINS_BY_VALUE(value_bins_f32, float)
+BINS_BY_VALUE(value_bins_f64, double)
 
-/* Rows of the matrix taken TILE_ROWS at a time, GROUP columns of them copied into `column`
- * (one column after the other); each owned column's values are then counted in order into
- * `local` and added to the caller's counts.  Values that are NaN are left out. */
-#define COUNT_GROUPS(T, KEY)                                                                  \
+/* The same by key: (key - low) >> shift for keys in [low, high], else OUTSIDE (NaN too). */
+#define BINS_BY_KEY(NAME, T, K, KEY)                                                          \
+    BIN_CLONES static void NAME(const T *v, size_t n, size_t unit, const K *low,              \
+                                const K *high, const K *shift, const uint8_t *counted,        \
+                                size_t last, uint16_t *b)                                     \
+    {                                                                                         \
+        for (size_t u = 0; u < n; u += unit) {                                                \
+            for (size_t i = 0; i < unit; i++) {                                               \
+                T x = v[u + i];                                                               \
+                K key = KEY(x);                                                               \
+                K bin = (K)(key - low[i]) >> shift[i];                                        \
+                bin = bin > last ? last : bin;                                                \
+                int inside = x == x && counted[i] && key >= low[i] && key <= high[i];         \
+                b[u + i] = inside ? (uint16_t)bin : (uint16_t)OUTSIDE;                        \
+            }                                                                                 \
+        }                                                                                     \
+    }
+BINS_BY_KEY(key_bins_f32, float, uint32_t, key_of_float)
+BINS_BY_KEY(key_bins_f64, double, uint64_t, key_of_double)
+
+/* Each column's bins of a tile of `rows` rows, counted into its counts. */
+static void count_tile(const uint16_t *b, size_t rows, size_t cols, size_t bins,
+                       const uint8_t *own, int64_t *counts)
+{
+    for (size_t j = 0; j < cols; j++) {
+        if (!own[j]) {
+            continue;
+        }
+        int64_t *c = counts + j * bins;
+        for (size_t r = 0; r < rows; r++) {
+            uint16_t bin = b[r * cols + j];
+            if (bin != OUTSIDE) {
+                c[bin]++;
+            }
+        }
+    }
+}
+
+/* The columns' parameters spread out to a unit, in the values' precision (start, scale) or the
+ * keys' width (low, high, shift: a key interval beyond the width counts nothing). */
+#define SPREAD(T, K, LARGEST)                                                                 \
     do {                                                                                      \
-        const T *m = x;                                                                       \
-        T *column = scratch;                                                                  \
-        for (size_t r0 = 0; r0 < rows; r0 += TILE_ROWS) {                                     \
-            size_t n = rows - r0 < TILE_ROWS ? rows - r0 : TILE_ROWS;                         \
-            for (size_t j0 = 0; j0 < cols; j0 += GROUP) {                                     \
-                size_t g = cols - j0 < GROUP ? cols - j0 : GROUP;                             \
-                for (size_t r = 0; r < n; r++) {                                              \
-                    const T *row = m + (r0 + r) * cols + j0;                                  \
-                    for (size_t i = 0; i < g; i++) {                                          \
-                        column[i * COLUMN_STRIDE + r] = row[i];                               \
-                    }                                                                         \
-                }                                                                             \
-                for (size_t i = 0; i < g; i++) {                                              \
-                    size_t j = j0 + i;                                                        \
-                    if (!own[j]) {                                                            \
-                        continue;                                                             \
-                    }                                                                         \
-                    const T *values = column + i * COLUMN_STRIDE;                             \
-                    if (start != NULL) {                                                      \
-                        T s = (T)start[j], k = (T)scale[j], last = (T)(bins - 1);             \
-                        for (size_t r = 0; r < n; r++) {                                      \
-                            T v = values[r];                                                  \
-                            if (v == v) {                                                     \
-                                local[value_bin_##T(v, s, k, last)]++;                        \
-                            }                                                                 \
-                        }                                                                     \
-                    } else {                                                                  \
-                        /* (key - lo) >> sh is below bins by the shift's choice */            \
-                        uint64_t lo = low[j], hi = high[j], sh = shift[j];                    \
-                        for (size_t r = 0; r < n; r++) {                                      \
-                            T v = values[r];                                                  \
-                            uint64_t key = KEY(v);                                            \
-                            if (v == v && key >= lo && key <= hi) {                           \
-                                uint64_t b = (key - lo) >> sh;                                \
-                                local[b < bins ? b : bins - 1]++;                             \
-                            }                                                                 \
-                        }                                                                     \
-                    }                                                                         \
-                    int64_t *c = counts + j * bins;                                           \
-                    for (size_t b = 0; b < bins; b++) {                                       \
-                        c[b] += local[b];                                                     \
-                        local[b] = 0;                                                         \
-                    }                                                                         \
-                }                                                                             \
+        T *p0 = params, *p1 = p0 + unit;                                                      \
+        K *k0 = params, *k1 = k0 + unit, *k2 = k1 + unit;                                     \
+        for (size_t i = 0; i < unit; i++) {                                                   \
+            size_t j = i % cols;                                                              \
+            counted[i] = own[j];                                                              \
+            if (start != NULL) {                                                              \
+                p0[i] = (T)start[j];                                                          \
+                p1[i] = (T)scale[j];                                                          \
+            } else {                                                                          \
+                counted[i] = own[j] && low[j] <= (LARGEST);                                   \
+                k0[i] = low[j] <= (LARGEST) ? (K)low[j] : 0;                                  \
+                k1[i] = high[j] > (LARGEST) ? (K)(LARGEST) : (K)high[j];                      \
+                k2[i] = (K)(shift[j] < 8 * sizeof(K) ? shift[j] : 8 * sizeof(K) - 1);         \
             }                                                                                 \
         }                                                                                     \
     } while (0)
@@ -112,19 +132,75 @@ int oc_bin_counts(const void *x, size_t itemsize, size_t rows, size_t cols, cons
     if (itemsize != 4 && itemsize != 8) {
         return -1;
     }
-    int32_t *local = calloc(bins, sizeof *local); /* (a tile has fewer than 2**31 rows) */
-    void *scratch = malloc(GROUP * COLUMN_STRIDE * itemsize);
-    if (local == NULL || scratch == NULL) {
-        free(local);
-        free(scratch);
+    if (bins == 0 || bins >= OUTSIDE) {
+        return -3;
+    }
+    if (rows == 0 || cols == 0) {
+        return 0;
+    }
+    size_t unit_rows = cols < UNIT_VALUES ? UNIT_VALUES / cols : 1;
+    size_t unit = unit_rows * cols;
+    size_t tile_rows = unit < TILE_VALUES ? TILE_VALUES / unit * unit_rows : unit_rows;
+    void *params = malloc(3 * unit * itemsize);
+    uint8_t *counted = malloc(unit);
+    uint16_t *b = malloc((rows < tile_rows ? rows : tile_rows) * cols * sizeof *b);
+    if (params == NULL || counted == NULL || b == NULL) {
+        free(params);
+        free(counted);
+        free(b);
         return -2;
     }
     if (itemsize == 4) {
-        COUNT_GROUPS(float, key_of_float);
+        SPREAD(float, uint32_t, UINT32_MAX);
     } else {
-        COUNT_GROUPS(double, key_of_double);
+        SPREAD(double, uint64_t, UINT64_MAX);
     }
-    free(local);
-    free(scratch);
+    /* (a last tile of fewer than a unit's rows is binned as a whole unit from a padded copy:
+     * the loops above take whole units) */
+    for (size_t r0 = 0; r0 < rows; r0 += tile_rows) {
+        size_t n = rows - r0 < tile_rows ? rows - r0 : tile_rows;
+        size_t whole = n / unit_rows * unit_rows, rest = n - whole;
+        const char *v = (const char *)x + r0 * cols * itemsize;
+        for (int part = 0; part < 2; part++) {
+            size_t span = part == 0 ? whole : rest;
+            if (span == 0) {
+                continue;
+            }
+            const void *from = v + (part == 0 ? 0 : whole * cols * itemsize);
+            uint16_t *to = b + (part == 0 ? 0 : whole * cols);
+            char pad[UNIT_VALUES * sizeof(double)];
+            if (part == 1) {
+                memset(pad, 0, sizeof pad);
+                memcpy(pad, from, rest * cols * itemsize);
+                from = pad;
+            }
+            size_t values = part == 0 ? span * cols : unit;
+            uint16_t last_unit[UNIT_VALUES];
+            uint16_t *out = part == 0 ? to : last_unit;
+            if (itemsize == 4 && start != NULL) {
+                const float *p = params;
+                value_bins_f32(from, values, unit, p, p + unit, counted, (float)(bins - 1), out);
+            } else if (itemsize == 8 && start != NULL) {
+                const double *p = params;
+                value_bins_f64(from, values, unit, p, p + unit, counted, (double)(bins - 1),
+                               out);
+            } else if (itemsize == 4) {
+                const uint32_t *k = params;
+                key_bins_f32(from, values, unit, k, k + unit, k + 2 * unit, counted, bins - 1,
+                             out);
+            } else {
+                const uint64_t *k = params;
+                key_bins_f64(from, values, unit, k, k + unit, k + 2 * unit, counted, bins - 1,
+                             out);
+            }
+            if (part == 1) {
+                memcpy(to, last_unit, rest * cols * sizeof *to);
+            }
+        }
+        count_tile(b, n, cols, bins, own, counts);
+    }
+    free(params);
+    free(counted);
+    free(b);
     return 0;
 }

@@ -18,7 +18,8 @@
  * flipped, every bit of a negative value flipped) lies in [low[j], high[j]], in bin
  * (key - low[j]) >> shift[j].
  *
- * 0; -1 for an item size it does not know, -2 where its scratch memory could not be had. */
+ * 0; -1 for an item size it does not know, -2 where its scratch memory could not be had, -3 for
+ * 65535 bins or more. */
 int oc_bin_counts(const void *x, size_t itemsize, size_t rows, size_t cols, const uint8_t *own,
                   size_t bins, const double *start, const double *scale, const uint64_t *low,
                   const uint64_t *high, const uint64_t *shift, int64_t *counts);

@@ -171,6 +171,10 @@ static PyObject *oc_py_bin_counts(PyObject *Py_UNUSED(m), PyObject *args)
     rc = oc_bin_counts(x.buf, (size_t)x.itemsize, (size_t)rows, (size_t)cols, own.buf, bins,
                        v[0].buf, v[1].buf, v[2].buf, v[3].buf, v[4].buf, counts.buf);
     Py_END_ALLOW_THREADS
+    if (rc == -3) {
+        PyErr_SetString(PyExc_ValueError, "bin_counts: counts must have fewer than 65535 bins");
+        goto done;
+    }
     if (rc != 0) {
         PyErr_NoMemory(); /* (the item size is checked above) */
         goto done;

@@ -22,6 +22,8 @@ to fit the budget.
 from __future__ import annotations
 
 import math
+import queue
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +41,7 @@ from oocarray._compute._order_keys import (
     value_bins,
 )
 from oocarray._compute._reduce import Reduction
+from oocarray._memory import active_manager, system
 
 __all__ = ["ColumnSummary", "candidate_limit", "select_ranks", "summarize"]
 
@@ -50,8 +53,10 @@ MAX_BINS = 4096
 _NATIVE_KEYED = (np.dtype(np.float32), np.dtype(np.float64))
 MIN_BINS = 16
 MIN_CANDIDATES = 4096
-# Memory per bin of a column's counts: the count, its cumulative sum and a comparison.
-COUNT_BYTES = 24
+# Memory per bin of a column's counts: the count, its cumulative sum, a comparison, and the
+# workers' tallies.
+TALLIES = 2
+COUNT_BYTES = 24 + 8 * TALLIES
 _ALL_ONES = np.uint64((1 << 64) - 1)
 
 
@@ -183,6 +188,16 @@ class _BinCounts(_Targets):
         # those that are not NaN, and by value their keys are not needed.
         self.whole = whole and binning.by_value()
         self.bins = binning.bins
+        # Where a block's counts are a contiguous part of the counts (columns of one row of
+        # kept cells), the native kernel adds to a tally of its worker's: a block's own counts
+        # are as large as its values (columns x bins), and making, copying and merging them
+        # took as long as counting.  At most TALLIES, made on the workers under the manager of
+        # the caller (not in the worker's cyclic workspace); a block finding none free has its
+        # own counts.
+        self._manager = active_manager() or system()
+        self._tallies: list[dict[int, np.ndarray]] = []
+        self._free_tallies: queue.SimpleQueue[dict[int, np.ndarray]] = queue.SimpleQueue()
+        self._tallies_lock = threading.Lock()
         # Counts only for the slots that own an interval somewhere (often one: the first
         # pass, where a column's targets all share its whole range).
         self.counts = {
@@ -261,11 +276,16 @@ class _BinCounts(_Targets):
         own = self.state(self.own, region).astype(np.uint8)
         binning = self.binning
         kept = tuple(1 if i in self.axes else s.stop - s.start for i, s in enumerate(region))
+        target = (*self.target(region), slice(None))
+        tally = self._tally() if self._contiguous(target) else None
         out = {}
         for s in range(self.slots):
             if not own[s].any():
                 continue
-            counts = np.zeros((width, self.bins), np.int64)
+            if tally is None:
+                counts = np.zeros((width, self.bins), np.int64)
+            else:
+                counts = tally[s][target].reshape(width, self.bins)  # a view: added to
             if binning.by_value():
                 # (by value, every interval is its column's whole range: the first pass)
                 assert self.whole
@@ -278,7 +298,27 @@ class _BinCounts(_Targets):
                 shift = np.ascontiguousarray(self.state(binning.shift, region)[s], np.uint64)  # type: ignore[arg-type]
                 _native.bin_counts(matrix, counts, own[s], None, None, low, high, shift)
             out[s] = counts.reshape(*kept, self.bins)
+        if tally is not None:
+            self._free_tallies.put(tally)
+            return {}
         return out
+
+    def _contiguous(self, target: tuple[slice, ...]) -> bool:
+        return all(counts[target].flags.c_contiguous for counts in self.counts.values())
+
+    def _tally(self) -> dict[int, np.ndarray] | None:
+        """A tally no other worker is adding to, made if there are fewer than TALLIES."""
+        try:
+            return self._free_tallies.get_nowait()
+        except queue.Empty:
+            pass
+        with self._tallies_lock:
+            if len(self._tallies) >= TALLIES:
+                return None
+            with self._manager.activate():
+                tally = {s: np.zeros_like(counts) for s, counts in self.counts.items()}
+            self._tallies.append(tally)
+        return tally
 
     def merge(self, partial: Any, region: Region) -> None:
         target = self.target(region)
@@ -287,6 +327,10 @@ class _BinCounts(_Targets):
 
     def finish(self) -> dict[int, np.ndarray]:
         """Counts per bin, by slot that owns intervals: shaped (*kept, bins)."""
+        for tally in self._tallies:
+            for s, counts in tally.items():
+                self.counts[s] += counts
+        self._tallies.clear()
         return self.counts
 
 

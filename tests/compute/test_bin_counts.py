@@ -101,3 +101,33 @@ def test_counts_add_to_what_is_there_and_bad_buffers_are_refused() -> None:
         _native.bin_counts(m, np.ones((2, 3), np.int32), own, None, None, low, high, shift)
     with pytest.raises(ValueError, match="int64"):  # as many bytes as (2, 2) int64 counts
         _native.bin_counts(m, np.ones((2, 4), np.int32), own, None, None, low, high, shift)
+
+
+@pytest.mark.parametrize("shape", [(1001, 1), (37, 700), (3, 5)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_counts_of_any_width_and_a_last_part_of_rows(dtype: type, shape: tuple[int, int]) -> None:
+    """The kernel bins whole units of rows (a unit of narrow rows holds many): the rows left
+    over, and rows wider than a unit, are counted as the others are."""
+    rng = np.random.default_rng(shape[1])
+    m = rng.standard_normal(shape).astype(dtype)
+    m[rng.random(shape) < 0.05] = np.nan
+    own = np.ones(shape[1], np.uint8)
+    low, high = _column_keys(m)
+    binning = _binning(m.dtype, low, high, BINS, by_value=True)
+    assert binning.start is not None and binning.scale is not None
+    counts = np.zeros((shape[1], BINS), np.int64)
+    _native.bin_counts(m, counts, own, binning.start, binning.scale, None, None, None)
+    for j in range(shape[1]):
+        values = m[:, j][~np.isnan(m[:, j])]
+        where = value_bins(values, binning.start[j : j + 1], binning.scale[j : j + 1], BINS)
+        expected = np.bincount(where.astype(np.intp), minlength=BINS)
+        np.testing.assert_array_equal(counts[j], expected, err_msg=f"column {j}")
+
+
+def test_more_bins_than_sixteen_bits_hold_are_refused() -> None:
+    m = np.ones((4, 1), np.float32)
+    start, scale = np.zeros(1), np.ones(1)
+    with pytest.raises(ValueError, match="fewer than 65535 bins"):
+        _native.bin_counts(
+            m, np.zeros((1, 65535), np.int64), np.ones(1, np.uint8), start, scale, None, None, None
+        )

@@ -175,6 +175,47 @@ def test_order_statistics_over_the_whole_array_in_a_small_budget(dtype: str) -> 
     _compare("median", median, np.median(data), exact=False)
 
 
+@pytest.mark.parametrize("tallies", [0, 1, 2])
+@pytest.mark.parametrize("axis", [0, (0, 2)])
+def test_counts_tallied_by_worker_or_by_block_give_numpys_quantiles(
+    tallies: int, axis: Any
+) -> None:
+    """Blocks count into their worker's tally where their counts are a contiguous part of the
+    whole (kept cells of one row), else into counts of their own: either way, or both in one
+    pass (fewer tallies than workers), the quantiles are NumPy's."""
+    rng = np.random.default_rng(6)
+    data = rng.normal(size=(600, 6, 5)).astype(np.float32)
+    data[rng.random(data.shape) < 0.03] = np.nan
+    # chunks that split the kept axes: over axis 0, a block's counts are then not one
+    # contiguous part of the whole; over axes 0 and 2 they are
+    x = oc.from_numpy(data, chunks=(50, 4, 3))
+    q = [0.5, 3, 50, 97]
+    counted: list[bool] = []
+    contiguous: list[bool] = []
+    tally, is_contiguous = _selection._BinCounts._tally, _selection._BinCounts._contiguous
+
+    def counting_tally(self: Any) -> Any:
+        made = tally(self)
+        counted.append(made is not None)
+        return made
+
+    def seen_contiguous(self: Any, target: Any) -> bool:
+        contiguous.append(is_contiguous(self, target))
+        return contiguous[-1]
+
+    with (
+        mock.patch.object(_selection, "TALLIES", tallies),
+        mock.patch.object(_selection._BinCounts, "_tally", counting_tally),
+        mock.patch.object(_selection._BinCounts, "_contiguous", seen_contiguous),
+        narrow_selection(64, 64),
+    ):
+        ours = np.nanpercentile(x, q, axis=axis, method="lower")
+    expected = np.nanpercentile(data, q, axis=axis, method="lower")
+    np.testing.assert_array_equal(ours, expected)
+    assert contiguous and all(contiguous) == any(contiguous) == (axis != 0)
+    assert any(counted) == (tallies > 0 and axis != 0)
+
+
 def test_whole_lines_in_each_chunk_reduce_block_by_block() -> None:
     rng = np.random.default_rng(3)
     data = rng.normal(size=(30, 400))
