@@ -32,7 +32,7 @@ import numpy as np
 from oocarray import _native
 from oocarray._compute._engine import evaluate
 from oocarray._compute._limits import require_memory, working_bytes
-from oocarray._compute._nodes import Node
+from oocarray._compute._nodes import BlockReads, Node
 from oocarray._compute._order_keys import (
     KeySlices,
     column_matrix,
@@ -53,6 +53,10 @@ MAX_BINS = 4096
 _NATIVE_KEYED = (np.dtype(np.float32), np.dtype(np.float64))
 MIN_BINS = 16
 MIN_CANDIDATES = 4096
+# The sample whose range the summary's pass bins values over: slabs spread along the first
+# reduced axis.
+SAMPLE_SLABS = 4
+SAMPLE_BYTES = 4 << 20
 # Memory per bin of a column's counts: the count, its cumulative sum, a comparison, and the
 # workers' tallies.
 TALLIES = 2
@@ -63,11 +67,22 @@ _ALL_ONES = np.uint64((1 << 64) - 1)
 @dataclass
 class ColumnSummary:
     """Per kept cell (reduced axes kept as length 1): values that are not NaN, and the
-    smallest and largest of their order keys."""
+    smallest and largest of their order keys; and the first counting pass's counts where the
+    summary's pass made them too."""
 
     valid: np.ndarray
     low: np.ndarray
     high: np.ndarray
+    first: _FirstCounts | None = None
+
+
+@dataclass
+class _FirstCounts:
+    """Counts of every value of each kept cell (``(*kept, bins)``), in bins by value over a
+    sample's range (``binning``'s arrays shaped ``(1, *kept)``)."""
+
+    binning: _Binning
+    counts: np.ndarray
 
 
 class _Summary(Reduction):
@@ -112,10 +127,55 @@ class _Summary(Reduction):
 
 
 def summarize(expr: Node, axes: tuple[int, ...], progress: bool) -> ColumnSummary:
-    """One pass: each kept cell's count of values that are not NaN and key range."""
+    """One pass: each kept cell's count of values that are not NaN and key range.  For floats
+    with more values than a gathering pass takes, the same pass makes the first counting
+    pass's counts, by value over the range of a sample (values beyond it counted in the end
+    bins): one pass less, unless the ranks fall in those end bins."""
     summary = _Summary(expr, axes)
-    evaluate([summary], [], progress, "quantile")
-    return summary.finish()
+    counting = _sampled_counting(expr, axes)
+    evaluate([summary] if counting is None else [summary, counting], [], progress, "quantile")
+    result = summary.finish()
+    if counting is not None:
+        result.first = _FirstCounts(counting.binning, counting.finish()[0])
+    return result
+
+
+def _sampled_counting(expr: Node, axes: tuple[int, ...]) -> _BinCounts | None:
+    """The first counting pass of a float expression, binned over a sample's range."""
+    if expr.dtype.kind != "f" or expr.size <= candidate_limit():
+        return None
+    sample = _sample_range(expr, axes)
+    if sample is None:
+        return None
+    kept, cells = sample.valid.shape, sample.valid.size
+    bins = MAX_BINS
+    while bins > MIN_BINS and cells * bins * COUNT_BYTES > working_bytes():
+        bins //= 2
+    low, high = sample.low[None], sample.high[None]
+    binning = _binning(expr.dtype, low, high, bins, by_value=True)
+    return _BinCounts(expr, axes, low, high, np.ones((1, *kept), bool), binning, whole=True)
+
+
+def _sample_range(expr: Node, axes: tuple[int, ...]) -> ColumnSummary | None:
+    """Each kept cell's key range over SAMPLE_SLABS slabs spread along the first reduced axis
+    (None where a slab of one index would hold more than SAMPLE_BYTES)."""
+    axis = axes[0]
+    n = expr.shape[axis]
+    index_bytes = expr.size // n * expr.dtype.itemsize
+    if index_bytes * SAMPLE_SLABS > SAMPLE_BYTES:
+        return None
+    length = max(1, min(n // (2 * SAMPLE_SLABS), SAMPLE_BYTES // (SAMPLE_SLABS * index_bytes)))
+    sample = _Summary(expr, axes)
+    for k in range(SAMPLE_SLABS):
+        start = min((2 * k + 1) * n // (2 * SAMPLE_SLABS), n - length)
+        region = tuple(
+            slice(start, start + length) if i == axis else slice(0, size)
+            for i, size in enumerate(expr.shape)
+        )
+        sample.merge(
+            sample.partial(np.asarray(expr.evaluate(region, BlockReads())), region), region
+        )
+    return sample.finish()
 
 
 class _Targets(Reduction):
@@ -530,10 +590,23 @@ def select_ranks(
         bins = MAX_BINS
         while bins > MIN_BINS and owners * cells * bins * COUNT_BYTES > memory:
             bins //= 2
-        binning = _binning(expr.dtype, low, high, bins, by_value)
-        counting = _BinCounts(expr, axes, low, high, own, binning, whole=first)
-        evaluate([counting], [], progress, "quantile")
-        chosen, before, inside = _locate(counting.finish(), owner, done, rank, bins)
+        if first and summary.first is not None:
+            # counted in the summary's pass: every value of each cell, whatever its slot
+            made = summary.first.binning
+            bins = made.bins
+            assert made.start is not None and made.scale is not None
+            binning = _Binning(
+                bins,
+                start=np.broadcast_to(made.start, shape),
+                scale=np.broadcast_to(made.scale, shape),
+            )
+            counts = {s: summary.first.counts for s in range(slots) if own[s].any()}
+        else:
+            binning = _binning(expr.dtype, low, high, bins, by_value)
+            counting = _BinCounts(expr, axes, low, high, own, binning, whole=first)
+            evaluate([counting], [], progress, "quantile")
+            counts = counting.finish()
+        chosen, before, inside = _locate(counts, owner, done, rank, bins)
         if binning.by_value():
             start = _value_bin_keys(expr.dtype, low, high, binning, chosen)
             end = _value_bin_keys(expr.dtype, low, high, binning, chosen + 1) - np.uint64(1)

@@ -216,6 +216,48 @@ def test_counts_tallied_by_worker_or_by_block_give_numpys_quantiles(
     assert any(counted) == (tallies > 0 and axis != 0)
 
 
+def _passes(function: Any, *args: Any, **kwargs: Any) -> tuple[Any, int]:
+    """``function``'s result and how many passes over the data its selection took."""
+    passes = 0
+    evaluate = _selection.evaluate
+
+    def counting(*a: Any, **k: Any) -> Any:
+        nonlocal passes
+        passes += 1
+        return evaluate(*a, **k)
+
+    with mock.patch.object(_selection, "evaluate", counting):
+        return function(*args, **kwargs), passes
+
+
+def test_the_summary_pass_counts_over_a_sample_s_range() -> None:
+    """Floats are counted in bins over a sample's range in the summary's pass: two passes where
+    the ranks fall inside the sample's range; more, and the same results, where they fall in
+    the end bins (sorted data, a column the sample sees as constant or as NaN only)."""
+    rng = np.random.default_rng(8)
+    data = rng.normal(size=(20_000, 6))
+    data[:, 1] = np.sort(data[:, 1])
+    data[:, 2] = np.where(np.arange(20_000) % 2500 < 100, rng.normal(size=20_000), 7.0)
+    data[:, 3] = np.where(np.arange(20_000) % 2500 < 100, rng.normal(size=20_000), np.nan)
+    data[:, 4] = np.inf
+    data[:50, 5] = -np.inf
+    q = [0, 1, 50, 99, 100]
+    for method in ("linear", "lower", "median_unbiased"):
+        with np.errstate(invalid="ignore"):  # (inf - inf, interpolating between infinities)
+            expected = np.nanpercentile(data, q, axis=0, method=method)
+        with narrow_selection(2000, 256), np.errstate(invalid="ignore"):
+            ours, passes = _passes(
+                np.nanpercentile, oc.from_numpy(data, chunks=(1000, 6)), q, axis=0, method=method
+            )
+        _compare(method, ours, expected, method == "lower")
+        assert passes > 2  # (the sorted column needs a pass more)
+        with narrow_selection(2000, 256):
+            normal = oc.from_numpy(data[:, [0]], chunks=(1000, 1))
+            ours, passes = _passes(np.percentile, normal, q, axis=0, method=method)
+        _compare(method, ours, np.percentile(data[:, [0]], q, axis=0, method=method), False)
+        assert passes == 2
+
+
 def test_whole_lines_in_each_chunk_reduce_block_by_block() -> None:
     rng = np.random.default_rng(3)
     data = rng.normal(size=(30, 400))
