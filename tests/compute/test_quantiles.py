@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray._compute import _order_keys, _quantiles, _selection
+from oocarray._compute import _order_keys, _quantiles, _selection, _selection_passes
 from tests.compute.strategies import (
     BOOL,
     FLOATS,
@@ -192,7 +192,10 @@ def test_counts_tallied_by_worker_or_by_block_give_numpys_quantiles(
     q = [0.5, 3, 50, 97]
     counted: list[bool] = []
     contiguous: list[bool] = []
-    tally, is_contiguous = _selection._BinCounts._tally, _selection._BinCounts._contiguous
+    tally, is_contiguous = (
+        _selection_passes.BinCounts._tally,
+        _selection_passes.BinCounts._contiguous,
+    )
 
     def counting_tally(self: Any) -> Any:
         made = tally(self)
@@ -204,9 +207,9 @@ def test_counts_tallied_by_worker_or_by_block_give_numpys_quantiles(
         return contiguous[-1]
 
     with (
-        mock.patch.object(_selection, "TALLIES", tallies),
-        mock.patch.object(_selection._BinCounts, "_tally", counting_tally),
-        mock.patch.object(_selection._BinCounts, "_contiguous", seen_contiguous),
+        mock.patch.object(_selection_passes, "TALLIES", tallies),
+        mock.patch.object(_selection_passes.BinCounts, "_tally", counting_tally),
+        mock.patch.object(_selection_passes.BinCounts, "_contiguous", seen_contiguous),
         narrow_selection(64, 64),
     ):
         ours = np.nanpercentile(x, q, axis=axis, method="lower")
