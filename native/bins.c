@@ -13,6 +13,7 @@
  * (2-3 ns a value on the benchmarks' machine).
  */
 #include "oc_bins.h"
+#include "oc_keys.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,20 +29,6 @@
  * so a column's rows in a tile are many (its counts fetched once for them) and the tile's bins
  * stay in the last-level cache until they are counted. */
 enum { UNIT_VALUES = 512, TILE_VALUES = 1 << 21, OUTSIDE = 0xffff };
-
-static inline uint32_t key_of_float(float v)
-{
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    return bits ^ ((uint32_t)((int32_t)bits >> 31) | UINT32_C(0x80000000));
-}
-
-static inline uint64_t key_of_double(double v)
-{
-    uint64_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    return bits ^ ((uint64_t)((int64_t)bits >> 63) | UINT64_C(0x8000000000000000));
-}
 
 /* The bins of n values (whole units), by value: clip((v - start) * scale, 0, last) truncated,
  * in the values' precision, as NumPy computes it (_order_keys.value_bins, then a cast to an

@@ -9,20 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline uint32_t key_of_float(float v)
-{
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    return bits ^ ((uint32_t)((int32_t)bits >> 31) | UINT32_C(0x80000000));
-}
-
-static inline uint64_t key_of_double(double v)
-{
-    uint64_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    return bits ^ ((uint64_t)((int64_t)bits >> 63) | UINT64_C(0x8000000000000000));
-}
-
 #if defined(__x86_64__)
 #define KEY_CLONES __attribute__((target_clones("avx2", "default"), optimize("O3")))
 #else

@@ -1,5 +1,5 @@
 /* Values counted in bins per column (bins.c): the counting passes of exact order statistics
- * (oocarray/_compute/_selection.py). */
+ * (oocarray/_compute/_selection_passes.py). */
 #ifndef OC_BINS_H
 #define OC_BINS_H
 

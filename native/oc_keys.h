@@ -1,10 +1,28 @@
-/* Order keys of float columns (key_columns.c): the summary and gathering passes of exact order
- * statistics (oocarray/_compute/_selection.py), each value read once. */
+/* Order keys of float columns: the summary and gathering passes of exact order statistics
+ * (key_columns.c; oocarray/_compute/_selection_passes.py), each value read once, and the keys
+ * the counting pass bins by (bins.c). */
 #ifndef OC_KEYS_H
 #define OC_KEYS_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+/* The order key of a value: its bits, the sign bit flipped, every bit of a negative value
+ * flipped; keys sort as the values do (NaN aside). */
+static inline uint32_t key_of_float(float v)
+{
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return bits ^ ((uint32_t)((int32_t)bits >> 31) | UINT32_C(0x80000000));
+}
+
+static inline uint64_t key_of_double(double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return bits ^ ((uint64_t)((int64_t)bits >> 63) | UINT64_C(0x8000000000000000));
+}
 
 /* For each column j of the C-contiguous (rows, cols) matrix x of float (itemsize 4) or double
  * (8): valid[j] its values that are not NaN, low[j] and high[j] the smallest and largest of
