@@ -15,9 +15,9 @@ narrows an interval of keys:
 3. once the candidates left in all intervals fit in memory, a last pass gathers them and the
    rank is picked exactly (one lexicographic sort of all candidates, by target then key).
 
-Every column and every rank goes through one pass at a time (a :class:`Reduction` of the
-engine), and ranks whose intervals coincide share their counts.  The counts of one pass take
-``columns x bins x COUNT_BYTES`` bytes for each distinct interval per column (the workers'
+Every column and every rank goes through one pass at a time (a reduction of the engine, in
+``_selection_passes``), and ranks whose intervals coincide share their counts.  The counts of
+one pass take ``columns x bins x COUNT_BYTES`` bytes for each distinct interval per column (the workers'
 tallies included); the bins shrink (to 16) to fit the budget.
 """
 

@@ -139,7 +139,8 @@ class Binning:
     By key (``scale`` None): bin ``(key - low) >> shift``.  By value (floats, the first
     pass): bin ``floor((value - start) * scale)`` clipped to the bins, in float64, which
     follows the values' spread rather than their exponents; a monotonic function of the
-    value, so each bin is an interval of keys (found afterwards by :func:`_value_bin_keys`).
+    value, so each bin is an interval of keys (found afterwards by
+    ``_selection._value_bin_keys``).
     """
 
     def __init__(
