@@ -17,8 +17,8 @@ narrows an interval of keys:
 
 Every column and every rank goes through one pass at a time (a reduction of the engine, in
 ``_selection_passes``), and ranks whose intervals coincide share their counts.  The counts of
-one pass take ``columns x bins x COUNT_BYTES`` bytes for each distinct interval per column (the workers'
-tallies included); the bins shrink (to 16) to fit the budget.
+one pass take ``columns x bins x COUNT_BYTES`` bytes for each distinct interval per column
+(the workers' tallies included); the bins shrink (to 16) to fit the budget.
 """
 
 from __future__ import annotations
