@@ -422,21 +422,28 @@ def test_the_watcher_spills_while_threads_read_files_into_arrays(tmp_path: Path)
             arrays = [np.zeros(4 << 20, np.uint8) for _ in range(24)]  # 96 MiB
             errors: list[BaseException] = []
             done = threading.Event()
+            filled = [threading.Event(), threading.Event()]
 
-            def fill(which: list[np.ndarray]) -> None:
-                while not done.is_set():
-                    for array in which:
-                        try:
+            def fill(which: list[np.ndarray], once: threading.Event) -> None:
+                try:
+                    while not done.is_set():
+                        for array in which:
                             with open(source, "rb", buffering=0) as f:
                                 f.readinto(memoryview(array))
-                        except BaseException as error:
-                            errors.append(error)
-                            return
+                        once.set()
+                except BaseException as error:
+                    errors.append(error)
+                finally:
+                    once.set()
 
             with (
-                run_thread(lambda: fill(arrays[::2]), done),
-                run_thread(lambda: fill(arrays[1::2]), done),
+                run_thread(lambda: fill(arrays[::2], filled[0]), done),
+                run_thread(lambda: fill(arrays[1::2], filled[1]), done),
             ):
+                # (the arrays over the limit first: until each is read into, its pages are
+                # not resident, and the checks would find nothing to do)
+                for once in filled:
+                    once.wait()
                 for _ in range(30):
                     _physical.check_now()
                     for array in arrays[:4]:
