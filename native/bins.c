@@ -24,13 +24,12 @@
 #define BIN_CLONES __attribute__((optimize("O3")))
 #endif
 
-/* A unit holds whole rows, about UNIT_VALUES values (one row where a row holds more); a tile
- * whole units, at most TILE_VALUES values (one unit where a unit holds more): 4 MiB of bins,
- * so a column's rows in a tile are many (its counts fetched once for them) and the tile's bins
- * stay in the last-level cache until they are counted. */
-enum { UNIT_VALUES = 512, TILE_VALUES = 1 << 21, OUTSIDE = 0xffff };
+/* A tile holds whole units (oc_unit_values), at most TILE_VALUES values (one unit where a unit
+ * holds more): 4 MiB of bins, so a column's rows in a tile are many (its counts fetched once for
+ * them) and the tile's bins stay in the last-level cache until they are counted. */
+enum { TILE_VALUES = 1 << 21, OUTSIDE = 0xffff };
 
-/* The bins of n values (whole units), by value: clip((v - start) * scale, 0, last) truncated,
+/* The bins of n values (whole rows), by value: clip((v - start) * scale, 0, last) truncated,
  * in the values' precision, as NumPy computes it (_order_keys.value_bins, then a cast to an
  * index); a NaN position (an infinity times a scale of 0) in bin 0, a NaN value OUTSIDE.
  * start, scale and counted hold a unit's parameters. */
@@ -39,7 +38,8 @@ enum { UNIT_VALUES = 512, TILE_VALUES = 1 << 21, OUTSIDE = 0xffff };
                                 const T *scale, const uint8_t *counted, T last, uint16_t *b)  \
     {                                                                                         \
         for (size_t u = 0; u < n; u += unit) {                                                \
-            for (size_t i = 0; i < unit; i++) {                                               \
+            size_t m = n - u < unit ? n - u : unit; /* (whole rows, as the parameters) */    \
+            for (size_t i = 0; i < m; i++) {                                                  \
                 T x = v[u + i];                                                               \
                 T p = (x - start[i]) * scale[i];                                              \
                 p = p != p ? 0 : p;                                                           \
@@ -60,7 +60,8 @@ BINS_BY_VALUE(value_bins_f64, double)
                                 size_t last, uint16_t *b)                                     \
     {                                                                                         \
         for (size_t u = 0; u < n; u += unit) {                                                \
-            for (size_t i = 0; i < unit; i++) {                                               \
+            size_t m = n - u < unit ? n - u : unit; /* (whole rows, as the parameters) */    \
+            for (size_t i = 0; i < m; i++) {                                                  \
                 T x = v[u + i];                                                               \
                 K key = KEY(x);                                                               \
                 K bin = (K)(key - low[i]) >> shift[i];                                        \
@@ -125,8 +126,7 @@ int oc_bin_counts(const void *x, size_t itemsize, size_t rows, size_t cols, cons
     if (rows == 0 || cols == 0) {
         return 0;
     }
-    size_t unit_rows = cols < UNIT_VALUES ? UNIT_VALUES / cols : 1;
-    size_t unit = unit_rows * cols;
+    size_t unit = oc_unit_values(cols), unit_rows = unit / cols;
     size_t tile_rows = unit < TILE_VALUES ? TILE_VALUES / unit * unit_rows : unit_rows;
     void *params = malloc(3 * unit * itemsize);
     uint8_t *counted = malloc(unit);
@@ -142,47 +142,21 @@ int oc_bin_counts(const void *x, size_t itemsize, size_t rows, size_t cols, cons
     } else {
         SPREAD(double, uint64_t, UINT64_MAX);
     }
-    /* (a last tile of fewer than a unit's rows is binned as a whole unit from a padded copy:
-     * the loops above take whole units) */
     for (size_t r0 = 0; r0 < rows; r0 += tile_rows) {
         size_t n = rows - r0 < tile_rows ? rows - r0 : tile_rows;
-        size_t whole = n / unit_rows * unit_rows, rest = n - whole;
-        const char *v = (const char *)x + r0 * cols * itemsize;
-        for (int part = 0; part < 2; part++) {
-            size_t span = part == 0 ? whole : rest;
-            if (span == 0) {
-                continue;
-            }
-            const void *from = v + (part == 0 ? 0 : whole * cols * itemsize);
-            uint16_t *to = b + (part == 0 ? 0 : whole * cols);
-            char pad[UNIT_VALUES * sizeof(double)];
-            if (part == 1) {
-                memset(pad, 0, sizeof pad);
-                memcpy(pad, from, rest * cols * itemsize);
-                from = pad;
-            }
-            size_t values = part == 0 ? span * cols : unit;
-            uint16_t last_unit[UNIT_VALUES];
-            uint16_t *out = part == 0 ? to : last_unit;
-            if (itemsize == 4 && start != NULL) {
-                const float *p = params;
-                value_bins_f32(from, values, unit, p, p + unit, counted, (float)(bins - 1), out);
-            } else if (itemsize == 8 && start != NULL) {
-                const double *p = params;
-                value_bins_f64(from, values, unit, p, p + unit, counted, (double)(bins - 1),
-                               out);
-            } else if (itemsize == 4) {
-                const uint32_t *k = params;
-                key_bins_f32(from, values, unit, k, k + unit, k + 2 * unit, counted, bins - 1,
-                             out);
-            } else {
-                const uint64_t *k = params;
-                key_bins_f64(from, values, unit, k, k + unit, k + 2 * unit, counted, bins - 1,
-                             out);
-            }
-            if (part == 1) {
-                memcpy(to, last_unit, rest * cols * sizeof *to);
-            }
+        const void *from = (const char *)x + r0 * cols * itemsize;
+        if (itemsize == 4 && start != NULL) {
+            const float *p = params;
+            value_bins_f32(from, n * cols, unit, p, p + unit, counted, (float)(bins - 1), b);
+        } else if (itemsize == 8 && start != NULL) {
+            const double *p = params;
+            value_bins_f64(from, n * cols, unit, p, p + unit, counted, (double)(bins - 1), b);
+        } else if (itemsize == 4) {
+            const uint32_t *k = params;
+            key_bins_f32(from, n * cols, unit, k, k + unit, k + 2 * unit, counted, bins - 1, b);
+        } else {
+            const uint64_t *k = params;
+            key_bins_f64(from, n * cols, unit, k, k + unit, k + 2 * unit, counted, bins - 1, b);
         }
         count_tile(b, n, cols, bins, own, counts);
     }

@@ -141,8 +141,6 @@ struct gather {
 TILE_GATHER(gather_f32, float, uint32_t, key_of_float)
 TILE_GATHER(gather_f64, double, uint64_t, key_of_double)
 
-enum { TILE_VALUES = 512 };
-
 /* The intervals spread out to a tile of `tile` values (rows of cols), in the keys' width: an
  * interval beyond the width holds no key of it. */
 #define SPREAD(K, LARGEST)                                                                    \
@@ -174,7 +172,7 @@ size_t oc_key_gather(const void *x, size_t itemsize, size_t rows, size_t cols, s
         return 0;
     }
     struct gather g = {cols, slots, capacity, own, low, high, group, found_groups, found_keys};
-    size_t tile = cols * (cols < TILE_VALUES ? TILE_VALUES / cols : 1);
+    size_t tile = oc_unit_values(cols);
     void *scratch = malloc(slots * tile * (2 * itemsize + 1) + tile * itemsize + tile + 8);
     if (scratch == NULL) {
         return SIZE_MAX;

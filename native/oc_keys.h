@@ -24,6 +24,14 @@ static inline uint64_t key_of_double(double v)
     return bits ^ ((uint64_t)((int64_t)bits >> 63) | UINT64_C(0x8000000000000000));
 }
 
+/* The values of a unit of whole rows of cols values, about 512 (one row where a row holds
+ * more): the kernels spread each column's parameters over a unit once, so their loops over a
+ * unit's values (flat, whatever the width) vectorize. */
+static inline size_t oc_unit_values(size_t cols)
+{
+    return cols * (cols < 512 ? 512 / cols : 1);
+}
+
 /* For each column j of the C-contiguous (rows, cols) matrix x of float (itemsize 4) or double
  * (8): valid[j] its values that are not NaN, low[j] and high[j] the smallest and largest of
  * their order keys (the bits, the sign bit flipped, every bit of a negative value flipped).

@@ -84,14 +84,21 @@ def _sampled_counting(expr: Node, axes: tuple[int, ...]) -> BinCounts | None:
     if sample is None:
         return None
     kept, cells = sample.valid.shape, sample.valid.size
-    bins = MAX_BINS
-    while bins > MIN_BINS and cells * bins * COUNT_BYTES > working_bytes():
-        bins //= 2
+    bins = _bins_that_fit(cells, working_bytes())
     if cells * bins * COUNT_BYTES > working_bytes():
         return None  # (select_ranks says why there is no room)
     low, high = sample.low[None], sample.high[None]
     binning = _binning(expr.dtype, low, high, bins, by_value=True)
     return BinCounts(expr, axes, low, high, np.ones((1, *kept), bool), binning, whole=True)
+
+
+def _bins_that_fit(counted_cells: int, memory: int) -> int:
+    """The most bins, a power of two from MAX_BINS down to MIN_BINS, whose counts for
+    ``counted_cells`` fit ``memory`` (MIN_BINS where none do)."""
+    bins = MAX_BINS
+    while bins > MIN_BINS and counted_cells * bins * COUNT_BYTES > memory:
+        bins //= 2
+    return bins
 
 
 def _sample_range(expr: Node, axes: tuple[int, ...]) -> ColumnSummary | None:
@@ -246,9 +253,7 @@ def select_ranks(
         if int(count[own].sum()) <= limit:
             break
         owners = int(own.reshape(slots, -1).any(axis=1).sum())
-        bins = MAX_BINS
-        while bins > MIN_BINS and owners * cells * bins * COUNT_BYTES > memory:
-            bins //= 2
+        bins = _bins_that_fit(owners * cells, memory)
         if first and summary.first is not None:
             # counted in the summary's pass: every value of each cell, whatever its slot
             made = summary.first.binning
