@@ -103,21 +103,28 @@ def test_counts_add_to_what_is_there_and_bad_buffers_are_refused() -> None:
         _native.bin_counts(m, np.ones((2, 4), np.int32), own, None, None, low, high, shift)
 
 
-@pytest.mark.parametrize("shape", [(1001, 1), (37, 700), (3, 5)])
+@pytest.mark.parametrize("shape", [(1001, 1), (37, 700), (3, 5), (240_000, 9)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_counts_of_any_width_and_a_last_part_of_rows(dtype: type, shape: tuple[int, int]) -> None:
-    """The kernel bins whole units of rows (a unit of narrow rows holds many): the rows left
-    over, and rows wider than a unit, are counted as the others are."""
+    """The kernel bins whole units of rows (a unit of narrow rows holds many) in tiles, and
+    counts a tile of more rows than bins a few columns at a time: the rows left over, rows
+    wider than a unit, the last tile, a last group of fewer columns and a group of columns none
+    of which is counted are all counted as the others are."""
     rng = np.random.default_rng(shape[1])
     m = rng.standard_normal(shape).astype(dtype)
     m[rng.random(shape) < 0.05] = np.nan
     own = np.ones(shape[1], np.uint8)
+    if shape[1] >= 8:
+        own[4:8] = 0  # (a whole group)
     low, high = _column_keys(m)
     binning = _binning(m.dtype, low, high, BINS, by_value=True)
     assert binning.start is not None and binning.scale is not None
     counts = np.zeros((shape[1], BINS), np.int64)
     _native.bin_counts(m, counts, own, binning.start, binning.scale, None, None, None)
     for j in range(shape[1]):
+        if not own[j]:
+            assert not counts[j].any()
+            continue
         values = m[:, j][~np.isnan(m[:, j])]
         where = value_bins(values, binning.start[j : j + 1], binning.scale[j : j + 1], BINS)
         expected = np.bincount(where.astype(np.intp), minlength=BINS)
