@@ -311,11 +311,6 @@ static PyObject *oc_py_key_gather(PyObject *Py_UNUSED(m), PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    if (objs[5] != Py_None && found > (size_t)capacity) {
-        PyErr_Format(PyExc_ValueError, "key_gather: %zu values found, room for %zd", found,
-                     capacity);
-        goto done;
-    }
     result = PyLong_FromSize_t(found);
 done:
     release_all(v, 7);

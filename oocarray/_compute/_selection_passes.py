@@ -37,6 +37,9 @@ Region = tuple[slice, ...]
 NATIVE_KEYED = (np.dtype(np.float32), np.dtype(np.float64))
 # The workers' tallies a counting pass makes at most (``BinCounts``).
 TALLIES = 2
+# The values a gathering pass makes room for in its first block (later blocks: what the one
+# before found, and a quarter more).
+GATHER_ROOM = 1024
 _ALL_ONES = np.uint64((1 << 64) - 1)
 
 
@@ -326,6 +329,7 @@ class Gather(Targets):
         super().__init__(expr, axes, low, high, own)
         self.cells = np.arange(math.prod(self.kept_shape), dtype=np.int64).reshape(self.kept_shape)
         self.found: list[tuple[np.ndarray, np.ndarray]] = []
+        self.room = GATHER_ROOM
 
     def partial(self, block: np.ndarray, region: Region) -> Any:
         matrix = column_matrix(block, region, self.axes)
@@ -352,8 +356,9 @@ class Gather(Targets):
     def _native_partial(
         self, matrix: np.ndarray, region: Region, own: np.ndarray, cells: np.ndarray, total: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The same keys, each value read once by the native kernel (floats): counted, then
-        written to arrays of that length."""
+        """The same keys, found by the native kernel (floats) in one reading of the block
+        where they fit the room of the block before and a quarter more (blocks of one array
+        hold about as many; the kernel counts what it had no room for, and reads again)."""
         matrix = np.ascontiguousarray(matrix)
         arguments = (
             np.ascontiguousarray(own, np.uint8),
@@ -361,11 +366,14 @@ class Gather(Targets):
             np.ascontiguousarray(self.state(self.high, region), np.uint64),
             cells[None, :] + (np.arange(self.slots, dtype=np.int64) * total)[:, None],
         )
-        found = _native.key_gather(matrix, *arguments, None, None)
-        groups, keys = np.empty(found, np.int64), np.empty(found, np.uint64)
-        if found:
+        room = self.room
+        groups, keys = np.empty(room, np.int64), np.empty(room, np.uint64)
+        found = _native.key_gather(matrix, *arguments, groups, keys)
+        if found > room:
+            groups, keys = np.empty(found, np.int64), np.empty(found, np.uint64)
             _native.key_gather(matrix, *arguments, groups, keys)
-        return groups, keys
+        self.room = max(self.room, found + found // 4)  # (a guess: threads may race on it)
+        return groups[:found], keys[:found]  # (detached by the engine: copies of that length)
 
     def merge(self, partial: Any, region: Region) -> None:
         if len(partial[0]):

@@ -81,8 +81,15 @@ def test_bad_buffers_are_refused() -> None:
         _native.key_gather(m, own, cells, high.reshape(-1)[:1], group, None, None)
     with pytest.raises(ValueError, match="both found buffers"):
         _native.key_gather(m, own, cells, high, group, np.zeros(20, np.int64), None)
-    with pytest.raises(ValueError, match="20 values found, room for 3"):
-        _native.key_gather(
-            m, own, cells, high, group, np.zeros(3, np.int64), np.zeros(3, np.uint64)
-        )
     assert _native.key_gather(m, own, cells, high, group, None, None) == 20
+
+
+def test_gather_fills_the_room_it_has_and_counts_the_rest() -> None:
+    m = np.arange(20, dtype=np.float32).reshape(10, 2)
+    keys = _keys(m)[0]
+    own, group = np.ones((1, 2), np.uint8), np.array([[5, 6]], np.int64)
+    low, high = keys.min(axis=0)[None], keys.max(axis=0)[None]
+    found_groups, found_keys = np.full(3, -1, np.int64), np.zeros(3, np.uint64)
+    assert _native.key_gather(m, own, low, high, group, found_groups, found_keys) == 20
+    assert found_groups.tolist() == [5, 6, 5]  # the first three, in the values' order
+    assert found_keys.tolist() == keys.reshape(-1)[:3].tolist()

@@ -261,6 +261,30 @@ def test_the_summary_pass_counts_over_a_sample_s_range() -> None:
         assert passes == 2
 
 
+def test_a_block_with_more_candidates_than_room_is_gathered_again() -> None:
+    """The gathering pass makes room for what the block before found: a block beyond its room
+    is read again with room for all of its values, and the quantiles are NumPy's."""
+    rng = np.random.default_rng(11)
+    data = rng.normal(size=(8000, 3)).astype(np.float32)
+    rooms: list[tuple[int, int]] = []
+    gather = _selection_passes._native.key_gather
+
+    def recording(*args: Any) -> int:
+        found = gather(*args)
+        rooms.append((len(args[5]), found))
+        return found
+
+    with (
+        mock.patch.object(_selection_passes, "GATHER_ROOM", 1),
+        mock.patch.object(_selection_passes._native, "key_gather", recording),
+    ):
+        ours = np.percentile(oc.from_numpy(data, chunks=(1000, 3)), [10, 50, 90], axis=0)
+    np.testing.assert_array_equal(ours, np.percentile(data, [10, 50, 90], axis=0))
+    # (one block here: every value is a candidate, gathered once more with room for all)
+    assert rooms[:2] == [(1, data.size), (data.size, data.size)]
+    assert all(found <= room for room, found in rooms if room > 1)
+
+
 def test_whole_lines_in_each_chunk_reduce_block_by_block() -> None:
     rng = np.random.default_rng(3)
     data = rng.normal(size=(30, 400))
