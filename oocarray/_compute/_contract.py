@@ -28,7 +28,14 @@ import numpy as np
 from oocarray._compute._contraction import Contraction, Product, accumulator_dtype, combine
 from oocarray._compute._engine import StoreTarget, evaluate
 from oocarray._compute._limits import require_memory, working_bytes
-from oocarray._compute._nodes import BlockReads, Concat, Constant, ExpandDims, Node, Source
+from oocarray._compute._nodes import (
+    BlockReads,
+    Concat,
+    Constant,
+    ExpandDims,
+    Node,
+    input_identity,
+)
 from oocarray._compute._rearrange import permute_dims
 from oocarray._compute._reduce import Reduction
 from oocarray._compute._temporaries import temporary
@@ -130,10 +137,6 @@ def _into_ndarray(product: Product, name: str) -> Any:
 # -- one pass along the summed axis -------------------------------------------------------
 
 
-def _identity(node: Node) -> tuple[str, int]:
-    return ("array", id(node.array)) if isinstance(node, Source) else ("node", id(node))
-
-
 def _rows(node: Node, labels: Sequence[str], summed: str) -> Node:
     """An operand as a (summed, free) matrix: its summed axis first, a vector made a column."""
     if len(labels) == 1:
@@ -157,7 +160,8 @@ def _streamed(a: Node, b: Node, spec: Contraction, name: str, budget: int) -> An
     ):
         return None
     left, right = _rows(a, spec.a_labels, summed[0]), _rows(b, spec.b_labels, summed[0])
-    same = _identity(left) == _identity(right) and not (spec.conjugate_a and left.dtype.kind == "c")
+    conjugated = spec.conjugate_a and left.dtype.kind == "c"
+    same = input_identity(left) == input_identity(right) and not conjugated
     expr = _WholeRows(left if same else Concat([left, right], axis=1))
     rows = (expr.chunks() or (1,))[0]
     # The accumulator, two partials in flight and one block of rows read, joined and cast.

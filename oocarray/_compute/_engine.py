@@ -30,7 +30,7 @@ import numpy as np
 from oocarray._compute._blas import one_blas_thread
 from oocarray._compute._fuse import Kernel, kernel_for
 from oocarray._compute._interrupt import DeferredInterrupt
-from oocarray._compute._nodes import BlockReads, Node
+from oocarray._compute._nodes import BlockReads, Node, input_identity
 from oocarray._compute._progress import progress_bar
 from oocarray._compute._reduce import Reduction
 from oocarray._compute._slabs import SlabPlan, plan_slabs
@@ -131,8 +131,11 @@ def plan_blocks(work: Pass, budget_bytes: int | None) -> tuple[list[Region], int
     if 0 in shape:
         return [], 1
     grid = list(_base_grid(work))
-    item_bytes = sum(max(1, e.dtype.itemsize) for e in work.exprs())
-    item_bytes += sum(s.itemsize for e in work.exprs() for s in _source_dtypes(e))
+    # Each expression and each source once: the mean and std of x share one block of x.
+    exprs = list({input_identity(e): e for e in work.exprs()}.values())
+    sources = {id(s): s for e in exprs for s in e.sources()}.values()
+    item_bytes = sum(max(1, e.dtype.itemsize) for e in exprs)
+    item_bytes += sum(s.dtype.itemsize for s in sources)
     cell_bytes = math.prod(grid) * item_bytes
     workers = _workers()
     target = TARGET_BLOCK_BYTES
@@ -152,10 +155,6 @@ def plan_blocks(work: Pass, budget_bytes: int | None) -> tuple[list[Region], int
             )
         )
     return blocks, workers
-
-
-def _source_dtypes(expr: Node) -> list[np.dtype[Any]]:
-    return [s.dtype for s in expr.sources()]
 
 
 class _Workers:

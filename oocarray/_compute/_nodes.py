@@ -22,7 +22,17 @@ import numpy as np
 
 from oocarray._storage import StoredArray
 
-__all__ = ["Apply", "BlockReads", "Concat", "Constant", "ExpandDims", "Node", "Source", "as_node"]
+__all__ = [
+    "Apply",
+    "BlockReads",
+    "Concat",
+    "Constant",
+    "ExpandDims",
+    "Node",
+    "Source",
+    "as_node",
+    "input_identity",
+]
 
 Region = tuple[slice, ...]
 
@@ -226,3 +236,9 @@ def as_node(value: Any, shape: tuple[int, ...] | None = None) -> Node:
             f"{type(value).__name__}"
         )
     return Constant(value, shape if shape is not None else array.shape)
+
+
+def input_identity(node: Node) -> tuple[str, int]:
+    """What makes two expressions the same input: one chunked array (two Source leaves may
+    wrap it), or one expression object."""
+    return ("array", id(node.array)) if isinstance(node, Source) else ("node", id(node))

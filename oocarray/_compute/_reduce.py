@@ -17,16 +17,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from oocarray import _native
-from oocarray._compute._nodes import Node, Source
+from oocarray._compute._nodes import Node, input_identity
 
 __all__ = ["Reduction", "make_reduction", "normalize_axes"]
 
 Region = tuple[slice, ...]
-
-
-def _identity(expr: Node) -> Any:
-    """What makes two expressions the same input: one chunked array, or one expression object."""
-    return ("array", id(expr.array)) if isinstance(expr, Source) else ("expr", id(expr))
 
 
 def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
@@ -335,7 +330,7 @@ class Moments(Reduction):
     def sharing_key(self) -> Any:
         """mean, var and std of one expression over the same axes share their moments: a
         mean, var and std computed together read and sum each block once."""
-        return ("moments", _identity(self.expr), self.axes, self.work, self.skip_nan)
+        return ("moments", input_identity(self.expr), self.axes, self.work, self.skip_nan)
 
     def kept_shape_of(self, block: np.ndarray) -> tuple[int, ...]:
         return tuple(1 if i in self.axes else n for i, n in enumerate(block.shape))

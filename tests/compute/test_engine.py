@@ -40,6 +40,18 @@ def test_a_budget_limits_the_workers_and_block_size(tmp_path: Path) -> None:
     assert max(r[0].stop - r[0].start for r in blocks) == 1024
 
 
+def test_reductions_of_one_array_plan_its_blocks_once(tmp_path: Path) -> None:
+    """The mean and std of x read one block of x (through two leaves of it): their blocks are
+    as large as the mean's alone."""
+    x = oc.create(tmp_path / "x.zarr", (1 << 16, 64), np.float32, chunks=(1024, 64), codec="none")
+    mean = x.mean(axis=0, compute=False).reduction()
+    std = x.std(axis=0, compute=False).reduction()
+    alone, _ = plan_blocks(Pass(x.shape, [mean], []), None)
+    together, _ = plan_blocks(Pass(x.shape, [mean, std], []), None)
+    assert together == alone
+    assert len(alone) < (1 << 16) // 1024  # (blocks of several chunks: a real test of size)
+
+
 def test_streaming_work_stays_within_the_budget(tmp_path: Path) -> None:
     data = np.random.default_rng(0).random((1 << 15, 64))  # 16 MiB
     x = oc.from_numpy(data, chunks=(512, 64), codec="none")
