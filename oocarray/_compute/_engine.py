@@ -43,6 +43,8 @@ from oocarray._memory import (
     scratch_step,
     system,
 )
+from oocarray._storage._pool import reads_on_this_thread
+from oocarray._storage._pool import workers as reads_workers
 
 __all__ = ["Pass", "StoreTarget", "budget_left", "evaluate", "run_pass"]
 
@@ -158,10 +160,12 @@ def plan_blocks(work: Pass, budget_bytes: int | None) -> tuple[list[Region], int
 
 
 class _Workers:
-    """One cyclic workspace per worker thread, under the caller's manager."""
+    """One cyclic workspace per worker thread, under the caller's manager; ``alone``: each
+    worker reads and writes on its own thread (the workers fill every core already)."""
 
-    def __init__(self, manager: Manager) -> None:
+    def __init__(self, manager: Manager, alone: bool = False) -> None:
         self.manager = manager
+        self.alone = alone
         self.local = threading.local()
         self.workspaces: list[Workspace] = []
         self.lock = threading.Lock()
@@ -196,7 +200,8 @@ class _Workers:
 def _evaluate_block(work: Pass, region: Region, workers: _Workers) -> list[Any]:
     """Runs on a worker: the partial of every reduction for one block, stores written."""
     ws = workers.workspace()
-    with workers.manager.activate(), ws:
+    alone = reads_on_this_thread() if workers.alone else contextlib.nullcontext()
+    with workers.manager.activate(), ws, alone:
         reads = BlockReads()
         shape = tuple(s.stop - s.start for s in region)
         partials: list[Any] = [None] * len(work.reductions)
@@ -250,9 +255,11 @@ def _run_pass(work: Pass, progress: bool, name: str) -> None:
     manager = active_manager() or system()
     blocks, worker_count = plan_blocks(work, budget_left(manager))
     work.fuse()
-    workers = _Workers(manager)
+    workers = _Workers(manager, alone=worker_count >= reads_workers())
     if len(blocks) == 1 and not work.stores:
-        # One block to reduce: evaluated here, without starting threads for it.
+        # One block to reduce: evaluated here, without starting threads for it (its reads
+        # spread over the cores).
+        workers.alone = False
         try:
             partials = _evaluate_block(work, blocks[0], workers)
         finally:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import signal
 import textwrap
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -50,6 +52,32 @@ def test_reductions_of_one_array_plan_its_blocks_once(tmp_path: Path) -> None:
     together, _ = plan_blocks(Pass(x.shape, [mean, std], []), None)
     assert together == alone
     assert len(alone) < (1 << 16) // 1024  # (blocks of several chunks: a real test of size)
+
+
+def test_workers_that_fill_the_cores_read_on_their_own_threads(tmp_path: Path) -> None:
+    """Blocks reduced on as many workers as the reads have cores read on the worker's own
+    thread (a read spread over the pool too would put two threads on each core); a pass of
+    one block, run on the caller's thread, spreads its reads."""
+    from oocarray._compute import _reduce
+    from oocarray._storage import _pool
+
+    x = oc.from_numpy(np.arange(1 << 16, dtype=np.float64).reshape(-1, 8), chunks=(256, 8))
+    seen: list[int] = []
+    partial = _reduce.Moments.partial
+
+    def recording(self: Any, block: np.ndarray, region: Any) -> Any:
+        seen.append(_pool.workers())
+        return partial(self, block, region)
+
+    with mock.patch.object(_reduce.Moments, "partial", recording):
+        with mock.patch.object(_engine, "TARGET_BLOCK_BYTES", 64 << 10):
+            many = x.mean(axis=0)
+        blocks, seen[:] = list(seen), []
+        oc.from_numpy(np.ones((256, 8)), chunks=(256, 8)).mean(axis=0)
+    np.testing.assert_array_equal(many, np.arange(1 << 16).reshape(-1, 8).mean(axis=0))
+    alone = 1 if _engine._workers() >= _pool.workers() else _pool.workers()
+    assert len(blocks) > 2 and set(blocks) == {alone}
+    assert seen == [_pool.workers()]
 
 
 def test_streaming_work_stays_within_the_budget(tmp_path: Path) -> None:

@@ -431,6 +431,20 @@ def test_reads_in_a_manager_allocate_there_and_keep_nothing(tmp_path: Path) -> N
     np.testing.assert_array_equal(rows[:, 0], np.arange(100, 300) * 200.0)
 
 
+def test_reads_on_this_thread_use_one_runner_there_only() -> None:
+    cores = _pool.workers()
+    seen: list[int] = []
+    with _pool.reads_on_this_thread():
+        assert _pool.workers() == 1
+        with _pool.reads_on_this_thread():
+            pass
+        assert _pool.workers() == 1  # (an inner one leaves it as it was)
+        other = threading.Thread(target=lambda: seen.append(_pool.workers()))
+        other.start()
+        other.join()
+    assert seen == [cores] and _pool.workers() == cores
+
+
 def test_spread_runs_every_item_once_and_raises_after_every_runner_stopped() -> None:
     seen: list[int] = []
     lock = threading.Lock()
