@@ -335,6 +335,7 @@ PyMethodDef oc_py_moments_methods[] = {
      "key_gather(matrix, own, low, high, group, found_groups, found_keys): the order keys of "
      "a C-contiguous float32/float64 (rows, c) matrix in the owned intervals [low, high] of "
      "each slot and column ((S, c) each), with the interval's group, written to the found "
-     "buffers (None: counted only); returns how many, without the GIL."},
+     "buffers as far as they hold (None: counted only); returns how many there are, written "
+     "or not, without the GIL."},
     {NULL, NULL, 0, NULL},
 };
