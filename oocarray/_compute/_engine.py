@@ -255,11 +255,11 @@ def _run_pass(work: Pass, progress: bool, name: str) -> None:
     manager = active_manager() or system()
     blocks, worker_count = plan_blocks(work, budget_left(manager))
     work.fuse()
-    workers = _Workers(manager, alone=worker_count >= reads_workers())
-    if len(blocks) == 1 and not work.stores:
-        # One block to reduce: evaluated here, without starting threads for it (its reads
-        # spread over the cores).
-        workers.alone = False
+    # One block to reduce is evaluated here, without starting threads for it: its reads
+    # spread over the cores.
+    single = len(blocks) == 1 and not work.stores
+    workers = _Workers(manager, alone=not single and worker_count >= reads_workers())
+    if single:
         try:
             partials = _evaluate_block(work, blocks[0], workers)
         finally:

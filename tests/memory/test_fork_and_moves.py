@@ -443,7 +443,7 @@ def test_the_watcher_spills_while_threads_read_files_into_arrays(tmp_path: Path)
                 # (the arrays over the limit first: until each is read into, its pages are
                 # not resident, and the checks would find nothing to do)
                 for once in filled:
-                    once.wait()
+                    assert once.wait(60)  # (a hang guard only)
                 for _ in range(30):
                     _physical.check_now()
                     for array in arrays[:4]:
