@@ -146,12 +146,20 @@ def shapes(size: int) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple
 
 
 def _write(path: str, shape: tuple[int, ...], chunks: tuple[int, ...]) -> None:
+    """Random floats in blocks of whole chunks (a block that cut chunks would re-encode each
+    of them once per block: with (256, 64, 64) chunks, a time step at a time, 256 times)."""
     x = oc.create(path, shape, "float32", chunks=chunks)
-    rows = max(1, (8 << 20) // (4 * int(np.prod(shape[1:]))))
     rng = np.random.default_rng(15)
-    for start in range(0, shape[0], rows):
-        stop = min(shape[0], start + rows)
-        x[start:stop] = rng.random((stop - start, *shape[1:]), dtype=np.float32)
+    # Whole chunks along axis 0, then as many chunk rows along axis 1 as about 64 MiB holds.
+    lead = min(shape[0], chunks[0])
+    row = 4 * lead * int(np.prod(shape[2:]))
+    rows = max(chunks[1], (64 << 20) // row // chunks[1] * chunks[1])
+    for start in range(0, shape[0], lead):
+        stop = min(shape[0], start + lead)
+        for first in range(0, shape[1], rows):
+            last = min(shape[1], first + rows)
+            size = (stop - start, last - first, *shape[2:])
+            x[start:stop, first:last] = rng.random(size, dtype=np.float32)
 
 
 @dataclass(frozen=True, slots=True)
