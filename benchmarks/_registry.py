@@ -80,7 +80,11 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
         'Manager(max_bytes="512M") vs xarray with dask and with Cubed',
         w14_xarray.run,
     ),
-    "W15": ("rechunk in a 256 MiB budget, four shapes, vs dask (tasks) and Cubed", w15_rechunk.run),
+    "W15": (
+        "rechunk in a 256 MiB budget, four shapes, vs dask (tasks, p2p) and Cubed, without a "
+        "memory limit and under one of the budget + 64 MiB",
+        w15_rechunk.run,
+    ),
     "W16S": (
         "external sort and exact percentiles vs np.sort in RAM, dask and paged NumPy",
         w16_sort_quantiles.run,

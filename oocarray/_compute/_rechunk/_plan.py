@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from oocarray._compute._rechunk._tiles import pieces_are_runs
 from oocarray._compute._rechunk._zstd_stream import CONTEXT_BYTES, PIECE_BYTES
 from oocarray._memory._units import format_bytes
 from oocarray._storage._pool import workers as cpu_workers
@@ -86,6 +87,8 @@ class Pass:
     # Scatter: source chunks decoded, and target chunks encoded, as streams (_zstd_stream).
     stream_reads: bool = False
     stream_writes: bool = False
+    # Scatter: slots stored in piece order (see _tiles), where pieces are not runs of them.
+    tiled: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,8 @@ class Plan:
             ]
             if streamed:
                 scatter += f" (chunks {' and '.join(streamed)} as streams)"
+            if p.tiled:
+                scatter += " (slots in piece order)"
             lines.append(
                 f"  {p.name}: blocks {p.block} on {p.workers} thread(s), read "
                 f"{format_bytes(p.bytes_read)}, write {format_bytes(p.bytes_written)}{scatter}, "
@@ -322,6 +327,10 @@ def _scatter_variant(
     # stored bytes while it is decoded); streamed, its contexts and a piece of stored bytes.
     even = all(n % u == 0 for n, u in zip(shape, unit or target, strict=True))
     copies = 0 if even and unit is None else 1
+    # Slots in piece order are read back whole and put in C order: two blocks, not the
+    # buffer's pages (see _tiles).
+    tiled = not (stream_reads or stream_writes or pieces_are_runs(group, unit or target))
+    copies += 1 if tiled else 0
     group_bytes = math.prod(group) * itemsize
     if stream_reads:
         group_bytes = min(SLAB_BYTES, group_bytes)
@@ -351,6 +360,7 @@ def _scatter_variant(
         step_bytes,
         stream_reads,
         stream_writes,
+        tiled,
     )
 
 

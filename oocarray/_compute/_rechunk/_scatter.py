@@ -16,147 +16,31 @@ page fault and the file system's write notification per page, about 6x the time 
 than one.  Other pieces are copied into the file mapped into memory; the pages this process
 maps are handed back to the kernel (``MADV_DONTNEED``: they stay in the page cache, dirty ones
 are written to the file) whenever about ``map_bytes`` of them were touched, so the RSS stays
-in the plan.
+in the plan.  Where a group's pieces are not runs of their slots (and nothing is streamed),
+the plan stores the slots in piece order instead (see _tiles): every piece one ``pwrite``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-import mmap
-import os
 import threading
 from typing import Any
 
 import numpy as np
 
+from oocarray._compute._rechunk._buffer import PAGE, ScatterBuffer, flat_index
 from oocarray._compute._rechunk._plan import SLAB_BYTES, Pass
 from oocarray._compute._rechunk._resume import Marker
 from oocarray._compute._rechunk._threads import Outcome, run_blocks
+from oocarray._compute._rechunk._tiles import Tiles, assemble, write_pieces
 from oocarray._compute._rechunk._zstd_stream import FrameReader, streamable, write_frame
-from oocarray._compute._scratch_file import ScratchFile
 from oocarray._storage._indexing import parse_key
 
 __all__ = ["scatter"]
 
-PAGE = mmap.PAGESIZE
-
-# Written slots are freed (see _Buffer.release) where the buffer is larger than this share
-# of the memory available.
-FREE_SLOTS_FROM_SHARE = 16
-
-
-def _available_memory() -> int:
-    """The kernel's estimate of the memory available without swapping (MemAvailable)."""
-    try:
-        with open("/proc/meminfo") as info:
-            for line in info:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 # A block of work: ("read", source chunk) or ("write", target block).
 Job = tuple[str, tuple[int, ...]]
-
-
-def _flat(block: tuple[int, ...], grid: tuple[int, ...]) -> int:
-    index = 0
-    for b, n in zip(block, grid, strict=True):
-        index = index * n + b
-    return index
-
-
-class _Buffer:
-    """The scatter buffer: an array of shape ``grid + unit``, a slot per target block."""
-
-    def __init__(
-        self, grid: tuple[int, ...], unit: tuple[int, ...], dtype: np.dtype[Any], map_bytes: int
-    ):
-        slot = math.prod(unit) * dtype.itemsize
-        self.slot_bytes = slot
-        self._file = ScratchFile()
-        size = max(slot * math.prod(grid), 1)
-        try:
-            os.posix_fallocate(self._file.fd, 0, size)
-            self._map = mmap.mmap(self._file.fd, size)
-            # Without it a fault maps the whole (large) folio around a touched page, so a few
-            # bytes copied into each of many slots would map most of the file.
-            self._map.madvise(mmap.MADV_RANDOM)
-        except BaseException:
-            self.close()
-            raise
-        count = math.prod(grid) * math.prod(unit)
-        self.array = np.frombuffer(self._map, dtype=dtype, count=count).reshape(grid + unit)
-        self.grid = grid
-        self._map_bytes = max(map_bytes, slot)
-        self._touched = 0
-        self._lock = threading.Lock()
-        # Slots are freed once written where the buffer takes a fair share of the memory
-        # available: their pages then make room for the output's (else taken from the page
-        # cache, our own dirty pages included, which are written to disk first).  A small
-        # buffer's are freed at once when it is closed: freeing slot by slot costs about
-        # three times the pread of the slot (0.13 s per 256 MiB here).
-        self._free_slots = size > _available_memory() // FREE_SLOTS_FROM_SHARE
-
-    def write_at(self, offset: int, values: np.ndarray) -> None:
-        """Write a C-contiguous array's bytes at byte ``offset`` of the buffer."""
-        view = memoryview(values).cast("B")  # type: ignore[arg-type]
-        while view:
-            written = os.pwrite(self._file.fd, view, offset)
-            view, offset = view[written:], offset + written
-
-    def read_at(self, offset: int, out: np.ndarray) -> None:
-        """Fill a C-contiguous array with the buffer's bytes from byte ``offset`` on."""
-        view = memoryview(out).cast("B")  # type: ignore[arg-type]
-        while view:
-            got = os.preadv(self._file.fd, [view], offset)
-            if got <= 0:
-                raise OSError(f"the scatter buffer ended at byte {offset}")
-            view, offset = view[got:], offset + got
-
-    def touched(self, nbytes: int) -> None:
-        """Count pages touched; past ``map_bytes``, give the mapped pages back."""
-        with self._lock:
-            self._touched += nbytes
-            if self._touched <= self._map_bytes:
-                return
-            self._touched = 0
-        self._map.madvise(mmap.MADV_DONTNEED)
-
-    def will_read(self, flat: int) -> None:
-        """Start reading slot ``flat`` from the file where it is not in the page cache, in
-        large requests: the mapping's faults (random access advised, see above) would read it
-        a page at a time, which under a hard memory limit (the slots written back to disk)
-        made the read-back of time -> series at 4 GiB a million 4 KiB reads."""
-        with contextlib.suppress(OSError):
-            os.posix_fadvise(
-                self._file.fd, flat * self.slot_bytes, self.slot_bytes, os.POSIX_FADV_WILLNEED
-            )
-
-    def release(self, flat: int) -> None:
-        """Free slot ``flat`` (its target block is written, it is never read again): its pages,
-        dirty or not, leave the page cache and the file without being written to disk.
-
-        Why: a scatter buffer the size of the data is otherwise written back by the kernel
-        (once dirty pages pass its limits, the copies into the buffer wait for the disk),
-        though each byte is read back once and then never needed."""
-        if self.slot_bytes % PAGE or not self._free_slots:
-            return  # a slot's first and last pages are shared with its neighbours
-        with contextlib.suppress(OSError):  # a file system that cannot punch holes
-            self._map.madvise(mmap.MADV_REMOVE, flat * self.slot_bytes, self.slot_bytes)
-
-    def close(self) -> None:
-        if hasattr(self, "array"):
-            del self.array
-        if hasattr(self, "_map"):
-            # A traceback may still hold a view: then the collector unmaps it.
-            with contextlib.suppress(BufferError):
-                self._map.close()
-        self._file.close()
 
 
 def _span(piece: np.ndarray, exact: bool = False) -> int:
@@ -229,7 +113,7 @@ def _run_start(within: tuple[slice, ...], unit: tuple[int, ...]) -> int | None:
 
 
 def _write_runs(
-    buffer: _Buffer,
+    buffer: ScatterBuffer,
     moved: np.ndarray,
     blocks: tuple[slice, ...],
     start: int,
@@ -253,7 +137,7 @@ def _write_runs(
         row = moved[outer]
         corner = [b.start + i for b, i in zip(blocks[:-1], outer, strict=True)]
         # Blocks next to each other along the last axis have slots next to each other.
-        at = _flat((*corner, blocks[-1].start), buffer.grid) * buffer.slot_bytes + base
+        at = flat_index((*corner, blocks[-1].start), buffer.grid) * buffer.slot_bytes + base
         for first in range(0, counts[-1], per_copy):
             last = min(counts[-1], first + per_copy)
             if direct:
@@ -267,19 +151,21 @@ def _write_runs(
 
 
 def _scatter_into(
-    buffer: _Buffer,
+    buffer: ScatterBuffer,
     data: np.ndarray,
     region: tuple[slice, ...],
     unit: tuple[int, ...],
     step_bytes: int,
     staging: np.ndarray | None = None,
+    tiles: Tiles | None = None,
 ) -> None:
     """Copy a group of source chunks' data (at ``region``) into its target blocks' slots: per
     combination of head, middle and tail segments (at most 3 per axis), pieces that are runs
     of their slots written with ``pwrite`` (gathered in ``staging``), other pieces by one
     NumPy copy into the mapped buffer, cut into copies that touch at most about
     ``step_bytes`` of the buffer's pages each, counted before they are touched (so the pages
-    mapped stay what the plan counted)."""
+    mapped stay what the plan counted).  With ``tiles`` (slots in piece order), every piece
+    is written with ``pwrite`` into its own run of its slot."""
     ndim = len(unit)
     exact = buffer.slot_bytes % PAGE == 0
     axes = [_segments(r.start, r.stop, u) for r, u in zip(region, unit, strict=True)]
@@ -292,6 +178,9 @@ def _scatter_into(
         split = piece.reshape([n for pair in zip(counts, widths, strict=True) for n in pair])
         order = [2 * axis for axis in range(ndim)] + [2 * axis + 1 for axis in range(ndim)]
         moved = split.transpose(order)
+        if tiles is not None and staging is not None:
+            write_pieces(buffer.write_at, moved, blocks, within, tiles, buffer.slot_at, staging)
+            continue
         start = _run_start(within, unit) if staging is not None else None
         if (
             start is not None
@@ -364,12 +253,14 @@ def scatter(
             [-1 if a == axis else 1 for a in range(ndim)]
         )
     lock = threading.Lock()
-    buffer = _Buffer(grid, unit, np.dtype(dst.dtype), work.map_bytes)
+    buffer = ScatterBuffer(grid, unit, np.dtype(dst.dtype), work.map_bytes)
     # Streamed where the plan counted on it and the stores allow (a store the plan could not
     # see, the output, is checked here; else the one-shot codec is used).
     stream_reads = work.stream_reads and streamable(src) and tuple(src.chunks) == chunks
     stream_writes = work.stream_writes and streamable(dst) and unit == tuple(dst.chunks)
     slabs = _slabs(chunks, np.dtype(src.dtype).itemsize, SLAB_BYTES) if stream_reads else []
+    tiles = Tiles(shape, unit, chunks) if work.tiled and not stream_reads else None
+    itemsize = np.dtype(dst.dtype).itemsize
 
     def blocks_of(region: tuple[slice, ...]) -> tuple[slice, ...]:
         return tuple(
@@ -384,7 +275,7 @@ def scatter(
     def needed(group: tuple[int, ...]) -> bool:
         touched = blocks_of(group_region(group))
         ranges = [range(b.start, b.stop) for b in touched]
-        return any(_flat(b, grid) not in done for b in itertools.product(*ranges))
+        return any(flat_index(b, grid) not in done for b in itertools.product(*ranges))
 
     def read(group: tuple[int, ...]) -> Outcome[Job]:
         region = group_region(group)
@@ -399,7 +290,7 @@ def scatter(
                 flat = per_thread.group = np.empty(math.prod(chunks), dtype=src.dtype)
             data = flat[: math.prod(selection.full_shape)].reshape(selection.full_shape)
             src.read_into(list(selection.pieces()), data)
-            _scatter_into(buffer, data, region, unit, work.step_bytes, staging())
+            _scatter_into(buffer, data, region, unit, work.step_bytes, staging(), tiles)
             del data
         touched = blocks_of(region)
         with lock:
@@ -410,7 +301,7 @@ def scatter(
         complete: list[Job] = []
         for found in whole:
             block = tuple(int(i) for i in found + corner)
-            if _flat(block, grid) not in done:
+            if flat_index(block, grid) not in done:
                 complete.append(("write", block))
         return complete, 0
 
@@ -472,10 +363,25 @@ def scatter(
     def write(block: tuple[int, ...]) -> Outcome[Job]:
         region = dst.block_region(block)
         valid = tuple(slice(0, r.stop - r.start) for r in region)
-        flat = _flat(block, grid)
+        flat = flat_index(block, grid)
         buffer.will_read(flat)
         if stream_writes:
             write_streamed(block, flat)
+        elif tiles is not None:
+            # Put in C order in this thread's arrays, made once per pass.
+            if getattr(per_thread, "raw", None) is None:
+                per_thread.raw = np.empty(buffer.slot_bytes, dtype=np.uint8)
+                per_thread.ordered = np.empty(buffer.slot_bytes // itemsize, dst.dtype)
+            values = assemble(
+                buffer.read_at,
+                tiles,
+                block,
+                buffer.slot_at(block),
+                per_thread.raw,
+                per_thread.ordered,
+            )
+            dst.write_blocks([(block, values)])
+            del values
         else:
             # Encoded straight from the buffer's pages: no copy of the block (the store pads
             # one at the array's edge).  The buffer outlives every write.

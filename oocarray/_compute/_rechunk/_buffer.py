@@ -1,0 +1,136 @@
+"""The scatter buffer: a raw temporary file with a slot per target block, written with
+``pwrite`` or through a shared mapping, read back with ``pread`` (see _scatter for why)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import mmap
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from oocarray._compute._scratch_file import ScratchFile
+
+__all__ = ["PAGE", "ScatterBuffer", "flat_index"]
+
+PAGE = mmap.PAGESIZE
+
+# Written slots are freed (see ScatterBuffer.release) where the buffer is larger than this share
+# of the memory available.
+FREE_SLOTS_FROM_SHARE = 16
+
+
+def _available_memory() -> int:
+    """The kernel's estimate of the memory available without swapping (MemAvailable)."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def flat_index(block: tuple[int, ...], grid: tuple[int, ...]) -> int:
+    """A block's index in C order of ``grid``: its slot's number."""
+    index = 0
+    for b, n in zip(block, grid, strict=True):
+        index = index * n + b
+    return index
+
+
+class ScatterBuffer:
+    """The scatter buffer: an array of shape ``grid + unit``, a slot per target block."""
+
+    def __init__(
+        self, grid: tuple[int, ...], unit: tuple[int, ...], dtype: np.dtype[Any], map_bytes: int
+    ):
+        slot = math.prod(unit) * dtype.itemsize
+        self.slot_bytes = slot
+        self._file = ScratchFile()
+        size = max(slot * math.prod(grid), 1)
+        try:
+            os.posix_fallocate(self._file.fd, 0, size)
+            self._map = mmap.mmap(self._file.fd, size)
+            # Without it a fault maps the whole (large) folio around a touched page, so a few
+            # bytes copied into each of many slots would map most of the file.
+            self._map.madvise(mmap.MADV_RANDOM)
+        except BaseException:
+            self.close()
+            raise
+        count = math.prod(grid) * math.prod(unit)
+        self.array = np.frombuffer(self._map, dtype=dtype, count=count).reshape(grid + unit)
+        self.grid = grid
+        self._map_bytes = max(map_bytes, slot)
+        self._touched = 0
+        self._lock = threading.Lock()
+        # Slots are freed once written where the buffer takes a fair share of the memory
+        # available: their pages then make room for the output's (else taken from the page
+        # cache, our own dirty pages included, which are written to disk first).  A small
+        # buffer's are freed at once when it is closed: freeing slot by slot costs about
+        # three times the pread of the slot (0.13 s per 256 MiB here).
+        self._free_slots = size > _available_memory() // FREE_SLOTS_FROM_SHARE
+
+    def write_at(self, offset: int, values: np.ndarray) -> None:
+        """Write a C-contiguous array's bytes at byte ``offset`` of the buffer."""
+        view = memoryview(values).cast("B")  # type: ignore[arg-type]
+        while view:
+            written = os.pwrite(self._file.fd, view, offset)
+            view, offset = view[written:], offset + written
+
+    def slot_at(self, block: tuple[int, ...]) -> int:
+        """The first byte of a target block's slot."""
+        return flat_index(block, self.grid) * self.slot_bytes
+
+    def read_at(self, offset: int, out: np.ndarray) -> None:
+        """Fill a C-contiguous array with the buffer's bytes from byte ``offset`` on."""
+        view = memoryview(out).cast("B")  # type: ignore[arg-type]
+        while view:
+            got = os.preadv(self._file.fd, [view], offset)
+            if got <= 0:
+                raise OSError(f"the scatter buffer ended at byte {offset}")
+            view, offset = view[got:], offset + got
+
+    def touched(self, nbytes: int) -> None:
+        """Count pages touched; past ``map_bytes``, give the mapped pages back."""
+        with self._lock:
+            self._touched += nbytes
+            if self._touched <= self._map_bytes:
+                return
+            self._touched = 0
+        self._map.madvise(mmap.MADV_DONTNEED)
+
+    def will_read(self, flat: int) -> None:
+        """Start reading slot ``flat`` from the file where it is not in the page cache, in
+        large requests: the mapping's faults (random access advised, see above) would read it
+        a page at a time, which under a hard memory limit (the slots written back to disk)
+        made the read-back of time -> series at 4 GiB a million 4 KiB reads."""
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(
+                self._file.fd, flat * self.slot_bytes, self.slot_bytes, os.POSIX_FADV_WILLNEED
+            )
+
+    def release(self, flat: int) -> None:
+        """Free slot ``flat`` (its target block is written, it is never read again): its pages,
+        dirty or not, leave the page cache and the file without being written to disk.
+
+        Why: a scatter buffer the size of the data is otherwise written back by the kernel
+        (once dirty pages pass its limits, the copies into the buffer wait for the disk),
+        though each byte is read back once and then never needed."""
+        if self.slot_bytes % PAGE or not self._free_slots:
+            return  # a slot's first and last pages are shared with its neighbours
+        with contextlib.suppress(OSError):  # a file system that cannot punch holes
+            self._map.madvise(mmap.MADV_REMOVE, flat * self.slot_bytes, self.slot_bytes)
+
+    def close(self) -> None:
+        if hasattr(self, "array"):
+            del self.array
+        if hasattr(self, "_map"):
+            # A traceback may still hold a view: then the collector unmaps it.
+            with contextlib.suppress(BufferError):
+                self._map.close()
+        self._file.close()

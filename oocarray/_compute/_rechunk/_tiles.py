@@ -1,0 +1,146 @@
+"""Scatter slots in piece order: each piece a group of source chunks adds to a target block is
+stored in one run of the block's slot, the pieces one after another.
+
+Why: where a group's piece of a target block is not one run of the block's bytes in C order
+(series -> time: a (64, 512) box of a (2048, 2048) block, rows of 2 KiB 8 KiB apart), the
+copies land on pages that other groups fill later.  With RAM to spare the page cache keeps
+them; under a memory limit the kernel writes them back and reads them again before the next
+group's copy -- 4 KiB and 8 KiB requests, a million of them at 4 GiB.  In piece order every
+piece is one ``pwrite`` and a slot is read back in one ``pread``, then put in C order in
+memory (one copy) before it is encoded.
+
+The pieces of a block are the boxes its span is cut into, per axis, at the group boundaries
+(and at the array's end); they are laid out in C order of that grid of boxes, each in C order
+of its own shape: the box at grid index ``i`` starts at element
+``sum over axes a of start_a(i_a) * prod(length_c(i_c), c < a) * prod(span_c, c > a)``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+__all__ = ["Tiles", "assemble", "pieces_are_runs", "write_pieces"]
+
+
+def pieces_are_runs(group: tuple[int, ...], unit: tuple[int, ...]) -> bool:
+    """Whether a group's piece of a target block (per axis the smaller of the two) is one run of
+    the block's C order: one index along the leading axes, a run along one, whole along the
+    rest."""
+    piece = [min(g, u) for g, u in zip(group, unit, strict=True)]
+    axis = 0
+    while axis < len(unit) - 1 and piece[axis] == 1:
+        axis += 1
+    return all(p == u for p, u in zip(piece[axis + 1 :], unit[axis + 1 :], strict=True))
+
+
+class Tiles:
+    """Where the pieces of each target block lie in its slot, stored in piece order."""
+
+    def __init__(self, shape: tuple[int, ...], unit: tuple[int, ...], group: tuple[int, ...]):
+        # Per axis and block index along it: the starts of the block's pieces (relative to
+        # the block) and its span, the last start's end.
+        self._starts: list[list[list[int]]] = []
+        for n, u, g in zip(shape, unit, group, strict=True):
+            per_block = []
+            for low in range(0, max(n, 1), u):
+                high = min(n, low + u)
+                first_cut = (low // g + 1) * g
+                per_block.append([0, *(c - low for c in range(first_cut, high, g)), high - low])
+            self._starts.append(per_block)
+
+    def span(self, block: tuple[int, ...]) -> tuple[int, ...]:
+        """The block's extent inside the array, per axis."""
+        return tuple(axis[b][-1] for axis, b in zip(self._starts, block, strict=True))
+
+    def offset(self, block: tuple[int, ...], within: tuple[slice, ...]) -> int:
+        """The element of the slot where the piece at ``within`` (relative to the block, one
+        box of the grid) starts."""
+        cuts = [axis[b] for axis, b in zip(self._starts, block, strict=True)]
+        index = [bisect.bisect_right(c, w.start) - 1 for c, w in zip(cuts, within, strict=True)]
+        return self._offset(cuts, index)
+
+    def pieces(self, block: tuple[int, ...]) -> Iterator[tuple[tuple[slice, ...], int]]:
+        """Every piece of the block: its box (relative to the block) and its first element."""
+        cuts = [axis[b] for axis, b in zip(self._starts, block, strict=True)]
+        for index in itertools.product(*(range(len(c) - 1) for c in cuts)):
+            box = tuple(slice(c[i], c[i + 1]) for c, i in zip(cuts, index, strict=True))
+            yield box, self._offset(cuts, list(index))
+
+    @staticmethod
+    def _offset(cuts: list[list[int]], index: list[int]) -> int:
+        lengths = [c[i + 1] - c[i] for c, i in zip(cuts, index, strict=True)]
+        spans = [c[-1] for c in cuts]
+        return sum(
+            cuts[a][index[a]] * math.prod(lengths[:a]) * math.prod(spans[a + 1 :])
+            for a in range(len(cuts))
+        )
+
+
+WriteAt = Callable[[int, np.ndarray], None]
+
+
+def write_pieces(
+    write_at: WriteAt,
+    moved: np.ndarray,
+    blocks: tuple[slice, ...],
+    within: tuple[slice, ...],
+    tiles: Tiles,
+    slot_at: Callable[[tuple[int, ...]], int],
+    staging: np.ndarray,
+) -> None:
+    """Write the pieces of ``moved`` (block axes, then piece axes; each piece at ``within`` of
+    its block) each into its run of its block's slot (``slot_at``: the slot's first byte)."""
+    for index in itertools.product(*(range(b.stop - b.start) for b in blocks)):
+        block = tuple(b.start + i for b, i in zip(blocks, index, strict=True))
+        at = slot_at(block) + tiles.offset(block, within) * moved.itemsize
+        _write_run(write_at, moved[index], at, staging)
+
+
+def _write_run(write_at: WriteAt, piece: np.ndarray, at: int, staging: np.ndarray) -> None:
+    """Write a piece's values in C order from byte ``at`` on: as it is where contiguous, else
+    copied into ``staging`` as many leading rows at a time as it holds (a row larger than it,
+    row by row)."""
+    if piece.flags.c_contiguous:
+        write_at(at, piece)
+        return
+    row_bytes = piece[0].nbytes
+    if row_bytes > staging.nbytes:
+        for row in piece:
+            _write_run(write_at, row, at, staging)
+            at += row_bytes
+        return
+    rows = staging.nbytes // row_bytes
+    stage = staging.view(piece.dtype)
+    for first in range(0, len(piece), rows):
+        part = piece[first : first + rows]
+        copy = stage[: part.size].reshape(part.shape)
+        copy[...] = part
+        write_at(at + first * row_bytes, copy)
+
+
+def assemble(
+    read_at: Callable[[int, np.ndarray], None],
+    tiles: Tiles,
+    block: tuple[int, ...],
+    base: int,
+    raw: np.ndarray,
+    out: np.ndarray,
+) -> np.ndarray:
+    """A block's values in C order (its span inside the array), from its slot in piece order
+    at byte ``base``: the slot read into ``raw`` in one request, its pieces copied into
+    ``out`` (flat arrays of a slot's size, raw bytes and the dtype's elements)."""
+    span = tiles.span(block)
+    count = math.prod(span)
+    stored = raw[: count * out.itemsize]
+    read_at(base, stored)
+    values = stored.view(out.dtype)
+    ordered = out[:count].reshape(span)
+    for box, first in tiles.pieces(block):
+        shape = tuple(s.stop - s.start for s in box)
+        ordered[box] = values[first : first + math.prod(shape)].reshape(shape)
+    return ordered
