@@ -1,5 +1,5 @@
-"""Scatter slots in piece order (``_rechunk/_tiles.py``): the layout, the plans that choose it,
-and rechunks through it equal to their input."""
+"""Scatter slots in piece order (``oocarray/_compute/_rechunk/_tiles.py``): the layout, the
+plans that choose it, and rechunks through it equal to their input."""
 
 from __future__ import annotations
 
