@@ -42,31 +42,37 @@ class Tiles:
     """Where the pieces of each target block lie in its slot, stored in piece order."""
 
     def __init__(self, shape: tuple[int, ...], unit: tuple[int, ...], group: tuple[int, ...]):
-        # Per axis and block index along it: the starts of the block's pieces (relative to
-        # the block) and its span, the last start's end.
-        self._starts: list[list[list[int]]] = []
-        for n, u, g in zip(shape, unit, group, strict=True):
-            per_block = []
-            for low in range(0, max(n, 1), u):
-                high = min(n, low + u)
-                first_cut = (low // g + 1) * g
-                per_block.append([0, *(c - low for c in range(first_cut, high, g)), high - low])
-            self._starts.append(per_block)
+        self._shape, self._unit, self._group = shape, unit, group
+
+    def _cuts(self, block: tuple[int, ...]) -> list[list[int]]:
+        """Per axis: the starts of the block's pieces (relative to the block), then its span.
+        Worked out per call, not kept: an axis of a million blocks would hold a million
+        lists."""
+        cuts = []
+        for n, u, g, b in zip(self._shape, self._unit, self._group, block, strict=True):
+            low = b * u
+            high = min(n, low + u)
+            first_cut = (low // g + 1) * g
+            cuts.append([0, *(c - low for c in range(first_cut, high, g)), high - low])
+        return cuts
 
     def span(self, block: tuple[int, ...]) -> tuple[int, ...]:
         """The block's extent inside the array, per axis."""
-        return tuple(axis[b][-1] for axis, b in zip(self._starts, block, strict=True))
+        return tuple(
+            min(n, (b + 1) * u) - b * u
+            for n, u, b in zip(self._shape, self._unit, block, strict=True)
+        )
 
     def offset(self, block: tuple[int, ...], within: tuple[slice, ...]) -> int:
         """The element of the slot where the piece at ``within`` (relative to the block, one
         box of the grid) starts."""
-        cuts = [axis[b] for axis, b in zip(self._starts, block, strict=True)]
+        cuts = self._cuts(block)
         index = [bisect.bisect_right(c, w.start) - 1 for c, w in zip(cuts, within, strict=True)]
         return self._offset(cuts, index)
 
     def pieces(self, block: tuple[int, ...]) -> Iterator[tuple[tuple[slice, ...], int]]:
         """Every piece of the block: its box (relative to the block) and its first element."""
-        cuts = [axis[b] for axis, b in zip(self._starts, block, strict=True)]
+        cuts = self._cuts(block)
         for index in itertools.product(*(range(len(c) - 1) for c in cuts)):
             box = tuple(slice(c[i], c[i + 1]) for c, i in zip(cuts, index, strict=True))
             yield box, self._offset(cuts, list(index))
