@@ -18,7 +18,8 @@ more than twice as slow as the fastest peer in the first round runs once.  The t
 judged twice:
 
 - without a memory limit, against the fastest peer (dask's task rechunk then holds the whole
-  array in RAM);
+  array in RAM); each side still runs in a memory cgroup of the machine's memory less 2 GiB,
+  where one can be made, so that a peer outgrowing the machine is killed alone;
 - with every side run once more under a hard memory limit of the budget + 64 MiB (a memory
   cgroup of its own: anonymous memory and the page cache of the files it writes count, no
   swap), the issue's terms: a peer the kernel kills there is reported as killed, and the
@@ -27,14 +28,20 @@ judged twice:
 Peers: dask ``rechunk(method="tasks")`` on threads, dask ``method="p2p"`` on a loopback
 ``distributed.LocalCluster`` of 2 worker processes, each given half the budget plus 256 MiB
 (a worker process holds ~150 MiB before any data, and dask pauses a worker past 80% of its
-limit: at the bare budget the workers pause for ever), and Cubed
-(``Spec(allowed_mem=budget)``).  Not run: rechunker (it needs zarr<3, a separate
-environment).
+limit: at the bare budget the workers pause for ever), Cubed (``Spec(allowed_mem=budget)``),
+rechunker on dask threads given ``max_mem=budget`` (its intermediate store in the side's work
+folder, every store with the source's codecs), and xarray-beam's ``Rechunk`` given
+``max_mem=budget`` on Apache Beam's local runner with a worker process per core.  rechunker
+pins zarr<3 and xarray-beam brings Apache Beam: each runs in an environment of its own
+(``benchmarks/_peer_venv.py``, built on first use) on the source's own chunk files seen as
+it reads them (``benchmarks/_source_views.py``); the code of every side is in
+``benchmarks/_w15_sides.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -50,8 +57,10 @@ from typing import Any
 import numpy as np
 
 import oocarray as oc
+from benchmarks._peer_venv import interpreter
 from benchmarks._timing import Ratio, Result, Row, Table, TextRow, format_seconds
-from testkit.cgroup import CgroupUnavailable, memory_cgroup
+from benchmarks._w15_sides import CHILD, FLOOR, OWN_ENV, SIDES, output_array
+from testkit.cgroup import CgroupUnavailable, memory_cgroup, unavailable
 
 ROUNDS = 3
 DEFAULT_SIZE = 4 << 30
@@ -59,85 +68,15 @@ QUICK_SIZE = 16 << 20
 BUDGET = 256 << 20
 # The issue's target: at least twice as fast as the fastest peer that completes.
 TARGET = 0.5
-# The side that measures the floor: the codec work alone (not a peer, its output is not the
-# data's).
-FLOOR = "floor"
 SIDE_TIMEOUT = 600  # seconds; a side past it is reported as not finished
 # The hard limit each side runs under, above the budget (the issue's terms).
 LIMIT_ABOVE_BUDGET = 64 << 20
 # A peer this many times slower than the fastest one in the first round runs only once.
 SLOW_PEER = 2.0
-
-_CHILD = """
-import json, resource, sys, time
-src, out, work = sys.argv[1], sys.argv[2], sys.argv[5]
-target, budget = tuple(json.loads(sys.argv[3])), int(sys.argv[4])
-start = time.perf_counter()
-{body}
-seconds = time.perf_counter() - start
-# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report the
-# benchmark process's own peak at the fork.
-with open("/proc/self/status") as status:
-    peak = next(int(s.split()[1]) * 1024 for s in status if s.startswith("VmHWM"))
-print("RESULT " + json.dumps([seconds, peak]))
-"""
-
-_SIDES = {
-    "oocarray": """
-import oocarray as oc
-with oc.Manager("w15", max_bytes=budget):
-    oc.rechunk(oc.open(src), target, out, progress=False)
-""",
-    # Not a peer: the codec work alone, what no rechunk can skip -- every source chunk decoded
-    # once and every target chunk encoded (and its file written) once, on every core, with
-    # nothing moved between them.  The values encoded are a source chunk's, laid out as a
-    # target chunk: random floats compress alike in either order.
-    FLOOR: """
-import itertools, math, numpy as np, oocarray as oc
-from concurrent.futures import ThreadPoolExecutor
-from oocarray._storage._pool import workers
-x = oc.open(src)
-s = x._store
-y = oc.create(out, x.shape, x.dtype, chunks=target)
-d = y._store
-sample = np.resize(s.read_chunk((0,) * x.ndim).ravel(), target)
-def grid(chunks):
-    return itertools.product(*(range(-(-n // c)) for n, c in zip(x.shape, chunks)))
-def decode(chunk):
-    s.read_chunk(chunk, scratch=True)
-def encode(block):
-    valid = tuple(slice(0, r.stop - r.start) for r in d.block_region(block))
-    d.write_blocks([(block, sample[valid])])
-start = time.perf_counter()  # the timed part: decode, then encode
-with ThreadPoolExecutor(workers()) as pool:
-    list(pool.map(decode, grid(s.chunks)))
-    list(pool.map(encode, grid(target)))
-""",
-    "dask tasks": """
-import dask, dask.array as da
-with dask.config.set(scheduler="threads"):
-    da.from_zarr(src).rechunk(target, method="tasks").to_zarr(out)
-""",
-    "dask p2p": """
-import dask.array as da, distributed, resource
-if __name__ == "__main__":
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True,
-        memory_limit=budget // 2 + (256 << 20),
-        host="127.0.0.1", dashboard_address=None,
-    ) as cluster, distributed.Client(cluster) as client:
-        da.from_zarr(src).rechunk(target, method="p2p").to_zarr(out)
-        workers = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-    print("WORKERS " + json.dumps(max(workers.values()) * 1024))  # spawned: ru_maxrss is theirs
-""",
-    "cubed": """
-import cubed, zarr
-spec = cubed.Spec(work_dir=work, allowed_mem=budget)
-x = cubed.from_zarr(src, spec=spec)
-store = zarr.open_array(out, mode="w", shape=x.shape, dtype=x.dtype, chunks=target)
-cubed.to_zarr(x.rechunk(target), store)
-""",
-}
+# Without a memory limit a side still runs in a memory cgroup this far below the machine's
+# memory, where one can be made: a peer that outgrows the machine is then killed alone, not
+# the benchmark with it (xarray-beam's local runner holds about 7x the data).
+MACHINE_RESERVE = 2 << 30
 
 
 def shapes(size: int) -> dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
@@ -182,36 +121,50 @@ class SideRun:
 
 
 def run_side(
-    side: str, src: str, out: str, target: tuple[int, ...], budget: int, limit: int | None
+    side: str,
+    src: str,
+    out: str,
+    target: tuple[int, ...],
+    budget: int,
+    limit: int | None,
+    python: str = sys.executable,
 ) -> SideRun:
-    """One timed run of ``side`` in a fresh process, in a memory cgroup of ``limit`` bytes
-    where given."""
+    """One timed run of ``side`` in a fresh process of ``python``, in a memory cgroup of
+    ``limit`` bytes where given (else of the machine's memory less ``MACHINE_RESERVE``)."""
     work = tempfile.mkdtemp(prefix="w15-work-")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env.get("PYTHONPATH", "")]
     )
-    code = _CHILD.format(body=_SIDES[side])
-    argv = [sys.executable, "-c", code, src, out, json.dumps(list(target)), str(budget), work]
+    code = CHILD.format(body=SIDES[side])
+    argv = [python, "-c", code, src, out, json.dumps(list(target)), str(budget), work]
     started = time.perf_counter()
     kills = charged = None
+    cap = limit if limit is not None else machine_cap()
     try:
         with contextlib.ExitStack() as stack:
-            if limit is not None:
-                group = stack.enter_context(memory_cgroup(limit))
+            if cap is not None:
+                group = stack.enter_context(memory_cgroup(cap))
                 argv = group.command(argv)
             done = subprocess.run(
                 argv, capture_output=True, text=True, env=env, timeout=SIDE_TIMEOUT
             )
+            if cap is not None:
+                kills = group.oom_kills()
             if limit is not None:
-                kills, charged = group.oom_kills(), group.peak_bytes()
+                charged = group.peak_bytes()
     except subprocess.TimeoutExpired:
         return SideRun(error=f"did not finish in {SIDE_TIMEOUT} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if kills or done.returncode in (-9, 137):
+        where = (
+            f"the hard limit of {limit_label(limit)}"
+            if limit is not None
+            else f"the machine's memory (a cgroup of {(cap or 0) / 2**30:.1f} GiB)"
+        )
         return SideRun(
-            error=f"killed by the hard limit of {limit_label(limit)} after "
+            error=f"killed by {where} after "
             f"{format_seconds(time.perf_counter() - started)} (OOM kills: {kills})"
         )
     if done.returncode != 0:
@@ -222,6 +175,14 @@ def run_side(
         if extra.startswith("WORKERS "):
             peak = max(peak, int(json.loads(extra[8:])))
     return SideRun(float(seconds), int(peak), charged)
+
+
+@functools.cache
+def machine_cap() -> int | None:
+    """The memory cgroup a side without a limit runs in: the machine's memory less
+    ``MACHINE_RESERVE``; None where no cgroup can be made here."""
+    cap = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") - MACHINE_RESERVE
+    return cap if unavailable(cap) is None else None
 
 
 def limit_label(limit: int | None) -> str:
@@ -312,9 +273,18 @@ def run(
     size = size or (QUICK_SIZE if quick else DEFAULT_SIZE)
     budget = budget or (BUDGET if size >= 4 << 30 else max(16 << 20, size // 16))
     limit, why_not = hard_limit(budget, limited)
-    sides = sides or list(_SIDES)
+    sides = list(sides or SIDES)
     if "oocarray" not in sides:
         sides = ["oocarray", *sides]  # the row compares it
+    notes = [why_not] if why_not else []
+    pythons = {}
+    for side in [s for s in sides if s in OWN_ENV]:
+        python, why = interpreter(OWN_ENV[side].env)
+        if python is None:
+            sides.remove(side)
+            notes.append(why)
+        else:
+            pythons[side] = python
     rows: list[Row | TextRow] = []
     detail = []
     directory = tempfile.mkdtemp(prefix="w15-")
@@ -324,6 +294,10 @@ def run(
                 continue
             src = os.path.join(directory, f"{case}.zarr")
             _write(src, shape, source)
+            sources = dict.fromkeys(sides, src)
+            for side in pythons:
+                sources[side] = os.path.join(directory, f"{case}.{side}.zarr")
+                OWN_ENV[side].view(src, sources[side])
             # The source's pages on disk before any side runs: the one run first would
             # otherwise share the disk with their write-back.
             os.sync()
@@ -333,16 +307,17 @@ def run(
                 side: str,
                 limit: int | None = None,
                 case: str = case,
-                src: str = src,
+                sources: dict[str, str] = sources,
                 target: tuple[int, ...] = target,
                 expected: Any = expected,
             ) -> SideRun:
                 """One run of ``side``, its output checked against the source."""
                 out = os.path.join(directory, "out.zarr")
                 shutil.rmtree(out, ignore_errors=True)
-                timed = run_side(side, src, out, target, budget, limit)
+                python = pythons.get(side, sys.executable)
+                timed = run_side(side, sources[side], out, target, budget, limit, python)
                 if not timed.error and side != FLOOR:
-                    got = oc.open(out)
+                    got = oc.open(output_array(side, out))
                     if got.chunks != target or not np.array_equal(got[...], expected[...]):
                         raise AssertionError(f"W15 {case}: {side}'s output is wrong")
                 return timed
@@ -408,7 +383,7 @@ def run(
         "error",
     )
     title = "W15 sides (each in a fresh process)"
-    return Result(rows, [Table(title, headers, detail)], [why_not] if why_not else [])
+    return Result(rows, [Table(title, headers, detail)], notes)
 
 
 def main() -> None:

@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import w15_rechunk as w15
-from benchmarks.w15_rechunk import FLOOR, SideRun
+from benchmarks._peer_venv import PeerEnv, interpreter
+from benchmarks._source_views import xarray_view, zarr_v2_view
+from benchmarks._w15_sides import FLOOR
+from benchmarks.w15_rechunk import SideRun
 from testkit.cgroup import unavailable
 
 SIDES = ["oocarray", FLOOR, "dask tasks", "cubed"]
@@ -69,3 +72,56 @@ def test_a_side_past_the_hard_limit_is_reported_killed_and_oocarray_completes(tm
     # dask's task rechunk alone imports more than a 24 MiB limit holds.
     dask = w15.run_side("dask tasks", src, out, target, budget, 24 << 20)
     assert dask.error.startswith("killed by the hard limit of 24 MiB")
+
+
+@pytest.mark.parametrize("view", ["v2", "xarray"])
+def test_the_peers_views_of_the_source_read_its_values_from_the_same_files(tmp_path, view) -> None:
+    import numpy as np
+    import zarr
+
+    import oocarray as oc
+
+    values = np.random.default_rng(0).random((10, 30, 20), dtype=np.float32)
+    source = str(tmp_path / "src.zarr")
+    oc.create(source, values.shape, values.dtype, chunks=(3, 8, 20))[...] = values
+    seen = str(tmp_path / "view.zarr")
+    if view == "v2":
+        zarr_v2_view(source, seen)
+        array = zarr.open_array(seen, mode="r")
+        assert array.metadata.zarr_format == 2 and array.chunks == (3, 8, 20)
+    else:
+        xarray_view(source, seen)
+        array = zarr.open_group(seen, mode="r")["x"]
+        assert array.metadata.dimension_names == ("dim_0", "dim_1", "dim_2")
+    np.testing.assert_array_equal(array[...], values)
+    # Hard links: the view's 4 x 4 chunk files are the source's.
+    linked = [
+        p for p in (tmp_path / "view.zarr").rglob("*") if p.is_file() and p.stat().st_nlink > 1
+    ]
+    assert len(linked) == 4 * 4 and all(p.stat().st_nlink == 2 for p in linked)
+
+
+def test_a_source_whose_codecs_have_no_v2_equal_is_refused(tmp_path) -> None:
+    import oocarray as oc
+
+    source = str(tmp_path / "src.zarr")
+    oc.create(source, (8, 8), "float32", chunks=(4, 4), codec="lz4")[...] = 1
+    with pytest.raises(ValueError, match="no zarr v2 equal"):
+        zarr_v2_view(source, str(tmp_path / "view.zarr"))
+
+
+def test_a_peer_environment_is_built_once_and_one_pip_cannot_install_is_reported(
+    tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("OOCARRAY_BENCH_VENVS", str(tmp_path))
+    # pip's own package, from what the new environment already holds: no index is asked.
+    ready = PeerEnv("ready", ("--no-index", "pip"))
+    python, why = interpreter(ready)
+    assert python == str(tmp_path / "ready" / "bin" / "python") and why == ""
+    marker = tmp_path / "ready" / "installed"
+    built = marker.stat().st_mtime_ns
+    assert interpreter(ready) == (python, "") and marker.stat().st_mtime_ns == built
+    broken = PeerEnv("broken", ("--no-index", "oocarray-no-such-requirement"))
+    python, why = interpreter(broken)
+    assert python is None and why.startswith("broken not run: its environment could not be")
+    assert not (tmp_path / "broken").exists()
