@@ -81,8 +81,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[bool], Result]]] = {
         w14_xarray.run,
     ),
     "W15": (
-        "rechunk in a 256 MiB budget, four shapes, vs dask (tasks, p2p) and Cubed, without a "
-        "memory limit and under one of the budget + 64 MiB",
+        "rechunk in a 256 MiB budget, four shapes, vs dask (tasks, p2p), Cubed, rechunker and "
+        "xarray-beam, without a memory limit and under one of the budget + 64 MiB",
         w15_rechunk.run,
     ),
     "W16S": (
