@@ -17,17 +17,19 @@ Blocks run on up to :func:`~oocarray._storage._pool.workers` threads, as many as
 holds at once.  A scatter pass whose chunks are large (8 MiB or more) decodes and encodes
 them as zstd streams where the stores allow and that fits more threads (see
 :mod:`._zstd_stream`): the native codec's buffers, a chunk's size per thread, are then not
-needed.
+needed.  A direct pass streams both where each target chunk is made of whole source chunks
+(see :mod:`._direct_stream`) and that runs more threads.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from oocarray._compute._rechunk._direct_stream import STREAM_WORKER_BYTES, streams_directly
 from oocarray._compute._rechunk._tiles import pieces_are_runs
 from oocarray._compute._rechunk._zstd_stream import CONTEXT_BYTES, PIECE_BYTES
 from oocarray._memory._units import format_bytes
@@ -84,7 +86,8 @@ class Pass:
     map_bytes: int = 0
     # Scatter: the buffer's pages one copy touches at most.
     step_bytes: int = 0
-    # Scatter: source chunks decoded, and target chunks encoded, as streams (_zstd_stream).
+    # Source chunks decoded, and target chunks encoded, as streams (_zstd_stream); a direct
+    # pass does both or neither (_direct_stream).
     stream_reads: bool = False
     stream_writes: bool = False
     # Scatter: slots stored in piece order (see _tiles), where pieces are not runs of them.
@@ -264,6 +267,35 @@ def _pass(
     workers = max(1, min(cpu_workers(), budget // max(per_block, 1)))
     return Pass(
         name, block, source, target, read_span * itemsize, nbytes, workers * per_block, workers
+    )
+
+
+def _streamed_direct(
+    direct: Pass,
+    itemsize: int,
+    budget: int,
+    streams: tuple[bool, bool],
+    write_unit: tuple[int, ...] | None,
+) -> Pass | None:
+    """The direct pass with its target chunks encoded from their source chunks as streams
+    (see _direct_stream), where the stores allow, the chunks are large (STREAM_FROM_BYTES)
+    and each target chunk is made of whole source chunks, each one run of it."""
+    source, target = direct.source_chunks, direct.target_chunks
+    if (
+        streams != (True, True)
+        or write_unit is not None
+        or direct.block != target
+        or math.prod(target) * itemsize < STREAM_FROM_BYTES
+        or not streams_directly(source, target)
+    ):
+        return None
+    workers = max(1, min(cpu_workers(), budget // STREAM_WORKER_BYTES))
+    return replace(
+        direct,
+        peak_bytes=workers * STREAM_WORKER_BYTES,
+        workers=workers,
+        stream_reads=True,
+        stream_writes=True,
     )
 
 
@@ -449,6 +481,11 @@ def make_plan(
         itemsize,
         budget,
     )
+    streamed = _streamed_direct(direct, itemsize, budget, streams, write_unit)
+    if streamed is not None and (
+        streamed.workers > direct.workers or direct.peak_bytes > budget or PREFER_STREAMS
+    ):
+        direct = streamed
     scatter = _scatter_pass(
         shape, itemsize, source_chunks, target_chunks, budget, write_unit, streams
     )

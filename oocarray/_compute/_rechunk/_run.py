@@ -7,11 +7,13 @@ import itertools
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from oocarray._compute._limits import working_bytes
+from oocarray._compute._rechunk._direct_stream import stream_copy
 from oocarray._compute._rechunk._plan import Pass, Plan, make_plan, normalize_chunks
 from oocarray._compute._rechunk._resume import Marker, units
 from oocarray._compute._rechunk._scatter import scatter
@@ -233,7 +235,13 @@ def _run_plan(x: Any, plan: Plan, result: Any, progress: bool, marker: Marker | 
         scatter(x, result, plan.passes[0], progress, marker)
         return
     if plan.intermediate_chunks is None:
-        _copy(x, result, plan.passes[0], progress, marker)
+        work = plan.passes[0]
+        if work.stream_writes:
+            if stream_copy(x, result, work.block, work.workers, progress, marker):
+                return
+            # A store the plan could not see cannot stream: the least memory, one thread.
+            work = replace(work, workers=1, stream_reads=False, stream_writes=False)
+        _copy(x, result, work, progress, marker)
         return
     if marker is None:  # nothing to resume: the middle is the manager's temporary array
         middle = temporary(plan.shape, plan.dtype, plan.intermediate_chunks, INTERMEDIATE_CODEC)

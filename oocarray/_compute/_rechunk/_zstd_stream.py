@@ -120,8 +120,11 @@ class _Contexts:
         if not self.cctx or not self.dctx:
             self.__del__()
             raise MemoryError("libzstd could not make a context")
+        # A writer's encoded piece and its input; a reader's stored bytes, apart, so that a
+        # writer may fill its input from readers (a streamed direct pass).
         self.piece = np.empty(PIECE_BYTES, dtype=np.uint8)
         self.source = np.empty(PIECE_BYTES, dtype=np.uint8)
+        self.stored = np.empty(PIECE_BYTES, dtype=np.uint8)
 
     def __del__(self) -> None:
         lib = getattr(self, "lib", None)
@@ -218,7 +221,7 @@ class FrameReader:
             self._damaged(f"{stored} bytes stored")
         self._offset = 0
         self._checksum = 0
-        self._given = _Window(self._own.piece.ctypes.data, 0, 0)
+        self._given = _Window(self._own.stored.ctypes.data, 0, 0)
         self._left = 1  # what zstd says the frame still holds
         self._decoded = 0
         self._own.lib.ZSTD_DCtx_reset(self._own.dctx, 1)  # the session only
@@ -232,12 +235,12 @@ class FrameReader:
         want = min(PIECE_BYTES, self._frame_end - self._offset)
         if want <= 0:
             self._damaged(f"the frame ends after {self._decoded} of {self._chunk_bytes} bytes")
-        view = memoryview(self._own.piece)[:want]  # type: ignore[arg-type]
+        view = memoryview(self._own.stored)[:want]  # type: ignore[arg-type]
         got = os.preadv(self._fd, [view], self._offset)
         if got <= 0:
             self._damaged("the file ended early")
         if self._offset == 0:
-            size = int(self._own.lib.ZSTD_getFrameContentSize(self._own.piece.ctypes.data, got))
+            size = int(self._own.lib.ZSTD_getFrameContentSize(self._own.stored.ctypes.data, got))
             if size == _CONTENTSIZE_ERROR:
                 self._damaged("not a zstd frame")
             if size != _CONTENTSIZE_UNKNOWN and size != self._chunk_bytes:
@@ -245,7 +248,7 @@ class FrameReader:
         if self._crc:
             self._checksum = google_crc32c.extend(self._checksum, bytes(view[:got]))
         self._offset += got
-        self._given = _Window(self._own.piece.ctypes.data, got, 0)
+        self._given = _Window(self._own.stored.ctypes.data, got, 0)
 
     def read_into(self, out: np.ndarray) -> None:
         """Fill ``out`` (C-contiguous, writable) with the chunk's next decoded bytes."""
