@@ -292,6 +292,9 @@ def run(
         for case, (shape, source, target) in shapes(size).items():
             if cases and case not in cases:
                 continue
+            # One case's files on disk at a time: the last case's source, views and output go.
+            for name in os.listdir(directory):
+                shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
             src = os.path.join(directory, f"{case}.zarr")
             _write(src, shape, source)
             sources = dict.fromkeys(sides, src)
