@@ -242,13 +242,14 @@ class Fetcher:
             return list(cached)
         self.requests += 1
         # Counted while in flight, then whole: each range is a view of it, and the run's bytes
-        # stay as long as any is.
+        # stay as long as any is.  The in-flight count goes before the bytes are counted (no
+        # await between): counted twice at once, a run took its size again from the budget.
         receiving = buffers.in_flight(end - start)
         try:
             raw = await self.backend.get_range(first.key, start, end, first.version)
-            data = buffers.counted(raw)
         finally:
             del receiving  # now: a traceback would keep the frame, and the count, alive
+        data = buffers.counted(raw)
         out: list[Stored | None] = []
         for (_, request), hit in zip(group, cached, strict=True):
             if hit is not None:
