@@ -153,3 +153,18 @@ def test_kill_minus_nine_then_resume_streamed_direct(tmp_path: Path) -> None:
         y = oc.rechunk(x, (8, 16), out, max_mem="48M", progress=False)
     np.testing.assert_array_equal(y[...], values)
     assert MARKER not in zarr.open_array(out, mode="r").attrs
+
+
+def test_a_store_that_cannot_stream_falls_back_to_the_plain_direct_pass(
+    tmp_path: Path, streams: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from oocarray._compute._rechunk import _direct_stream
+
+    values = np.arange(4000.0).reshape(40, 100)
+    x = _source(tmp_path / "src.zarr", values, (5, 100), crc32c=True)
+    assert oc.rechunk(x, (20, 100), max_mem="48M", dry_run=True).passes[0].stream_writes
+    # The store made for the output is not what the plan saw: nothing streams.
+    monkeypatch.setattr(_direct_stream, "streamable", lambda store: False)
+    y = oc.rechunk(x, (20, 100), tmp_path / "out.zarr", max_mem="48M", progress=False)
+    assert y.chunks == (20, 100)
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "out.zarr", mode="r")[...], values)
