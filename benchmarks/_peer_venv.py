@@ -49,6 +49,10 @@ def interpreter(env: PeerEnv) -> tuple[str | None, str]:
     wanted = "\n".join(env.requirements)
     if marker.is_file() and marker.read_text() == wanted and python.exists():
         return str(python), ""
+    # Rebuilt only where it is an environment (``$OOCARRAY_BENCH_VENVS`` may name a folder
+    # that holds other things): anything else there is left alone.
+    if root.exists() and not (root / "pyvenv.cfg").is_file():
+        return None, f"{env.name} not run: {root} is not an environment made here; not removed"
     shutil.rmtree(root, ignore_errors=True)
     steps = (
         [sys.executable, "-m", "venv", str(root)],

@@ -125,3 +125,14 @@ def test_a_peer_environment_is_built_once_and_one_pip_cannot_install_is_reported
     python, why = interpreter(broken)
     assert python is None and why.startswith("broken not run: its environment could not be")
     assert not (tmp_path / "broken").exists()
+
+
+def test_a_folder_of_the_peers_name_that_is_no_environment_is_left_alone(
+    tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("OOCARRAY_BENCH_VENVS", str(tmp_path))
+    (tmp_path / "rechunker").mkdir()
+    (tmp_path / "rechunker" / "notes.txt").write_text("mine")
+    python, why = interpreter(PeerEnv("rechunker", ("--no-index", "pip")))
+    assert python is None and "not an environment made here" in why
+    assert (tmp_path / "rechunker" / "notes.txt").read_text() == "mine"
