@@ -266,7 +266,9 @@ static int zstd_whole(reader_state *s, const char *src, size_t src_n, char *dst,
     return 0;
 }
 
-/* Decode the bytes [skip, skip + n) of one zstd frame of chunk_n bytes into dst. */
+/* Decode the bytes [skip, skip + n) of a chunk of chunk_n bytes stored as zstd frames into
+ * dst: one frame, or several one after the other (a rechunk copies its source chunks' frames;
+ * zstd decodes them as one stream). */
 static int zstd_range(reader_state *s, const char *src, size_t src_n, size_t chunk_n,
                       size_t skip, char *dst, size_t n, char *err, size_t err_n)
 {
@@ -275,7 +277,7 @@ static int zstd_range(reader_state *s, const char *src, size_t src_n, size_t chu
         snprintf(err, err_n, "not a zstd frame");
         return -1;
     }
-    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != chunk_n) {
+    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > chunk_n) {
         snprintf(err, err_n, "the zstd frame holds %llu bytes, expected %zu", declared, chunk_n);
         return -1;
     }
@@ -317,8 +319,10 @@ static int zstd_range(reader_state *s, const char *src, size_t src_n, size_t chu
             return -1;
         }
         done += out.pos;
-        if (done < skip + n && (r == 0 || (out.pos == 0 && in.pos == before))) {
-            /* the frame ended, or its bytes did, before the range did */
+        /* A frame that ends with bytes after it is followed by the next frame. */
+        int ended = (r == 0 && in.pos == in.size) || (out.pos == 0 && in.pos == before);
+        if (done < skip + n && ended) {
+            /* the last frame ended, or its bytes did, before the range did */
             snprintf(err, err_n, "the frame ends after %zu of %zu bytes", done, skip + n);
             return -1;
         }

@@ -278,20 +278,26 @@ static PyObject *oc_py_codec_ready(PyObject *Py_UNUSED(m), PyObject *args)
     return PyBool_FromLong(OC_CODEC_KIND(codec) != OC_CODEC_H5 && oc_codec_ready(codec));
 }
 
-/* crc32c(data) -> int: the CRC-32C of a buffer's bytes, without the GIL. */
-static PyObject *oc_py_crc32c(PyObject *Py_UNUSED(m), PyObject *arg)
+/* crc32c(data, crc=0) -> int: the CRC-32C of a buffer's bytes, continuing ``crc`` (that of
+ * the bytes before them), without the GIL. */
+static PyObject *oc_py_crc32c(PyObject *Py_UNUSED(m), PyObject *args)
 {
+    PyObject *data;
+    unsigned long seed = 0;
+    if (!PyArg_ParseTuple(args, "O|k", &data, &seed)) {
+        return NULL;
+    }
     if (!oc_codec_lib_ready(OC_LIB_CRC32C)) {
         PyErr_SetString(PyExc_RuntimeError, "the CRC-32C library is not loaded");
         return NULL;
     }
     Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_C_CONTIGUOUS) != 0) {
+    if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) != 0) {
         return NULL;
     }
     uint32_t sum;
     Py_BEGIN_ALLOW_THREADS
-    sum = oc_crc32c(view.buf, (size_t)view.len);
+    sum = oc_crc32c_extend((uint32_t)seed, view.buf, (size_t)view.len);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(sum);
@@ -360,7 +366,8 @@ PyMethodDef oc_py_chunks_methods[] = {
     {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},
     {"codec_library", oc_py_codec_library, METH_VARARGS, "codec_library(which, path) -> bool: load a codec's library (LIB_BLOSC, LIB_LZ4, LIB_CRC32C)."},
     {"codec_ready", oc_py_codec_ready, METH_VARARGS, "codec_ready(codec) -> bool: whether the native reader decodes this codec number."},
-    {"crc32c", oc_py_crc32c, METH_O, "crc32c(data) -> int: the CRC-32C of a buffer's bytes."},
+    {"crc32c", oc_py_crc32c, METH_VARARGS,
+     "crc32c(data, crc=0) -> int: the CRC-32C of a buffer's bytes, continuing crc."},
     {"zstd_write", oc_py_zstd_write, METH_VARARGS, "Write one zstd frame of a buffer's bytes to a file, compressed without the GIL."},
     {"zlib_available", oc_py_zlib_available, METH_NOARGS, "Whether libz.so.1 could be loaded (HDF5 deflate chunks)."},
     {"h5_masked", oc_py_h5_masked, METH_VARARGS, "h5_masked(codec, mask) -> int: an HDF5 codec without the filter steps a chunk's mask skips, as the pager applies it."},

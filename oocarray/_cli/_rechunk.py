@@ -66,6 +66,13 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     )
     parser.add_argument("--shards", type=shape_argument, metavar="N,M,...", help="shard shape")
     parser.add_argument("--codec", default="zstd", help="zstd, lz4, blosc, gzip or none")
+    parser.add_argument(
+        "--recompress",
+        action="store_true",
+        help="encode every target chunk as one zstd frame (by default chunks merged whole "
+        "are their source chunks' frames one after the other, which numcodecs reads from "
+        "0.16.4 on)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan only")
     parser.add_argument(
         "--overwrite",
@@ -85,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(
                     f"--chunks has {len(args.chunks)} sizes for a {x.ndim}-d array", _PROG
                 )
-            plan = oc.rechunk(x, args.chunks, dry_run=True)
+            # The plan printed is the one run: the same output options.
+            chosen = {"shards": args.shards, "codec": args.codec, "recompress": args.recompress}
+            plan = oc.rechunk(x, args.chunks, dry_run=True, **chosen)
             print(plan, flush=True)
             if args.dry_run:
                 return 0
@@ -93,11 +102,10 @@ def run(args: argparse.Namespace) -> int:
                 x,
                 args.chunks,
                 args.dst,
-                shards=args.shards,
-                codec=args.codec,
                 mode="w" if args.overwrite else "w-",
                 storage_options=options,
                 progress=not args.no_progress,
+                **chosen,
             )
         peak = manager.stats().peak_bytes
     print(f"wrote {args.dst} (peak {format_bytes(peak)})")

@@ -1,5 +1,6 @@
 """The direct pass streamed (oocarray/_compute/_rechunk/_direct_stream.py): target chunks
-made of whole source chunks are encoded from them as zstd streams; the results equal the
+made of whole source chunks are their frames copied, or with ``recompress`` encoded from them
+as zstd streams (test_rechunk_frame_copy.py has the copies' own tests); the results equal the
 input (edges, chunks never written, with and without zarr's crc32c), the budget holds with
 every thread, damage is an error, and kill -9 leaves every target chunk whole or absent."""
 
@@ -49,6 +50,7 @@ def test_which_chunkings_stream_directly() -> None:
     assert not streams_directly((2, 64), (3, 64))  # not whole source chunks
 
 
+@pytest.mark.parametrize("recompress", [False, True])
 @pytest.mark.parametrize("crc32c", [True, False])
 @given(
     lead=st.integers(1, 3),
@@ -61,6 +63,7 @@ def test_which_chunkings_stream_directly() -> None:
 def test_streamed_direct_equals_input(
     tmp_path_factory: pytest.TempPathFactory,
     crc32c: bool,
+    recompress: bool,
     lead: int,
     merged: int,
     rows: tuple[int, int],
@@ -83,10 +86,13 @@ def test_streamed_direct_equals_input(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_plan, "STREAM_FROM_BYTES", 1)
         patch.setattr(_plan, "PREFER_STREAMS", True)
-        plan = oc.rechunk(x, target, max_mem="48M", dry_run=True)
+        plan = oc.rechunk(x, target, max_mem="48M", dry_run=True, recompress=recompress)
         work = plan.passes[0]
         assert plan.strategy == "direct" and work.stream_reads and work.stream_writes
-        oc.rechunk(x, target, tmp / "out.zarr", max_mem="48M", progress=False)
+        assert work.copies_frames is not recompress
+        oc.rechunk(
+            x, target, tmp / "out.zarr", max_mem="48M", progress=False, recompress=recompress
+        )
     z = zarr.open_array(tmp / "out.zarr", mode="r")
     assert z.chunks == target
     np.testing.assert_array_equal(z[...], values)
@@ -99,13 +105,13 @@ def test_large_chunks_merge_on_every_thread_in_the_budget(tmp_path: Path) -> Non
     rng = np.random.default_rng(7)
     values = rng.integers(0, 1000, size=(4, 512, 4096)).astype("f4")  # 32 MiB
     x = _source(tmp_path / "src.zarr", values, (1, 512, 4096), crc32c=True)
-    plan = oc.rechunk(x, (2, 512, 4096), max_mem="48M", dry_run=True)
+    plan = oc.rechunk(x, (2, 512, 4096), max_mem="48M", dry_run=True, recompress=True)
     work = plan.passes[0]
     assert plan.strategy == "direct" and work.workers == 2
     assert work.stream_reads and work.stream_writes and plan.peak_bytes <= 48 << 20
     assert "(chunks read and written as streams)" in str(plan)
     with oc.Manager(max_bytes="48M") as m:
-        oc.rechunk(x, (2, 512, 4096), tmp_path / "out.zarr", progress=False)
+        oc.rechunk(x, (2, 512, 4096), tmp_path / "out.zarr", progress=False, recompress=True)
         assert m.stats().peak_bytes <= 48 << 20
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "out.zarr", mode="r")[...], values)
 

@@ -17,8 +17,9 @@ Blocks run on up to :func:`~oocarray._storage._pool.workers` threads, as many as
 holds at once.  A scatter pass whose chunks are large (8 MiB or more) decodes and encodes
 them as zstd streams where the stores allow and that fits more threads (see
 :mod:`._zstd_stream`): the native codec's buffers, a chunk's size per thread, are then not
-needed.  A direct pass streams both where each target chunk is made of whole source chunks
-(see :mod:`._direct_stream`) and that runs more threads.
+needed.  A direct pass whose target chunks are each made of whole source chunks, one after the other,
+copies their zstd frames, none decoded or encoded (see :mod:`._direct_stream`); with
+``recompress`` it streams both where that runs more threads.
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ class Pass:
     stream_writes: bool = False
     # Scatter: slots stored in piece order (see _tiles), where pieces are not runs of them.
     tiled: bool = False
+    # A direct pass streamed that writes each target chunk as its source chunks' stored
+    # frames, none decoded or encoded (_direct_stream).
+    copies_frames: bool = False
 
 
 @dataclass(frozen=True)
@@ -187,7 +191,9 @@ class Plan:
             streamed = [
                 k for k, on in (("read", p.stream_reads), ("written", p.stream_writes)) if on
             ]
-            if streamed:
+            if p.copies_frames:
+                scatter += " (the source chunks' zstd frames copied, none decoded)"
+            elif streamed:
                 scatter += f" (chunks {' and '.join(streamed)} as streams)"
             if p.tiled:
                 scatter += " (slots in piece order)"
@@ -276,16 +282,18 @@ def _streamed_direct(
     budget: int,
     streams: tuple[bool, bool],
     write_unit: tuple[int, ...] | None,
+    recompress: bool,
 ) -> Pass | None:
-    """The direct pass with its target chunks encoded from their source chunks as streams
-    (see _direct_stream), where the stores allow, the chunks are large (STREAM_FROM_BYTES)
-    and each target chunk is made of whole source chunks, each one run of it."""
+    """The direct pass with its target chunks written from their source chunks' frames, or
+    with ``recompress`` encoded from them as streams (see _direct_stream), where the stores
+    allow and each target chunk is made of whole source chunks, each one run of it (encoded,
+    where the chunks are large too: STREAM_FROM_BYTES)."""
     source, target = direct.source_chunks, direct.target_chunks
     if (
         streams != (True, True)
         or write_unit is not None
         or direct.block != target
-        or math.prod(target) * itemsize < STREAM_FROM_BYTES
+        or (recompress and math.prod(target) * itemsize < STREAM_FROM_BYTES)
         or not streams_directly(source, target)
     ):
         return None
@@ -296,6 +304,7 @@ def _streamed_direct(
         workers=workers,
         stream_reads=True,
         stream_writes=True,
+        copies_frames=not recompress,
     )
 
 
@@ -464,13 +473,15 @@ def make_plan(
     strategy: str | None = None,
     write_unit: tuple[int, ...] | None = None,
     streams: tuple[bool, bool] = (False, False),
+    recompress: bool = False,
 ) -> Plan:
     """The first of direct, scatter and two-pass whose peak fits ``budget`` (or the one
     ``strategy`` names), else :class:`MemoryBudgetError` naming the smallest budget that
     would do.  Direct and scatter read the source once and write each target chunk once;
     scatter also copies the data through its raw buffer, so direct comes first.
     ``write_unit`` is the output's shard shape, when it has shards; ``streams`` whether the
-    source's chunks can be read, and the output's written, as streams."""
+    source's chunks can be read, and the output's written, as streams; ``recompress`` whether
+    every target chunk is encoded (else a direct pass may copy zstd frames)."""
     itemsize = dtype.itemsize
     direct = _pass(
         "pass 1 (direct)",
@@ -481,9 +492,12 @@ def make_plan(
         itemsize,
         budget,
     )
-    streamed = _streamed_direct(direct, itemsize, budget, streams, write_unit)
+    streamed = _streamed_direct(direct, itemsize, budget, streams, write_unit, recompress)
     if streamed is not None and (
-        streamed.workers > direct.workers or direct.peak_bytes > budget or PREFER_STREAMS
+        (streamed.copies_frames and streamed.peak_bytes <= budget)
+        or streamed.workers > direct.workers
+        or direct.peak_bytes > budget
+        or PREFER_STREAMS
     ):
         direct = streamed
     scatter = _scatter_pass(

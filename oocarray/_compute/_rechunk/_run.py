@@ -78,6 +78,7 @@ def rechunk(
     mode: str = "w-",
     storage_options: Any = None,
     progress: bool = True,
+    recompress: bool = False,
 ) -> Any:
     """Rechunk ``x`` into a zarr array of ``chunks``, in a memory budget.
 
@@ -114,6 +115,13 @@ def rechunk(
         For URLs: the object store's settings (see :func:`oocarray.open`).
     progress : bool
         Show a progress bar (default ``True``).
+    recompress : bool
+        Encode every target chunk as one zstd frame.  By default, where each target chunk is
+        made of whole source chunks one after the other (merging chunks along the first
+        axis, say) and both arrays are zstd, its file is their stored frames one after the
+        other, none decoded or encoded again, each checked as it is copied: zstd decodes
+        concatenated frames as one, as zarr-python (numcodecs 0.16.4 or later), zarrs and
+        tensorstore do; readers with an older numcodecs need ``recompress=True``.
 
     Returns
     -------
@@ -154,7 +162,9 @@ def rechunk(
     # (checked again on the store made: see _scatter.scatter).
     local_out = out is None or (isinstance(out, (str, os.PathLike)) and "://" not in str(out))
     streams = (streamable(x._store), codec == "zstd" and shards is None and local_out)
-    plan = make_plan(shape, dtype, source_chunks, target, budget, strategy, unit, streams)
+    plan = make_plan(
+        shape, dtype, source_chunks, target, budget, strategy, unit, streams, recompress
+    )
     if dry_run:
         return plan
     naming = {"dataset": out_dataset, "dimension_names": dimension_names}
@@ -237,7 +247,8 @@ def _run_plan(x: Any, plan: Plan, result: Any, progress: bool, marker: Marker | 
     if plan.intermediate_chunks is None:
         work = plan.passes[0]
         if work.stream_writes:
-            if stream_copy(x, result, work.block, work.workers, progress, marker):
+            recompress = not work.copies_frames
+            if stream_copy(x, result, work.block, work.workers, progress, marker, recompress):
                 return
             # A store the plan could not see cannot stream: the least memory, one thread.
             work = replace(work, workers=1, stream_reads=False, stream_writes=False)

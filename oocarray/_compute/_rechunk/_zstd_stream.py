@@ -24,14 +24,21 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import google_crc32c
 import numpy as np
 
 from oocarray import _native
+from oocarray._storage._zarr._layout import crc32c_of
 from oocarray._storage._zarr._store import ZarrStore, written_beside
 from oocarray.errors import CorruptChunkError
 
-__all__ = ["CONTEXT_BYTES", "PIECE_BYTES", "FrameReader", "streamable", "write_frame"]
+__all__ = [
+    "CONTEXT_BYTES",
+    "PIECE_BYTES",
+    "FrameReader",
+    "copy_frames",
+    "streamable",
+    "write_frame",
+]
 
 # Stored bytes read, and a chunk's bytes encoded, per call.
 PIECE_BYTES = 1 << 20
@@ -181,7 +188,7 @@ def write_frame(
                 if taken.pos:
                     view = memoryview(out[: taken.pos])  # type: ignore[arg-type]
                     if layout.crc32c:
-                        crc = google_crc32c.extend(crc, bytes(view))
+                        crc = crc32c_of(view, crc)
                     _write_all(fd, view)
                 if (mode == _E_END and left == 0) or (
                     mode == _E_CONTINUE and given.pos == given.size
@@ -198,8 +205,9 @@ def _write_all(fd: int, view: memoryview) -> None:
 
 class FrameReader:
     """The file of one chunk of ``store``, decoded a piece at a time into the caller's
-    buffers (:meth:`read_into`), its frame and checksum checked to the end (:meth:`finish`);
-    a chunk never written reads as the fill value.  Damage is a
+    buffers (:meth:`read_into`), its frames and checksum checked to the end (:meth:`finish`);
+    a chunk never written reads as the fill value.  The chunk's bytes may be one zstd frame or
+    several one after the other (as :func:`copy_frames` writes them).  Damage is a
     :class:`~oocarray.errors.CorruptChunkError` naming the file."""
 
     def __init__(self, store: ZarrStore, chunk: tuple[int, ...]) -> None:
@@ -210,6 +218,7 @@ class FrameReader:
         self._fill = store.fill_value
         self._chunk_bytes = store._chunk_nbytes
         self._crc = layout.crc32c
+        self._sink: Callable[[memoryview], None] | None = None
         self._fd: int | None = None
         try:
             self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
@@ -224,11 +233,21 @@ class FrameReader:
         self._given = _Window(self._own.stored.ctypes.data, 0, 0)
         self._left = 1  # what zstd says the frame still holds
         self._decoded = 0
+        self._one_frame = False  # whether the first frame's header says it is the whole chunk
         self._own.lib.ZSTD_DCtx_reset(self._own.dctx, 1)  # the session only
+
+    @property
+    def stored(self) -> bool:
+        """Whether the chunk has a file (else it reads as the fill value)."""
+        return self._fd is not None
 
     def _damaged(self, why: str) -> None:
         self.close()
         raise CorruptChunkError(f"chunk file {self._path} is damaged ({why})")
+
+    def _more(self) -> bool:
+        """Whether stored bytes of the frames are still to be decoded."""
+        return self._given.pos < self._given.size or self._offset < self._frame_end
 
     def _refill(self) -> None:
         assert self._fd is not None
@@ -243,10 +262,13 @@ class FrameReader:
             size = int(self._own.lib.ZSTD_getFrameContentSize(self._own.stored.ctypes.data, got))
             if size == _CONTENTSIZE_ERROR:
                 self._damaged("not a zstd frame")
-            if size != _CONTENTSIZE_UNKNOWN and size != self._chunk_bytes:
+            if size != _CONTENTSIZE_UNKNOWN and size > self._chunk_bytes:
                 self._damaged(f"the frame holds {size} bytes, expected {self._chunk_bytes}")
+            self._one_frame = size == self._chunk_bytes
         if self._crc:
-            self._checksum = google_crc32c.extend(self._checksum, bytes(view[:got]))
+            self._checksum = crc32c_of(view[:got], self._checksum)
+        if self._sink is not None:
+            self._sink(view[:got])
         self._offset += got
         self._given = _Window(self._own.stored.ctypes.data, got, 0)
 
@@ -264,7 +286,8 @@ class FrameReader:
             if lib.ZSTD_isError(code):
                 self._damaged(f"zstd: {lib.ZSTD_getErrorName(code).decode()}")
             self._left = code
-            if code == 0 and taken.pos < taken.size:
+            # A frame ending with stored bytes after it is followed by the next frame.
+            if code == 0 and taken.pos < taken.size and not self._more():
                 self._damaged(
                     f"the frame holds {self._decoded + taken.pos} bytes, expected "
                     f"{self._chunk_bytes}"
@@ -272,12 +295,13 @@ class FrameReader:
         self._decoded += out.nbytes
 
     def finish(self) -> None:
-        """Check that the frame ends where the chunk does (and its checksums), then close."""
+        """Check that the frames end where the chunk does (and the checksums), then close."""
         if self._fd is None:
             return
         lib, dctx = self._own.lib, self._own.dctx
         spare = np.empty(1, dtype=np.uint8)
-        while self._left != 0:  # the frame's own checksum, after the last decoded byte
+        # The last frame's own checksum, after the last decoded byte; any frame after it.
+        while self._left != 0 or self._more():
             if self._given.pos == self._given.size:
                 self._refill()
             taken = _Window(spare.ctypes.data, 1, 0)
@@ -287,15 +311,74 @@ class FrameReader:
             if taken.pos:
                 self._damaged(f"the frame holds more than {self._chunk_bytes} bytes")
             self._left = code
-        if self._given.pos != self._given.size or self._offset != self._frame_end:
-            self._damaged("bytes follow the frame")
+        self._check_crc()
+        self.close()
+
+    def _check_crc(self) -> None:
         if self._crc:
+            assert self._fd is not None
             stored = os.pread(self._fd, 4, self._frame_end)
             if len(stored) != 4 or int.from_bytes(stored, "little") != self._checksum:
                 self._damaged("the CRC-32C checksum does not match")
-        self.close()
+
+    def copy_to(self, sink: Callable[[memoryview], None]) -> None:
+        """Pass the chunk's stored frames to ``sink`` a piece at a time, checked: by their
+        CRC-32C where the chain has one and one frame's header says it holds the whole chunk,
+        else by decoding them (into a scratch piece, nothing kept).  Damage raises before
+        the piece that shows it or after the last."""
+        if self._fd is None:
+            raise FileNotFoundError(self._path)
+        self._sink = sink
+        self._refill()  # the first piece: the first frame's header
+        if self._crc and self._one_frame:
+            while self._offset < self._frame_end:
+                self._refill()
+            self._check_crc()
+            self.close()
+            return
+        scratch = self._own.piece
+        for start in range(0, self._chunk_bytes, scratch.nbytes):
+            self.read_into(scratch[: min(scratch.nbytes, self._chunk_bytes - start)])
+        self.finish()
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def copy_frames(
+    source: ZarrStore, out: ZarrStore, chunk: tuple[int, ...], parts: list[tuple[int, ...]]
+) -> bool:
+    """Write the file of ``out``'s ``chunk`` as the stored zstd frames of ``source``'s chunks
+    ``parts``, one after the other, none decoded or encoded again: zstd decodes concatenated
+    frames as one stream, so where the chunk's bytes are those of its parts in that order (a
+    direct rechunk merging whole chunks) that is the chunk.  Each part is checked as it is
+    copied (:meth:`FrameReader.copy_to`); damage raises with nothing written.  False, with
+    nothing written, where a part was never written (the caller encodes the chunk)."""
+    paths = [source._chunk_path(part) for part in parts]
+    if not all(os.path.exists(path) for path in paths):
+        return False
+    layout = out._layout
+    assert layout is not None
+    crc = 0
+
+    def sink(view: memoryview) -> None:
+        nonlocal crc
+        if layout.crc32c:
+            crc = crc32c_of(view, crc)
+        _write_all(fd, view)
+
+    try:
+        with written_beside(out._chunk_path(chunk)) as fd:
+            for part in parts:
+                reader = FrameReader(source, part)
+                try:
+                    reader.copy_to(sink)
+                finally:
+                    reader.close()
+            if layout.crc32c:
+                _write_all(fd, memoryview(int(crc).to_bytes(4, "little")))
+    except FileNotFoundError:  # a part removed since: nothing was written
+        return False
+    return True

@@ -126,12 +126,13 @@ def _native_codec(codec: Any, crc32c: bool, blosc: BloscExpected) -> int | None:
     return number if _native.codec_ready(number) else None
 
 
-def crc32c_of(data: Any) -> int:
-    """The CRC-32C of a buffer's bytes (natively, without a copy, when the library is loaded)."""
+def crc32c_of(data: Any, crc: int = 0) -> int:
+    """The CRC-32C of a buffer's bytes, continuing ``crc`` (that of the bytes before them):
+    natively, without a copy, when the library is loaded."""
     _load_libraries()
     if _native.codec_ready(_native.CODEC_RAW | _native.CODEC_CRC32C):
-        return int(_native.crc32c(data))
-    return int(google_crc32c.value(bytes(data)))
+        return int(_native.crc32c(data, crc))
+    return int(google_crc32c.extend(crc, bytes(data)))
 
 
 def _checked(
