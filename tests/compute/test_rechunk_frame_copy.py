@@ -69,9 +69,7 @@ def test_a_merged_chunk_is_its_source_chunks_frames(
     np.testing.assert_array_equal(y[...], values)
 
 
-def test_frame_copied_chunks_read_back_equal_everywhere(
-    tmp_path: Path, values: np.ndarray
-) -> None:
+def test_frame_copied_chunks_read_back_equal_everywhere(tmp_path: Path, values: np.ndarray) -> None:
     x = _source(tmp_path / "src.zarr", values, (1, 256, 512), crc32c=True)
     out = tmp_path / "out.zarr"
     oc.rechunk(x, (4, 256, 512), out, max_mem="64M", progress=False)
@@ -104,9 +102,7 @@ def test_a_frame_copied_array_rechunks_again(tmp_path: Path, values: np.ndarray)
     x = _source(tmp_path / "src.zarr", values, (1, 256, 512), crc32c=False)
     once = oc.rechunk(x, (2, 256, 512), tmp_path / "once.zarr", max_mem="64M", progress=False)
     # Copied again: chunks of several frames are checked by decoding them, CRC-32C or not.
-    twice = oc.rechunk(
-        once, (10, 256, 512), tmp_path / "twice.zarr", max_mem="64M", progress=False
-    )
+    twice = oc.rechunk(once, (10, 256, 512), tmp_path / "twice.zarr", max_mem="64M", progress=False)
     np.testing.assert_array_equal(twice[...], values)
     # Decoded as streams, several frames a chunk, and encoded as one frame each.
     again = oc.rechunk(

@@ -17,9 +17,9 @@ Blocks run on up to :func:`~oocarray._storage._pool.workers` threads, as many as
 holds at once.  A scatter pass whose chunks are large (8 MiB or more) decodes and encodes
 them as zstd streams where the stores allow and that fits more threads (see
 :mod:`._zstd_stream`): the native codec's buffers, a chunk's size per thread, are then not
-needed.  A direct pass whose target chunks are each made of whole source chunks, one after the other,
-copies their zstd frames, none decoded or encoded (see :mod:`._direct_stream`); with
-``recompress`` it streams both where that runs more threads.
+needed.  A direct pass whose target chunks are each made of whole source chunks, one after
+the other, copies their zstd frames, none decoded or encoded (see :mod:`._direct_stream`);
+with ``recompress`` it streams both where that runs more threads.
 """
 
 from __future__ import annotations
