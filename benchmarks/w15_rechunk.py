@@ -10,7 +10,8 @@ budget is 256 MiB, scaled down to size/16, at least 16 MiB, at small sizes):
 
 Besides the peers, the ``floor`` side times the codec work alone (every source chunk decoded
 once, every target chunk encoded and written once, on every core, nothing else): no rechunk
-can take less on this machine.
+that decodes and encodes can take less on this machine.  Merging whole zstd chunks
+(``mild``) oocarray does neither: it copies the source chunks' frames.
 
 Each side runs in a fresh process, the sides interleaved over rounds; the median time and
 the peak RSS (VmHWM of the process; for p2p the largest worker's too) are reported.  A peer
