@@ -24,6 +24,7 @@ setup(
                 "native/py_counted.c",
                 "native/py_handler.c",
                 "native/py_spill.c",
+                "native/py_scatter.c",
                 "native/py_chunks.c",
                 "native/py_moments.c",
                 "native/node.c",

@@ -31,6 +31,7 @@ PyMODINIT_FUNC PyInit__native(void)
     oc_fork_install();
     if (PyModule_AddFunctions(m, oc_py_handler_methods) < 0 ||
         PyModule_AddFunctions(m, oc_py_spill_methods) < 0 ||
+        PyModule_AddFunctions(m, oc_py_scatter_methods) < 0 ||
         PyModule_AddFunctions(m, oc_py_pages_methods) < 0 ||
         PyModule_AddFunctions(m, oc_py_chunks_methods) < 0 ||
         PyModule_AddFunctions(m, oc_py_moments_methods) < 0 ||

@@ -21,6 +21,7 @@ extern PyTypeObject oc_py_PagesType; /* py_pages.c */
 extern PyTypeObject oc_py_CountedType; /* py_counted.c */
 extern PyMethodDef oc_py_handler_methods[];
 extern PyMethodDef oc_py_spill_methods[];
+extern PyMethodDef oc_py_scatter_methods[];
 extern PyMethodDef oc_py_pages_methods[];
 extern PyMethodDef oc_py_chunks_methods[];
 extern PyMethodDef oc_py_moments_methods[];

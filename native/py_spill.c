@@ -1,14 +1,12 @@
 /* Module functions of spill: moving blocks to disk and back (spill.c), eviction, the spill
- * directory and limit, the guard that holds writers during moves (moves.c), compressed
- * spill's switch (zspill.c), and freeing a scratch file's blocks (punch_hole). */
+ * directory and limit, the guard that holds writers during moves (moves.c), and compressed
+ * spill's switch (zspill.c). */
 #include "py_module.h"
 #include "oc_regions.h"
 #include "oc_files.h"
 #include "oc_spill.h"
 #include "oc_codecs.h"
 #include "oc_pager.h"
-
-#include <fcntl.h>
 
 /* Moves the block under `obj` to disk.  Returns the bytes moved: 0 for blocks that are
  * already on disk or too small to live in a region. */
@@ -158,25 +156,6 @@ static PyObject *drop_disk_pages(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
     return PyLong_FromLong(n);
 }
 
-/* punch_hole(fd, offset, nbytes): free a file's blocks and page-cache pages in a range, dirty
- * ones unwritten, without the GIL (the file system may wait for the disk to discard them). */
-static PyObject *punch_hole(PyObject *Py_UNUSED(m), PyObject *args)
-{
-    int fd;
-    long long offset, nbytes;
-    if (!PyArg_ParseTuple(args, "iLL", &fd, &offset, &nbytes)) {
-        return NULL;
-    }
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)nbytes);
-    Py_END_ALLOW_THREADS
-    if (rc != 0) {
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    Py_RETURN_NONE;
-}
-
 static PyObject *set_spill_dir(PyObject *Py_UNUSED(m), PyObject *arg)
 {
     const char *path = PyUnicode_AsUTF8(arg);
@@ -261,7 +240,6 @@ PyMethodDef oc_py_spill_methods[] = {
     {"spill_subtree", spill_subtree, METH_VARARGS, "Spill every RAM region of a node's subtree."},
     {"evict", evict, METH_O, "Spill the oldest RAM regions until the given bytes are released."},
     {"drop_disk_pages", drop_disk_pages, METH_NOARGS, "Drop resident pages of on-disk regions."},
-    {"punch_hole", punch_hole, METH_VARARGS, "Free a file's blocks in a range, unwritten."},
     {"set_spill_dir", set_spill_dir, METH_O, "Directory for temporary files."},
     {"set_spill_limit", set_spill_limit, METH_O, "Cap on bytes on disk (-1: none)."},
     {"spill_used", spill_used, METH_NOARGS, "Bytes reserved on disk now."},

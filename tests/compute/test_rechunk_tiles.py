@@ -44,19 +44,29 @@ def test_the_pieces_of_each_block_fill_its_slot_once(dims) -> None:
         assert (owner >= 0).all()
 
 
-def test_pieces_written_in_piece_order_assemble_to_the_block() -> None:
+@pytest.mark.parametrize("strided", [True, False])
+def test_pieces_written_in_piece_order_assemble_to_the_block(strided: bool) -> None:
     shape, unit, group = (5, 13, 10), (5, 8, 7), (2, 3, 4)
-    # A strided view: its pieces are not contiguous, so they are gathered before each write.
+    # A strided view: its pieces are not contiguous, so they are gathered before each write;
+    # else a piece whose rows are whole is written in one call with its offset.
     spaced = np.zeros(tuple(2 * n for n in shape), dtype=np.int32)
-    values = spaced[::2, ::2, ::2]
+    values = spaced[::2, ::2, ::2] if strided else np.zeros(shape, dtype=np.int32)
     values[...] = np.arange(math.prod(shape), dtype=np.int32).reshape(shape)
+    calls = {"one": 0, "many": 0}
     tiles = Tiles(shape, unit, group)
     grid = (1, 2, 2)
     slot = math.prod(unit) * 4
     stored = bytearray(slot * math.prod(grid))
 
     def write_at(at: int, piece: np.ndarray) -> None:
+        calls["one"] += 1
         stored[at : at + piece.nbytes] = piece.tobytes()
+
+    def write_many(offsets: np.ndarray, pieces: np.ndarray) -> None:
+        calls["many"] += 1
+        assert pieces.flags.c_contiguous and len(pieces) == len(offsets)
+        for at, piece in zip(offsets.tolist(), pieces, strict=True):
+            stored[at : at + piece.nbytes] = piece.tobytes()
 
     def slot_at(block: tuple[int, ...]) -> int:
         return int(np.ravel_multi_index(block, grid)) * slot
@@ -82,9 +92,12 @@ def test_pieces_written_in_piece_order_assemble_to_the_block() -> None:
                 slice(low - b * u, high - b * u)
                 for (low, high), b, u in zip(box, block, unit, strict=True)
             )
+            if not strided:
+                piece = np.ascontiguousarray(piece)
             moved = piece[np.newaxis, np.newaxis, np.newaxis]
             at = tuple(slice(b, b + 1) for b in block)
-            write_pieces(write_at, moved, at, within, tiles, slot_at, staging)
+            write_pieces(write_at, write_many, moved, at, within, tiles, slot_at, staging)
+    assert (calls["one"] > 0) if strided else (calls["one"] == 0 and calls["many"] > 0)
 
     def read_at(at: int, out: np.ndarray) -> None:
         out[...] = np.frombuffer(bytes(stored[at : at + out.nbytes]), dtype=np.uint8)

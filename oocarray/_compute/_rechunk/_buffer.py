@@ -89,6 +89,12 @@ class ScatterBuffer:
             written = os.pwrite(self._file.fd, view, offset)
             view, offset = view[written:], offset + written
 
+    def write_pieces(self, offsets: np.ndarray, pieces: np.ndarray) -> None:
+        """Write a C-contiguous array's pieces along its first axis, piece ``j`` at byte
+        ``offsets[j]`` (int64), in one call that holds no GIL."""
+        if len(offsets):
+            _native.pwrite_pieces(self._file.fd, pieces, offsets)
+
     def slot_at(self, block: tuple[int, ...]) -> int:
         """The first byte of a target block's slot."""
         return flat_index(block, self.grid) * self.slot_bytes

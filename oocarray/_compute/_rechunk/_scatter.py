@@ -145,8 +145,8 @@ def _write_runs(
             else:
                 part = stage[: (last - first) * piece_elements].reshape(last - first, *widths)
                 part[...] = row[first:last]
-            for j in range(last - first):
-                buffer.write_at(at + (first + j) * buffer.slot_bytes, part[j])
+            offsets = at + np.arange(first, last, dtype=np.int64) * buffer.slot_bytes
+            buffer.write_pieces(offsets, part)
     return True
 
 
@@ -179,7 +179,16 @@ def _scatter_into(
         order = [2 * axis for axis in range(ndim)] + [2 * axis + 1 for axis in range(ndim)]
         moved = split.transpose(order)
         if tiles is not None and staging is not None:
-            write_pieces(buffer.write_at, moved, blocks, within, tiles, buffer.slot_at, staging)
+            write_pieces(
+                buffer.write_at,
+                buffer.write_pieces,
+                moved,
+                blocks,
+                within,
+                tiles,
+                buffer.slot_at,
+                staging,
+            )
             continue
         start = _run_start(within, unit) if staging is not None else None
         if (

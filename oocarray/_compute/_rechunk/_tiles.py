@@ -88,10 +88,13 @@ class Tiles:
 
 
 WriteAt = Callable[[int, np.ndarray], None]
+# Pieces of one size stacked along the first axis, each written at its own byte offset.
+WriteMany = Callable[[np.ndarray, np.ndarray], None]
 
 
 def write_pieces(
     write_at: WriteAt,
+    write_many: WriteMany,
     moved: np.ndarray,
     blocks: tuple[slice, ...],
     within: tuple[slice, ...],
@@ -100,10 +103,19 @@ def write_pieces(
     staging: np.ndarray,
 ) -> None:
     """Write the pieces of ``moved`` (block axes, then piece axes; each piece at ``within`` of
-    its block) each into its run of its block's slot (``slot_at``: the slot's first byte)."""
-    for index in itertools.product(*(range(b.stop - b.start) for b in blocks)):
+    its block) each into its run of its block's slot (``slot_at``: the slot's first byte):
+    all in one call where they lie one after another in memory (series -> time: a source
+    chunk's (1, 64, 64) pieces of 256 blocks), else one at a time."""
+    ndim = len(blocks)
+    indices = list(itertools.product(*(range(b.stop - b.start) for b in blocks)))
+    offsets = np.empty(len(indices), dtype=np.int64)
+    for j, index in enumerate(indices):
         block = tuple(b.start + i for b, i in zip(blocks, index, strict=True))
-        at = slot_at(block) + tiles.offset(block, within) * moved.itemsize
+        offsets[j] = slot_at(block) + tiles.offset(block, within) * moved.itemsize
+    if moved.flags.c_contiguous:
+        write_many(offsets, moved.reshape(len(indices), *moved.shape[ndim:]))
+        return
+    for index, at in zip(indices, offsets.tolist(), strict=True):
         _write_run(write_at, moved[index], at, staging)
 
 
