@@ -16,7 +16,7 @@ stores being zstd, the target chunk's file is then by default its source chunks'
 one after the other (:func:`~oocarray._compute._rechunk._zstd_stream.copy_frames`), none
 decoded or encoded: zstd decodes concatenated frames as one stream (numcodecs from 0.16.4,
 zarrs and tensorstore do), and the rechunk is a copy at the disk's speed (merging four
-(1, 2048, 2048) chunks at a time: 10.3 s for 4 GiB re-encoded, 2.6 s copied).  Each source
+(1, 2048, 2048) chunks at a time: 10.3 s for 4 GiB re-encoded, 3.4 s copied).  Each source
 chunk is checked as it is copied, by its CRC-32C or else by decoding it.  A target chunk with
 a source chunk never written, or every one with ``recompress``, is encoded as one frame;
 padding at the array's edges is then carried byte for byte (a source chunk past the edge

@@ -4,9 +4,11 @@ Why: the native codec encodes a chunk in one call into an output buffer the chun
 decodes one from a buffer holding all its stored bytes, both kept per thread.  With 64 MiB
 chunks that is 64 MiB or more per thread and kind of work, which kept a rechunk in 256 MiB on
 one core.  Streamed, a thread holds a codec context (a window of a few MiB) and a piece of
-input and of output.  The file is the one the one-shot writer makes: one zstd frame with the
-content size in its header (the size is pledged), the codec's checksum flag, then zarr's
-crc32c codec's CRC-32C of the frame where the chain has one.
+input and of output.  The file written is the one the one-shot writer makes: one zstd frame
+with the content size in its header (the size is pledged), the codec's checksum flag, then
+zarr's crc32c codec's CRC-32C of the frame where the chain has one.  :func:`copy_frames`
+writes a chunk as other chunks' frames one after the other instead, and the reader takes
+those too.
 
 Written by hand over ctypes, because no library does both halves exactly: numcodecs has no
 streaming API, and python-zstandard's bounded stream reader cannot tell a whole frame from one
