@@ -19,19 +19,9 @@ import zarr.codecs
 import oocarray as oc
 from oocarray._storage._zarr._layout import crc32c_of
 from oocarray.errors import CorruptChunkError
+from tests.compute.test_rechunk_direct_streams import _source
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-
-
-def _source(path: Path, values: np.ndarray, chunks: tuple[int, ...], crc32c: bool) -> oc.Array:
-    compressors = [zarr.codecs.ZstdCodec(level=3)]
-    if crc32c:
-        compressors.append(zarr.codecs.Crc32cCodec())
-    z = zarr.create_array(
-        path, shape=values.shape, dtype=values.dtype, chunks=chunks, compressors=compressors
-    )
-    z[...] = values
-    return oc.open(path)
 
 
 def _frames(path: str, crc32c: bool) -> bytes:
