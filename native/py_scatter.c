@@ -39,13 +39,18 @@ static PyObject *pwrite_pieces(PyObject *Py_UNUSED(m), PyObject *args)
     size_t piece = (size_t)(view.len / count);
     const int64_t *where = at.buf;
     int err = 0;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        if (where[j] < 0) {
+            err = EINVAL;
+        }
+    }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t j = 0; j < count && !err; j++) {
         const char *from = (const char *)view.buf + (size_t)j * piece;
         off_t to = (off_t)where[j];
         size_t left = piece;
         while (left > 0) {
-            ssize_t wrote = to < 0 ? (errno = EINVAL, -1) : pwrite(fd, from, left, to);
+            ssize_t wrote = pwrite(fd, from, left, to);
             if (wrote < 0 && errno == EINTR) {
                 continue;
             }

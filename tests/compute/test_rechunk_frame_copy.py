@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numcodecs
 import numpy as np
 import pytest
 import zarr
@@ -130,7 +131,7 @@ def _damage(path: Path, how: str) -> None:
     elif how == "truncated":
         del stored[-9:]
     else:  # one whole frame of 1000 bytes, not the chunk's; with its CRC-32C where told
-        frame = zarr.codecs.ZstdCodec(level=3)._zstd_codec.encode(b"\0" * 1000)
+        frame = numcodecs.Zstd(level=3).encode(b"\0" * 1000)
         stored = bytearray(frame)
         if how.endswith("its CRC-32C right"):
             stored += crc32c_of(frame).to_bytes(4, "little")
