@@ -664,7 +664,7 @@ static size_t zstd_tune(ZSTD_CCtx *cctx, int level, size_t tune_bytes)
  * *written the bytes written; OC_ZW_NOMEM; OC_ZW_ZSTD with *written zstd's error code; or the
  * errno of the write. */
 int oc_zstd_write(int fd, const char *src, size_t n, int level, int checksum, int crc,
-                  size_t tune_bytes, size_t *written)
+                  size_t tune_bytes, int direct, size_t *written)
 {
     size_t r = 0;
     int result = 0;
@@ -701,7 +701,8 @@ int oc_zstd_write(int fd, const char *src, size_t n, int level, int checksum, in
                 }
                 r += 4;
             }
-            result = oc_write_all(fd, s->packed, r);
+            /* the buffer is a mapping of its own: aligned for direct I/O */
+            result = direct ? oc_write_direct(fd, s->packed, r) : oc_write_all(fd, s->packed, r);
         }
     }
     state_put(s);

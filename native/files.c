@@ -196,6 +196,52 @@ int oc_pread_all(int fd, char *dst, size_t n, int64_t offset, size_t *got)
     return 0;
 }
 
+/* Writes n bytes from p (aligned to OC_DIRECT_ALIGN) at the file's position (aligned too), the
+ * whole blocks with O_DIRECT where the file system takes it, past the page cache, the rest as
+ * oc_write_all does; 0 or an errno value.
+ *
+ * Why: a file written through the page cache takes a fresh page per 4 KiB, and on a virtual
+ * machine whose free memory is handed back to the host each fresh page is a fault of the host
+ * as well (1 GiB in files of 4 MiB here: 1.6-2.0 s of CPU through the page cache, 0.09 s
+ * direct).  The pages of a large output would also push everything else out of the cache.  A
+ * file system without direct I/O (EINVAL) gets the buffered write. */
+int oc_write_direct(int fd, const char *p, size_t n)
+{
+    size_t whole = n / OC_DIRECT_ALIGN * OC_DIRECT_ALIGN;
+    off_t at = whole ? lseek(fd, 0, SEEK_CUR) : -1;
+    int flags = at >= 0 && at % OC_DIRECT_ALIGN == 0 && (uintptr_t)p % OC_DIRECT_ALIGN == 0
+                    ? fcntl(fd, F_GETFL)
+                    : -1;
+    if (flags >= 0 && fcntl(fd, F_SETFL, flags | O_DIRECT) == 0) {
+        int result = 0;
+        while (whole > 0) {
+            ssize_t w = write(fd, p, whole);
+            if (w < 0 && errno == EINTR) {
+                continue;
+            }
+            if (w <= 0 || (size_t)w % OC_DIRECT_ALIGN) {
+                /* refused (EINVAL: no direct I/O here) or cut short: the rest buffered */
+                result = w < 0 && errno != EINVAL ? errno : 0;
+                if (w > 0) {
+                    p += w;
+                    n -= (size_t)w;
+                }
+                break;
+            }
+            p += w;
+            n -= (size_t)w;
+            whole -= (size_t)w;
+        }
+        if (fcntl(fd, F_SETFL, flags) != 0 && result == 0) {
+            result = errno;
+        }
+        if (result != 0) {
+            return result;
+        }
+    }
+    return oc_write_all(fd, p, n);
+}
+
 /* Writes n bytes at the file's position; 0 or an errno value (a write of nothing: EIO). */
 int oc_write_all(int fd, const char *p, size_t n)
 {

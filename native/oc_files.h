@@ -20,6 +20,10 @@ int oc_reserve_zeros(int fd, uint64_t offset, size_t bytes); /* 0 or errno (ENOS
 int oc_pwrite_all(int fd, const char *data, size_t bytes, uint64_t offset); /* 0 or errno */
 int oc_pread_all(int fd, char *dst, size_t n, int64_t offset, size_t *got); /* 0, -1, 1: ends */
 int oc_write_all(int fd, const char *p, size_t n);                          /* 0 or errno */
+/* Direct I/O's alignment of buffers, offsets and lengths: a page, which every device's logical
+ * block divides. */
+#define OC_DIRECT_ALIGN 4096
+int oc_write_direct(int fd, const char *p, size_t n); /* 0 or errno; see files.c */
 int oc_make_private(char *data, size_t bytes, int fd, uint64_t offset); /* copy-on-write file map */
 void oc_files_atfork(int phase);
 

@@ -198,20 +198,23 @@ static PyObject *oc_py_pool_workers(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(
 }
 
 /*
- * zstd_write(fd, data, level, checksum, crc32c=False, tune_bytes=0) -> int: write one zstd
- * frame of data's bytes to fd (from its current position), with the content size in the
- * header, as numcodecs writes it, and a checksum when asked; then, with crc32c, the CRC-32C of
- * the frame (zarr's crc32c codec after zstd).  With tune_bytes (smaller than data), the frame
- * is compressed with the parameters the level picks for a source of that size.  Compressed
+ * zstd_write(fd, data, level, checksum, crc32c=False, tune_bytes=0, direct=False) -> int: write
+ * one zstd frame of data's bytes to fd (from its current position), with the content size in
+ * the header, as numcodecs writes it, and a checksum when asked; then, with crc32c, the CRC-32C
+ * of the frame (zarr's crc32c codec after zstd).  With tune_bytes (smaller than data), the
+ * frame is compressed with the parameters the level picks for a source of that size.  With
+ * direct (a file written from a position that is a multiple of 4096), its whole blocks are
+ * written past the page cache where the file system can (see oc_write_direct).  Compressed
  * without the GIL into this thread's buffer.  Returns the bytes written; a failed write raises
  * OSError with its errno (ENOSPC on a full disk).
  */
 static PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
 {
-    int fd, level, checksum, crc = 0;
+    int fd, level, checksum, crc = 0, direct = 0;
     Py_ssize_t tune_bytes = 0;
     PyObject *data;
-    if (!PyArg_ParseTuple(args, "iOip|pn", &fd, &data, &level, &checksum, &crc, &tune_bytes)) {
+    if (!PyArg_ParseTuple(args, "iOip|pnp", &fd, &data, &level, &checksum, &crc, &tune_bytes,
+                          &direct)) {
         return NULL;
     }
     if (tune_bytes < 0) {
@@ -234,7 +237,7 @@ static PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
     int result;
     Py_BEGIN_ALLOW_THREADS
     result = oc_zstd_write(fd, view.buf, (size_t)view.len, level, checksum, crc, (size_t)tune_bytes,
-                           &r);
+                           direct, &r);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (result == OC_ZW_NOMEM) {

@@ -13,11 +13,23 @@ from oocarray._memory import active_manager, budget_left, system
 from oocarray._memory._units import format_bytes
 from oocarray.errors import MemoryBudgetError
 
-__all__ = ["UNBUDGETED_WORKING_BYTES", "require_memory", "unsupported", "working_bytes"]
+__all__ = [
+    "PAGE_CACHE_SHARE",
+    "UNBUDGETED_WORKING_BYTES",
+    "available_memory",
+    "outgrows_page_cache",
+    "require_memory",
+    "unsupported",
+    "working_bytes",
+]
 
 # Without a budget, algorithms still work in bounded pieces of this size (their runs, tables
 # and blocks), so an unbudgeted call on an array larger than RAM does not load it.
 UNBUDGETED_WORKING_BYTES = 256 << 20
+
+# File data larger than this share of the memory available would push much of the page
+# cache out (see outgrows_page_cache).
+PAGE_CACHE_SHARE = 16
 
 
 def unsupported(what: str) -> TypeError:
@@ -33,6 +45,26 @@ def working_bytes() -> int:
     leaves, else :data:`UNBUDGETED_WORKING_BYTES`."""
     left = budget_left(active_manager() or system())
     return UNBUDGETED_WORKING_BYTES if left is None else left
+
+
+def available_memory() -> int:
+    """The kernel's estimate of the memory available without swapping (MemAvailable); 0
+    where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def outgrows_page_cache(nbytes: int) -> bool:
+    """Whether ``nbytes`` of file data take more than ``1/PAGE_CACHE_SHARE`` of the memory
+    available: data a pass writes once and reads once at most, of that size, is better kept
+    out of the page cache (see the rechunk's scatter buffer and output)."""
+    return nbytes > available_memory() // PAGE_CACHE_SHARE
 
 
 def require_memory(function: str, peak_bytes: int, *, smallest_bytes: int, hint: str = "") -> None:

@@ -19,7 +19,7 @@ SEEK_DATA = getattr(os, "SEEK_DATA", 3)
 
 def _filled(monkeypatch: pytest.MonkeyPatch, slots: int) -> ScatterBuffer:
     """A buffer of ``slots`` slots of 4 pages, each filled with its number, freeing slots."""
-    monkeypatch.setattr(_buffer, "_available_memory", lambda: 0)  # every buffer frees slots
+    monkeypatch.setattr(_buffer, "outgrows_page_cache", lambda nbytes: True)  # slots freed
     unit = (4 * PAGE // 8,)
     buffer = ScatterBuffer((slots,), unit, np.dtype("f8"), map_bytes=1 << 20)
     for flat in range(slots):

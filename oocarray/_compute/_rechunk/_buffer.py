@@ -13,27 +13,12 @@ from typing import Any
 import numpy as np
 
 from oocarray import _native
+from oocarray._compute._limits import outgrows_page_cache
 from oocarray._compute._scratch_file import ScratchFile
 
 __all__ = ["PAGE", "ScatterBuffer", "flat_index"]
 
 PAGE = mmap.PAGESIZE
-
-# Written slots are freed (see ScatterBuffer.release) where the buffer is larger than this share
-# of the memory available.
-FREE_SLOTS_FROM_SHARE = 16
-
-
-def _available_memory() -> int:
-    """The kernel's estimate of the memory available without swapping (MemAvailable)."""
-    try:
-        with open("/proc/meminfo") as info:
-            for line in info:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def flat_index(block: tuple[int, ...], grid: tuple[int, ...]) -> int:
@@ -76,11 +61,11 @@ class ScatterBuffer:
         self._touched = 0
         self._lock = threading.Lock()
         # Slots are freed once written where the buffer takes a fair share of the memory
-        # available: their pages then make room for the output's (else taken from the page
-        # cache, our own dirty pages included, which are written to disk first).  A small
-        # buffer's are freed at once when it is closed: freeing slot by slot costs about
-        # three times the pread of the slot (0.13 s per 256 MiB here).
-        self._free_slots = size > _available_memory() // FREE_SLOTS_FROM_SHARE
+        # available: their pages then make room for others (else taken from the page cache,
+        # our own dirty pages included, which are written to disk first).  A small buffer's
+        # are freed at once when it is closed: freeing slot by slot costs about three times
+        # the pread of the slot (0.13 s per 256 MiB here).
+        self._free_slots = outgrows_page_cache(size)
 
     def write_at(self, offset: int, values: np.ndarray) -> None:
         """Write a C-contiguous array's bytes at byte ``offset`` of the buffer."""

@@ -20,6 +20,11 @@ them as zstd streams where the stores allow and that fits more threads (see
 needed.  A direct pass whose target chunks are each made of whole source chunks, one after
 the other, copies their zstd frames, none decoded or encoded (see :mod:`._direct_stream`);
 with ``recompress`` it streams both where that runs more threads.
+
+An output larger than the page cache should hold (see
+:func:`~oocarray._compute._limits.outgrows_page_cache`), written by the native zstd writer,
+has its chunk files written past the page cache (``O_DIRECT``), on a thread more than the
+cores: a thread waiting for the disk leaves its core to the others.
 """
 
 from __future__ import annotations
@@ -96,6 +101,8 @@ class Pass:
     # A direct pass streamed that writes each target chunk as its source chunks' stored
     # frames, none decoded or encoded (_direct_stream).
     copies_frames: bool = False
+    # The output's chunk files written past the page cache (Store.write_direct).
+    direct_writes: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,6 +204,8 @@ class Plan:
                 scatter += f" (chunks {' and '.join(streamed)} as streams)"
             if p.tiled:
                 scatter += " (slots in piece order)"
+            if p.direct_writes:
+                scatter += " (chunk files written past the page cache)"
             lines.append(
                 f"  {p.name}: blocks {p.block} on {p.workers} thread(s), read "
                 f"{format_bytes(p.bytes_read)}, write {format_bytes(p.bytes_written)}{scatter}, "
@@ -257,9 +266,10 @@ def _pass(
     shape: tuple[int, ...],
     itemsize: int,
     budget: int,
+    threads: int,
 ) -> Pass:
     """A pass's bytes: each block reads the source chunks it touches whole; as many blocks run
-    at once as the budget holds (at least one)."""
+    at once as the budget holds (at least one), at most ``threads``."""
     read_span = 1
     for n, b, s in zip(shape, block, source, strict=True):
         covered = 0
@@ -270,7 +280,7 @@ def _pass(
     nbytes = math.prod(shape) * itemsize
     chunk = math.prod(source) * itemsize
     per_block = BLOCK_COPIES * math.prod(block) * itemsize + chunk
-    workers = max(1, min(cpu_workers(), budget // max(per_block, 1)))
+    workers = max(1, min(threads, budget // max(per_block, 1)))
     return Pass(
         name, block, source, target, read_span * itemsize, nbytes, workers * per_block, workers
     )
@@ -314,19 +324,23 @@ def _scatter_pass(
     source: tuple[int, ...],
     target: tuple[int, ...],
     budget: int,
-    unit: tuple[int, ...] | None = None,
-    streams: tuple[bool, bool] = (False, False),
+    unit: tuple[int, ...] | None,
+    streams: tuple[bool, bool],
+    threads: int,
 ) -> Pass:
     """One pass through the scatter buffer, reading groups of source chunks (the pass's
     ``block``).  ``streams``: whether the source's chunks can be read, and the output's
     written, as streams (local unsharded zstd chunk files); they are where their chunks are
-    large (see STREAM_FROM_BYTES) and where that runs more threads in the budget."""
+    large (see STREAM_FROM_BYTES) and where that runs more threads in the budget.  At most
+    ``threads`` where target chunks are not streamed, else the cores."""
     source_bytes = math.prod(source) * itemsize
     target_bytes = math.prod(unit or target) * itemsize
     reads = streams[0] and source_bytes >= STREAM_FROM_BYTES
     writes = streams[1] and unit is None and target_bytes >= STREAM_FROM_BYTES
     variants = [
-        _scatter_variant(shape, itemsize, source, target, budget, unit, r, w)
+        _scatter_variant(
+            shape, itemsize, source, target, budget, unit, r, w, cpu_workers() if w else threads
+        )
         for r, w in {(False, False), (reads, False), (False, writes), (reads, writes)}
     ]
     # The most threads in the budget; then as PREFER_STREAMS says.
@@ -344,13 +358,14 @@ def _scatter_variant(
     unit: tuple[int, ...] | None,
     stream_reads: bool,
     stream_writes: bool,
+    threads: int,
 ) -> Pass:
     """The scatter pass with source chunks read, and target chunks written, as streams or
-    not."""
+    not, on at most ``threads`` threads."""
     nbytes = math.prod(shape) * itemsize
     target_bytes = math.prod(unit or target) * itemsize
     source_bytes = math.prod(source) * itemsize
-    workers = cpu_workers()
+    workers = threads
     # A streamed source chunk is read alone, a slab at a time: no group.
     group = (
         source
@@ -474,6 +489,7 @@ def make_plan(
     write_unit: tuple[int, ...] | None = None,
     streams: tuple[bool, bool] = (False, False),
     recompress: bool = False,
+    direct_writes: bool = False,
 ) -> Plan:
     """The first of direct, scatter and two-pass whose peak fits ``budget`` (or the one
     ``strategy`` names), else :class:`MemoryBudgetError` naming the smallest budget that
@@ -481,8 +497,13 @@ def make_plan(
     scatter also copies the data through its raw buffer, so direct comes first.
     ``write_unit`` is the output's shard shape, when it has shards; ``streams`` whether the
     source's chunks can be read, and the output's written, as streams; ``recompress`` whether
-    every target chunk is encoded (else a direct pass may copy zstd frames)."""
+    every target chunk is encoded (else a direct pass may copy zstd frames); ``direct_writes``
+    whether the output's chunk files are to be written past the page cache where the native
+    writer writes them (on a thread more than the cores: see the module's notes)."""
     itemsize = dtype.itemsize
+    # Threads of the passes that may write the output; the first of two passes writes the
+    # intermediate store through the page cache.
+    threads = cpu_workers() + (1 if direct_writes else 0)
     direct = _pass(
         "pass 1 (direct)",
         _lcm_block(source_chunks, target_chunks, shape),
@@ -491,6 +512,7 @@ def make_plan(
         shape,
         itemsize,
         budget,
+        threads,
     )
     streamed = _streamed_direct(direct, itemsize, budget, streams, write_unit, recompress)
     if streamed is not None and (
@@ -501,7 +523,7 @@ def make_plan(
     ):
         direct = streamed
     scatter = _scatter_pass(
-        shape, itemsize, source_chunks, target_chunks, budget, write_unit, streams
+        shape, itemsize, source_chunks, target_chunks, budget, write_unit, streams, threads
     )
     candidates = [
         Plan(shape, dtype, source_chunks, target_chunks, "direct", (direct,), None),
@@ -517,6 +539,7 @@ def make_plan(
             shape,
             itemsize,
             budget,
+            cpu_workers(),
         )
         second = _pass(
             "pass 2 (intermediate -> target)",
@@ -526,6 +549,7 @@ def make_plan(
             shape,
             itemsize,
             budget,
+            threads,
         )
         candidates.append(
             Plan(shape, dtype, source_chunks, target_chunks, "two-pass", (first, second), middle)
@@ -538,6 +562,11 @@ def make_plan(
             )
         candidates = named
     fitting = [p for p in candidates if p.peak_bytes <= budget]
+    if fitting and direct_writes:
+        *first_passes, last = fitting[0].passes
+        if not last.stream_writes:  # streamed chunks are written by Python, buffered
+            passes = (*first_passes, replace(last, direct_writes=True))
+            fitting[0] = replace(fitting[0], passes=passes)
     if not fitting:
         least = min(p.peak_bytes for p in candidates)
         raise MemoryBudgetError(

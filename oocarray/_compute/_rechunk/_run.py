@@ -4,6 +4,7 @@ many threads as the plan counted."""
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import shutil
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from oocarray._compute._limits import working_bytes
+from oocarray._compute._limits import outgrows_page_cache, working_bytes
 from oocarray._compute._rechunk._direct_stream import stream_copy
 from oocarray._compute._rechunk._plan import Pass, Plan, make_plan, normalize_chunks
 from oocarray._compute._rechunk._resume import Marker, units
@@ -162,8 +163,22 @@ def rechunk(
     # (checked again on the store made: see _scatter.scatter).
     local_out = out is None or (isinstance(out, (str, os.PathLike)) and "://" not in str(out))
     streams = (streamable(x._store), codec == "zstd" and shards is None and local_out)
+    # A large output given a place is seldom read back at once: its chunk files go past the
+    # page cache (a temporary output is what the caller reads next).
+    direct_writes = (
+        out is not None and streams[1] and outgrows_page_cache(math.prod(shape) * dtype.itemsize)
+    )
     plan = make_plan(
-        shape, dtype, source_chunks, target, budget, strategy, unit, streams, recompress
+        shape,
+        dtype,
+        source_chunks,
+        target,
+        budget,
+        strategy,
+        unit,
+        streams,
+        recompress,
+        direct_writes,
     )
     if dry_run:
         return plan
@@ -241,6 +256,7 @@ def _reopen(out: Any, dataset: str | None) -> Any:
 
 
 def _run_plan(x: Any, plan: Plan, result: Any, progress: bool, marker: Marker | None) -> None:
+    result._store.write_direct(plan.passes[-1].direct_writes)
     if plan.strategy == "scatter":
         scatter(x, result, plan.passes[0], progress, marker)
         return

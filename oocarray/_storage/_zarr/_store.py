@@ -295,6 +295,8 @@ class ZarrStore(Store):
             self._row_path = (head, tail)
         self.codec = self._codec_name()
         self._zstd_writer = _zstd_writer(layout)
+        # Chunk files written past the page cache (see write_direct).
+        self._direct = False
         self._thread_reads = threading.local()
         self.supports_partial_reads = self._plain_files
         # a local directory read without zarr-python
@@ -580,6 +582,10 @@ class ZarrStore(Store):
     def write_chunk(self, chunk: tuple[int, ...], data: np.ndarray) -> None:
         self.write_blocks([(chunk, data)])
 
+    def write_direct(self, on: bool) -> None:
+        # Unsharded zstd chunk files of this machine's disks (the native writer's) can.
+        self._direct = on and self._local_files and self._zstd_writer is not None
+
     def write_blocks(self, blocks: Sequence[tuple[tuple[int, ...], np.ndarray]]) -> None:
         """Whole blocks of :attr:`write_grid`.  Unsharded chunks are padded and laid out as
         stored here, in the caller's manager, then encoded and written on every core (zstd
@@ -613,7 +619,7 @@ class ZarrStore(Store):
             data = _as_encodable(data)
             if self._zstd_writer is not None:
                 # one zstd frame, and the crc32c codec's checksum after it if it follows
-                self._zstd_writer.write(fd, data)
+                self._zstd_writer.write(fd, data, self._direct)
             else:
                 for part in encoded_parts(layout, data):
                     while part:

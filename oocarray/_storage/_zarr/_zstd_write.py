@@ -66,17 +66,19 @@ class ZstdChunkWriter:
         self.tune_bytes: int | None = None if level <= BLOCK_PARAMS_MAX_LEVEL else 0
         self._lock = threading.Lock()
 
-    def write(self, fd: int, data: Any) -> int:
+    def write(self, fd: int, data: Any, direct: bool = False) -> int:
         """Write ``data`` (a C-contiguous buffer) to ``fd`` from its position as one frame;
         the bytes written.  The GIL is released while it compresses and writes; a failed
-        write raises ``OSError`` (ENOSPC on a full disk)."""
+        write raises ``OSError`` (ENOSPC on a full disk).  With ``direct`` the file's whole
+        blocks go past the page cache where its file system allows (``O_DIRECT``), the rest
+        through it."""
         tune = self.tune_bytes
         if tune is None:
             with self._lock:  # the first chunks wait for the probe of one of them
                 if self.tune_bytes is None:
                     self.tune_bytes = self._probe(data)
             tune = self.tune_bytes
-        return _native.zstd_write(fd, data, self.level, self.checksum, self.crc32c, tune)
+        return _native.zstd_write(fd, data, self.level, self.checksum, self.crc32c, tune, direct)
 
     def _probe(self, data: Any) -> int:
         """Compress ``data`` with zstd's own and the block-sized parameters (to /dev/null,
