@@ -36,15 +36,18 @@ with oc.Manager("w15", max_bytes=budget):
     # Not a peer: the codec work alone, what no rechunk can skip -- every source chunk decoded
     # once and every target chunk encoded (and its file written) once, on every core, with
     # nothing moved between them.  The values encoded are a source chunk's, laid out as a
-    # target chunk: random floats compress alike in either order.
+    # target chunk: random floats compress alike in either order.  The files are written as
+    # oc.rechunk writes them: past the page cache where the output outgrows it.
     FLOOR: """
 import itertools, math, numpy as np, oocarray as oc
 from concurrent.futures import ThreadPoolExecutor
+from oocarray._compute._limits import outgrows_page_cache
 from oocarray._storage._pool import workers
 x = oc.open(src)
 s = x._store
 y = oc.create(out, x.shape, x.dtype, chunks=target)
 d = y._store
+d.write_direct(outgrows_page_cache(x.nbytes))
 sample = np.resize(s.read_chunk((0,) * x.ndim).ravel(), target)
 def grid(chunks):
     return itertools.product(*(range(-(-n // c)) for n, c in zip(x.shape, chunks)))

@@ -152,7 +152,14 @@ def key_gather(
     /,
 ) -> int: ...
 def zstd_write(
-    fd: int, data: Any, level: int, checksum: bool, crc32c: bool = ..., tune_bytes: int = ..., /
+    fd: int,
+    data: Any,
+    level: int,
+    checksum: bool,
+    crc32c: bool = ...,
+    tune_bytes: int = ...,
+    direct: bool = ...,
+    /,
 ) -> int: ...
 def zlib_available() -> bool: ...
 def h5_masked(codec: int, mask: int, /) -> int: ...
