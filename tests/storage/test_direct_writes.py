@@ -160,9 +160,14 @@ def test_a_rechunk_writes_an_output_that_outgrows_the_cache_past_it(
         assert work.workers == workers() + 1  # one waits for the disk while the others encode
         assert "(chunk files written past the page cache)" in str(plan)
     y = oc.rechunk(source, (64, 16, 16), out, max_mem="8M", strategy="scatter", progress=False)
-    assert not _cached(direct_dir / "series.zarr" / "c" / "0" / "0" / "0", 0)
+    first = direct_dir / "series.zarr" / "c" / "0" / "0" / "0"
+    assert not _cached(first, 0)
     np.testing.assert_array_equal(y[:], values)
     np.testing.assert_array_equal(zarr.open_array(out, mode="r")[:], values)
+    # The array returned writes through the page cache again.
+    y[:, :16, :16] = values[:, :16, :16] + 1
+    assert _cached(first, 0)
+    np.testing.assert_array_equal(oc.open(out)[:, :16, :16], values[:, :16, :16] + 1)
 
 
 def test_a_temporary_or_small_output_goes_through_the_cache(

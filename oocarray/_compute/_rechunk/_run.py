@@ -256,7 +256,15 @@ def _reopen(out: Any, dataset: str | None) -> Any:
 
 
 def _run_plan(x: Any, plan: Plan, result: Any, progress: bool, marker: Marker | None) -> None:
+    # Only the rechunk's own writes: the array returned writes through the page cache.
     result._store.write_direct(plan.passes[-1].direct_writes)
+    try:
+        _run_passes(x, plan, result, progress, marker)
+    finally:
+        result._store.write_direct(False)
+
+
+def _run_passes(x: Any, plan: Plan, result: Any, progress: bool, marker: Marker | None) -> None:
     if plan.strategy == "scatter":
         scatter(x, result, plan.passes[0], progress, marker)
         return
