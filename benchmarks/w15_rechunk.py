@@ -318,6 +318,9 @@ def run(
                 """One run of ``side``, its output checked against the source."""
                 out = os.path.join(directory, "out.zarr")
                 shutil.rmtree(out, ignore_errors=True)
+                # Every side starts with the disk idle: the last side's output, still in the
+                # page cache, would otherwise be written back during this one's run.
+                os.sync()
                 python = pythons.get(side, sys.executable)
                 timed = run_side(side, sources[side], out, target, budget, limit, python)
                 if not timed.error and side != FLOOR:
