@@ -23,6 +23,10 @@ Sides, each in a fresh process (imports and opening untimed), rounds interleaved
   alone would not reach the climatology xarray chunks for the grouped subtraction, and Cubed
   refuses arrays of different specs.
 
+A peer slower than ``SLOW_PEER`` times the fastest peer cannot be the one the target compares
+to: its run is stopped there (Cubed's at 4 GiB would take most of an hour), reported as not
+finished, and a peer that ran past that in the first round is not run again.
+
 Each side's climatology and a sample of its anomaly store are checked equal (allclose) to the
 first side that succeeded.  Peak RSS is the process's ``ru_maxrss``.  A side that fails
 (an operation its chunk manager does not support) is reported as failed with its error; it
@@ -61,6 +65,8 @@ PEER_TARGET = 1 / 1.5
 ROUNDS = 3
 QUICK_ROUNDS = 2
 SIDES = ("oocarray", "dask", "cubed")
+# A peer's run (both workloads) longer than this many times the fastest peer's is stopped.
+SLOW_PEER = 2.0
 
 _OPEN = {
     "oocarray": """
@@ -120,8 +126,11 @@ def _bytes(size: str) -> int:
     return nbytes
 
 
-def run_side(side: str, path: str, directory: str, budget: str) -> tuple[float, float, int]:
-    """One round of ``side`` in a fresh process: the two workloads' seconds and peak RSS."""
+def run_side(
+    side: str, path: str, directory: str, budget: str, limit: float | None = None
+) -> tuple[float, float, int]:
+    """One round of ``side`` in a fresh process: the two workloads' seconds and peak RSS;
+    a RuntimeError when it fails or runs past ``limit`` seconds (then it is stopped)."""
     work = tempfile.mkdtemp(prefix=f"cubed-{side}-", dir=directory)
     code = _WORK.format(
         open=_OPEN[side].format(path=path, budget=budget, work=work),
@@ -134,8 +143,18 @@ def run_side(side: str, path: str, directory: str, budget: str) -> tuple[float, 
     )
     try:
         done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+            timeout=limit,
         )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(
+            f"not finished in {format_seconds(limit or 0)} ({SLOW_PEER:g}x the fastest peer's "
+            "run): stopped"
+        ) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if done.returncode != 0:
@@ -178,10 +197,11 @@ def run(quick: bool, size: str | None = None, rounds: int | None = None) -> Resu
         for round_number in range(rounds):
             shift = round_number % len(SIDES)
             for side in SIDES[shift:] + SIDES[:shift]:
-                if runs[side].error is not None:
+                limit = _peer_limit(side, runs)
+                if runs[side].error is not None or (limit and _first(runs[side]) > limit):
                     continue
                 try:
-                    climatology_s, anomaly_s, rss = run_side(side, path, directory, BUDGET)
+                    climatology_s, anomaly_s, rss = run_side(side, path, directory, BUDGET, limit)
                 except RuntimeError as error:
                     runs[side].error = str(error)
                     continue
@@ -194,6 +214,18 @@ def run(quick: bool, size: str | None = None, rounds: int | None = None) -> Resu
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return _result(runs, shape.nbytes, shape.days)
+
+
+def _first(side: SideRuns) -> float:
+    """A side's first run, both workloads (0 before it ran)."""
+    return side.climatology[0] + side.anomaly[0] if side.climatology else 0.0
+
+
+def _peer_limit(side: str, runs: dict[str, SideRuns]) -> float | None:
+    """The seconds past which peer ``side`` cannot be the fastest peer: ``SLOW_PEER`` times the
+    fastest other peer's first run; None for oocarray and before another peer ran."""
+    others = [_first(r) for s, r in runs.items() if s not in ("oocarray", side) and _first(r)]
+    return SLOW_PEER * min(others) if side != "oocarray" and others else None
 
 
 def _result(runs: dict[str, SideRuns], nbytes: int, days: int) -> Result:
