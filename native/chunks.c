@@ -7,8 +7,9 @@
  * chunks are then read from that offset only; zstd frames are decoded as a stream that stops
  * once dest is full, so reading the first rows of a chunk never decodes the rest.
  *
- * zstd comes from the system's libzstd.so.1, loaded on first use (codecs.c).  Without the
- * library zstd_available() is false and Python decodes with numcodecs instead.
+ * zstd comes from numcodecs' own copy of libzstd, else the system's libzstd.so.1, loaded on
+ * first use (codecs.c).  Without either zstd_available() is false and Python decodes with
+ * numcodecs instead.
  */
 #include "oc_core.h"
 #include "oc_regions.h"
@@ -502,7 +503,7 @@ void oc_unshuffle8(const char *src, size_t total, size_t skip, char *dst, size_t
 /* Compress n bytes of src as one zstd frame at `level` (a checksum when asked, the content
  * size in the header: what numcodecs writes), shuffled by 8 first when asked, into this
  * thread's buffer: *out and *out_n (valid until this thread's next call).  0, ENOMEM, ENOSYS
- * (no libzstd.so.1) or EIO (zstd refused). */
+ * (no libzstd) or EIO (zstd refused). */
 static int pack(const char *src, size_t n, int shuffle8, int level, int checksum, char **out,
                 size_t *out_n)
 {

@@ -12,7 +12,9 @@
  *
  * The libraries are found by Python (their paths depend on the installation) and loaded here
  * with oc_codec_load; a codec whose library is not loaded is decoded by Python instead, and
- * such arrays are not paged.  libzstd and libz, the system's, are loaded here on first use.
+ * such arrays are not paged.  libzstd is the one Python gives (numcodecs' own copy, what
+ * zarr-python encodes and decodes with), else the system's; libz is the system's; both are
+ * loaded here on first use.
  *
  * c-blosc trusts its header: the sizes (which chunks.c checks against what was read), and the
  * flags and type size, which choose how the decoded bytes are unshuffled: one bit flipped there
@@ -38,47 +40,67 @@ static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
  * copied from zstd.h, which need not be installed) ---- */
 
 oc_zstd_api oc_zstd;
-static int zstd_loaded; /* 1 loaded, -1 unavailable; set once under zstd_once */
+static int zstd_loaded; /* 1 once oc_zstd is bound (then never again); read atomically */
 static pthread_once_t zstd_once = PTHREAD_ONCE_INIT;
 
-static void zstd_load(void)
+/* Binds oc_zstd to the zstd functions of the library at path, under load_lock; 1 when bound
+ * (now or before).  A library that lacks any of them (too old) is not used at all. */
+static int zstd_bind(const char *path)
 {
-    void *lib = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (zstd_loaded == 1) {
+        return 1;
+    }
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL) {
-        zstd_loaded = -1;
-        return;
+        return 0;
     }
-    *(void **)&oc_zstd.create = dlsym(lib, "ZSTD_createDCtx");
-    *(void **)&oc_zstd.free = dlsym(lib, "ZSTD_freeDCtx");
-    *(void **)&oc_zstd.decompress = dlsym(lib, "ZSTD_decompressDCtx");
-    *(void **)&oc_zstd.stream = dlsym(lib, "ZSTD_decompressStream");
-    *(void **)&oc_zstd.reset = dlsym(lib, "ZSTD_DCtx_reset");
-    *(void **)&oc_zstd.is_error = dlsym(lib, "ZSTD_isError");
-    *(void **)&oc_zstd.error_name = dlsym(lib, "ZSTD_getErrorName");
-    *(void **)&oc_zstd.content_size = dlsym(lib, "ZSTD_getFrameContentSize");
-    *(void **)&oc_zstd.create_c = dlsym(lib, "ZSTD_createCCtx");
-    *(void **)&oc_zstd.free_c = dlsym(lib, "ZSTD_freeCCtx");
-    *(void **)&oc_zstd.set_parameter = dlsym(lib, "ZSTD_CCtx_setParameter");
-    *(void **)&oc_zstd.reset_c = dlsym(lib, "ZSTD_CCtx_reset");
-    *(void **)&oc_zstd.compress = dlsym(lib, "ZSTD_compress2");
-    *(void **)&oc_zstd.bound = dlsym(lib, "ZSTD_compressBound");
-    *(void **)&oc_zstd.sizeof_d = dlsym(lib, "ZSTD_sizeof_DCtx");
-    *(void **)&oc_zstd.sizeof_c = dlsym(lib, "ZSTD_sizeof_CCtx");
-    *(void **)&oc_zstd.level_params = dlsym(lib, "ZSTD_getCParams");
-    int complete = oc_zstd.create && oc_zstd.free && oc_zstd.decompress && oc_zstd.stream &&
-                   oc_zstd.reset && oc_zstd.is_error && oc_zstd.error_name &&
-                   oc_zstd.content_size && oc_zstd.create_c && oc_zstd.free_c &&
-                   oc_zstd.set_parameter && oc_zstd.reset_c && oc_zstd.compress && oc_zstd.bound;
+    oc_zstd_api api = {0};
+    *(void **)&api.create = dlsym(lib, "ZSTD_createDCtx");
+    *(void **)&api.free = dlsym(lib, "ZSTD_freeDCtx");
+    *(void **)&api.decompress = dlsym(lib, "ZSTD_decompressDCtx");
+    *(void **)&api.stream = dlsym(lib, "ZSTD_decompressStream");
+    *(void **)&api.reset = dlsym(lib, "ZSTD_DCtx_reset");
+    *(void **)&api.is_error = dlsym(lib, "ZSTD_isError");
+    *(void **)&api.error_name = dlsym(lib, "ZSTD_getErrorName");
+    *(void **)&api.content_size = dlsym(lib, "ZSTD_getFrameContentSize");
+    *(void **)&api.create_c = dlsym(lib, "ZSTD_createCCtx");
+    *(void **)&api.free_c = dlsym(lib, "ZSTD_freeCCtx");
+    *(void **)&api.set_parameter = dlsym(lib, "ZSTD_CCtx_setParameter");
+    *(void **)&api.reset_c = dlsym(lib, "ZSTD_CCtx_reset");
+    *(void **)&api.compress = dlsym(lib, "ZSTD_compress2");
+    *(void **)&api.bound = dlsym(lib, "ZSTD_compressBound");
+    *(void **)&api.sizeof_d = dlsym(lib, "ZSTD_sizeof_DCtx");
+    *(void **)&api.sizeof_c = dlsym(lib, "ZSTD_sizeof_CCtx");
+    *(void **)&api.level_params = dlsym(lib, "ZSTD_getCParams");
+    *(void **)&api.version = dlsym(lib, "ZSTD_versionNumber");
+    int complete = api.create && api.free && api.decompress && api.stream && api.reset &&
+                   api.is_error && api.error_name && api.content_size && api.create_c &&
+                   api.free_c && api.set_parameter && api.reset_c && api.compress && api.bound &&
+                   api.version;
     if (!complete) {
-        dlclose(lib); /* too old a library: none of it is used */
+        dlclose(lib);
+        return 0;
     }
-    zstd_loaded = complete ? 1 : -1;
+    oc_zstd = api;
+    __atomic_store_n(&zstd_loaded, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* The system's libzstd, where nothing was given before the first use (oc_codec_load). */
+static void zstd_load_system(void)
+{
+    pthread_mutex_lock(&load_lock);
+    zstd_bind("libzstd.so.1");
+    pthread_mutex_unlock(&load_lock);
 }
 
 int oc_zstd_ready(void)
 {
-    pthread_once(&zstd_once, zstd_load);
-    return zstd_loaded == 1;
+    if (__atomic_load_n(&zstd_loaded, __ATOMIC_ACQUIRE) == 1) {
+        return 1;
+    }
+    pthread_once(&zstd_once, zstd_load_system);
+    return __atomic_load_n(&zstd_loaded, __ATOMIC_ACQUIRE) == 1;
 }
 
 /* ---- libz, loaded at run time (only its inflate functions: no zlib.h is needed to build) ---- */
@@ -205,7 +227,10 @@ int oc_codec_load(int which, const char *path)
 {
     pthread_mutex_lock(&load_lock);
     int ready = oc_codec_lib_ready(which);
-    if (!ready) {
+    if (!ready && which == OC_LIB_ZSTD) {
+        ready = zstd_bind(path);
+    }
+    else if (!ready) {
         void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
         if (h != NULL) {
             void *a = NULL, *b = NULL;
@@ -251,7 +276,7 @@ int oc_codec_lib_ready(int which)
     case OC_LIB_CRC32C:
         return __atomic_load_n((void **)&lib.crc32c_extend, __ATOMIC_ACQUIRE) != NULL;
     case OC_LIB_ZSTD:
-        return oc_zstd_ready();
+        return __atomic_load_n(&zstd_loaded, __ATOMIC_ACQUIRE) == 1;
     case OC_LIB_ZLIB:
         return oc_zlib_ready();
     default:

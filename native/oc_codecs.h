@@ -61,6 +61,7 @@ typedef struct {
     size_t (*sizeof_c)(const ZSTD_CCtx *);
     /* optional: the parameters a level picks for a source of a given size (ZSTD_getCParams) */
     oc_zstd_cparams (*level_params)(int, unsigned long long, size_t);
+    unsigned (*version)(void); /* ZSTD_versionNumber: 10506 for 1.5.6 */
 } oc_zstd_api;
 /* A 4-byte little-endian number in a chunk's header or trailer. */
 static inline uint32_t oc_le32(const unsigned char *p)

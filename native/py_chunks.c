@@ -18,6 +18,13 @@ static PyObject *oc_py_zstd_available(PyObject *Py_UNUSED(m), PyObject *Py_UNUSE
     return PyBool_FromLong(oc_zstd_ready());
 }
 
+/* zstd_version() -> int: the version number of the libzstd in use (10506 for 1.5.6); 0 when
+ * none can be loaded. */
+static PyObject *oc_py_zstd_version(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    return PyLong_FromUnsignedLong(oc_zstd_ready() ? oc_zstd.version() : 0);
+}
+
 /*
  * read_chunks(jobs, sources, dests, threads) -> ([(job, message), ...], [job, ...])
  *
@@ -222,7 +229,7 @@ static PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
         return NULL;
     }
     if (!oc_zstd_ready()) {
-        PyErr_SetString(PyExc_RuntimeError, "libzstd.so.1 is not available");
+        PyErr_SetString(PyExc_RuntimeError, "no libzstd is available");
         return NULL;
     }
     if (crc && !oc_codec_lib_ready(OC_LIB_CRC32C)) {
@@ -366,8 +373,9 @@ static PyObject *oc_py_zlib_available(PyObject *Py_UNUSED(m), PyObject *Py_UNUSE
 PyMethodDef oc_py_chunks_methods[] = {
     {"read_chunks", oc_py_read_chunks, METH_VARARGS, "read_chunks(jobs, sources, dests, threads) -> ([(job, message)], [job]): run a read's job table on the native pool; the failed jobs with their reasons, and the jobs whose file does not exist."},
     {"pool_workers", oc_py_pool_workers, METH_NOARGS, "pool_workers() -> int: the native pool's threads started in this process."},
-    {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether libzstd.so.1 could be loaded."},
-    {"codec_library", oc_py_codec_library, METH_VARARGS, "codec_library(which, path) -> bool: load a codec's library (LIB_BLOSC, LIB_LZ4, LIB_CRC32C)."},
+    {"zstd_available", oc_py_zstd_available, METH_NOARGS, "Whether a libzstd is loaded (the one given with codec_library, else the system's libzstd.so.1)."},
+    {"zstd_version", oc_py_zstd_version, METH_NOARGS, "zstd_version() -> int: the version number of the libzstd in use; 0 without one."},
+    {"codec_library", oc_py_codec_library, METH_VARARGS, "codec_library(which, path) -> bool: load a codec's library (LIB_ZSTD before zstd's first use, LIB_BLOSC, LIB_LZ4, LIB_CRC32C)."},
     {"codec_ready", oc_py_codec_ready, METH_VARARGS, "codec_ready(codec) -> bool: whether the native reader decodes this codec number."},
     {"crc32c", oc_py_crc32c, METH_VARARGS,
      "crc32c(data, crc=0) -> int: the CRC-32C of a buffer's bytes, continuing crc."},

@@ -107,6 +107,7 @@ race:drop_gil
 race:_multiarray_umath
 race:libopenblas
 race:libzstd
+race:zstd.cpython
 race:libblosc
 race:libz.so
 race:liblz4

@@ -15,6 +15,9 @@ from oocarray._memory._workspace import (
     WorkspaceStats,
     destroy_workspaces,
 )
+from oocarray._memory._zstd_library import zstd_library
+
+zstd_library()  # before zstd's first use: the native code keeps the first library bound
 
 __all__ = [
     "Config",

@@ -28,7 +28,7 @@ import oocarray as oc
 from oocarray import _native
 from oocarray._storage import _pool
 
-needs_zstd = pytest.mark.skipif(not _native.zstd_available(), reason="no libzstd.so.1 here")
+needs_zstd = pytest.mark.skipif(not _native.zstd_available(), reason="no libzstd here")
 
 SMALL = 64 * 1024  # decoded whole, then the range copied
 LARGE = 768 * 1024  # decoded as a stream that stops at the range's end

@@ -16,7 +16,7 @@ import pytest
 from oocarray import _native
 from oocarray._memory import scratch_step
 
-needs_zstd = pytest.mark.skipif(not _native.zstd_available(), reason="no libzstd.so.1 here")
+needs_zstd = pytest.mark.skipif(not _native.zstd_available(), reason="no libzstd here")
 
 BASE = 256 * 1024
 PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -13,8 +13,9 @@ those too.
 Written by hand over ctypes, because no library does both halves exactly: numcodecs has no
 streaming API, and python-zstandard's bounded stream reader cannot tell a whole frame from one
 whose checksum trailer was cut short (both read back every byte without an error), while its
-decompressobj returns a call's whole output, up to a chunk, at once.  libzstd.so.1 is the
-library the native codec loads, and ctypes releases the GIL for every call into it.
+decompressobj returns a call's whole output, up to a chunk, at once.  The library is the one
+the native codec uses (see :mod:`oocarray._memory._zstd_library`), and ctypes releases the GIL
+for every call into it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from oocarray import _native
+from oocarray._memory._zstd_library import zstd_library
 from oocarray._storage._zarr._layout import crc32c_of
 from oocarray._storage._zarr._store import ZarrStore, written_beside
 from oocarray.errors import CorruptChunkError
@@ -68,9 +70,10 @@ class _Window(ctypes.Structure):
 
 @functools.cache
 def _library() -> Any:
-    """libzstd.so.1 with the prototypes used here, or None where it cannot be loaded."""
+    """The libzstd the native code uses, with the prototypes used here, or None where it
+    cannot be loaded."""
     try:
-        lib = ctypes.CDLL("libzstd.so.1")
+        lib = ctypes.CDLL(zstd_library())
     except OSError:
         return None
     size, pointer, window = ctypes.c_size_t, ctypes.c_void_p, ctypes.POINTER(_Window)
