@@ -16,6 +16,8 @@ import dataclasses
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,6 +32,7 @@ __all__ = [
     "Timings",
     "evict_page_cache",
     "files_under",
+    "fresh_python",
     "marked_cold",
     "scratch",
     "zarr_pipeline",
@@ -59,6 +62,23 @@ def files_under(paths: Sequence[str]) -> Iterator[str]:
         for directory, _, names in os.walk(path):
             for name in names:
                 yield os.path.join(directory, name)
+
+
+def fresh_python(code: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """``code`` run by this interpreter in a fresh process that imports this checkout's
+    ``benchmarks`` and ``oocarray``, its output captured; ``subprocess.TimeoutExpired`` (the
+    process stopped) past ``timeout`` seconds."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=timeout,
+    )
 
 
 def evict_page_cache(paths: Sequence[str]) -> int:

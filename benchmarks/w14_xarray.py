@@ -47,7 +47,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 
@@ -55,6 +54,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 import oocarray as oc
+from benchmarks._harness import fresh_python
 from benchmarks._timing import Ratio, Result, Row, Table, TextRow, format_mib, format_seconds
 
 FULL_SIZE = "4G"
@@ -137,19 +137,8 @@ def run_side(
         clim_out=os.path.join(directory, f"clim-{side}.npy"),
         anomaly_out=os.path.join(directory, f"anomaly-{side}.zarr"),
     )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env.get("PYTHONPATH", "")]
-    )
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=False,
-            timeout=limit,
-        )
+        done = fresh_python(code, limit)
     except subprocess.TimeoutExpired:
         raise RuntimeError(
             f"not finished in {format_seconds(limit or 0)} ({SLOW_PEER:g}x the fastest peer's "

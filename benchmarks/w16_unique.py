@@ -32,12 +32,12 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 
 import numpy as np
 
 import oocarray as oc
+from benchmarks._harness import fresh_python
 from benchmarks._timing import Ratio, Result, Row, Table, TextRow, format_seconds
 
 FULL_IDS = 500_000_000
@@ -131,18 +131,7 @@ def run_side(side: str, path: str, budget: str, limit: float | None = None) -> t
     ``subprocess.TimeoutExpired`` (the process stopped) past ``limit`` seconds."""
     code = _PRELUDE + _SIDES[side].format(path=path, budget=budget)
     code += 'print("RESULT " + json.dumps([seconds, digest(values, counts)]))\n'
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env.get("PYTHONPATH", "")]
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=limit,
-    )
+    done = fresh_python(code, limit)
     if done.returncode != 0:
         raise RuntimeError(f"{side} failed:\n{done.stderr[-3000:]}")
     line = next(s for s in done.stdout.splitlines() if s.startswith("RESULT "))
