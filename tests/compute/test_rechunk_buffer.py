@@ -104,3 +104,38 @@ def test_punch_hole_frees_a_range_of_a_file(tmp_path: os.PathLike[str]) -> None:
             _native.punch_hole(-1, 0, PAGE)
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda r: r.random((256, 64), dtype=np.float32).reshape(256, 4, 16).transpose(1, 0, 2),
+        lambda r: r.random((5, 7, 3, 4))[:, ::2, :, 1:3],
+        lambda r: r.random((10, 3))[:, ::-1],
+        lambda r: np.asarray(r.random()),
+        lambda r: r.random((4, 0, 3)),
+        lambda r: r.integers(0, 255, (9, 13, 7), dtype=np.uint8).transpose(2, 0, 1),
+        lambda r: np.zeros(6, dtype=[("x", "f4"), ("y", "i2")])[::2],
+    ],
+)
+def test_copy_runs_copies_any_strides(make) -> None:
+    source = make(np.random.default_rng(4))
+    into = np.zeros(source.shape, source.dtype)
+    _native.copy_runs(into, source)
+    np.testing.assert_array_equal(into, source)
+    spaced = np.zeros((*source.shape, 3), source.dtype)[..., 1]  # a strided destination
+    _native.copy_runs(spaced, source)
+    np.testing.assert_array_equal(spaced, source)
+
+
+def test_copy_runs_refuses_other_shapes_and_python_objects() -> None:
+    with pytest.raises(ValueError, match="differ"):
+        _native.copy_runs(np.empty(3), np.empty(4))
+    with pytest.raises(ValueError, match="differ"):
+        _native.copy_runs(np.empty(3, "f4"), np.empty(3, "f8"))
+    with pytest.raises(TypeError, match="Python objects"):
+        _native.copy_runs(np.empty(2, object), np.array([object(), 1], dtype=object))
+    read_only = np.zeros(3)
+    read_only.flags.writeable = False
+    with pytest.raises((BufferError, ValueError)):
+        _native.copy_runs(read_only, np.ones(3))

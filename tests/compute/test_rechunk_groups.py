@@ -114,3 +114,28 @@ def test_a_scatter_into_many_small_blocks_copies_in_steps(tmp_path):
     out = tmp_path / "out.zarr"
     y = oc.rechunk(x, (4, 1, 1), out, max_mem="1M", strategy="scatter", progress=False)
     np.testing.assert_array_equal(y[...], values)
+
+
+def test_a_group_of_whole_chunks_is_decoded_into_a_stack_then_placed(tmp_path, monkeypatch):
+    from oocarray._storage._zarr._store import ZarrStore
+
+    # series -> time: a group is several (16, 4, 4) chunks side by side, each strided in it.
+    values = np.random.default_rng(3).random((16, 32, 32)).astype("f4")
+    x = _source(tmp_path / "src.zarr", values, (16, 4, 4))
+    plan = oc.rechunk(x, (1, 32, 32), max_mem="1M", strategy="scatter", dry_run=True)
+    group = plan.passes[0].block
+    assert not plan.passes[0].stream_reads and group[1:] != (4, 4)
+    outs: list[tuple[int, ...]] = []
+    read_into = ZarrStore.read_into
+
+    def recording(self, pieces, out):
+        outs.append(out.shape)
+        return read_into(self, pieces, out)
+
+    monkeypatch.setattr(ZarrStore, "read_into", recording)
+    with oc.Manager(max_bytes="1M") as m:
+        y = oc.rechunk(x, (1, 32, 32), tmp_path / "out.zarr", strategy="scatter", progress=False)
+        assert m.stats().peak_bytes <= 1 << 20
+    np.testing.assert_array_equal(y[...], values)
+    per_group = (group[1] // 4) * (group[2] // 4)
+    assert (16 * per_group, 4, 4) in outs  # the chunks stacked, each one contiguous

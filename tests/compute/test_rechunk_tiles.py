@@ -168,3 +168,38 @@ def test_a_rechunk_through_slots_in_piece_order_equals_its_input(
     assert y.chunks == (min(target_rows, shape[0]), shape[1], shape[2])
     np.testing.assert_array_equal(y[...], values)
     assert plan.passes[0].tiled == (not pieces_are_runs(plan.passes[0].block, y.chunks))
+
+
+@pytest.mark.parametrize(
+    ("shape", "unit", "group", "even"),
+    [
+        ((4, 64, 64), (1, 64, 64), (4, 16, 32), True),  # series -> time: boxes of one shape
+        ((3, 12, 10), (3, 12, 10), (1, 4, 5), True),
+        ((5, 13, 10), (5, 8, 7), (2, 3, 4), False),  # cut unevenly
+        ((7,), (7,), (7,), True),  # one piece
+    ],
+)
+def test_a_block_of_pieces_of_one_shape_is_assembled_in_one_copy(
+    monkeypatch, shape, unit, group, even
+) -> None:
+    tiles = Tiles(shape, unit, group)
+    values = np.arange(math.prod(shape), dtype=np.int32).reshape(shape) * 3 - 7
+    block = (0,) * len(shape)
+    assert (tiles.even_grid(block) is not None) is even
+    span = tiles.span(block)
+    stored = np.empty(math.prod(span), dtype=np.int32)
+    for box, first in tiles.pieces(block):
+        piece = values[box]
+        stored[first : first + piece.size] = piece.ravel()
+
+    def read_at(at: int, out: np.ndarray) -> None:
+        out[...] = stored.view(np.uint8)[at : at + out.nbytes]
+
+    def assembled() -> np.ndarray:
+        raw, flat = np.empty(stored.nbytes, np.uint8), np.empty(stored.size, np.int32)
+        return assemble(read_at, tiles, block, 0, raw, flat).copy()
+
+    fast = assembled()
+    monkeypatch.setattr(Tiles, "even_grid", lambda self, block: None)  # a copy per piece
+    np.testing.assert_array_equal(fast, assembled())
+    np.testing.assert_array_equal(fast, values[tuple(slice(0, s) for s in span)])

@@ -391,7 +391,9 @@ def _scatter_variant(
     if stream_reads:
         group_bytes = min(SLAB_BYTES, group_bytes)
     step_bytes = min(SCATTER_STEP_BYTES, group_bytes)
-    reading = group_bytes + step_bytes + (PIECE_BYTES if stream_reads else 0)
+    # A group of several chunks is decoded into a stack of them first (see _scatter).
+    stacked = group_bytes if not stream_reads and tuple(group) != tuple(source) else 0
+    reading = group_bytes + stacked + step_bytes + (PIECE_BYTES if stream_reads else 0)
     writing = 2 * PIECE_BYTES if stream_writes else (1 + copies) * target_bytes
     sides = ((source_bytes, stream_reads), (target_bytes, stream_writes))
     native = [nbytes for nbytes, streamed in sides if not streamed]

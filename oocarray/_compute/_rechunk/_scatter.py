@@ -22,6 +22,7 @@ the plan stores the slots in piece order instead (see _tiles): every piece one `
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -29,13 +30,14 @@ from typing import Any
 
 import numpy as np
 
+from oocarray import _native
 from oocarray._compute._rechunk._buffer import PAGE, ScatterBuffer, flat_index
 from oocarray._compute._rechunk._plan import SLAB_BYTES, Pass
 from oocarray._compute._rechunk._resume import Marker
 from oocarray._compute._rechunk._threads import Outcome, run_blocks
 from oocarray._compute._rechunk._tiles import Tiles, assemble, write_pieces
 from oocarray._compute._rechunk._zstd_stream import FrameReader, streamable, write_frame
-from oocarray._storage._indexing import parse_key
+from oocarray._storage._indexing import ChunkPiece, parse_key
 
 __all__ = ["scatter"]
 
@@ -144,7 +146,7 @@ def _write_runs(
                 part = row[first:last]
             else:
                 part = stage[: (last - first) * piece_elements].reshape(last - first, *widths)
-                part[...] = row[first:last]
+                _native.copy_runs(part, row[first:last])  # short rows: see copy_runs
             offsets = at + np.arange(first, last, dtype=np.int64) * buffer.slot_bytes
             buffer.write_pieces(offsets, part)
     return True
@@ -298,11 +300,12 @@ def scatter(
             if flat is None:
                 flat = per_thread.group = np.empty(math.prod(chunks), dtype=src.dtype)
             data = flat[: math.prod(selection.full_shape)].reshape(selection.full_shape)
-            src.read_into(list(selection.pieces()), data)
+            read_group(list(selection.pieces()), data)
             _scatter_into(buffer, data, region, unit, work.step_bytes, staging(), tiles)
             del data
         touched = blocks_of(region)
         with lock:
+            reads_left[0] -= 1
             left = remaining[touched]
             left -= 1
             whole = np.argwhere(left == 0)
@@ -313,6 +316,32 @@ def scatter(
             if flat_index(block, grid) not in done:
                 complete.append(("write", block))
         return complete, 0
+
+    source_chunk = tuple(src.chunks)
+    ahead = (slice(None),) * (ndim - 1)
+
+    def read_group(pieces: list[ChunkPiece], data: np.ndarray) -> None:
+        """Read a group's chunks into ``data``: each whole chunk decoded straight into this
+        thread's stack of chunks (made once per pass), then copied into place.  Why: into
+        ``data`` a chunk lands strided, and the store decodes it into a fresh scratch buffer
+        first (inside a manager one is mapped, and its pages faulted in, per read)."""
+        whole = all(p.covers_chunk and data[p.out].shape == source_chunk for p in pieces)
+        if len(pieces) < 2 or not whole:
+            src.read_into(pieces, data)
+            return
+        lead = source_chunk[0]
+        stack = getattr(per_thread, "stack", None)
+        if stack is None or len(stack) < len(pieces) * lead:
+            stack = per_thread.stack = np.empty(
+                (len(pieces) * lead, *source_chunk[1:]), dtype=src.dtype
+            )
+        placed = [
+            ChunkPiece(p.chunk, p.local, (slice(k * lead, (k + 1) * lead), *ahead), True)
+            for k, p in enumerate(pieces)
+        ]
+        src.read_into(placed, stack)
+        for k, p in enumerate(pieces):
+            _native.copy_runs(data[p.out], stack[k * lead : (k + 1) * lead])
 
     def staging() -> np.ndarray:
         """This thread's array pieces are gathered in before they are written (the plan's
@@ -373,6 +402,10 @@ def scatter(
         region = dst.block_region(block)
         valid = tuple(slice(0, r.stop - r.start) for r in region)
         flat = flat_index(block, grid)
+        if not reads_left[0]:
+            # Every group is read: this thread's read arrays make room for the page cache.
+            for name in ("group", "stack", "staging", "slab"):
+                per_thread.__dict__.pop(name, None)
         buffer.will_read(flat)
         if stream_writes:
             write_streamed(block, flat)
@@ -407,11 +440,9 @@ def scatter(
         kind, index = job
         return read(index) if kind == "read" else write(index)
 
-    jobs = (
-        ("read", chunk)
-        for chunk in itertools.product(*(range(g) for g in source_grid))
-        if needed(chunk)
-    )
+    every_group = functools.partial(itertools.product, *(range(g) for g in source_grid))
+    reads_left = [sum(1 for chunk in every_group() if needed(chunk))]
+    jobs = (("read", chunk) for chunk in every_group() if needed(chunk))
     try:
         run_blocks(
             jobs,
