@@ -22,10 +22,10 @@ the plan stores the slots in piece order instead (see _tiles): every piece one `
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -440,7 +440,9 @@ def scatter(
         kind, index = job
         return read(index) if kind == "read" else write(index)
 
-    every_group = functools.partial(itertools.product, *(range(g) for g in source_grid))
+    def every_group() -> Iterator[tuple[int, ...]]:
+        return itertools.product(*(range(g) for g in source_grid))
+
     reads_left = [sum(1 for chunk in every_group() if needed(chunk))]
     jobs = (("read", chunk) for chunk in every_group() if needed(chunk))
     try:
