@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmarks._disk import free_bytes
-from benchmarks._harness import files_under
+from benchmarks._harness import checkout_env, files_under
 from datasets import w5_data
 
 MiB = 1 << 20
@@ -131,10 +131,7 @@ def run_child(
 ) -> Peak:
     """Runs ``code`` in ``python -c``; the code prints ``BASE <json>`` before the work and
     ``END <json>`` after it.  The parent samples the child's status every 5 ms meanwhile."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env.get("PYTHONPATH", "")]
-    )
+    env = checkout_env()
     env.update(env_extra or {})
     start = time.perf_counter()
     proc = subprocess.Popen(

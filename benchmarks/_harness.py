@@ -64,18 +64,25 @@ def files_under(paths: Sequence[str]) -> Iterator[str]:
                 yield os.path.join(directory, name)
 
 
+def checkout_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (this process's environment by default) with this checkout first on
+    ``PYTHONPATH``: a child process then imports this checkout's ``benchmarks`` and
+    ``oocarray``."""
+    env = dict(os.environ if base is None else base)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return env
+
+
 def fresh_python(code: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """``code`` run by this interpreter in a fresh process that imports this checkout's
     ``benchmarks`` and ``oocarray``, its output captured; ``subprocess.TimeoutExpired`` (the
     process stopped) past ``timeout`` seconds."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        env=env,
+        env=checkout_env(),
         check=False,
         timeout=timeout,
     )

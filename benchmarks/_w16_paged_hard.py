@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._harness import checkout_env
 from benchmarks._timing import Result, Table, TextRow, format_bytes, format_mib, format_seconds
 from benchmarks.w11_hard._runner import io_sampler
 from datasets import w5_data
@@ -85,9 +86,7 @@ def run_in_cgroup(
 ) -> HardRun:
     """Run ``python -c code`` in a new memory cgroup of ``limit_bytes``; kill it
     ``stop_after_s`` after it printed ``BASE``.  Raises ``CgroupUnavailable``."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    env = checkout_env()
     env.update(env_extra or {})
     lines: list[str] = []
     started = threading.Event()

@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._harness import checkout_env
 from benchmarks._timing import (
     ROW_HEADERS,
     Result,
@@ -282,9 +283,7 @@ class Servers:
 def _env() -> dict[str, str]:
     from testkit.objects import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY
 
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    env = checkout_env()
     env.update(
         AWS_ACCESS_KEY_ID=ACCESS_KEY_ID,
         AWS_SECRET_ACCESS_KEY=SECRET_ACCESS_KEY,

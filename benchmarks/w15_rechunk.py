@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 import oocarray as oc
+from benchmarks._harness import checkout_env
 from benchmarks._peer_venv import interpreter
 from benchmarks._timing import Ratio, Result, Row, Table, TextRow, format_seconds
 from benchmarks._w15_sides import CHILD, FLOOR, OWN_ENV, SIDES, output_array
@@ -133,10 +134,7 @@ def run_side(
     """One timed run of ``side`` in a fresh process of ``python``, in a memory cgroup of
     ``limit`` bytes where given (else of the machine's memory less ``MACHINE_RESERVE``)."""
     work = tempfile.mkdtemp(prefix="w15-work-")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env.get("PYTHONPATH", "")]
-    )
+    env = checkout_env()
     code = CHILD.format(body=SIDES[side])
     argv = [python, "-c", code, src, out, json.dumps(list(target)), str(budget), work]
     started = time.perf_counter()

@@ -39,6 +39,7 @@ import numpy as np
 
 import oocarray as oc
 from benchmarks._disk import fs_description, scratch_spill_dir
+from benchmarks._harness import checkout_env
 from benchmarks._timing import Result, Table, TextRow, format_bytes, format_mib, format_seconds
 from oocarray._memory._physical import watcher_stats
 
@@ -178,9 +179,8 @@ def _sample(pid: int, peaks: _Peaks, stop: threading.Event) -> None:
 
 
 def _run_child(mode: str, spill_dir: str) -> _Run:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OOCARRAY_")}
+    env = checkout_env({k: v for k, v in os.environ.items() if not k.startswith("OOCARRAY_")})
     env["OOCARRAY_SPILL_DIR"] = spill_dir
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "benchmarks.w4_over_budget", "--child", mode]
     peaks = _Peaks()
     stop = threading.Event()

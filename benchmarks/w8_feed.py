@@ -53,7 +53,7 @@ import psutil
 
 import oocarray as oc
 from benchmarks._compute_data import warm
-from benchmarks._harness import Peer, Sides, marked_cold
+from benchmarks._harness import Peer, Sides, checkout_env, marked_cold
 from benchmarks._timing import Result, Table, TextRow, clock, format_mib
 from datasets import w8_data
 
@@ -342,8 +342,7 @@ def _no_network_prefix() -> list[str]:
 
 
 def _in_fresh_process(prefix: list[str], task: dict[str, Any]) -> dict[str, Any]:
-    env = {**os.environ, **_NO_PHONING_HOME}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
+    env = checkout_env({**os.environ, **_NO_PHONING_HOME})
     code = "import benchmarks.w8_feed as w; w.side_process()"
     done = subprocess.run(
         [*prefix, sys.executable, "-c", code, json.dumps(task)],
