@@ -30,6 +30,7 @@ __all__ = [
     "Run",
     "Sides",
     "Timings",
+    "checkout_env",
     "evict_page_cache",
     "files_under",
     "fresh_python",

@@ -100,6 +100,25 @@ static void copy_row(char *dst, const char *src, Py_ssize_t rows, size_t run, Py
 #undef OC_RUNS
 }
 
+/* The bytes from a strided buffer's lowest to its highest element, [*low, *high). */
+static void span_of(const Py_buffer *b, const char **low, const char **high)
+{
+    *low = *high = b->buf;
+    for (int a = 0; a < b->ndim; a++) {
+        Py_ssize_t reach = (b->shape[a] - 1) * b->strides[a];
+        *(reach < 0 ? low : high) += reach;
+    }
+    *high += b->itemsize;
+}
+
+static int spans_overlap(const Py_buffer *x, const Py_buffer *y)
+{
+    const char *x_low, *x_high, *y_low, *y_high;
+    span_of(x, &x_low, &x_high);
+    span_of(y, &y_low, &y_high);
+    return x_low < y_high && y_low < x_high;
+}
+
 /* copy_runs(dst, src): dst[...] = src for two arrays of one shape and item size, any strides.
  *
  * Why by hand: NumPy copies a strided array one call per innermost run, which for short runs
@@ -142,6 +161,13 @@ static PyObject *copy_runs(PyObject *Py_UNUSED(m), PyObject *args)
     Py_ssize_t total = 1;
     for (int a = 0; a < ndim; a++) {
         total *= dst.shape[a];
+    }
+    /* memcpy's runs must not overlap: arrays sharing bytes are refused (NumPy copies those). */
+    if (total > 0 && spans_overlap(&dst, &src)) {
+        PyBuffer_Release(&src);
+        PyBuffer_Release(&dst);
+        PyErr_SetString(PyExc_ValueError, "copy_runs: the arrays share memory");
+        return NULL;
     }
     /* the trailing axes both lie contiguous along: one run */
     size_t run = (size_t)dst.itemsize;

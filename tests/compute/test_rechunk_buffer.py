@@ -135,6 +135,9 @@ def test_copy_runs_refuses_other_shapes_and_python_objects() -> None:
         _native.copy_runs(np.empty(3, "f4"), np.empty(3, "f8"))
     with pytest.raises(TypeError, match="Python objects"):
         _native.copy_runs(np.empty(2, object), np.array([object(), 1], dtype=object))
+    shared = np.arange(10.0)
+    with pytest.raises(ValueError, match="share memory"):
+        _native.copy_runs(shared[1:], shared[:-1])
     read_only = np.zeros(3)
     read_only.flags.writeable = False
     with pytest.raises((BufferError, ValueError)):
