@@ -34,7 +34,6 @@ zarr-python with either pipeline and tensorstore).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import mmap
 import os
 import resource
@@ -67,6 +66,7 @@ from benchmarks._w7_results import (
     store_description,
 )
 from datasets import w7_data
+from oocarray import _native
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -160,10 +160,7 @@ def _disk_bytes(path: str) -> int:
 
 
 def _resident_fraction(paths: Sequence[str]) -> float:
-    """Fraction of the files' pages in the page cache (``mincore`` on a read-only map)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    libc.mincore.restype = ctypes.c_int
+    """Fraction of the files' pages in the page cache (asked without touching them)."""
     page = mmap.PAGESIZE
     resident = total = 0
     for path in paths:
@@ -171,17 +168,12 @@ def _resident_fraction(paths: Sequence[str]) -> float:
             size = os.path.getsize(name)
             if size == 0:
                 continue
-            pages = -(-size // page)
-            vec = np.zeros(pages, dtype=np.uint8)
-            with open(name, "rb") as f, mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
-                view = np.frombuffer(m, dtype=np.uint8)
-                try:
-                    if libc.mincore(view.ctypes.data, size, vec.ctypes.data) != 0:
-                        return float("nan")
-                finally:
-                    del view
-            resident += int(np.count_nonzero(vec & 1))
-            total += pages
+            fd = os.open(name, os.O_RDONLY)
+            try:
+                resident += _native.cached_pages(fd, 0, size)
+            finally:
+                os.close(fd)
+            total += -(-size // page)
     return resident / total if total else float("nan")
 
 

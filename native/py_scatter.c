@@ -1,6 +1,7 @@
 /* Module functions on a rechunk's scatter buffer, a scratch file (oocarray/_compute/_rechunk/
  * _buffer.py): writing many pieces of one size, each at its own offset, and punching holes,
- * both without the GIL; and gathering a strided array's short runs.
+ * both without the GIL; asking which of its pages are cached; and gathering a strided array's
+ * short runs.
  *
  * Why by hand: a scatter pass writes each source chunk's piece of every target slot, one
  * pwrite each (time -> series at 4 GiB: 131,072 writes of 32 KiB); from Python each took a
@@ -9,7 +10,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* The most axes copy_runs walks (NumPy allows 64). */
@@ -232,10 +235,62 @@ static PyObject *punch_hole(PyObject *Py_UNUSED(m), PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* cached_pages(fd, offset, nbytes): how many pages of a file's byte range are in the page cache.
+ *
+ * Why mincore on a mapping never touched: a read that must not wait (preadv RWF_NOWAIT) starts
+ * the kernel's readahead of the pages it finds missing, so asking would bring them in. */
+static PyObject *cached_pages(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    int fd;
+    long long offset, nbytes;
+    if (!PyArg_ParseTuple(args, "iLL", &fd, &offset, &nbytes)) {
+        return NULL;
+    }
+    if (offset < 0 || nbytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "offset and nbytes must be >= 0");
+        return NULL;
+    }
+    if (nbytes == 0) {
+        return PyLong_FromLong(0);
+    }
+    long long page = sysconf(_SC_PAGESIZE);
+    long long first = offset / page * page;
+    size_t length = (size_t)(offset + nbytes - first);
+    size_t pages = (length + (size_t)page - 1) / (size_t)page;
+    unsigned char *vec = malloc(pages);
+    if (vec == NULL) {
+        return PyErr_NoMemory();
+    }
+    int err = 0;
+    size_t resident = 0;
+    Py_BEGIN_ALLOW_THREADS
+    void *map = mmap(NULL, length, PROT_READ, MAP_SHARED, fd, (off_t)first);
+    if (map == MAP_FAILED) {
+        err = errno;
+    } else {
+        if (mincore(map, length, vec) != 0) {
+            err = errno;
+        }
+        munmap(map, length);
+        for (size_t i = 0; err == 0 && i < pages; i++) {
+            resident += vec[i] & 1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(vec);
+    if (err != 0) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSize_t(resident);
+}
+
 PyMethodDef oc_py_scatter_methods[] = {
     {"pwrite_pieces", pwrite_pieces, METH_VARARGS,
      "Write data as pieces of one size, each at its own offset."},
     {"punch_hole", punch_hole, METH_VARARGS, "Free a file's blocks in a range, unwritten."},
     {"copy_runs", copy_runs, METH_VARARGS, "dst[...] = src, any strides, short runs inlined."},
+    {"cached_pages", cached_pages, METH_VARARGS,
+     "How many pages of a file's byte range are in the page cache."},
     {NULL, NULL, 0, NULL},
 };

@@ -72,22 +72,59 @@ def test_a_file_system_that_cannot_punch_holes_stops_the_freeing_only(
         buffer.close()
 
 
-def test_whether_a_slot_is_cached_is_asked_without_waiting(
+def _slot_pages(buffer: ScatterBuffer, flat: int) -> int:
+    return _native.cached_pages(buffer._file.fd, flat * buffer.slot_bytes, buffer.slot_bytes)
+
+
+def test_whether_a_slot_is_cached_is_asked_without_reading_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     buffer = _filled(monkeypatch, 2)
     try:
-        assert buffer._cached(0) and buffer._cached(buffer.slot_bytes - 1)
+        whole = buffer.slot_bytes // PAGE
+        assert _slot_pages(buffer, 0) == whole
+        buffer.will_read(0)  # cached: left alone
         os.fsync(buffer._file.fd)  # clean pages can leave the page cache
         os.posix_fadvise(buffer._file.fd, 0, buffer.slot_bytes, os.POSIX_FADV_DONTNEED)
-        if buffer._cached(0):
+        if _slot_pages(buffer, 0) == whole:
             pytest.skip("this file system keeps the pages cached")
+        # Asking again brings nothing in (a read that must not wait would start readahead).
+        assert _slot_pages(buffer, 0) < whole
         buffer.will_read(0)  # starts reading the slot back; its bytes are whole either way
         back = np.empty(buffer.slot_bytes // 8)
         buffer.read_at(0, back)
         assert (back == 1.0).all()
     finally:
         buffer.close()
+
+
+def test_cached_pages_counts_a_ranges_pages_in_the_page_cache(
+    tmp_path: os.PathLike[str],
+) -> None:
+    path = os.path.join(tmp_path, "f")
+    with open(path, "wb") as f:
+        f.write(b"x" * (8 * PAGE))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert _native.cached_pages(fd, 0, 8 * PAGE) == 8
+        assert _native.cached_pages(fd, PAGE - 1, 2) == 2  # a range over two pages
+        assert _native.cached_pages(fd, 3, 0) == 0
+        assert _native.cached_pages(fd, 64 * PAGE, PAGE) == 0  # past the end
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        dropped = _native.cached_pages(fd, 0, 8 * PAGE)
+        if dropped == 8:
+            pytest.skip("this file system keeps the pages cached")
+        for _ in range(3):  # asking brings none of them in
+            assert _native.cached_pages(fd, 0, 8 * PAGE) == dropped
+        os.pread(fd, PAGE, 0)
+        assert _native.cached_pages(fd, 0, PAGE) == 1
+        with pytest.raises(ValueError, match=">= 0"):
+            _native.cached_pages(fd, -1, PAGE)
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            _native.cached_pages(-1, 0, PAGE)
+    finally:
+        os.close(fd)
 
 
 def test_punch_hole_frees_a_range_of_a_file(tmp_path: os.PathLike[str]) -> None:

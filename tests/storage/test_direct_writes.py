@@ -15,6 +15,7 @@ import pytest
 import zarr
 
 import oocarray as oc
+from oocarray import _native
 from oocarray._compute._rechunk import _run
 from oocarray._storage._pool import workers
 from oocarray._storage._zarr._zstd_write import ZstdChunkWriter
@@ -42,12 +43,11 @@ def direct_dir(tmp_path: Path) -> Path:
 
 
 def _cached(path: Path, offset: int) -> bool:
-    """Whether the page of ``path`` at ``offset`` is in the page cache (read without waiting)."""
+    """Whether the page of ``path`` at ``offset`` is in the page cache.  (A read that must not
+    wait would start the kernel's readahead of it: asking would bring it in.)"""
     fd = os.open(path, os.O_RDONLY)
     try:
-        return os.preadv(fd, [bytearray(1)], offset, os.RWF_NOWAIT) == 1
-    except BlockingIOError:
-        return False
+        return _native.cached_pages(fd, offset, 1) == 1
     finally:
         os.close(fd)
 
