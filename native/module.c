@@ -71,6 +71,7 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddIntConstant(m, "CODEC_LZ4", OC_CODEC_LZ4) < 0 ||
         PyModule_AddIntConstant(m, "CODEC_CRC32C", OC_CODEC_CRC32C) < 0 ||
         PyModule_AddIntConstant(m, "CODEC_VERIFY", OC_CODEC_VERIFY) < 0 ||
+        PyModule_AddIntConstant(m, "CODEC_RANDOM", OC_CODEC_RANDOM) < 0 ||
         PyModule_AddIntConstant(m, "LIB_ZSTD", OC_LIB_ZSTD) < 0 ||
         PyModule_AddIntConstant(m, "LIB_BLOSC", OC_LIB_BLOSC) < 0 ||
         PyModule_AddIntConstant(m, "LIB_LZ4", OC_LIB_LZ4) < 0 ||

@@ -81,7 +81,8 @@ int oc_zstd_ready(void);
  * and these flags: OC_CODEC_CRC32C, a CRC-32C of the stored bytes follows them (zarr v3's
  * crc32c codec, last in the chain); OC_CODEC_VERIFY, check the chunk's checksum (CRC-32C, or
  * a zstd frame's) even when only part of the chunk is wanted, by decoding it whole (the pager
- * asks for it; an eager read of part of a chunk reads only that part); for blosc, the shuffle
+ * asks for it; an eager read of part of a chunk reads only that part); OC_CODEC_RANDOM, on a
+ * job reading an uncompressed chunk, the read is not part of a scan in order; for blosc, the shuffle
  * (0 none, 1 byte, 2 bit, 3 not known) and type size (0: not known) the array's metadata says
  * were written, which the chunk's header must repeat. */
 #define OC_CODEC_BLOSC 4
@@ -89,6 +90,8 @@ int oc_zstd_ready(void);
 #define OC_CODEC_LZ4 6  /* numcodecs LZ4: the decoded size, 4 bytes little-endian, one LZ4 block */
 #define OC_CODEC_CRC32C (1 << 8)
 #define OC_CODEC_VERIFY (1 << 9)
+/* A read job's flag, for an uncompressed chunk: the file is read at random (see reader.c). */
+#define OC_CODEC_RANDOM (1 << 10)
 #define OC_BLOSC_SHUFFLE(codec) (((codec) >> 12) & 3)
 #define OC_BLOSC_ANY_SHUFFLE 3
 #define OC_BLOSC_TYPESIZE(codec) (((codec) >> 16) & 0xff)

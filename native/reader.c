@@ -9,6 +9,7 @@
  */
 #include "oc_reader.h"
 #include "oc_chunks.h"
+#include "oc_codecs.h"
 #include "oc_pool.h"
 
 #include <errno.h>
@@ -53,6 +54,20 @@ static void record(read_run *r, int64_t job, const char *message)
     pthread_mutex_unlock(&r->lock);
 }
 
+/* Whether a job reads part of an uncompressed chunk at random (OC_CODEC_RANDOM): its file,
+ * opened for it, is then told so.
+ *
+ * Why: a part that starts its file (the second chunk of rows that straddle two) is taken by
+ * the kernel for the start of a read in order, and it reads on past the part, to the file's
+ * end at most.  256 rows of 4 KiB at random places in chunks of 2 MiB, from disk, 6 runs of
+ * 200: 90th percentile 1.74-1.98 ms against 2.45-3.27 ms, median 1.49-1.73 ms against
+ * 1.54-2.00 ms.  The caller leaves it out for a read that goes on from where the last
+ * ended, whose next reads the readahead makes warm. */
+static int read_at_random(int64_t codec)
+{
+    return OC_CODEC_KIND(codec) == OC_CODEC_RAW && (codec & OC_CODEC_RANDOM) != 0;
+}
+
 static void run_jobs(void *p)
 {
     read_run *r = p;
@@ -76,6 +91,9 @@ static void run_jobs(void *p)
                     record(r, i, err);
                 }
                 continue;
+            }
+            if (read_at_random(j[OC_J_CODEC])) {
+                (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
             }
             opened = oc_file_source(fd);
             src = &opened;

@@ -38,6 +38,7 @@ CODEC_GZIP: int  # one gzip or zlib stream
 CODEC_LZ4: int  # numcodecs' LZ4: the decoded size (4 bytes), then one LZ4 block
 CODEC_CRC32C: int  # flag: a CRC-32C of the stored bytes follows them (zarr's crc32c codec)
 CODEC_VERIFY: int  # flag: check the checksum even when only part of a chunk is wanted
+CODEC_RANDOM: int  # flag: an uncompressed chunk's part read at random (no readahead past it)
 LIB_ZSTD: int
 LIB_BLOSC: int
 LIB_LZ4: int

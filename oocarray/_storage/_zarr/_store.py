@@ -389,12 +389,13 @@ class ZarrStore(Store):
             return True
         per_chunk = self.chunks[0]
         c, r = divmod(start, per_chunk)
+        codec = self._row_read_codec(start, start + len(out))
         if self._one_file_rows and r + len(out) <= per_chunk:  # x[i]: one job, no more
             assert self._layout is not None and self._layout.native_codec is not None
             row_bytes = self._chunk_nbytes // per_chunk
             path = self._row_path[0] + str(c) + self._row_path[1]
-            codec = self._layout.native_codec
-            if read_one(path, codec, r * row_bytes, out, self._chunk_nbytes):
+            one = self._layout.native_codec if codec is None else codec
+            if read_one(path, one, r * row_bytes, out, self._chunk_nbytes):
                 return True
         # Every chunk's share is a run of whole rows: it is read (or decoded) straight into
         # ``out``, the chunks on every core.
@@ -415,7 +416,7 @@ class ZarrStore(Store):
                     out[row - start : row - start + take] = self.fill_value
                 else:
                     at, length = (row - start) * row_bytes, take * row_bytes
-                    jobs.add(source, r * row_bytes, buffer, at, length, (c, *self._rest))
+                    jobs.add(source, r * row_bytes, buffer, at, length, (c, *self._rest), codec)
                 row += take
             jobs.run()
         finally:
@@ -462,6 +463,24 @@ class ZarrStore(Store):
         if out.dtype != self.dtype:
             out = out.astype(self.dtype)
         return out[tuple(slice(0, r.stop - r.start) for r in region)]
+
+    def _row_read_codec(self, start: int, stop: int) -> int | None:
+        """The native codec of the jobs of a read of rows ``[start, stop)``: where the rows
+        of an uncompressed chunk file start it (the kernel would take that for a read in order
+        and read on), the file is read at random (``CODEC_RANDOM``: no readahead past the
+        rows) unless this thread's last row read ended at ``start``, a scan in order, whose
+        next reads the readahead makes warm; else the array's own (None)."""
+        if not self._plain_files or self._layout is None:
+            return None
+        reads = self._thread_reads
+        in_order = getattr(reads, "next_row", None) == start
+        reads.next_row = stop
+        first = start % self.chunks[0]
+        starts_a_file = first == 0 or first + stop - start > self.chunks[0]
+        if in_order or not starts_a_file:
+            return None
+        codec = self._layout.native_codec
+        return None if codec is None else codec | _native.CODEC_RANDOM
 
     def read_into(self, pieces: Sequence[ChunkPiece], out: np.ndarray) -> None:
         """Read the chunks of a selection as chunk jobs on every core (see
