@@ -82,9 +82,9 @@ int oc_zstd_ready(void);
  * crc32c codec, last in the chain); OC_CODEC_VERIFY, check the chunk's checksum (CRC-32C, or
  * a zstd frame's) even when only part of the chunk is wanted, by decoding it whole (the pager
  * asks for it; an eager read of part of a chunk reads only that part); OC_CODEC_RANDOM, on a
- * job reading an uncompressed chunk, the read is not part of a scan in order; for blosc, the shuffle
- * (0 none, 1 byte, 2 bit, 3 not known) and type size (0: not known) the array's metadata says
- * were written, which the chunk's header must repeat. */
+ * read job of an uncompressed chunk, the read is not part of a scan in order; for blosc, the
+ * shuffle (0 none, 1 byte, 2 bit, 3 not known) and type size (0: not known) the array's
+ * metadata says were written, which the chunk's header must repeat. */
 #define OC_CODEC_BLOSC 4
 #define OC_CODEC_GZIP 5 /* one gzip or zlib stream (numcodecs GZip, Zlib; zarr v3 gzip) */
 #define OC_CODEC_LZ4 6  /* numcodecs LZ4: the decoded size, 4 bytes little-endian, one LZ4 block */

@@ -1,7 +1,7 @@
 /* Module functions on a rechunk's scatter buffer, a scratch file (oocarray/_compute/_rechunk/
  * _buffer.py): writing many pieces of one size, each at its own offset, and punching holes,
- * both without the GIL; asking which of its pages are cached; and gathering a strided array's
- * short runs.
+ * both without the GIL; gathering a strided array's short runs; and, for the tests and the
+ * benchmarks, counting the pages of a file's range that are in the page cache.
  *
  * Why by hand: a scatter pass writes each source chunk's piece of every target slot, one
  * pwrite each (time -> series at 4 GiB: 131,072 writes of 32 KiB); from Python each took a
