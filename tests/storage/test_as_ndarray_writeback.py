@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 import oocarray as oc
 from oocarray._storage._paged._arrays import paging_available
-from oocarray._storage._zarr._store import _new_file_mode
+from oocarray._storage._zarr._chunk_files import new_file_mode
 from testkit.children import start_python
 from tests.reliability._helpers import rounds
 
@@ -134,7 +134,7 @@ def test_writes_over_the_budget_stay_within_it_and_zarr_reads_them(
     assert not list(path.rglob(".tmp-*")), "a temporary chunk file was left behind"
     for f in path.rglob("*"):
         if f.is_file() and not f.name.startswith((".z", "zarr.json")):
-            assert f.stat().st_mode & 0o777 == _new_file_mode(), f
+            assert f.stat().st_mode & 0o777 == new_file_mode(), f
 
 
 def test_the_last_chunk_is_stored_whole_with_the_fill_value(tmp_path: Path) -> None:

@@ -589,13 +589,13 @@ def test_large_uncompressed_reads_run_as_jobs_and_report_damage(tmp_path: Path) 
 
 
 def test_the_read_ahead_hint_never_fails_a_read(tmp_path: Path) -> None:
-    from oocarray._storage._zarr._store import _will_need
+    from oocarray._storage._zarr._chunk_files import will_need
 
     present = tmp_path / "chunk"
     present.write_bytes(b"x" * 8192)
     fd = os.open(present, os.O_RDONLY)
     os.close(fd)  # a closed descriptor: the hint's error is ignored
-    _will_need(
+    will_need(
         [
             None,
             (str(present), 0, -1),

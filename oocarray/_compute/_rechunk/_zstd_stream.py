@@ -31,8 +31,9 @@ import numpy as np
 
 from oocarray import _native
 from oocarray._memory._zstd_library import zstd_library
+from oocarray._storage._zarr._chunk_files import written_beside
 from oocarray._storage._zarr._layout import crc32c_of
-from oocarray._storage._zarr._store import ZarrStore, written_beside
+from oocarray._storage._zarr._store import ZarrStore
 from oocarray.errors import CorruptChunkError
 
 __all__ = [

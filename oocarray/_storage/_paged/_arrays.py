@@ -204,7 +204,8 @@ def _feed_options(feed: Any) -> dict[str, Any]:
 
 def _plan(store: Store, mode: str) -> Plan | np.ndarray:
     """What each format decides: refusals first, before anything is read."""
-    from oocarray._storage._zarr._store import ZarrStore, _new_file_mode
+    from oocarray._storage._zarr._chunk_files import new_file_mode
+    from oocarray._storage._zarr._store import ZarrStore
 
     if store.format == "hdf5":  # h5py is optional: imported only for HDF5 stores
         from oocarray._storage._paged._hdf5 import plan_hdf5
@@ -272,7 +273,7 @@ def _plan(store: Store, mode: str) -> Plan | np.ndarray:
         native_writer=NativeWriter(
             zstd_level=int(getattr(codec, "level", 0)),
             zstd_checksum=bool(getattr(codec, "checksum", False)),
-            file_mode=_new_file_mode(),
+            file_mode=new_file_mode(),
         ),
     )
 

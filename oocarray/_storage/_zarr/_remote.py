@@ -29,9 +29,10 @@ from oocarray._storage._objects._backend import Backend, VersionChanged, backend
 from oocarray._storage._objects._fetcher import MAX_REQUESTS, Fetcher, Request, read_window
 from oocarray._storage._objects._urls import Remote
 from oocarray._storage._reader import CheckedFile, Source
+from oocarray._storage._zarr._chunk_files import encoded_parts
 from oocarray._storage._zarr._groups import array_member
 from oocarray._storage._zarr._layout import ShardIndex
-from oocarray._storage._zarr._store import _METADATA_DAMAGE, ZarrStore, encoded_parts
+from oocarray._storage._zarr._store import _METADATA_DAMAGE, ZarrStore
 from oocarray.errors import StoreNotFoundError
 
 if TYPE_CHECKING:

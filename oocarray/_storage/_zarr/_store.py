@@ -10,14 +10,12 @@ remote stores, writes into shards) goes through zarr-python.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
 import os
-import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,12 +27,23 @@ from oocarray._storage import _pool
 from oocarray._storage._base import Store, check_dtype
 from oocarray._storage._indexing import ChunkPiece, parse_key
 from oocarray._storage._reader import ChunkRead, Source, read_one, scratch_set
+from oocarray._storage._zarr._chunk_files import (
+    ADVISE_MIN_CHUNK_BYTES,
+    as_encodable,
+    chunk_file,
+    describe,
+    encoded_parts,
+    mkstemp_beside,
+    open_or_none,
+    will_need,
+    written_beside,
+    zstd_writer,
+)
 from oocarray._storage._zarr._groups import array_in_group, is_group
-from oocarray._storage._zarr._layout import Layout, OpenShard, crc32c_of, layout_of
-from oocarray._storage._zarr._zstd_write import ZstdChunkWriter
+from oocarray._storage._zarr._layout import Layout, OpenShard, layout_of
 from oocarray.errors import StoreNotFoundError
 
-__all__ = ["ZarrStore", "encoded_parts"]
+__all__ = ["ZarrStore"]
 
 
 # What zarr-python raises from metadata of the wrong structure, besides its ValueErrors.
@@ -47,69 +56,6 @@ _METADATA_DAMAGE = (
     AssertionError,
     RecursionError,
 )
-
-
-def _new_file_mode() -> int:
-    """The mode ``open()`` would give a new file: 0666 less the process's umask (read from
-    /proc, since ``os.umask`` can only be read by changing it, which races other threads)."""
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o644
-
-
-def _mkstemp_beside(directory: str) -> tuple[int, str]:
-    """A new file in ``directory`` to write and rename over a store file: made with
-    ``O_EXCL`` (never a link someone placed), then given an ordinary file's mode, since
-    ``mkstemp``'s 0600 would make the store unreadable to the users it is shared with."""
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        os.fchmod(fd, _new_file_mode())
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    return fd, tmp
-
-
-@contextlib.contextmanager
-def written_beside(path: str) -> Iterator[int]:
-    """A descriptor of a new file beside ``path`` (its folders made) that is renamed over it
-    when the block ends: readers see the old file or the whole new one.  On any error,
-    a full disk say, the new file is removed and ``path`` is left as it was."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = _mkstemp_beside(directory)
-    try:
-        try:
-            yield fd
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _as_encodable(data: np.ndarray) -> np.ndarray:
-    if data.dtype.kind in "mM":  # no buffer format of their own: encode as ints
-        return data.view(f"{data.dtype.byteorder}i{data.dtype.itemsize}")
-    return data
-
-
-def encoded_parts(layout: Layout, data: np.ndarray) -> list[memoryview]:
-    """A stored chunk (as :meth:`ZarrStore._stored_chunk` makes it) encoded as its file or
-    object holds it: the codec's bytes, then zarr's crc32c codec's CRC-32C of them."""
-    data = _as_encodable(data)
-    encoded = data if layout.codec is None else layout.codec.encode(data)
-    view = memoryview(encoded).cast("B")  # type: ignore[arg-type]
-    checksum = crc32c_of(view).to_bytes(4, "little") if layout.crc32c else b""
-    return [view, memoryview(checksum)]
 
 
 class _ChunkFiles:
@@ -151,7 +97,7 @@ class _ChunkFiles:
         store = self._store
         if key not in self._shards:
             path = store._chunk_path(key)
-            fd = _open_or_none(path)
+            fd = open_or_none(path)
             if fd is None:
                 self._shards[key] = None
             else:
@@ -172,69 +118,6 @@ class _ChunkFiles:
             if shard is not None:
                 shard.close()
         self._shards.clear()
-
-
-def _zstd_writer(layout: Layout | None) -> ZstdChunkWriter | None:
-    """The native zstd writer of an array's unsharded chunks, where its codec is zstd."""
-    if layout is None or layout.shard is not None or layout.native_codec is None:
-        return None
-    if layout.native_codec & 0xFF != _native.CODEC_ZSTD:
-        return None
-    return ZstdChunkWriter(layout.codec.level, layout.codec.checksum, layout.crc32c)
-
-
-def _chunk_file(root: str, layout: Layout, chunk: tuple[int, ...]) -> str:
-    # Keys are made of integers and a validated separator: they cannot leave the root.
-    return root + os.sep + layout.key(chunk)
-
-
-def _describe(root: str, layout: Layout, chunk: tuple[int, ...]) -> str:
-    """The file a chunk's bytes come from, for error messages."""
-    if layout.shard is None:
-        return _chunk_file(root, layout, chunk)
-    return f"shard {_chunk_file(root, layout, layout.shard.locate(chunk)[0])}"
-
-
-# Reads of at least this many chunks tell the kernel of their files first (see _will_need),
-# when their chunks are this large: the hint costs a few system calls a chunk, which a warm
-# read of small chunks would feel (a quarter more for 1,024 chunks of 16 KiB) and a chunk of a
-# MiB or more, decoded, does not.
-_ADVISE_FROM_CHUNKS = 4
-_ADVISE_MIN_CHUNK_BYTES = 1 << 20
-
-
-def _will_need(sources: Sequence[Source | None]) -> None:
-    """Tell the kernel that a read of many chunks is about to read their bytes, so that
-    uncached ones are read from disk together, many requests in flight, rather than one or two
-    at a time as the jobs reach them (1.4-2.9x the cold throughput of two readers here).  A
-    hint only: cached files cost a few system calls, and any error is ignored.  A chunk several
-    pieces share is named once."""
-    stored = [source for source in sources if source is not None]
-    if len(stored) < _ADVISE_FROM_CHUNKS:
-        return
-    # Only files (a path) and open shards (a descriptor) can be advised: stored bytes already
-    # in memory (an object store's) are left out (nor are they hashable).
-    files = dict.fromkeys(source for source in stored if isinstance(source[0], (str, int)))
-    for where, offset, nbytes in files:
-        try:
-            if isinstance(where, int):  # a shard open for this read: the inner chunk's bytes
-                os.posix_fadvise(where, offset, max(nbytes, 0), os.POSIX_FADV_WILLNEED)
-            elif isinstance(where, str):  # a chunk file, opened by its job
-                fd = _open_or_none(where)
-                if fd is not None:
-                    try:
-                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-                    finally:
-                        os.close(fd)
-        except OSError:
-            continue
-
-
-def _open_or_none(path: str) -> int | None:
-    try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None  # chunks never written hold the fill value
 
 
 class ZarrStore(Store):
@@ -294,7 +177,7 @@ class ZarrStore(Store):
             head, _, tail = self._chunk_path((marker, *self._rest)).partition(str(marker))
             self._row_path = (head, tail)
         self.codec = self._codec_name()
-        self._zstd_writer = _zstd_writer(layout)
+        self._zstd_writer = zstd_writer(layout)
         # Chunk files written past the page cache (see write_direct).
         self._direct = False
         self._thread_reads = threading.local()
@@ -353,7 +236,7 @@ class ZarrStore(Store):
 
     def _chunk_path(self, chunk: tuple[int, ...]) -> str:
         assert self._layout is not None
-        return _chunk_file(self._root, self._layout, chunk)
+        return chunk_file(self._root, self._layout, chunk)
 
     # ---- reading ----
 
@@ -535,9 +418,9 @@ class ZarrStore(Store):
         copies.clear()
 
     def _hint(self, sources: Sequence[Source | None]) -> None:
-        """:func:`_will_need` for a read of this array's chunks, when they are large enough."""
-        if self._local_files and self._chunk_nbytes >= _ADVISE_MIN_CHUNK_BYTES:
-            _will_need(sources)
+        """:func:`will_need` for a read of this array's chunks, when they are large enough."""
+        if self._local_files and self._chunk_nbytes >= ADVISE_MIN_CHUNK_BYTES:
+            will_need(sources)
 
     def _row_run(self, piece: ChunkPiece, out: np.ndarray) -> tuple[np.ndarray, int] | None:
         """When ``piece`` is rows ``i:j`` of its chunk, whole along every other axis, and lands
@@ -580,7 +463,7 @@ class ZarrStore(Store):
             fill_value=self.fill_value,
             # Not a method of this store: each thread keeps its read, which must not keep the
             # store alive in a reference cycle.
-            describe=functools.partial(_describe, self._root, layout),
+            describe=functools.partial(describe, self._root, layout),
         )
 
     # ---- writing ----
@@ -635,7 +518,7 @@ class ZarrStore(Store):
         """Encode one stored chunk and write its file.  Runs on pool threads: it makes no NumPy
         arrays."""
         with written_beside(self._chunk_path(chunk)) as fd:  # never half a chunk
-            data = _as_encodable(data)
+            data = as_encodable(data)
             if self._zstd_writer is not None:
                 # one zstd frame, and the crc32c codec's checksum after it if it follows
                 self._zstd_writer.write(fd, data, self._direct)
@@ -668,7 +551,7 @@ class ZarrStore(Store):
         with open(target, "rb") as f:
             meta = json.load(f)
         meta["shape"] = list(shape)
-        fd, tmp = _mkstemp_beside(self._root)
+        fd, tmp = mkstemp_beside(self._root)
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(meta, f, indent=2)
