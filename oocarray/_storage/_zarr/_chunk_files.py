@@ -85,8 +85,9 @@ def as_encodable(data: np.ndarray) -> np.ndarray:
 
 
 def encoded_parts(layout: Layout, data: np.ndarray) -> list[memoryview]:
-    """A stored chunk (as :meth:`ZarrStore._stored_chunk` makes it) encoded as its file or
-    object holds it: the codec's bytes, then zarr's crc32c codec's CRC-32C of them."""
+    """A stored chunk (as
+    :meth:`oocarray._storage._zarr._store.ZarrStore._stored_chunk` makes it) encoded as its
+    file or object holds it: the codec's bytes, then zarr's crc32c codec's CRC-32C of them."""
     data = as_encodable(data)
     encoded = data if layout.codec is None else layout.codec.encode(data)
     view = memoryview(encoded).cast("B")  # type: ignore[arg-type]
