@@ -171,6 +171,8 @@ def _resident_fraction(paths: Sequence[str]) -> float:
             fd = os.open(name, os.O_RDONLY)
             try:
                 resident += _native.cached_pages(fd, 0, size)
+            except OSError:  # cannot be told (as before: a figure, not a failure)
+                return float("nan")
             finally:
                 os.close(fd)
             total += -(-size // page)

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -246,8 +247,8 @@ static PyObject *cached_pages(PyObject *Py_UNUSED(m), PyObject *args)
     if (!PyArg_ParseTuple(args, "iLL", &fd, &offset, &nbytes)) {
         return NULL;
     }
-    if (offset < 0 || nbytes < 0) {
-        PyErr_SetString(PyExc_ValueError, "offset and nbytes must be >= 0");
+    if (offset < 0 || nbytes < 0 || nbytes > LLONG_MAX - offset) {
+        PyErr_SetString(PyExc_ValueError, "offset and nbytes must be >= 0 and end in a file");
         return NULL;
     }
     if (nbytes == 0) {
