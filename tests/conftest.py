@@ -14,9 +14,10 @@ from oocarray._memory import _manager
 
 # "ci" (the default, and what CI runs): the same examples every run, so that chance cannot fail
 # a landing.  "long" (HYPOTHESIS_PROFILE=long): new random examples every run, many more of
-# them, to explore; a failure it finds prints a seed to reproduce it with.
-settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
-settings.register_profile("long", max_examples=2000, database=None, print_blob=True)
+# them, to explore; a failure it finds prints a seed to reproduce it with.  Neither has a
+# deadline: an example slowed by other work on the machine is not a failure.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
+settings.register_profile("long", max_examples=2000, database=None, print_blob=True, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 
 # Set by tools/sanitize.py ("asan" or "tsan") when the extension under test is a sanitizer build.

@@ -1,6 +1,8 @@
 """The compute layer's array types: :class:`ChunkedArray` (the stored array users get) and
-:class:`Expr` (a lazy expression), both :class:`LazyArray`: operators, NumPy's ufunc and
-function protocols, reductions and materialising, defined here in their class bodies.
+:class:`Expr` (a lazy expression), both :class:`LazyArray`: NumPy's ufunc and function
+protocols and materialising, defined here in their class bodies; operators and elementwise
+methods (``_compute._elementwise_methods``), reshaping (``_compute._shape_methods``), writing
+(``_compute._output_methods``) and reductions (``_compute._reductions``) in base classes.
 
 An :class:`Expr` holds an expression tree (``_compute._nodes``), as dask's ``Array`` holds a
 graph; a :class:`ChunkedArray` is a storage-layer :class:`StoredArray` (data access: shape,
@@ -12,34 +14,24 @@ as :class:`Expr`.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from oocarray._compute import _build
 from oocarray._compute._deferred import resolve
+from oocarray._compute._elementwise_methods import ElementwiseMethods
 from oocarray._compute._engine import StoreTarget, budget_left, evaluate
 from oocarray._compute._masks import masked
 from oocarray._compute._nodes import BlockReads, Node, as_node
-from oocarray._compute._ops import (
-    LazyResult,
-    apply_ufunc,
-    array_function,
-    array_ufunc,
-    clip,
-)
-from oocarray._compute._rearrange import permute_dims, swapaxes
-from oocarray._compute._rechunk import rechunk
+from oocarray._compute._ops import LazyResult, array_function, array_ufunc
+from oocarray._compute._output_methods import OutputMethods
 from oocarray._compute._reductions import Reductions
-from oocarray._compute._reshape import ravel, reshape, squeeze
+from oocarray._compute._shape_methods import ShapeMethods
 from oocarray._compute._standard import StandardArray
 from oocarray._compute._temporaries import use_array_type
-from oocarray._compute._to_xarray import to_xarray
 from oocarray._memory import active_manager, system
-from oocarray._storage import StoredArray, create, temp
-from oocarray._storage._objects._urls import Remote, locate
-from oocarray._storage._replace import refuse_replacing_an_input
+from oocarray._storage import StoredArray, temp
 
 __all__ = ["ChunkedArray", "Expr", "LazyArray", "compute"]
 
@@ -71,12 +63,13 @@ def _is_bool_array(value: Any, ndim: int) -> bool:
     return bool(value.dtype == np.bool_ and len(value.shape) == ndim > 0)
 
 
-def _elementwise(ufunc: np.ufunc, *inputs: Any) -> Expr:
-    result: Expr = _wrap(apply_ufunc(ufunc, *_unwrap(inputs)))
-    return result
-
-
-class LazyArray(Reductions, StandardArray):
+class LazyArray(
+    ElementwiseMethods["Expr"],
+    ShapeMethods["Expr"],
+    OutputMethods["ChunkedArray"],
+    Reductions,
+    StandardArray,
+):
     """What chunked arrays and expressions answer: operators and NumPy ufuncs (lazy, fused per
     chunk), NumPy functions, streaming reductions, and materialising.
 
@@ -94,411 +87,24 @@ class LazyArray(Reductions, StandardArray):
         kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
         return _wrap(array_function(func, _unwrap(args), kwargs))
 
-    # -- elementwise ----------------------------------------------------------------------
-    def __add__(self, other: Any) -> Expr:
-        return _elementwise(np.add, self, other)
-
-    def __radd__(self, other: Any) -> Expr:
-        return _elementwise(np.add, other, self)
-
-    def __sub__(self, other: Any) -> Expr:
-        return _elementwise(np.subtract, self, other)
-
-    def __rsub__(self, other: Any) -> Expr:
-        return _elementwise(np.subtract, other, self)
-
-    def __mul__(self, other: Any) -> Expr:
-        return _elementwise(np.multiply, self, other)
-
-    def __rmul__(self, other: Any) -> Expr:
-        return _elementwise(np.multiply, other, self)
-
-    def __truediv__(self, other: Any) -> Expr:
-        return _elementwise(np.true_divide, self, other)
-
-    def __rtruediv__(self, other: Any) -> Expr:
-        return _elementwise(np.true_divide, other, self)
-
-    def __floordiv__(self, other: Any) -> Expr:
-        return _elementwise(np.floor_divide, self, other)
-
-    def __rfloordiv__(self, other: Any) -> Expr:
-        return _elementwise(np.floor_divide, other, self)
-
-    def __mod__(self, other: Any) -> Expr:
-        return _elementwise(np.remainder, self, other)
-
-    def __rmod__(self, other: Any) -> Expr:
-        return _elementwise(np.remainder, other, self)
-
-    def __pow__(self, other: Any) -> Expr:
-        return _elementwise(np.power, self, other)
-
-    def __rpow__(self, other: Any) -> Expr:
-        return _elementwise(np.power, other, self)
-
-    def __and__(self, other: Any) -> Expr:
-        return _elementwise(np.bitwise_and, self, other)
-
-    def __rand__(self, other: Any) -> Expr:
-        return _elementwise(np.bitwise_and, other, self)
-
-    def __or__(self, other: Any) -> Expr:
-        return _elementwise(np.bitwise_or, self, other)
-
-    def __ror__(self, other: Any) -> Expr:
-        return _elementwise(np.bitwise_or, other, self)
-
-    def __xor__(self, other: Any) -> Expr:
-        return _elementwise(np.bitwise_xor, self, other)
-
-    def __rxor__(self, other: Any) -> Expr:
-        return _elementwise(np.bitwise_xor, other, self)
-
-    def __lshift__(self, other: Any) -> Expr:
-        return _elementwise(np.left_shift, self, other)
-
-    def __rlshift__(self, other: Any) -> Expr:
-        return _elementwise(np.left_shift, other, self)
-
-    def __rshift__(self, other: Any) -> Expr:
-        return _elementwise(np.right_shift, self, other)
-
-    def __rrshift__(self, other: Any) -> Expr:
-        return _elementwise(np.right_shift, other, self)
-
-    def __lt__(self, other: Any) -> Expr:
-        return _elementwise(np.less, self, other)
-
-    def __le__(self, other: Any) -> Expr:
-        return _elementwise(np.less_equal, self, other)
-
-    def __gt__(self, other: Any) -> Expr:
-        return _elementwise(np.greater, self, other)
-
-    def __ge__(self, other: Any) -> Expr:
-        return _elementwise(np.greater_equal, self, other)
-
-    def __eq__(self, other: Any) -> Expr:  # type: ignore[override]
-        return _elementwise(np.equal, self, other)
-
-    def __ne__(self, other: Any) -> Expr:  # type: ignore[override]
-        return _elementwise(np.not_equal, self, other)
-
-    __hash__ = object.__hash__  # arrays stay usable as keys of weak sets and dicts
-
-    def __neg__(self) -> Expr:
-        return _elementwise(np.negative, self)
-
-    def __pos__(self) -> Expr:
-        return _elementwise(np.positive, self)
-
-    def __abs__(self) -> Expr:
-        return _elementwise(np.absolute, self)
-
-    def __invert__(self) -> Expr:
-        return _elementwise(np.invert, self)
-
-    def __matmul__(self, other: Any) -> Any:
-        return _wrap(array_ufunc(np.matmul, "__call__", *_unwrap((self, other))))
-
-    def __rmatmul__(self, other: Any) -> Any:
-        return _wrap(array_ufunc(np.matmul, "__call__", *_unwrap((other, self))))
-
-    # -- rearranging ----------------------------------------------------------------------
-    @property
-    def T(self) -> Expr:
-        """The axes reversed, lazily (``np.transpose``).
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6).reshape(2, 3))
-        >>> x.T.shape, x.T[2]
-        ((3, 2), array([2, 5]))
-        """
-        return Expr(permute_dims(self._tree()))
-
-    @property
-    def mT(self) -> Expr:
-        """The last two axes swapped, lazily (a stack of matrices transposed).
-
-        Raises
-        ------
-        ValueError
-            The array has fewer than 2 dimensions.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.zeros((5, 2, 3)))
-        >>> x.mT.shape
-        (5, 3, 2)
-        """
-        ndim = self._tree().ndim
-        if ndim < 2:
-            raise ValueError("mT needs an array of at least 2 dimensions")
-        order = [*range(ndim - 2), ndim - 1, ndim - 2]
-        return Expr(permute_dims(self._tree(), order))
-
-    def transpose(self, *axes: Any) -> Expr:
-        """The axes permuted (reversed by default), lazily.
-
-        Parameters
-        ----------
-        *axes : int or tuple of int
-            The new order of the axes, as separate ints or one tuple; none reverses them.
-
-        Returns
-        -------
-        Expr
-            The lazy, permuted array.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.zeros((2, 3, 4)))
-        >>> (x.transpose().shape, x.transpose(1, 0, 2).shape)
-        ((4, 3, 2), (3, 2, 4))
-        """
-        order = axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else axes
-        return Expr(permute_dims(self._tree(), order or None))
-
-    def swapaxes(self, axis1: int, axis2: int) -> Expr:
-        """Two axes interchanged, lazily (``np.swapaxes``).
-
-        Parameters
-        ----------
-        axis1, axis2 : int
-            The axes to interchange.
-
-        Returns
-        -------
-        Expr
-            The lazy array with those axes swapped.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> oc.from_numpy(np.zeros((2, 3, 4))).swapaxes(0, 2).shape
-        (4, 3, 2)
-        """
-        return Expr(swapaxes(self._tree(), axis1, axis2))
-
-    def reshape(self, *shape: Any, order: str = "C") -> Expr:
-        """The elements in a new shape, in C order (``-1``: the length that fits).
-
-        Lazy when blocks of the result line up with bands of the input's chunks; otherwise
-        the result is streamed once into a temporary chunked array (never loaded whole).
-
-        Parameters
-        ----------
-        *shape : int or tuple of int
-            The new shape, as separate ints or one tuple; one length may be ``-1``.
-        order
-            ``"C"`` (the only order supported).
-
-        Returns
-        -------
-        Expr
-            The reshaped array.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(12).reshape(4, 3), chunks=(2, 3))
-        >>> x.reshape(2, -1)[1]
-        array([ 6,  7,  8,  9, 10, 11])
-        """
-        wanted = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        return Expr(reshape(self._tree(), wanted, order))
-
-    def squeeze(self, axis: Any = None) -> Expr:
-        """Axes of length 1 removed (all of them, or ``axis``), lazily.
-
-        Parameters
-        ----------
-        axis : int or tuple of int, optional
-            The axes to remove; each must have length 1.  Default: every axis of length 1.
-
-        Returns
-        -------
-        Expr
-            The lazy array without those axes.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> oc.from_numpy(np.zeros((1, 3, 1))).squeeze().shape
-        (3,)
-        """
-        return Expr(squeeze(self._tree(), axis))
-
-    def ravel(self, order: str = "C") -> Expr:
-        """The elements along one axis in C order (as :meth:`reshape` of ``-1``).
-
-        Parameters
-        ----------
-        order
-            ``"C"`` (the only order supported).
-
-        Returns
-        -------
-        Expr
-            The 1-d array.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> oc.from_numpy(np.arange(6).reshape(2, 3)).ravel()[...]
-        array([0, 1, 2, 3, 4, 5])
-        """
-        return Expr(ravel(self._tree(), order))
-
-    def flatten(self, order: str = "C") -> Expr:
-        """The elements along one axis in C order (as :meth:`ravel`).
-
-        Parameters
-        ----------
-        order
-            ``"C"`` (the only order supported).
-
-        Returns
-        -------
-        Expr
-            The 1-d array.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> oc.from_numpy(np.arange(6).reshape(2, 3)).flatten().shape
-        (6,)
-        """
-        return Expr(ravel(self._tree(), order))
-
-    def astype(self, dtype: Any) -> Expr:
-        """A lazy copy of another dtype.
-
-        Parameters
-        ----------
-        dtype
-            The new data type (anything :class:`numpy.dtype` takes).
-
-        Returns
-        -------
-        Expr
-            The lazy converted array.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> oc.from_numpy(np.arange(3)).astype("float32")[...]
-        array([0., 1., 2.], dtype=float32)
-        """
-        return Expr(_build.astype(self._tree(), dtype))
-
-    def clip(self, min: Any = None, max: Any = None) -> Expr:
-        """Values limited to ``[min, max]``, lazily.
-
-        Parameters
-        ----------
-        min, max : scalar or array, optional
-            The lower and upper limits; ``None`` leaves that side open.
-
-        Returns
-        -------
-        Expr
-            The lazy clipped array.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> oc.from_numpy(np.arange(5)).clip(1, 3)[...]
-        array([1, 1, 2, 3, 3])
-        """
-        return Expr(clip(self._tree(), _unwrap(min), _unwrap(max)))
-
-    def round(self, decimals: int = 0) -> Expr:
-        """Values rounded to ``decimals`` decimals, lazily (``np.round``).
-
-        Parameters
-        ----------
-        decimals
-            Decimals to keep (default 0); negative rounds to tens, hundreds, ...
-
-        Returns
-        -------
-        Expr
-            The lazy rounded array.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> oc.from_numpy(np.array([0.123, 4.567])).round(1)[...]
-        array([0.1, 4.6])
-        """
-        return Expr(_build.elementwise(np.round, self._tree(), name="round", decimals=decimals))
-
-    def map_blocks(self, function: Callable[..., Any], *others: Any, dtype: Any = None) -> Expr:
-        """``function`` applied to aligned blocks of this array (and ``others``), lazily; it
-        must return a block of the same shape, of ``dtype``.
-
-        Parameters
-        ----------
-        function : callable
-            Called as ``function(block, *other_blocks)`` with NumPy arrays.
-        *others
-            Further arrays (chunked arrays, expressions or scalars), broadcast against this one.
-        dtype
-            The dtype of the blocks ``function`` returns (required).
-
-        Returns
-        -------
-        Expr
-            The lazy result.
-
-        Raises
-        ------
-        TypeError
-            ``dtype`` is not given.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(4.0), chunks=2)
-        >>> x.map_blocks(np.sqrt, dtype="float64")[...]
-        array([0.        , 1.        , 1.41421356, 1.73205081])
-        """
-        return Expr(_build.map_blocks(function, self._tree(), *_unwrap(others), dtype=dtype))
-
-    def to_xarray(self, name: str | None = None, dims: Any = None) -> Any:
-        """A lazy ``xarray.DataArray`` over this array, computed by oocarray's chunk manager
-        (``chunked_array_type="oocarray"``): its operations stream in the active budget.
-
-        Nothing is read.
-
-        Parameters
-        ----------
-        name : str, optional
-            The DataArray's name.
-        dims : sequence of str, optional
-            Its dimension names; by default the stored ones (zarr ``dimension_names`` or
-            ``_ARRAY_DIMENSIONS``), else ``dim_0``, ``dim_1``, ...
-
-        Returns
-        -------
-        xarray.DataArray
-            Over this array, with the stored attributes as ``attrs``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> da = x.to_xarray(name="t")
-        >>> da.dims, float(da.sum("dim_1").max())
-        (('dim_0', 'dim_1'), 12.0)
-        """
-        return to_xarray(self, name=name, dims=dims)
+    # -- what the base classes ask of the array types -------------------------------------
+    def _lazy(self, node: Any) -> Expr:
+        """An expression over ``node``."""
+        return Expr(node)
+
+    @staticmethod
+    def _unwrapped(value: Any) -> Any:
+        """``value`` with each expression in it replaced by its tree (see ``_unwrap``)."""
+        return _unwrap(value)
+
+    @staticmethod
+    def _wrapped(value: Any) -> Any:
+        """``value`` with each tree in it made an expression (see ``_wrap``)."""
+        return _wrap(value)
+
+    def _stored_type(self) -> type[ChunkedArray]:
+        """The type new stored arrays open as: :class:`ChunkedArray`."""
+        return ChunkedArray
 
     # -- materialising --------------------------------------------------------------------
     def compute(self, progress: bool = True) -> Any:
@@ -523,148 +129,6 @@ class LazyArray(Reductions, StandardArray):
         array([ 0, 10, 20, 30])
         """
         return compute(self, progress=progress)[0]
-
-    def rechunk(self, chunks: Any, out: Any = None, **options: Any) -> Any:
-        """Rechunk into a zarr array of ``chunks`` in a memory budget (see
-        :func:`oocarray.rechunk`, which takes the same ``options``).
-
-        An expression is written with :meth:`to_zarr` (``chunks=``) instead: it has no
-        source chunks to regroup.
-
-        Parameters
-        ----------
-        chunks : tuple, dict, int or "auto"
-            The new chunk shape (see :func:`oocarray.rechunk`).
-        out : path or URL, optional
-            The output zarr array; a temporary one when omitted.
-        **options
-            ``shards``, ``codec``, ``max_mem``, ``resume``, ``dry_run``, ``dataset``,
-            ``mode``, ``storage_options``, ``progress``: as for :func:`oocarray.rechunk`.
-
-        Returns
-        -------
-        ChunkedArray
-            The rechunked array (the plan instead, with ``dry_run=True``).
-
-        Raises
-        ------
-        TypeError
-            This is an expression, not a stored array.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> x = oc.from_numpy(np.arange(12).reshape(4, 3), chunks=(1, 3))
-        >>> y = x.rechunk((4, 1), progress=False)
-        >>> (y.chunks, y[:, 2])
-        ((4, 1), array([ 2,  5,  8, 11]))
-        """
-        if not isinstance(self, StoredArray):
-            raise TypeError(
-                "rechunk needs a stored array; write an expression in new chunks with "
-                "expr.to_zarr(path, chunks=...)"
-            )
-        return rechunk(self, chunks, out, **options)
-
-    def to_zarr(
-        self,
-        path: Any,
-        codec: str = "zstd",
-        chunks: Any = None,
-        shards: Any = None,
-        mode: str = "w-",
-        dimension_names: Any = None,
-        attributes: Any = None,
-        progress: bool = True,
-        storage_options: Any = None,
-        dataset: str | None = None,
-        coords: Any = None,
-    ) -> ChunkedArray:
-        """Write the values to a new zarr array, chunk by chunk (each written whole).
-
-        ``path``, ``codec``, ``chunks``, ``shards``, ``mode``, ``dimension_names``,
-        ``attributes``, ``dataset``, ``coords`` and ``storage_options`` are as for
-        :func:`oocarray.create` (``path`` may be an object-store URL): by default
-        (``mode="w-"``) the array must not exist yet (:class:`~oocarray.StoreExistsError`);
-        ``mode="w"`` replaces a zarr array, and nothing else.  With ``dataset="name"`` the
-        array goes inside the zarr group at ``path`` beside the arrays already there, so
-        several outputs share one group that ``xarray.open_zarr(path)`` opens as a Dataset
-        (name the axes with ``dimension_names``).  ``progress=False`` hides the progress
-        report.
-
-        Parameters
-        ----------
-        path
-            The new array's directory (or the group's, with ``dataset``), or a URL.
-        codec
-            ``"zstd"`` (default), ``"lz4"``, ``"blosc"``, ``"gzip"`` or ``"none"``.
-        chunks, shards : optional
-            Chunk and shard shapes; default: chunks of about 4 MiB, no shards (as for
-            :func:`oocarray.create`).
-        mode
-            ``"w-"`` (default) refuses an existing array; ``"w"`` replaces a zarr array.
-        dimension_names : optional
-            One name per axis.
-        attributes : optional
-            JSON-serialisable metadata stored with the array.
-        progress
-            Show a progress bar (default ``True``).
-        storage_options : optional
-            For URLs: the object store's settings (see :func:`oocarray.open`).
-        dataset : optional
-            The array's path inside the zarr group at ``path``.
-        coords : optional
-            With ``dataset``: coordinate arrays written into the group beside it.
-
-        Returns
-        -------
-        ChunkedArray
-            The new zarr array, open for reading and writing.
-
-        Raises
-        ------
-        StoreExistsError
-            Something is at the array's path that ``mode`` may not replace.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc, os, tempfile
-        >>> group = os.path.join(tempfile.mkdtemp(), "out.zarr")
-        >>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))
-        >>> _ = (x * 2).to_zarr(group, dataset="double", dimension_names=("y", "x"),
-        ...                     progress=False)
-        >>> _ = (x + 1).to_zarr(group, dataset="plus_one", dimension_names=("y", "x"),
-        ...                     progress=False)
-        >>> oc.open(group, dataset="plus_one")[1]
-        array([4., 5., 6.])
-        """
-        expr = as_node(self._tree())
-        if mode == "w":
-            location = locate(path, storage_options, "path", writing=True)
-            target = location.name if isinstance(location, Remote) else location
-            if dataset is not None and isinstance(dataset, str):
-                target = target.rstrip("/") + "/" + dataset.strip("/")
-            refuse_replacing_an_input(target, (s.path for s in expr.sources()), "to_zarr(mode='w')")
-        out = create(
-            path,
-            expr.shape,
-            expr.dtype,
-            chunks=chunks,
-            codec=codec,
-            shards=shards,
-            mode=mode,
-            dimension_names=dimension_names,
-            attributes=attributes,
-            dataset=dataset,
-            storage_options=storage_options,
-            array_type=ChunkedArray,
-            coords=coords,
-        )
-        evaluate(
-            [], [StoreTarget(expr, out.__setitem__, out.shards or out.chunks)], progress, "to_zarr"
-        )
-        assert isinstance(out, ChunkedArray)
-        return out
 
 
 class Expr(LazyArray):

@@ -24,8 +24,10 @@ import numpy as np
 
 from oocarray._compute._engine import evaluate
 from oocarray._compute._gather import Gather
+from oocarray._compute._moments import Moments
 from oocarray._compute._nodes import BlockReads, Constant, Node, as_node
-from oocarray._compute._reduce import Accumulate, Extreme, Moments, Reduction, make_reduction
+from oocarray._compute._reduce import Accumulate, Extreme, Reduction
+from oocarray._compute._reduction_kinds import make_reduction
 
 __all__ = ["DEFERRABLE", "Deferred", "GatheredRows", "defer", "resolve"]
 

@@ -2,9 +2,10 @@
 ``__array_function__``'s functions, reductions (lazy or computed) and histograms.
 
 The public types (``ChunkedArray``, ``Expr``, in ``_compute._array``) define their operators
-and NumPy protocols in their class bodies and call these with their trees (``Node``) or stored
-arrays; what comes back as a ``Node`` they wrap as an ``Expr``.  Anything NumPy asks that is not
-supported raises ``TypeError`` saying what to do instead: nothing silently loads a whole array.
+and NumPy protocols in their class bodies and base classes and call these with their trees
+(``Node``) or stored arrays; what comes back as a ``Node`` they wrap as an ``Expr``.  Anything
+NumPy asks that is not supported raises ``TypeError`` saying what to do instead: nothing
+silently loads a whole array.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from oocarray._compute._deferred import resolve
 from oocarray._compute._engine import evaluate
 from oocarray._compute._limits import unsupported
 from oocarray._compute._nodes import Node, as_node
-from oocarray._compute._reduce import REDUCTIONS, Histogram, Reduction, make_reduction
+from oocarray._compute._reduce import Histogram, Reduction
+from oocarray._compute._reduction_kinds import REDUCTIONS, make_reduction
 
 __all__ = [
     "LazyResult",

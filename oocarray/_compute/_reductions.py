@@ -2,69 +2,27 @@
 :class:`LazyResult` (for :func:`oocarray.compute`), anything else the value.
 
 :class:`Reductions` is a base class of the compute layer's array types (``_compute._array``);
-each reduction reads its input once, in one streaming pass over the chunks.
+each reduction reads its input once, in one streaming pass over the chunks.  The extremes
+(``min``, ``max``, ``argmin``, ``argmax``) are its base class's, in
+``_compute._extreme_reductions``; the docstrings are written by ``_compute._reduction_docs``.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, overload
 
+from oocarray._compute._extreme_reductions import ExtremeReductions
 from oocarray._compute._nodes import Node
 from oocarray._compute._ops import LazyResult, reduce_lazy
+from oocarray._compute._reduction_docs import documented
 from oocarray._storage import StoredArray
 
 __all__ = ["Reductions"]
 
-F = TypeVar("F", bound=Callable[..., Any])
 
-# What each reduction's parameters mean, one text for all of them (numpydoc's form).
-_PARAMETERS = {
-    "axis": ("axis : int or tuple of int, optional", "The axes to reduce; all of them by default."),
-    "dtype": (
-        "dtype : optional",
-        "The accumulator's and result's dtype; by default NumPy's for this reduction.",
-    ),
-    "ddof": ("ddof", "Delta degrees of freedom: the divisor is ``N - ddof`` (default 0)."),
-    "keepdims": ("keepdims", "Keep the reduced axes with length 1 (default ``False``)."),
-    "compute": (
-        "compute",
-        "``True`` (default): compute now.  ``False``: return a\n"
-        ":class:`~oocarray.LazyResult` to compute with others in one pass\n"
-        "(:func:`oocarray.compute`).",
-    ),
-    "progress": ("progress", "Show a progress bar (default ``True``)."),
-}
-
-
-def _documented(summary: str, result: str, call: str, shown: str) -> Callable[[F], F]:
-    """The reduction's numpydoc docstring, its parameters described from ``_PARAMETERS`` in
-    the order of its signature, and an example on a small chunked array."""
-
-    def document(method: F) -> F:
-        names = list(inspect.signature(method).parameters)[1:]  # after self
-        parameters = "\n".join(
-            _PARAMETERS[name][0] + "\n" + "\n".join("    " + line for line in text.split("\n"))
-            for name in names
-            for text in [_PARAMETERS[name][1]]
-        )
-        method.__doc__ = (
-            f"{summary}\n\nParameters\n----------\n{parameters}\n\n"
-            "Returns\n-------\nnumpy.ndarray, NumPy scalar or LazyResult\n"
-            f"    {result}, as NumPy gives it for the same data;\n"
-            "    a lazy result with ``compute=False``.\n\n"
-            "Examples\n--------\n>>> import numpy as np, oocarray as oc\n"
-            ">>> x = oc.from_numpy(np.arange(6.0).reshape(2, 3), chunks=(1, 3))\n"
-            f">>> {call}\n{shown}\n"
-        )
-        return method
-
-    return document
-
-
-class Reductions:
-    """Streaming reductions; a subclass says what they read (:meth:`_tree`)."""
+class Reductions(ExtremeReductions):
+    """Streaming reductions (the extremes inherited from :class:`ExtremeReductions`); a subclass
+    says what they read (:meth:`_tree`)."""
 
     def _tree(self) -> Node | StoredArray:
         """What the reductions read: an expression tree or a stored array."""
@@ -98,7 +56,7 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any: ...
-    @_documented(
+    @documented(
         "Sum in one streaming pass.",
         "The sum",
         "x.sum(axis=0, progress=False)",
@@ -144,7 +102,7 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any: ...
-    @_documented(
+    @documented(
         "Product in one streaming pass.",
         "The product",
         "x.prod(axis=1, progress=False)",
@@ -190,7 +148,7 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any: ...
-    @_documented(
+    @documented(
         "Mean in one streaming pass.",
         "The mean",
         "x.mean(progress=False)",
@@ -239,7 +197,7 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any: ...
-    @_documented(
+    @documented(
         "Variance in one streaming pass, merging chunk moments.",
         "The variance",
         "x.var(axis=0, progress=False)",
@@ -289,7 +247,7 @@ class Reductions:
         compute: bool = True,
         progress: bool = True,
     ) -> Any: ...
-    @_documented(
+    @documented(
         "Standard deviation in one streaming pass, merging chunk moments.",
         "The standard deviation",
         "x.std(ddof=1, progress=False)",
@@ -309,74 +267,6 @@ class Reductions:
         )
 
     @overload
-    def min(
-        self,
-        axis: Any = None,
-        keepdims: bool = False,
-        compute: Literal[True] = True,
-        progress: bool = True,
-    ) -> Any: ...
-    @overload
-    def min(
-        self,
-        axis: Any = None,
-        keepdims: bool = False,
-        *,
-        compute: Literal[False],
-        progress: bool = True,
-    ) -> LazyResult: ...
-    @overload
-    def min(
-        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
-    ) -> Any: ...
-    @_documented(
-        "Minimum in one streaming pass.",
-        "The minimum",
-        "x.min(axis=1, progress=False)",
-        "array([0., 3.])",
-    )
-    def min(
-        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
-    ) -> Any:
-        return reduce_lazy(
-            "min", self._tree(), axis, None, keepdims, compute=compute, progress=progress
-        )
-
-    @overload
-    def max(
-        self,
-        axis: Any = None,
-        keepdims: bool = False,
-        compute: Literal[True] = True,
-        progress: bool = True,
-    ) -> Any: ...
-    @overload
-    def max(
-        self,
-        axis: Any = None,
-        keepdims: bool = False,
-        *,
-        compute: Literal[False],
-        progress: bool = True,
-    ) -> LazyResult: ...
-    @overload
-    def max(
-        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
-    ) -> Any: ...
-    @_documented(
-        "Maximum in one streaming pass.",
-        "The maximum",
-        "x.max(axis=1, keepdims=True, progress=False)",
-        "array([[2.],\n       [5.]])",
-    )
-    def max(
-        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
-    ) -> Any:
-        return reduce_lazy(
-            "max", self._tree(), axis, None, keepdims, compute=compute, progress=progress
-        )
-
-    @overload
     def any(
         self,
         axis: Any = None,
@@ -397,7 +287,7 @@ class Reductions:
     def any(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any: ...
-    @_documented(
+    @documented(
         "Whether any element is true, in one streaming pass.",
         "Whether any is true",
         "(x > 4).any(axis=1, progress=False)",
@@ -431,7 +321,7 @@ class Reductions:
     def all(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any: ...
-    @_documented(
+    @documented(
         "Whether every element is true, in one streaming pass.",
         "Whether all are true",
         "(x >= 0).all(progress=False)",
@@ -445,74 +335,6 @@ class Reductions:
         )
 
     @overload
-    def argmin(
-        self,
-        axis: Any = None,
-        keepdims: bool = False,
-        compute: Literal[True] = True,
-        progress: bool = True,
-    ) -> Any: ...
-    @overload
-    def argmin(
-        self,
-        axis: Any = None,
-        keepdims: bool = False,
-        *,
-        compute: Literal[False],
-        progress: bool = True,
-    ) -> LazyResult: ...
-    @overload
-    def argmin(
-        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
-    ) -> Any: ...
-    @_documented(
-        "Position of the minimum, in one streaming pass.",
-        "The index of the first minimum",
-        "x.argmin(axis=1, progress=False)",
-        "array([0, 0])",
-    )
-    def argmin(
-        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
-    ) -> Any:
-        return reduce_lazy(
-            "argmin", self._tree(), axis, None, keepdims, compute=compute, progress=progress
-        )
-
-    @overload
-    def argmax(
-        self,
-        axis: Any = None,
-        keepdims: bool = False,
-        compute: Literal[True] = True,
-        progress: bool = True,
-    ) -> Any: ...
-    @overload
-    def argmax(
-        self,
-        axis: Any = None,
-        keepdims: bool = False,
-        *,
-        compute: Literal[False],
-        progress: bool = True,
-    ) -> LazyResult: ...
-    @overload
-    def argmax(
-        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
-    ) -> Any: ...
-    @_documented(
-        "Position of the maximum, in one streaming pass.",
-        "The flat index (or the index along ``axis``) of the first maximum",
-        "x.argmax(progress=False)",
-        "np.int64(5)",
-    )
-    def argmax(
-        self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
-    ) -> Any:
-        return reduce_lazy(
-            "argmax", self._tree(), axis, None, keepdims, compute=compute, progress=progress
-        )
-
-    @overload
     def count_nonzero(
         self,
         axis: Any = None,
@@ -533,7 +355,7 @@ class Reductions:
     def count_nonzero(
         self, axis: Any = None, keepdims: bool = False, compute: bool = True, progress: bool = True
     ) -> Any: ...
-    @_documented(
+    @documented(
         "Number of non-zero elements, in one streaming pass.",
         "The count",
         "x.count_nonzero(axis=0, progress=False)",

@@ -12,8 +12,9 @@ plot or a metrics server is asked for.
 from oocarray._diagnostics._events import MemoryEvent, on_event, remove_listener
 from oocarray._diagnostics._holders import Holder, holder_lines, who_holds
 from oocarray._diagnostics._metrics import MetricsServer, serve_metrics
-from oocarray._diagnostics._monitor import MemoryMonitor, MemoryPeak, MemorySample
+from oocarray._diagnostics._monitor import MemoryMonitor
 from oocarray._diagnostics._report import MemoryReport, memory_report
+from oocarray._diagnostics._samples import MemoryPeak, MemorySample
 from oocarray._diagnostics._usage import ManagerUsage, SpillUsage, TemporaryUsage
 from oocarray._memory import _events as _memory_events
 from oocarray._memory._physical import ResidentMemory

@@ -1,128 +1,31 @@
-"""``oc.MemoryMonitor``: a timeline of memory, sampled by a background thread."""
+"""``oc.MemoryMonitor``: a timeline of memory, sampled by a background thread.
+
+What it records is in :mod:`._samples`, the timeline's rows and CSV file in
+:mod:`._timeline_csv`, its plot in :mod:`._plot`.
+"""
 
 from __future__ import annotations
 
-import csv
 import importlib
 import os
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
 from typing import Any, Self
 
 from oocarray import _native
+from oocarray._diagnostics._samples import MemoryPeak, MemorySample
+from oocarray._diagnostics._timeline_csv import (
+    FIXED_COLUMNS,
+    read_samples,
+    timeline_rows,
+    write_rows,
+)
 from oocarray._diagnostics._usage import manager_usage
-from oocarray._memory import config, format_bytes
+from oocarray._memory import config
 from oocarray._memory._physical import resident_memory
 
-__all__ = ["MemoryMonitor", "MemoryPeak", "MemorySample"]
-
-_FIXED = (
-    "time_s",
-    "rss_anon_bytes",
-    "rss_shmem_bytes",
-    "rss_file_bytes",
-    "managed_bytes",
-    "ram_bytes",
-    "mmap_bytes",
-    "spilled_bytes",
-    "spill_file_bytes",
-)
-_MANAGER_COLUMN = "ram_bytes[{}]"
-
-
-@dataclass(frozen=True, slots=True)
-class MemorySample:
-    """One look at memory.
-
-    Attributes
-    ----------
-    time_s
-        Seconds since the monitor started.
-    rss_anon_bytes, rss_shmem_bytes, rss_file_bytes
-        Resident memory of the process: anonymous, shared, file-backed.
-    managed_bytes
-        Live bytes of every managed array (``ram_bytes + mmap_bytes + spilled_bytes``).
-    ram_bytes, mmap_bytes, spilled_bytes
-        Where they are: in RAM, placed on disk from the start, moved to disk by a spill.
-    spill_file_bytes
-        Disk reserved by spill files.
-    managers
-        RAM bytes of each named manager and workspace open at that moment, by name
-        (managers called alike are added up).
-    """
-
-    time_s: float
-    rss_anon_bytes: int
-    rss_shmem_bytes: int
-    rss_file_bytes: int
-    managed_bytes: int
-    ram_bytes: int
-    mmap_bytes: int
-    spilled_bytes: int
-    spill_file_bytes: int
-    managers: Mapping[str, int] = field(default_factory=dict)
-
-    @property
-    def rss_bytes(self) -> int:
-        """All resident memory: anonymous + shared + file-backed."""
-        return self.rss_anon_bytes + self.rss_shmem_bytes + self.rss_file_bytes
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryPeak:
-    """The highest values a monitor saw (between samples a peak can be missed: sample more
-    often, or look at ``oc.memory_report().resident.peak_bytes``, the kernel's own peak).
-
-    :attr:`oocarray.MemoryMonitor.peak` returns it; every field is also an attribute.
-
-    Parameters
-    ----------
-    rss_bytes, rss_time_s
-        Highest resident memory (all kinds) and when.
-    rss_anon_bytes
-        Highest anonymous + shared resident memory (what spilling can release).
-    managed_bytes, ram_bytes, spilled_bytes
-        Highest managed bytes, managed bytes in RAM, and spilled bytes.
-    managers
-        Highest RAM bytes of each named manager.
-    duration_s, samples
-        How long the monitor ran, and how many samples it took.
-
-    Examples
-    --------
-    >>> import numpy as np, oocarray as oc
-    >>> with oc.MemoryMonitor(interval=0.01) as mon, oc.Manager("etl"):
-    ...     a = np.ones(2**20)
-    ...     _ = mon.sample()
-    >>> peak = mon.peak
-    >>> (peak.managers["etl"] >= 8388608, peak.samples >= 3, peak.rss_bytes > 0)
-    (True, True, True)
-    """
-
-    rss_bytes: int
-    rss_time_s: float
-    rss_anon_bytes: int
-    managed_bytes: int
-    ram_bytes: int
-    spilled_bytes: int
-    managers: Mapping[str, int]
-    duration_s: float
-    samples: int
-
-    def __str__(self) -> str:
-        text = (
-            f"peak resident {format_bytes(self.rss_bytes)} at {self.rss_time_s:.2f} s "
-            f"(anonymous + shared {format_bytes(self.rss_anon_bytes)}); managed "
-            f"{format_bytes(self.managed_bytes)}, in RAM {format_bytes(self.ram_bytes)}, spilled "
-            f"{format_bytes(self.spilled_bytes)}; {self.samples} samples over "
-            f"{self.duration_s:.2f} s"
-        )
-        if self.managers:
-            text += "; " + ", ".join(f"{k} {format_bytes(v)}" for k, v in self.managers.items())
-        return text
+__all__ = ["MemoryMonitor"]
 
 
 class MemoryMonitor:
@@ -342,7 +245,7 @@ class MemoryMonitor:
     @property
     def peak(self) -> MemoryPeak:
         """The highest values seen, as a
-        :class:`~oocarray._diagnostics._monitor.MemoryPeak`.
+        :class:`~oocarray._diagnostics._samples.MemoryPeak`.
 
         Raises
         ------
@@ -422,13 +325,7 @@ class MemoryMonitor:
         [0, None]
         """
         names = self.manager_names()
-        out = []
-        for s in self.samples:
-            row: dict[str, float | int | None] = {k: getattr(s, k) for k in _FIXED}
-            for name in names:
-                row[_MANAGER_COLUMN.format(name)] = s.managers.get(name)
-            out.append(row)
-        return out
+        return timeline_rows(self.samples, names)
 
     def to_frame(self) -> Any:
         """The samples as a :class:`pandas.DataFrame` indexed by ``time_s`` (needs pandas).
@@ -460,7 +357,7 @@ class MemoryMonitor:
                 "to_csv() and .samples work without it"
             ) from error
         rows = self.rows()
-        columns = list(rows[0]) if rows else list(_FIXED)
+        columns = list(rows[0]) if rows else list(FIXED_COLUMNS)
         return pd.DataFrame(rows, columns=columns).set_index("time_s")
 
     def to_csv(self, path: str | os.PathLike[str]) -> None:
@@ -483,12 +380,7 @@ class MemoryMonitor:
         ...     f.readline().split(",")[:2]
         ['time_s', 'rss_anon_bytes']
         """
-        rows = self.rows()
-        columns = list(rows[0]) if rows else list(_FIXED)
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_rows(self.rows(), path)
 
     @classmethod
     def from_csv(cls, path: str | os.PathLike[str]) -> MemoryMonitor:
@@ -523,29 +415,7 @@ class MemoryMonitor:
         (1, ['etl'])
         """
         monitor = cls()
-        samples = []
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            missing = set(_FIXED) - set(reader.fieldnames or ())
-            if missing:
-                raise ValueError(
-                    f"{os.fspath(path)!r} is not a MemoryMonitor CSV file: columns "
-                    f"{sorted(missing)} are missing"
-                )
-            for row in reader:
-                managers = {
-                    key[len("ram_bytes[") : -1]: int(value)
-                    for key, value in row.items()
-                    if key.startswith("ram_bytes[") and key.endswith("]") and value != ""
-                }
-                samples.append(
-                    MemorySample(
-                        time_s=float(row["time_s"]),
-                        **{k: int(row[k]) for k in _FIXED[1:]},
-                        managers=MappingProxyType(managers),
-                    )
-                )
-        monitor._samples = samples
+        monitor._samples = read_samples(path)
         monitor._t0 = 0.0
         return monitor
 

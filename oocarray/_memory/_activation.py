@@ -1,14 +1,16 @@
-"""Activation: which manager the current thread or context routes NumPy allocations to."""
+"""Activation: which manager the current thread or context routes NumPy allocations to, and
+the methods of :class:`~oocarray.Manager` that make it so (``m.activate()``, ``with m:``)."""
 
 from __future__ import annotations
 
 import contextvars
-from typing import Any, Protocol, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 from oocarray import _native
 from oocarray.errors import ClosedError
 
-__all__ = ["Activation", "active", "exit_entered", "nearest_open"]
+__all__ = ["Activation", "ActivationMixin", "active", "exit_entered", "nearest_open"]
 
 
 class Activated(Protocol):
@@ -102,3 +104,61 @@ def exit_entered(manager: Activated) -> None:
         if activation._manager is manager and activation._from_enter:
             activation.__exit__()
             return
+
+
+class ActivationMixin:
+    """The activation methods of :class:`~oocarray.Manager`: ``m.activate()``, and ``with m:``,
+    which also closes the manager when its block ends."""
+
+    if TYPE_CHECKING:
+
+        @property
+        def name(self) -> str: ...
+
+        @property
+        def closed(self) -> bool: ...
+
+        @property
+        def parent(self) -> Any: ...
+
+        @property
+        def _handler(self) -> object: ...
+
+        def _close(self, *, raise_leaks: bool) -> None: ...
+
+    def activate(self) -> Activation:
+        """Make this manager active in the current thread without closing it on exit.
+
+        Returns
+        -------
+        Activation
+            A context manager: NumPy allocations inside its ``with`` block are owned by this
+            manager; leaving it makes the previously active manager active again.
+
+        Examples
+        --------
+        >>> import threading, numpy as np, oocarray as oc
+        >>> m = oc.Manager("shared")
+        >>> def work():
+        ...     with m.activate():
+        ...         np.empty(1000)
+        >>> t = threading.Thread(target=work); t.start(); t.join()
+        >>> m.stats().total_bytes
+        8000
+        >>> m.close()
+        """
+        return Activation(self)
+
+    def __enter__(self) -> Self:
+        Activation(self, from_enter=True).__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        exit_entered(self)
+        # An escape report must not hide the exception that is already propagating.
+        self._close(raise_leaks=exc_type is None)

@@ -7,7 +7,8 @@ import mmap
 import numpy as np
 
 from oocarray import _native
-from oocarray._memory._manager import Manager, require_array, system
+from oocarray._memory._arguments import require_array
+from oocarray._memory._manager import Manager, system
 from oocarray._memory._registry import open_owner
 from oocarray._memory._workspace import detach_from_workspace
 

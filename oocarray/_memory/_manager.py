@@ -7,26 +7,26 @@ budget (``max_bytes``) covers a manager and everything below it.
 
 Closing a manager never frees memory under a live array (:mod:`._closing` says how).  What a
 manager counts is added up in :mod:`._stats`, its debug dump written by :mod:`._dump`, its
-policies named in :mod:`._policies`.
+policies named in :mod:`._policies`.  Its methods for activation are in :mod:`._activation`,
+for explicit allocation in :mod:`._allocation`, for taking arrays over in :mod:`._ownership`,
+and for its counters, spilling and dump in :mod:`._accounting`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from types import TracebackType
-from typing import Any, NoReturn, Self
-
-import numpy as np
-import numpy.typing as npt
+from typing import Any, NoReturn
 
 from oocarray import _native
 from oocarray._memory import _config, _events, _physical, _spill_files, _tracing
-from oocarray._memory._activation import Activation, active, exit_entered, nearest_open
+from oocarray._memory._accounting import AccountingMixin
+from oocarray._memory._activation import ActivationMixin, active, nearest_open
+from oocarray._memory._allocation import AllocationMixin
 from oocarray._memory._closing import close_manager
 from oocarray._memory._compressed import effective
-from oocarray._memory._dump import dump_lines
 from oocarray._memory._html import manager_html
+from oocarray._memory._ownership import OwnershipMixin
 from oocarray._memory._policies import (
     LOCATIONS,
     SPILL_POLICIES,
@@ -35,23 +35,20 @@ from oocarray._memory._policies import (
     SpillPolicy,
     check_policies,
 )
-from oocarray._memory._refusals import report_budget_refusal
-from oocarray._memory._registry import open_owner, register, tree_lock
-from oocarray._memory._shapes import parse_shape
-from oocarray._memory._stats import CUMULATIVE, MemoryStats, prune_children, subtree_stats
+from oocarray._memory._registry import register, tree_lock
+from oocarray._memory._stats import CUMULATIVE, MemoryStats, prune_children
 from oocarray._memory._units import format_bytes, parse_size
-from oocarray.errors import ClosedError, MemoryBudgetError
+from oocarray.errors import ClosedError
 
 __all__ = [
     "Manager",
     "MemoryStats",
     "active_manager",
-    "require_array",
     "system",
 ]
 
 
-class Manager:
+class Manager(ActivationMixin, AllocationMixin, OwnershipMixin, AccountingMixin):
     """A scope that owns, counts and budgets NumPy memory.
 
     Parameters
@@ -334,44 +331,7 @@ class Manager:
                 "(its parent, or a new one)"
             )
 
-    # ---- activation ----
-
-    def activate(self) -> Activation:
-        """Make this manager active in the current thread without closing it on exit.
-
-        Returns
-        -------
-        Activation
-            A context manager: NumPy allocations inside its ``with`` block are owned by this
-            manager; leaving it makes the previously active manager active again.
-
-        Examples
-        --------
-        >>> import threading, numpy as np, oocarray as oc
-        >>> m = oc.Manager("shared")
-        >>> def work():
-        ...     with m.activate():
-        ...         np.empty(1000)
-        >>> t = threading.Thread(target=work); t.start(); t.join()
-        >>> m.stats().total_bytes
-        8000
-        >>> m.close()
-        """
-        return Activation(self)
-
-    def __enter__(self) -> Self:
-        Activation(self, from_enter=True).__enter__()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        exit_entered(self)
-        # An escape report must not hide the exception that is already propagating.
-        self._close(raise_leaks=exc_type is None)
+    # ---- children ----
 
     def sub(self, name: str | None = None, **kwargs: Any) -> Manager:
         """Create a child scope: ``with m.sub("batch") as s: ...``.
@@ -403,370 +363,12 @@ class Manager:
         """
         return Manager(name, parent=self, **kwargs)
 
-    # ---- explicit allocation ----
-
-    def empty(self, shape: object, dtype: npt.DTypeLike = float, *, order: str = "C") -> np.ndarray:
-        """A new uninitialised array owned by this manager (like :func:`numpy.empty`).
-
-        Parameters
-        ----------
-        shape
-            An int or a tuple of ints.
-        dtype
-            The data type (default ``float``).
-        order
-            ``"C"`` (default) or ``"F"`` memory layout.
-
-        Returns
-        -------
-        numpy.ndarray
-            The array, counted against this manager's budget.
-
-        Raises
-        ------
-        ClosedError
-            This manager is closed.
-        MemoryBudgetError
-            The array does not fit and the spill policy is ``"fail"``.
-
-        Examples
-        --------
-        >>> import oocarray as oc
-        >>> with oc.Manager() as m:
-        ...     a = m.empty((10, 10))
-        ...     (a.shape, oc.owner(a) is m)
-        ((10, 10), True)
-        """
-        dims = parse_shape(shape)
-        self._check_open()
-        with self.activate():
-            return np.empty(dims, dtype=dtype, order=order)  # type: ignore[call-overload,no-any-return]
-
-    def zeros(self, shape: object, dtype: npt.DTypeLike = float, *, order: str = "C") -> np.ndarray:
-        """A new zero-filled array owned by this manager (like :func:`numpy.zeros`).
-
-        Parameters
-        ----------
-        shape
-            An int or a tuple of ints.
-        dtype
-            The data type (default ``float``).
-        order
-            ``"C"`` (default) or ``"F"`` memory layout.
-
-        Returns
-        -------
-        numpy.ndarray
-            The array, counted against this manager's budget.
-
-        Raises
-        ------
-        ClosedError
-            This manager is closed.
-        MemoryBudgetError
-            The array does not fit and the spill policy is ``"fail"``.
-
-        Examples
-        --------
-        >>> import oocarray as oc
-        >>> with oc.Manager() as m:
-        ...     m.zeros(3, dtype="int8")
-        array([0, 0, 0], dtype=int8)
-        """
-        dims = parse_shape(shape)
-        self._check_open()
-        with self.activate():
-            return np.zeros(dims, dtype=dtype, order=order)  # type: ignore[call-overload,no-any-return]
-
-    def full(
-        self,
-        shape: object,
-        fill_value: object,
-        dtype: npt.DTypeLike | None = None,
-        *,
-        order: str = "C",
-    ) -> np.ndarray:
-        """A new array filled with ``fill_value``, owned by this manager (like
-        :func:`numpy.full`).
-
-        Parameters
-        ----------
-        shape
-            An int or a tuple of ints.
-        fill_value
-            The value of every element.
-        dtype
-            The data type; by default that of ``fill_value``.
-        order
-            ``"C"`` (default) or ``"F"`` memory layout.
-
-        Returns
-        -------
-        numpy.ndarray
-            The array, counted against this manager's budget.
-
-        Raises
-        ------
-        ClosedError
-            This manager is closed.
-        MemoryBudgetError
-            The array does not fit and the spill policy is ``"fail"``.
-
-        Examples
-        --------
-        >>> import oocarray as oc
-        >>> with oc.Manager() as m:
-        ...     m.full(3, 7)
-        array([7, 7, 7])
-        """
-        dims = parse_shape(shape)
-        self._check_open()
-        with self.activate():
-            return np.full(dims, fill_value, dtype=dtype, order=order)  # type: ignore[call-overload,no-any-return]
-
-    def asarray(self, obj: object, dtype: npt.DTypeLike | None = None) -> np.ndarray:
-        """``obj`` as an array owned by this manager: the array itself if it already is one,
-        else a copy made in this manager.
-
-        Parameters
-        ----------
-        obj
-            An array or anything :func:`numpy.array` takes.
-        dtype
-            The data type; by default that of ``obj``.
-
-        Returns
-        -------
-        numpy.ndarray
-            ``obj`` itself when this manager owns it with that dtype, else a copy it owns.
-
-        Raises
-        ------
-        ClosedError
-            This manager is closed.
-        MemoryBudgetError
-            The copy does not fit and the spill policy is ``"fail"``.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> outside = np.arange(3)
-        >>> with oc.Manager() as m:
-        ...     inside = m.asarray(outside)
-        ...     (oc.owner(inside) is m, m.asarray(inside) is inside)
-        (True, True)
-        """
-        self._check_open()
-        if isinstance(obj, np.ndarray) and (dtype is None or obj.dtype == np.dtype(dtype)):
-            info = _native.block_info(obj)
-            if info is not None and info[0] == self._node.id:
-                return obj
-        with self.activate():
-            return np.array(obj, dtype=dtype, copy=True)
-
-    # ---- ownership ----
-
-    def _owns_in_subtree(self, node_id: int) -> bool:
-        return any(m._node.id == node_id for m in self._subtree())
-
-    def _transfer(self, arr: np.ndarray, *, kept: bool) -> None:
-        refused = _native.transfer(arr, self._node, kept)
-        if refused is not None:
-            refused_id, limit, used = refused
-            info = _native.block_info(arr)
-            size = info[2] if info else arr.nbytes
-            raise MemoryBudgetError(report_budget_refusal(size, self, refused_id, limit, used))
-        info = _native.block_info(arr)
-        if info is not None:
-            _tracing.set_owner(info[1], self._node.id)
-
-    def attach(self, arr: np.ndarray) -> np.ndarray:
-        """Take ownership of a managed array (counted against this manager's budget).
-
-        Parameters
-        ----------
-        arr
-            An array whose memory oocarray manages (allocated under any manager).
-
-        Returns
-        -------
-        numpy.ndarray
-            ``arr`` itself, now owned by this manager.
-
-        Raises
-        ------
-        ClosedError
-            This manager is closed.
-        ValueError
-            ``arr`` was not allocated by oocarray; copy it in with :meth:`asarray`.
-        MemoryBudgetError
-            The array does not fit in this manager's budget.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> with oc.Manager("a") as a, oc.Manager("b") as b:
-        ...     x = a.zeros(4)
-        ...     (oc.owner(b.attach(x)) is b, b.stats().current_bytes)
-        (True, 32)
-        """
-        require_array(arr, "attach")
-        self._check_open()
-        if _native.block_info(arr) is None:
-            raise ValueError(
-                "attach() takes arrays allocated by oocarray; this one was not, "
-                "so copy it in with m.asarray(arr)"
-            )
-        self._transfer(arr, kept=False)
-        return arr
-
-    def keep(self, arr: np.ndarray) -> np.ndarray:
-        """Mark ``arr`` as an intended escape: it is handed to the parent when this manager
-        closes, without counting as a leak.
-
-        Parameters
-        ----------
-        arr
-            An array owned by this manager or one of its descendants.
-
-        Returns
-        -------
-        numpy.ndarray
-            ``arr`` itself.
-
-        Raises
-        ------
-        ValueError
-            ``arr`` is not owned by this manager or one of its descendants.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> with oc.Manager(on_close="raise") as m:
-        ...     result = m.keep(np.ones(3))
-        >>> oc.owner(result) is oc.system()
-        True
-        """
-        require_array(arr, "keep")
-        info = _native.block_info(arr)
-        if info is None or not self._owns_in_subtree(info[0]):
-            holder = None if info is None else open_owner(info[0])
-            raise ValueError(
-                f"keep() takes arrays owned by manager {self.name!r} or its children; this one "
-                f"is owned by {holder.name if holder else 'no manager'!r}"
-            )
-        self._transfer(arr, kept=True)
-        return arr
-
-    # ---- accounting ----
-
-    def stats(self) -> MemoryStats:
-        """Counters of this manager and its subtree.
-
-        Returns
-        -------
-        MemoryStats
-            A snapshot: current, peak, spilled and escaped bytes and counts, and the budget.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> with oc.Manager() as m:
-        ...     a = np.zeros(1000)
-        ...     (m.stats().current_bytes, m.stats().current_count)
-        (8000, 1)
-        """
-        return self._memory_stats()
-
-    def _memory_stats(self) -> MemoryStats:
-        with tree_lock:
-            return subtree_stats(self)
+    # ---- closing ----
 
     def _add_close_hook(self, hook: Callable[[], tuple[int, int] | None]) -> None:
         """Run ``hook()`` when this manager closes.  It returns the count and bytes of what it
         handed to the parent as escapes (temporary chunked arrays still referenced), or None."""
         self._close_hooks.append(hook)
-
-    def spill(self) -> int:
-        """Move every array of this manager's subtree to disk, at the same addresses.
-
-        Arrays under the region threshold (256 KiB) stay in RAM.
-
-        Returns
-        -------
-        int
-            The bytes moved to disk.
-
-        Raises
-        ------
-        SpillError
-            The disk refused (``errno`` says why; ``ENOSPC`` when full); arrays moved before
-            the failure stay on disk, the others stay in RAM, all stay valid.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> with oc.Manager() as m:
-        ...     a = np.ones(1_000_000)
-        ...     (m.spill(), oc.location(a), float(a.sum()))
-        (8000000, 'mmap', 1000000.0)
-        """
-        return self._spill_subtree(skip_kept=False)
-
-    def _spill_subtree(self, *, skip_kept: bool) -> int:
-        try:
-            moved = int(_native.spill_subtree(self._node, skip_kept))
-        except OSError as error:
-            raise _spill_files.spill_error(
-                error, f"spilling manager {self.name!r}", self.stats().ram_bytes
-            ) from error
-        if moved and _events.listeners:
-            _events.emit("spill", self, bytes=moved, reason="on_close" if skip_kept else "manager")
-        return moved
-
-    def reset_peak(self) -> None:
-        """Restart peak tracking from the current bytes.
-
-        Examples
-        --------
-        >>> import numpy as np, oocarray as oc
-        >>> with oc.Manager() as m:
-        ...     a = np.zeros(1000)
-        ...     del a
-        ...     m.reset_peak()
-        ...     m.stats().peak_bytes
-        0
-        """
-        self._node.reset_peak()
-
-    def debug_dump(self) -> str:
-        """The subtree as text: per manager, its state, bytes, counts and budget.
-
-        With ``oc.configure(trace=True)``, live traced allocations are listed with the place
-        they were made.
-
-        Returns
-        -------
-        str
-            One or more lines per manager, children indented under their parent.
-
-        Examples
-        --------
-        >>> import oocarray as oc
-        >>> with oc.Manager("etl") as m:
-        ...     "etl" in m.debug_dump()
-        True
-        """
-        lines: list[str] = []
-        tracing = _config.config().trace
-        with tree_lock:
-            dump_lines(self, lines, "", "", tracing)
-        return "\n".join(lines)
-
-    def _dump_extra(self) -> str:
-        return ""
-
-    # ---- closing ----
 
     def close(self) -> None:
         """Close the manager (and its open children): it refuses new allocations, and arrays
@@ -805,11 +407,6 @@ class Manager:
         """The manager and its subtree as an HTML table, with RAM bars against budgets."""
         with tree_lock:
             return manager_html(self)
-
-
-def require_array(arr: object, what: str) -> None:
-    if not isinstance(arr, np.ndarray):
-        raise TypeError(f"{what}() takes a numpy.ndarray, got {type(arr).__name__}")
 
 
 _system: Manager | None = None
@@ -859,18 +456,3 @@ def active_manager() -> Manager | None:
     went on, as a generator or an asyncio task may), its nearest open ancestor is active."""
     top = active()
     return None if top is None else nearest_open(top)  # type: ignore[return-value]
-
-
-def budget_left(manager: Manager) -> int | None:
-    """What the manager (and every ancestor with a budget) still allows; None: no limit.
-    A workspace on the way counts through the managers above it."""
-    left = None
-    node: Manager | None = manager
-    while node is not None:
-        stats = node.stats()
-        max_bytes = getattr(stats, "max_bytes", None)
-        if max_bytes is not None:
-            room = max(0, max_bytes - stats.ram_bytes)
-            left = room if left is None else min(left, room)
-        node = node.parent
-    return left

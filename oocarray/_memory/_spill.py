@@ -28,7 +28,7 @@ import numpy as np
 
 from oocarray import _native
 from oocarray._memory import _events, _spill_files
-from oocarray._memory._manager import require_array
+from oocarray._memory._arguments import require_array
 from oocarray._memory._refusals import report_budget_refusal
 from oocarray._memory._registry import open_owner
 from oocarray.errors import MemoryBudgetError

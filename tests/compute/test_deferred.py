@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import oocarray as oc
 from oocarray._compute._deferred import Deferred, GatheredRows, defer, gathered_rows, resolve
 from oocarray._compute._nodes import BlockReads
-from oocarray._compute._reduce import make_reduction
+from oocarray._compute._reduction_kinds import make_reduction
 
 RNG = np.random.default_rng(14)
 VALUES = RNG.normal(size=(40, 6, 5))

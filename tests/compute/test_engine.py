@@ -58,18 +58,18 @@ def test_workers_that_fill_the_cores_read_on_their_own_threads(tmp_path: Path) -
     """Blocks reduced on as many workers as the reads have cores read on the worker's own
     thread (a read spread over the pool too would put two threads on each core); a pass of
     one block, run on the caller's thread, spreads its reads."""
-    from oocarray._compute import _reduce
+    from oocarray._compute import _moments
     from oocarray._storage import _pool
 
     x = oc.from_numpy(np.arange(1 << 16, dtype=np.float64).reshape(-1, 8), chunks=(256, 8))
     seen: list[int] = []
-    partial = _reduce.Moments.partial
+    partial = _moments.Moments.partial
 
     def recording(self: Any, block: np.ndarray, region: Any) -> Any:
         seen.append(_pool.workers())
         return partial(self, block, region)
 
-    with mock.patch.object(_reduce.Moments, "partial", recording):
+    with mock.patch.object(_moments.Moments, "partial", recording):
         with mock.patch.object(_engine, "TARGET_BLOCK_BYTES", 64 << 10):
             many = x.mean(axis=0)
         blocks, seen[:] = list(seen), []

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray._compute._rechunk import _plan
+from oocarray._compute._rechunk import _passes
 from oocarray._compute._rechunk._direct_stream import streams_directly
 from oocarray._compute._rechunk._resume import MARKER, units
 from oocarray.errors import CorruptChunkError
@@ -26,8 +26,8 @@ from tests.compute.test_rechunk_streams import STREAMS_ALWAYS
 
 @pytest.fixture
 def streams(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_plan, "STREAM_FROM_BYTES", 1)
-    monkeypatch.setattr(_plan, "PREFER_STREAMS", True)
+    monkeypatch.setattr(_passes, "STREAM_FROM_BYTES", 1)
+    monkeypatch.setattr(_passes, "PREFER_STREAMS", True)
 
 
 def _source(path: Path, values: np.ndarray, chunks: tuple[int, ...], crc32c: bool) -> oc.Array:
@@ -84,8 +84,8 @@ def test_streamed_direct_equals_input(
         values[: source[0]] = 0  # whole source chunks never written
     x = _source(tmp / "src.zarr", values, source, crc32c)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_plan, "STREAM_FROM_BYTES", 1)
-        patch.setattr(_plan, "PREFER_STREAMS", True)
+        patch.setattr(_passes, "STREAM_FROM_BYTES", 1)
+        patch.setattr(_passes, "PREFER_STREAMS", True)
         plan = oc.rechunk(x, target, max_mem="48M", dry_run=True, recompress=recompress)
         work = plan.passes[0]
         assert plan.strategy == "direct" and work.stream_reads and work.stream_writes
@@ -154,8 +154,8 @@ def test_kill_minus_nine_then_resume_streamed_direct(tmp_path: Path) -> None:
         rows = slice(8 * block, 8 * block + 8)
         np.testing.assert_array_equal(z[rows], values[rows])
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_plan, "STREAM_FROM_BYTES", 1)
-        patch.setattr(_plan, "PREFER_STREAMS", True)
+        patch.setattr(_passes, "STREAM_FROM_BYTES", 1)
+        patch.setattr(_passes, "PREFER_STREAMS", True)
         y = oc.rechunk(x, (8, 16), out, max_mem="48M", progress=False)
     np.testing.assert_array_equal(y[...], values)
     assert MARKER not in zarr.open_array(out, mode="r").attrs

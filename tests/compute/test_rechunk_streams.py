@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray._compute._rechunk import _plan
+from oocarray._compute._rechunk import _passes
 from oocarray._compute._rechunk._resume import MARKER, units
 from oocarray._compute._rechunk._zstd_stream import FrameReader, streamable, write_frame
 from oocarray.errors import CorruptChunkError
@@ -23,15 +23,15 @@ from tests.compute._rechunk_kill import killed_mid_rechunk
 
 # What makes a plan stream chunks this small (in production only chunks of 8 MiB or more
 # are, and only where that runs more threads).
-STREAMS_ALWAYS = "from oocarray._compute._rechunk import _plan\n" + (
-    "_plan.STREAM_FROM_BYTES = 1\n_plan.PREFER_STREAMS = True\n"
+STREAMS_ALWAYS = "from oocarray._compute._rechunk import _passes\n" + (
+    "_passes.STREAM_FROM_BYTES = 1\n_passes.PREFER_STREAMS = True\n"
 )
 
 
 @pytest.fixture
 def streams(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_plan, "STREAM_FROM_BYTES", 1)
-    monkeypatch.setattr(_plan, "PREFER_STREAMS", True)
+    monkeypatch.setattr(_passes, "STREAM_FROM_BYTES", 1)
+    monkeypatch.setattr(_passes, "PREFER_STREAMS", True)
 
 
 def _source(path: Path, values: np.ndarray, chunks: tuple[int, ...], **kw: object) -> oc.Array:
@@ -115,8 +115,8 @@ def test_streamed_scatter_equals_input(
     chunks = tuple(n if c == -1 else c for c, n in zip(source, shape, strict=True))
     x = _source(tmp / "src.zarr", values, chunks)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_plan, "STREAM_FROM_BYTES", 1)
-        patch.setattr(_plan, "PREFER_STREAMS", True)
+        patch.setattr(_passes, "STREAM_FROM_BYTES", 1)
+        patch.setattr(_passes, "PREFER_STREAMS", True)
         plan = oc.rechunk(x, target, max_mem="48M", strategy="scatter", dry_run=True)
         assert plan.passes[0].stream_reads and plan.passes[0].stream_writes
         oc.rechunk(x, target, tmp / "out.zarr", max_mem="48M", strategy="scatter", progress=False)
@@ -192,8 +192,8 @@ def test_kill_minus_nine_then_resume_streamed(tmp_path: Path) -> None:
         rows = slice(2 * block, 2 * block + 2)
         np.testing.assert_array_equal(z[rows], values[rows])
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_plan, "STREAM_FROM_BYTES", 1)
-        patch.setattr(_plan, "PREFER_STREAMS", True)
+        patch.setattr(_passes, "STREAM_FROM_BYTES", 1)
+        patch.setattr(_passes, "PREFER_STREAMS", True)
         y = oc.rechunk(x, (2, 16), out, max_mem="48M", strategy="scatter", progress=False)
     np.testing.assert_array_equal(y[...], values)
     assert MARKER not in zarr.open_array(out, mode="r").attrs

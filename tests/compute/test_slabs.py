@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import oocarray as oc
 from oocarray._compute import _slabs
 from oocarray._compute._nodes import as_node
-from oocarray._compute._reduce import make_reduction
+from oocarray._compute._reduction_kinds import make_reduction
 from oocarray._compute._slabs import plan_slabs
 
 

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from oocarray._storage._objects import _cache
+from oocarray._storage._objects import _cache, _cache_files
 from oocarray._storage._objects._cache import CachedChunk, ChunkCache
 
 NS = "ns-0123"
 
 
 def entry_size(version: str, nbytes: int) -> int:
-    return _cache._HEADER.size + len(version.encode()) + nbytes
+    return _cache_files.HEADER.size + len(version.encode()) + nbytes
 
 
 def entry_files(directory: Path) -> list[Path]:
@@ -187,7 +187,7 @@ def test_a_damaged_file_is_a_miss_and_is_removed(tmp_path: Path, damage: str) ->
     elif damage == "flip a header byte":
         raw[0] ^= 0x20
     elif damage == "flip a version byte":
-        raw[_cache._HEADER.size] ^= 0x01  # then the version is not the one looked up
+        raw[_cache_files.HEADER.size] ^= 0x01  # then the version is not the one looked up
     elif damage == "truncate":
         del raw[-1:]
     else:

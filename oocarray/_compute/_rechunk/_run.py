@@ -15,7 +15,8 @@ import numpy as np
 
 from oocarray._compute._limits import outgrows_page_cache, working_bytes
 from oocarray._compute._rechunk._direct_stream import stream_copy
-from oocarray._compute._rechunk._plan import Pass, Plan, make_plan, normalize_chunks
+from oocarray._compute._rechunk._passes import Pass
+from oocarray._compute._rechunk._plan import Plan, make_plan, normalize_chunks
 from oocarray._compute._rechunk._resume import Marker, units
 from oocarray._compute._rechunk._scatter import scatter
 from oocarray._compute._rechunk._threads import Outcome, run_blocks

@@ -32,7 +32,7 @@ import numpy as np
 
 from oocarray import _native
 from oocarray._compute._rechunk._buffer import PAGE, ScatterBuffer, flat_index
-from oocarray._compute._rechunk._plan import SLAB_BYTES, Pass
+from oocarray._compute._rechunk._passes import SLAB_BYTES, Pass
 from oocarray._compute._rechunk._resume import Marker
 from oocarray._compute._rechunk._threads import Outcome, run_blocks
 from oocarray._compute._rechunk._tiles import Tiles, assemble, write_pieces
@@ -246,7 +246,7 @@ def scatter(
     src, dst = source._store, out._store
     shape = tuple(src.shape)
     ndim = len(shape)
-    # Read in groups of source chunks (the plan's block): see _plan._scatter_group.
+    # Read in groups of source chunks (the plan's block): see _passes._scatter_group.
     chunks, unit = tuple(work.block), tuple(dst.write_grid)
     per_thread = threading.local()
     grid = tuple(-(-n // u) for n, u in zip(shape, unit, strict=True))

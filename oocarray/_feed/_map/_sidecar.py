@@ -22,7 +22,8 @@ import numpy as np
 
 from oocarray._compute import ChunkedArray
 from oocarray._feed._map._job import Job, dataset_of
-from oocarray._storage._objects._backend import Backend, Fetched, backend_for
+from oocarray._storage._objects._backend import Backend, Fetched
+from oocarray._storage._objects._backend_choice import backend_for
 from oocarray._storage._objects._loop import run, run_all
 from oocarray._storage._objects._urls import Remote
 from oocarray._storage._replace import prepare_target

@@ -49,22 +49,40 @@ in ``tmp/`` that a walk removes once it is an hour old.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import logging
 import os
-import re
 import secrets
-import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import google_crc32c
 import numpy as np
 
+from oocarray._storage._objects._cache_files import (
+    FORMAT,
+    HEADER,
+    MAGIC,
+    MAX_VERSION_BYTES,
+    CacheFile,
+    Header,
+    as_bytes,
+    checksum,
+    entry_files,
+    load_state,
+    open_quietly,
+    read_header,
+    read_into,
+    save_state,
+    size_or_zero,
+    subdirectories,
+    touch,
+    unlink_quietly,
+    write_all,
+)
 from oocarray._storage._reader import CheckedFile
 
 if TYPE_CHECKING:
@@ -75,19 +93,8 @@ __all__ = ["RESCAN_EVERY", "CachedChunk", "ChunkCache"]
 _log = logging.getLogger("oocarray.cache")
 _T = TypeVar("_T")
 
-# magic, format version, version-string length, payload length, CRC-32C of version and payload
-_HEADER = struct.Struct("<4sHHQI")
-_MAGIC = b"OCch"
-_FORMAT = 1
-_MAX_VERSION_BYTES = 0xFFFF
-
 RESCAN_EVERY = 1000  # stores between walks that correct the running total
 _STALE_TEMP_NS = 3600 * 10**9  # a temp file this old belongs to a process that died writing it
-
-_FAN = re.compile(r"[0-9a-f]{2}")
-_ENTRY = re.compile(r"[0-9a-f]{64}")
-
-_last_stamp = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,20 +104,6 @@ class CachedChunk:
 
     version: str
     nbytes: int
-    path: str
-
-
-class _Header(NamedTuple):
-    version: str
-    encoded: bytes  # the version as stored
-    nbytes: int
-    crc: int
-    offset: int  # of the payload in the file
-
-
-class _File(NamedTuple):
-    mtime_ns: int
-    size: int
     path: str
 
 
@@ -166,7 +159,7 @@ class ChunkCache:
         checks (then it is removed).  A None is a miss: fetch the object without
         ``If-None-Match``.  ``empty(nbytes)`` makes the array (the reader's manager counts and
         reuses its memory); by default ``np.empty``, counted by the active manager."""
-        fd = _open_quietly(entry.path)
+        fd = open_quietly(entry.path)
         if fd is None:
             return None
         try:
@@ -188,7 +181,7 @@ class ChunkCache:
         entry holds ``version`` (a version the caller knows is current), else None.  One open
         of the file instead of two, for passes that read many small entries."""
 
-        def payload(fd: int, header: _Header, path: str) -> np.ndarray | None:
+        def payload(fd: int, header: Header, path: str) -> np.ndarray | None:
             if header.version != version:
                 return None
             return self._read_open(_entry(fd, header, path), fd, empty or _empty_bytes)
@@ -205,10 +198,10 @@ class ChunkCache:
         no lock, unless a damaged file is found and ``remove_damaged`` (the lock is taken to
         remove it; without, a later store replaces it)."""
 
-        def opened(fd: int, header: _Header, path: str) -> CheckedFile | None:
+        def opened(fd: int, header: Header, path: str) -> CheckedFile | None:
             if header.version != version:
                 return None
-            _touch(fd)
+            touch(fd)
             with contextlib.suppress(OSError):
                 os.posix_fadvise(fd, header.offset, header.nbytes, os.POSIX_FADV_WILLNEED)
             seed = int(google_crc32c.value(header.encoded))
@@ -221,17 +214,17 @@ class ChunkCache:
         self,
         path: str,
         what: str,
-        use: Callable[[int, _Header, str], _T | None],
+        use: Callable[[int, Header, str], _T | None],
         remove_damaged: bool = True,
     ) -> _T | None:
         """``use(fd, header, path)`` of the entry file at ``path`` open, its header read; None
         when there is no file, it is damaged (then removed, if ``remove_damaged``) or reading
         it fails."""
-        fd = _open_quietly(path)
+        fd = open_quietly(path)
         if fd is None:
             return None
         try:
-            header = _read_header(fd)
+            header = read_header(fd)
             if header is None:
                 if remove_damaged:
                     self._remove_damaged(path, fd)
@@ -248,10 +241,10 @@ class ChunkCache:
         entry there, then evict least recently used entries while over ``max_bytes``.  An entry
         larger than ``max_bytes`` is not kept (and the older one is discarded).  Never raises
         ``OSError``: a full disk or read-only directory only drops the entry."""
-        payload = _as_bytes(data)
+        payload = as_bytes(data)
         encoded = version.encode("utf-8", "surrogatepass")
-        size = _HEADER.size + len(encoded) + payload.size
-        if size > self._max_bytes or len(encoded) > _MAX_VERSION_BYTES:
+        size = HEADER.size + len(encoded) + payload.size
+        if size > self._max_bytes or len(encoded) > MAX_VERSION_BYTES:
             self.discard(namespace, key)  # never leave an older version behind a newer one
             return
         path = self._path(namespace, key)
@@ -265,7 +258,7 @@ class ChunkCache:
                 self._place(lock, temp, path, size)
         except OSError as error:
             _log.debug("cache store of %s dropped: %s", path, error)
-            _unlink_quietly(temp)
+            unlink_quietly(temp)
 
     def discard(self, namespace: str, key: str) -> None:
         """Remove the entry for ``(namespace, key)`` if there is one (never raises OSError)."""
@@ -293,24 +286,24 @@ class ChunkCache:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
             self._remove_empty_fans()
-            _save_state(lock, 0, 0)
+            save_state(lock, 0, 0)
 
     # -- reading --------------------------------------------------------------------------
 
     def _read_open(
         self, entry: CachedChunk, fd: int, empty: Callable[[int], np.ndarray]
     ) -> np.ndarray | None:
-        header = _read_header(fd)
+        header = read_header(fd)
         if header is None:
             self._remove_damaged(entry.path, fd)
             return None
         if (header.version, header.nbytes) != (entry.version, entry.nbytes):
             return None  # replaced since the lookup: the caller validated the other version
         out = empty(header.nbytes)
-        if not _read_into(fd, out, header.offset) or _checksum(header.encoded, out) != header.crc:
+        if not read_into(fd, out, header.offset) or checksum(header.encoded, out) != header.crc:
             self._remove_damaged(entry.path, fd)
             return None
-        _touch(fd)
+        touch(fd)
         return out
 
     def _remove_damaged(self, path: str, fd: int) -> None:
@@ -333,19 +326,17 @@ class ChunkCache:
         """A new file in ``tmp/`` holding the whole entry, stamped as just used."""
         os.makedirs(self._temp_dir, exist_ok=True)
         temp = os.path.join(self._temp_dir, f"{os.getpid()}-{secrets.token_hex(8)}.tmp")
-        header = _HEADER.pack(
-            _MAGIC, _FORMAT, len(encoded), payload.size, _checksum(encoded, payload)
-        )
+        header = HEADER.pack(MAGIC, FORMAT, len(encoded), payload.size, checksum(encoded, payload))
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
             try:
-                _write_all(fd, memoryview(header + encoded))
-                _write_all(fd, payload.data)
-                _touch(fd)
+                write_all(fd, memoryview(header + encoded))
+                write_all(fd, payload.data)
+                touch(fd)
             finally:
                 os.close(fd)  # may report ENOSPC too (NFS)
         except BaseException:
-            _unlink_quietly(temp)
+            unlink_quietly(temp)
             raise
         return temp
 
@@ -353,7 +344,7 @@ class ChunkCache:
         """Rename ``temp`` to ``path`` and account for it; evict if over the limit.  Under the
         lock, so that ``clear`` cannot remove the fan-out directory in between."""
         total, stores = self._state(lock)
-        replaced = _size_or_zero(path)
+        replaced = size_or_zero(path)
         try:
             os.rename(temp, path)
         except FileNotFoundError:
@@ -362,7 +353,7 @@ class ChunkCache:
         total, stores = total - replaced + size, stores + 1
         if stores >= RESCAN_EVERY or total > self._max_bytes:
             total, stores = self._evict(keep=path), 0
-        _save_state(lock, total, stores)
+        save_state(lock, total, stores)
 
     def _evict(self, keep: str) -> int:
         """Remove the least recently used entries (never ``keep``, just stored) while over
@@ -383,14 +374,14 @@ class ChunkCache:
 
     def _remove(self, lock: int, path: str) -> None:
         """Unlink an entry under the lock and subtract it from the running total."""
-        size = _size_or_zero(path)
+        size = size_or_zero(path)
         try:
             os.unlink(path)
         except FileNotFoundError:
             return
-        state = _load_state(lock)
+        state = load_state(lock)
         if state is not None:
-            _save_state(lock, max(0, state[0] - size), state[1])
+            save_state(lock, max(0, state[0] - size), state[1])
 
     # -- accounting -----------------------------------------------------------------------
 
@@ -406,18 +397,18 @@ class ChunkCache:
 
     def _state(self, lock: int) -> tuple[int, int]:
         """(total bytes, stores since the last walk), walking the directory when unknown."""
-        state = _load_state(lock)
+        state = load_state(lock)
         if state is None:
             state = (sum(f.size for f in self._walk(remove_stale=True)), 0)
-            _save_state(lock, *state)
+            save_state(lock, *state)
         return state
 
-    def _walk(self, *, remove_stale: bool) -> list[_File]:
+    def _walk(self, *, remove_stale: bool) -> list[CacheFile]:
         """Every entry file, with its mtime and size; old temp files removed on the way."""
-        found: list[_File] = []
-        for outer in _subdirectories(self._directory):
-            for inner in _subdirectories(outer):
-                found.extend(_entry_files(inner))
+        found: list[CacheFile] = []
+        for outer in subdirectories(self._directory):
+            for inner in subdirectories(outer):
+                found.extend(entry_files(inner))
         if remove_stale:
             self._remove_stale_temps()
         return found
@@ -431,8 +422,8 @@ class ChunkCache:
                         os.unlink(item.path)
 
     def _remove_empty_fans(self) -> None:
-        for outer in _subdirectories(self._directory):
-            for inner in _subdirectories(outer):
+        for outer in subdirectories(self._directory):
+            for inner in subdirectories(outer):
                 with contextlib.suppress(OSError):  # not empty: a file not ours
                     os.rmdir(inner)
             with contextlib.suppress(OSError):
@@ -445,148 +436,12 @@ class ChunkCache:
         return os.path.join(self._directory, digest[:2], digest[2:4], digest)
 
 
-# -- files ------------------------------------------------------------------------------------
-
-
-def _stamp() -> int:
-    """Now in nanoseconds, strictly increasing within the process, so that an entry used
-    after another is always the more recent even when the clock has not moved."""
-    global _last_stamp
-    _last_stamp = max(time.time_ns(), _last_stamp + 1)
-    return _last_stamp
+# -- helpers ----------------------------------------------------------------------------------
 
 
 def _empty_bytes(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, np.uint8)
 
 
-def _entry(fd: int, header: _Header, path: str) -> CachedChunk:
+def _entry(fd: int, header: Header, path: str) -> CachedChunk:
     return CachedChunk(header.version, header.nbytes, path)
-
-
-def _touch(fd: int) -> None:
-    """Mark the open file as used now (a read-only cache keeps its old times)."""
-    stamp = _stamp()
-    with contextlib.suppress(OSError):
-        os.utime(fd, ns=(stamp, stamp))
-
-
-def _open_quietly(path: str) -> int | None:
-    try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        _log.debug("cache could not open %s: %s", path, error)
-        return None
-
-
-def _read_header(fd: int) -> _Header | None:
-    """The header of an entry file, or None when it is not whole (magic, format, or a size that
-    disagrees with the lengths it gives)."""
-    raw = os.pread(fd, _HEADER.size, 0)
-    if len(raw) != _HEADER.size:
-        return None
-    magic, version_format, version_length, nbytes, crc = _HEADER.unpack(raw)
-    if magic != _MAGIC or version_format != _FORMAT:
-        return None
-    offset = _HEADER.size + version_length
-    if os.fstat(fd).st_size != offset + nbytes:
-        return None
-    encoded = os.pread(fd, version_length, _HEADER.size)
-    if len(encoded) != version_length:
-        return None
-    try:
-        version = encoded.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        return None
-    return _Header(version, encoded, nbytes, crc, offset)
-
-
-def _checksum(encoded: bytes, payload: np.ndarray) -> int:
-    """The CRC-32C of the version string then the payload: a damaged version is caught too."""
-    return int(google_crc32c.extend(google_crc32c.value(encoded), payload))
-
-
-def _read_into(fd: int, out: np.ndarray, offset: int) -> bool:
-    """Fill ``out`` from ``fd`` at ``offset``; False when the file ends first."""
-    view = out.data
-    done = 0
-    while done < len(view):
-        count = os.preadv(fd, [view[done:]], offset + done)
-        if count == 0:
-            return False
-        done += count
-    return True
-
-
-def _write_all(fd: int, view: memoryview) -> None:
-    while view:
-        written = os.write(fd, view)
-        if written == 0:
-            raise OSError(errno.ENOSPC, "no bytes written")
-        view = view[written:]
-
-
-def _as_bytes(data: Buffer) -> np.ndarray:
-    """The bytes of a buffer as a 1-D uint8 array, without a copy when it is contiguous
-    (google_crc32c takes a NumPy array but not a memoryview)."""
-    view = memoryview(data)
-    if not view.c_contiguous:
-        view = memoryview(view.tobytes())
-    return np.frombuffer(view.cast("B"), np.uint8)
-
-
-def _size_or_zero(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0
-
-
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
-def _subdirectories(directory: str) -> list[str]:
-    """The fan-out directories (two hex digits) in ``directory``."""
-    try:
-        with os.scandir(directory) as it:
-            return [d.path for d in it if _FAN.fullmatch(d.name) and d.is_dir()]
-    except OSError:
-        return []
-
-
-def _entry_files(directory: str) -> list[_File]:
-    found = []
-    try:
-        with os.scandir(directory) as it:
-            for item in it:
-                if not _ENTRY.fullmatch(item.name):
-                    continue
-                with contextlib.suppress(OSError):  # removed meanwhile
-                    stat = item.stat(follow_symlinks=False)
-                    found.append(_File(stat.st_mtime_ns, stat.st_size, item.path))
-    except OSError:
-        pass
-    return found
-
-
-def _load_state(lock: int) -> tuple[int, int] | None:
-    """(total, stores since the last walk) from the lock file; None when missing or torn."""
-    raw = os.pread(lock, 64, 0)
-    fields = raw.split()
-    if len(fields) != 2 or not raw.endswith(b"\n"):
-        return None
-    try:
-        total, stores = int(fields[0]), int(fields[1])
-    except ValueError:
-        return None
-    return (total, stores) if total >= 0 and stores >= 0 else None
-
-
-def _save_state(lock: int, total: int, stores: int) -> None:
-    raw = b"%d %d\n" % (total, stores)
-    os.pwrite(lock, raw, 0)
-    os.ftruncate(lock, len(raw))

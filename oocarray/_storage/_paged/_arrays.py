@@ -290,7 +290,7 @@ def _chunk_table(store: Any, nchunks: int) -> tuple[list[str], np.ndarray]:
     """For each row chunk: (path number or -1 when absent, offset, stored bytes or -1 for the
     whole file).  Shard indexes are read now; unsharded chunk files are opened at fill time
     (a missing file holds the fill value)."""
-    from oocarray._storage._zarr._layout import OpenShard
+    from oocarray._storage._zarr._shards import OpenShard
 
     layout = store._layout
     rest = store._rest

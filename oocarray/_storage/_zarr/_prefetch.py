@@ -27,8 +27,8 @@ import weakref
 from typing import Any
 
 from oocarray._memory import budget_left
-from oocarray._storage._objects._fetcher import MAX_WINDOW, reader_manager
 from oocarray._storage._objects._heap import HeapTrimmer
+from oocarray._storage._objects._requests import MAX_WINDOW, reader_manager
 
 __all__ = ["ReadAhead", "row_chunks_together"]
 

@@ -25,13 +25,15 @@ import zarr
 from oocarray._storage import _pool
 from oocarray._storage._indexing import ChunkPiece
 from oocarray._storage._objects import _loop
-from oocarray._storage._objects._backend import Backend, VersionChanged, backend_for, translate
-from oocarray._storage._objects._fetcher import MAX_REQUESTS, Fetcher, Request, read_window
+from oocarray._storage._objects._backend import Backend, VersionChanged, translate
+from oocarray._storage._objects._backend_choice import backend_for
+from oocarray._storage._objects._fetcher import Fetcher
+from oocarray._storage._objects._requests import MAX_REQUESTS, Request, read_window
 from oocarray._storage._objects._urls import Remote
 from oocarray._storage._reader import CheckedFile, Source
 from oocarray._storage._zarr._chunk_files import encoded_parts
 from oocarray._storage._zarr._groups import array_member
-from oocarray._storage._zarr._layout import ShardIndex
+from oocarray._storage._zarr._shards import ShardIndex
 from oocarray._storage._zarr._store import _METADATA_DAMAGE, ZarrStore
 from oocarray.errors import StoreNotFoundError
 

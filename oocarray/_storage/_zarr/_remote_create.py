@@ -11,8 +11,9 @@ from typing import Any
 import zarr
 
 from oocarray._storage._objects import _loop
-from oocarray._storage._objects._backend import Backend, backend_for, translate
-from oocarray._storage._objects._fetcher import MAX_REQUESTS
+from oocarray._storage._objects._backend import Backend, translate
+from oocarray._storage._objects._backend_choice import backend_for
+from oocarray._storage._objects._requests import MAX_REQUESTS
 from oocarray._storage._objects._urls import Remote
 from oocarray._storage._zarr._remote import RemoteZarrStore, open_array_at
 from oocarray.errors import StoreExistsError, StoreNotFoundError

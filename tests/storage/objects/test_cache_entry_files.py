@@ -117,7 +117,7 @@ def test_a_damaged_entry_of_an_object_deleted_meanwhile_reads_as_never_written(s
 
 
 def _request(key: str):
-    from oocarray._storage._objects._fetcher import Request
+    from oocarray._storage._objects._requests import Request
 
     return Request(key)
 

@@ -9,7 +9,8 @@ import asyncio
 
 import numpy as np
 
-from oocarray._storage._objects._fetcher import MIN_IN_FLIGHT, Request, _Ahead
+from oocarray._storage._objects._fetch_ahead import MIN_IN_FLIGHT, FetchAhead
+from oocarray._storage._objects._requests import Request
 
 
 class _Requests:
@@ -39,7 +40,7 @@ def test_requests_in_flight_shrink_while_the_reader_lags_and_grow_when_it_waits(
         keys = [f"c/{i}" for i in range(300)]
         requests = [Request(k) for k in keys]
         stand_in = _Requests(held=set(keys[200:]))
-        ahead = _Ahead(stand_in, requests, None)  # type: ignore[arg-type]
+        ahead = FetchAhead(stand_in, requests, None)  # type: ignore[arg-type]
         most = ahead.in_flight
         assert most > 8
         task = asyncio.ensure_future(ahead.start())

@@ -18,7 +18,7 @@ import zarr
 import zarr.storage
 
 import oocarray as oc
-from oocarray._storage._objects import _fetcher
+from oocarray._storage._objects import _fetch_ahead, _requests
 from oocarray._storage._objects._urls import locate, redact
 
 FAST_RETRIES = {
@@ -203,8 +203,8 @@ def test_a_sharded_read_fetches_each_shard_index_once_and_ranges_together(s3):
 def test_a_shuffled_epoch_of_a_sharded_array_fetches_each_shard_in_few_requests(s3, monkeypatch):
     # Chunks of real data (1 MiB) lie far apart in a shard: here, ranges are coalesced only
     # where they touch, and only among the next shard's worth of queued requests.
-    monkeypatch.setattr(_fetcher, "COALESCE_GAP", 0)
-    monkeypatch.setattr(_fetcher, "COALESCE_LOOKAHEAD", 20)
+    monkeypatch.setattr(_requests, "COALESCE_GAP", 0)
+    monkeypatch.setattr(_fetch_ahead, "COALESCE_LOOKAHEAD", 20)
     data = _data((8000, 4))
     data[:, 0] = np.arange(len(data))
     _written(s3, "e.zarr", data, (50, 4), shards=(1000, 4))  # 8 shards of 20 inner chunks
