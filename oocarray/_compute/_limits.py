@@ -10,13 +10,13 @@ do, so a plan that cannot fit fails before any work rather than part way through
 from __future__ import annotations
 
 from oocarray._memory import active_manager, budget_left, system
+from oocarray._memory._physical import available_memory
 from oocarray._memory._units import format_bytes
 from oocarray.errors import MemoryBudgetError
 
 __all__ = [
     "PAGE_CACHE_SHARE",
     "UNBUDGETED_WORKING_BYTES",
-    "available_memory",
     "outgrows_page_cache",
     "require_memory",
     "unsupported",
@@ -45,19 +45,6 @@ def working_bytes() -> int:
     leaves, else :data:`UNBUDGETED_WORKING_BYTES`."""
     left = budget_left(active_manager() or system())
     return UNBUDGETED_WORKING_BYTES if left is None else left
-
-
-def available_memory() -> int:
-    """The kernel's estimate of the memory available without swapping (MemAvailable); 0
-    where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as info:
-            for line in info:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def outgrows_page_cache(nbytes: int) -> bool:

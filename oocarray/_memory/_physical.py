@@ -1,5 +1,6 @@
 """The process's resident memory (:class:`ResidentMemory`, the one type every layer reads it
-as), and the ``max_physical_bytes`` watcher that keeps it under a limit.
+as), the memory the machine has available, and the ``max_physical_bytes`` watcher that keeps
+resident memory under a limit.
 
 A daemon thread reads the kernel's resident-set counters (``/proc/self/status``: anonymous,
 file-backed and shared-memory pages, each on its own) ten times a second, and a hundred times a
@@ -27,7 +28,14 @@ from dataclasses import dataclass
 from oocarray import _native
 from oocarray._memory import _config, _events
 
-__all__ = ["ResidentMemory", "WatcherStats", "resident_memory", "watcher_stats"]
+__all__ = [
+    "ResidentMemory",
+    "WatcherStats",
+    "available_memory",
+    "cgroup_memory_limit",
+    "resident_memory",
+    "watcher_stats",
+]
 
 INTERVAL_S = 0.1
 # Near the limit the watcher looks ten times as often: memory can grow by gigabytes a second.
@@ -154,6 +162,79 @@ def resident_memory(*, rollup: bool = False) -> ResidentMemory:
         except OSError:
             pss = None
     return ResidentMemory(pss_bytes=pss, **values)
+
+
+def available_memory() -> int:
+    """The memory this process could have without swapping: the kernel's estimate
+    (``MemAvailable`` of ``/proc/meminfo``), or its memory cgroup's limit where that is lower
+    (a container's: the page cache of its files counts against it too); 0 where neither can
+    be read.
+
+    Examples
+    --------
+    >>> from oocarray._memory._physical import available_memory
+    >>> available_memory() >= 0
+    True
+    """
+    available = 0
+    try:
+        with open("/proc/meminfo", encoding="ascii") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    limit = cgroup_memory_limit()
+    if limit is None:
+        return available
+    return limit if available == 0 else min(available, limit)
+
+
+# This process's cgroups; where each hierarchy is mounted, and the file of its memory limit.
+_PROC_CGROUP = "/proc/self/cgroup"
+_CGROUP_V2 = ("/sys/fs/cgroup", "memory.max")
+_CGROUP_V1 = ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+# cgroup v1 says "no limit" with a number near 2**63.
+_NO_LIMIT = 1 << 62
+
+
+def cgroup_memory_limit() -> int | None:
+    """The lowest memory limit of this process's cgroup and its ancestors (cgroup v2
+    ``memory.max``, else v1 ``memory.limit_in_bytes``); None where there is none or it cannot
+    be read.
+
+    Examples
+    --------
+    >>> from oocarray._memory._physical import cgroup_memory_limit
+    >>> limit = cgroup_memory_limit()
+    >>> limit is None or limit > 0
+    True
+    """
+    try:
+        with open(_PROC_CGROUP, encoding="ascii") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    places = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            places.append((_CGROUP_V2, path))
+        elif "memory" in controllers.split(","):
+            places.append((_CGROUP_V1, path))
+    lowest: int | None = None
+    for (root, name), path in places:
+        parts = [part for part in path.split("/") if part]
+        for depth in range(len(parts), -1, -1):
+            try:
+                with open(os.path.join(root, *parts[:depth], name), encoding="ascii") as f:
+                    text = f.read().strip()
+            except OSError:
+                continue  # (no such file: not this hierarchy's, or the controller is off)
+            if text.isdigit() and int(text) < _NO_LIMIT:
+                lowest = int(text) if lowest is None else min(lowest, int(text))
+    return lowest
 
 
 class _Watcher:
