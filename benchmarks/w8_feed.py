@@ -12,7 +12,8 @@ exactly once, from column 0 = row id:
   ``DataLoader(batch_size=None)`` with 0 and 2 workers (fork);
 - (b) the expert recipe: an ``IterableDataset`` reading whole chunks through zarr-python in a
   random order (chunks split over the workers), shuffling rows within a window of 8 chunks,
-  yielding 1024-row tensors; ``DataLoader(batch_size=None)``, 0 and 2 workers;
+  yielding 1024-row tensors; ``DataLoader(batch_size=None)``, 0 and 2 workers; and the same
+  with zarr-python decoding through the zarrs (Rust) codec pipeline, where zarrs installs;
 - (a) a map-style dataset of single rows through zarr-python, ``BatchSampler(RandomSampler)``
   of 1024; every row decodes a whole chunk, so a fixed number of batches is timed and the
   rate extrapolated to the epoch (said in the table);
@@ -248,6 +249,10 @@ def _batches_of(side: str, path: str, lit_dir: str) -> Callable[[], Iterator[Any
         ds = oc.batches(oc.open(path), BATCH, shuffle="chunks", seed=1, prefetch=4).torch()
         return lambda: iter(DataLoader(ds, batch_size=None, num_workers=workers))
     if side.startswith("(b)"):
+        if "zarrs" in side:  # (set in this fresh process: its forked workers inherit it)
+            import zarr
+
+            zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"})
         expert = _expert_dataset(path, 1)
         return lambda: iter(DataLoader(expert, batch_size=None, num_workers=workers))
     if side.startswith("(a)"):
@@ -364,6 +369,8 @@ SIDES = {
     "oc .torch(), 2 workers": None,
     "(b) chunk-shuffle IterableDataset, 0 workers": None,
     "(b) chunk-shuffle IterableDataset, 2 workers": None,
+    "(b) chunk-shuffle IterableDataset over zarrs, 0 workers": "zarrs",
+    "(b) chunk-shuffle IterableDataset over zarrs, 2 workers": "zarrs",
     "(a) random rows + BatchSampler, 0 workers": None,
     "(a) random rows + BatchSampler, 2 workers": None,
     "litdata StreamingDataLoader, 0 workers": "litdata",

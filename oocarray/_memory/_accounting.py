@@ -13,10 +13,10 @@ from oocarray._memory._dump import dump_lines
 from oocarray._memory._registry import tree_lock
 from oocarray._memory._stats import MemoryStats, subtree_stats
 
-__all__ = ["AccountingMixin", "budget_left"]
+__all__ = ["ManagerAccounting", "budget_left"]
 
 
-class AccountingMixin:
+class ManagerAccounting:
     """The counters of :class:`~oocarray.Manager` and what it does with its subtree as a
     whole."""
 
@@ -28,7 +28,7 @@ class AccountingMixin:
         def name(self) -> str: ...
 
         @property
-        def parent(self) -> AccountingMixin | None: ...
+        def parent(self) -> ManagerAccounting | None: ...
 
     def stats(self) -> MemoryStats:
         """Counters of this manager and its subtree.
@@ -132,11 +132,11 @@ class AccountingMixin:
         return ""
 
 
-def budget_left(manager: AccountingMixin) -> int | None:
+def budget_left(manager: ManagerAccounting) -> int | None:
     """What the manager (and every ancestor with a budget) still allows; None: no limit.
     A workspace on the way counts through the managers above it."""
     left = None
-    node: AccountingMixin | None = manager
+    node: ManagerAccounting | None = manager
     while node is not None:
         stats = node.stats()
         max_bytes = getattr(stats, "max_bytes", None)

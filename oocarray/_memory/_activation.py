@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 from oocarray import _native
 from oocarray.errors import ClosedError
 
-__all__ = ["Activation", "ActivationMixin", "active", "exit_entered", "nearest_open"]
+__all__ = ["Activation", "ManagerActivation", "active", "exit_entered", "nearest_open"]
 
 
 class Activated(Protocol):
@@ -106,7 +106,7 @@ def exit_entered(manager: Activated) -> None:
             return
 
 
-class ActivationMixin:
+class ManagerActivation:
     """The activation methods of :class:`~oocarray.Manager`: ``m.activate()``, and ``with m:``,
     which also closes the manager when its block ends."""
 

@@ -12,10 +12,10 @@ from oocarray import _native
 from oocarray._memory._activation import Activation
 from oocarray._memory._shapes import parse_shape
 
-__all__ = ["AllocationMixin"]
+__all__ = ["ManagerAllocation"]
 
 
-class AllocationMixin:
+class ManagerAllocation:
     """The constructors of :class:`~oocarray.Manager`: new arrays owned by the manager."""
 
     _node: _native.Node

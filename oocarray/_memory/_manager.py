@@ -20,13 +20,13 @@ from typing import Any, NoReturn
 
 from oocarray import _native
 from oocarray._memory import _config, _events, _physical, _spill_files, _tracing
-from oocarray._memory._accounting import AccountingMixin
-from oocarray._memory._activation import ActivationMixin, active, nearest_open
-from oocarray._memory._allocation import AllocationMixin
+from oocarray._memory._accounting import ManagerAccounting
+from oocarray._memory._activation import ManagerActivation, active, nearest_open
+from oocarray._memory._allocation import ManagerAllocation
 from oocarray._memory._closing import close_manager
 from oocarray._memory._compressed import effective
 from oocarray._memory._html import manager_html
-from oocarray._memory._ownership import OwnershipMixin
+from oocarray._memory._ownership import ManagerOwnership
 from oocarray._memory._policies import (
     LOCATIONS,
     SPILL_POLICIES,
@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 
-class Manager(ActivationMixin, AllocationMixin, OwnershipMixin, AccountingMixin):
+class Manager(ManagerActivation, ManagerAllocation, ManagerOwnership, ManagerAccounting):
     """A scope that owns, counts and budgets NumPy memory.
 
     Parameters

@@ -15,10 +15,10 @@ from oocarray._memory._refusals import report_budget_refusal
 from oocarray._memory._registry import open_owner
 from oocarray.errors import MemoryBudgetError
 
-__all__ = ["OwnershipMixin"]
+__all__ = ["ManagerOwnership"]
 
 
-class OwnershipMixin:
+class ManagerOwnership:
     """The transfers of :class:`~oocarray.Manager`: arrays it takes from other managers."""
 
     _node: _native.Node
@@ -30,7 +30,7 @@ class OwnershipMixin:
 
         def _check_open(self) -> None: ...
 
-        def _subtree(self) -> Iterator[OwnershipMixin]: ...
+        def _subtree(self) -> Iterator[ManagerOwnership]: ...
 
     def _owns_in_subtree(self, node_id: int) -> bool:
         return any(m._node.id == node_id for m in self._subtree())
