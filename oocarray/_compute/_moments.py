@@ -203,7 +203,11 @@ class Moments(Reduction):
                 denominator = np.maximum(self.count - self.ddof, 0)
                 if judge_cells:
                     denominator = np.where(short, np.nan, denominator)
-                result = self.m2 / denominator.astype(self.m2.dtype)
+                numerator = self.m2
+                if np.dtype(self.result_dtype).kind == "c":
+                    # A complex dtype asked for: NumPy divides in it (x / 0 is inf+nanj).
+                    numerator = numerator.astype(self.result_dtype)
+                result = numerator / denominator.astype(self.m2.dtype)
                 if self.kind == "std":
                     result = np.sqrt(result)
         return self.shaped(np.asarray(result).astype(self.result_dtype, copy=False))

@@ -11,6 +11,7 @@ into windows as a gather does, and reads one region of the input per window.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -73,8 +74,11 @@ def take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: str = "r
         node = reshape(node, (1,))
     axis = normalize_axis_index(axis, node.ndim)
     n = node.shape[axis]
-    # NumPy's checks and errors (index type, bounds, an empty axis), on a stand-in axis.
-    np.take(np.broadcast_to(np.zeros((), np.bool_), (n,)), wanted, mode=mode)  # type: ignore[call-overload]
+    # NumPy's checks and errors (index type, bounds, an empty axis), on a stand-in array: the
+    # axis, and one or none of each other axis (NumPy checks no index where the axes before it
+    # hold nothing, and refuses an empty axis only where the result would hold something).
+    stand_in = tuple(n if i == axis else min(size, 1) for i, size in enumerate(node.shape))
+    np.take(np.broadcast_to(np.zeros((), np.bool_), stand_in), wanted, axis=axis, mode=mode)  # type: ignore[call-overload]
     flat = np.asarray(wanted).astype(np.int64).ravel()
     if mode == "wrap" and n:
         flat %= n
@@ -162,9 +166,11 @@ def take_along_axis(arr: Any, indices: Any, axis: Any = -1) -> Node:
         for a in range(node.ndim)
     ]
     shape = tuple(int(n) for n in others)
-    if node.shape[axis] == 0 and index.size:
+    # NumPy checks the indices it uses: none where the result is empty.
+    used = math.prod(shape) > 0
+    if used and node.shape[axis] == 0 and not isinstance(index, Constant):
         raise IndexError(f"index 0 is out of bounds for axis {axis} with size 0")
-    if isinstance(index, Constant):  # NumPy indices: checked now, as NumPy does
+    if used and isinstance(index, Constant):  # NumPy indices: checked now, as NumPy does
         values = index.value
         if isinstance(values, np.ndarray) and values.size:
             n = node.shape[axis]

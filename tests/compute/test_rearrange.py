@@ -5,6 +5,7 @@ elementwise operations and reductions."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -549,3 +550,42 @@ def test_peak_memory_stays_within_a_budget_four_times_smaller_than_the_data() ->
             peak = manager.stats().peak_bytes
         np.testing.assert_array_equal(np.asarray(result), expected, err_msg=name)
         assert peak <= budget, f"{name}: peak {peak} over the budget {budget}"
+
+
+@pytest.mark.parametrize(
+    ("shape", "indices", "axis"),
+    [
+        ((0, 0), 0, 1),  # no index used: nothing to check
+        ((0, 3), 5, 1),
+        ((2, 0), 0, 1),  # a non-empty take from an empty axis
+        ((2, 3, 0), 7, 1),  # an index checked though each taken element is empty
+        ((2, 0, 0), 7, 1),
+        ((2, 0, 0), [], 1),
+    ],
+)
+def test_take_checks_indices_as_numpy_does_with_empty_axes(
+    shape: tuple[int, ...], indices: Any, axis: int
+) -> None:
+    a = np.zeros(shape, np.float32)
+    x = oc.from_numpy(a, chunks=tuple(max(1, n) for n in shape))
+    check_same(lambda v: np.take(v, indices, axis=axis), a, x)
+
+
+@pytest.mark.parametrize("shape", [(0, 1, 0), (0, 1, 2), (3, 1, 0), (3, 1, 2)])
+def test_take_along_axis_checks_only_the_indices_it_uses(shape: tuple[int, ...]) -> None:
+    a = np.zeros(shape, bool)
+    x = oc.from_numpy(a, chunks=tuple(max(1, n) for n in shape))
+    check_same(lambda v: np.take_along_axis(v, np.array([[[5]]]), axis=0), a, x)
+
+
+def check_same(function: Callable[[Any], Any], a: np.ndarray, x: oc.ChunkedArray) -> None:
+    """``function`` of the chunked array gives NumPy's values, or NumPy's error."""
+    try:
+        expected = function(a)
+    except IndexError as error:
+        with pytest.raises(IndexError, match=re.escape(str(error))):
+            np.asarray(function(x)[...])
+        return
+    got = np.asarray(function(x)[...])
+    assert got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
