@@ -116,6 +116,9 @@ def _sort(name: str, a: Any, axis: Any, kind: Any, arg: bool) -> Any:
     axis = normalize_axis_index(axis, node.ndim)
     if node.ndim == 1:
         return sort_flat(node, kind, arg)
+    if node.size == 0:  # nothing to sort: NumPy's empty result (no blocks to plan)
+        empty = np.empty(node.shape, node.dtype)
+        return np.argsort(empty, axis=axis, kind=kind) if arg else np.sort(empty, axis, kind)
     block = _line_block(node, axis)
     if block is not None:
         return SortAlong(node, axis, kind, arg, block)

@@ -284,3 +284,22 @@ def test_external_sort_spills_runs_raw_in_a_budget_and_leaves_no_files() -> None
         np.testing.assert_array_equal(order[...], np.argsort(data, kind="stable"))
         assert manager.stats().peak_bytes <= budget
     assert set(os.listdir(private_dir())) <= before
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis"), [((1, 0), 0), ((3, 0), 0), ((2, 0, 4), 0), ((2, 3, 0), 1)]
+)
+@pytest.mark.parametrize("small_budget", [False, True])
+def test_empty_arrays_sort_along_any_axis(
+    shape: tuple[int, ...], axis: int, small_budget: bool
+) -> None:
+    a = np.zeros(shape, bool)
+    x = oc.from_numpy(a, chunks=tuple(max(1, n) for n in shape))
+    with contextlib.ExitStack() as stack:
+        if small_budget:  # (where the line blocks planned a chunk of 0 lines and divided by 0)
+            for module, memory in ((_external_sort, 4096), (_sorting, 64), (_sort_blocks, 64)):
+                stack.enter_context(mock.patch.object(module, "working_bytes", return_value=memory))
+        for function, kwargs in ((np.sort, {}), (np.argsort, {"kind": "stable"})):
+            got = np.asarray(function(x, axis=axis, **kwargs)[...])
+            expected = function(a, axis=axis, **kwargs)
+            assert (got.shape, got.dtype) == (expected.shape, expected.dtype)
