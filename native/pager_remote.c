@@ -24,7 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+enum { GIVEN_MAPPED_FROM = 128 << 10 }; /* glibc's own least size for mapping on its own */
 
 enum { RQ_NONE = 0, RQ_ASKED = 1, RQ_READY = 2, RQ_ABSENT = 3, RQ_FAILED = 4 };
 
@@ -44,6 +47,7 @@ struct pg_remote {
 struct pg_given {
     pg_given *next; /* in a list of those let go at once */
     size_t n;
+    size_t mapped; /* bytes mapped for it on its own, or 0: taken from the C heap */
     int refs;    /* fills decoding from it; under the remote's mutex */
     int dropped; /* no longer in `given`: the last fill done with it frees it */
     char data[];
@@ -101,13 +105,51 @@ int oc_pager_remote_progress(pg_array *a, int fd)
     return 0;
 }
 
+/* The memory of g, given back as it was taken (see given_new). */
+static void given_unmap(pg_given *g)
+{
+    if (g->mapped) {
+        munmap(g, g->mapped);
+    } else {
+        free(g);
+    }
+}
+
 static void given_free(pg_array *a, pg_given *g)
 {
     atomic_fetch_sub(&a->given_bytes, (long long)g->n);
     if (a->node != NULL) {
         oc_release(a->node, (int64_t)g->n);
     }
-    free(g);
+    given_unmap(g);
+}
+
+/* A home for n bytes handed over.  A large one is mapped on its own, so its memory goes back
+ * to the system the moment it is freed: from the C heap it would stay resident as the heap's
+ * free memory, counted by no budget, until the heap is trimmed (a scan of an array of 1 MiB
+ * chunks in a 512 MiB budget held 100-150 MiB so). */
+static pg_given *given_new(size_t n)
+{
+    size_t size = sizeof(pg_given) + (n ? n : 1);
+    pg_given *g;
+    if (size >= GIVEN_MAPPED_FROM) {
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (p == MAP_FAILED) {
+            return NULL;
+        }
+        g = p;
+        g->mapped = size;
+    } else {
+        g = malloc(size);
+        if (g == NULL) {
+            return NULL;
+        }
+        g->mapped = 0;
+    }
+    g->n = n;
+    g->refs = 0;
+    g->dropped = 0;
+    return g;
 }
 
 /* Under the remote's mutex: chunk c's bytes in memory are let go (freed, or by the last fill
@@ -129,18 +171,15 @@ int oc_pager_remote_give(pg_array *a, size_t c, const char *src, size_t n)
     if (r == NULL || c >= a->nchunks) {
         return EINVAL;
     }
-    pg_given *g = malloc(sizeof *g + (n ? n : 1));
+    pg_given *g = given_new(n);
     if (g == NULL) {
         return ENOMEM;
     }
-    g->n = n;
-    g->refs = 0;
-    g->dropped = 0;
     /* Counted as a fill's unit is: room made by dropping the units filled longest ago (of a
      * scan, those behind it); with none to drop, the fill asks the feeder as without it. */
     while (a->node != NULL && oc_reserve(a->node, (int64_t)n) != NULL) {
         if (pg_evict_lru(a->node, n, NULL) == 0) {
-            free(g);
+            given_unmap(g);
             return ENOSPC;
         }
     }

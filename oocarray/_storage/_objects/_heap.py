@@ -4,10 +4,12 @@ The object-store library allocates each response's buffer on its own threads wit
 allocator.  glibc keeps what is freed for reuse: a chunk-sized buffer freed from another thread
 goes back to that thread's arena, and after the first such free glibc stops mapping buffers of
 that size on their own, so they are carved from the arenas.  After a scan of a few hundred
-chunks this is 40-130 MiB resident that no budget counts.  ``malloc_trim`` returns the free
-pages of every arena; it frees nothing in use.  Dask's workers call it for the same reason.
-Written over ctypes because no library wraps it; where the C library has none (not glibc),
-this does nothing.
+chunks this is 40-130 MiB resident.  ``malloc_trim`` returns the free pages of every arena;
+it frees nothing in use.  Dask's workers call it for the same reason.  Between two trims the
+bytes let go are counted on the reader's manager, as they stay resident until the trim (where
+glibc reuses them for the next fetch they are counted twice for a moment: the budget errs on
+the safe side).  Written over ctypes because no library wraps it; where the C library has none
+(not glibc), this does nothing but count.
 """
 
 from __future__ import annotations
@@ -15,7 +17,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from oocarray import _native
+
+if TYPE_CHECKING:
+    from oocarray._memory import Manager
 
 __all__ = ["HeapTrimmer"]
 
@@ -37,7 +44,9 @@ _TRIM = _malloc_trim()
 
 
 class HeapTrimmer:
-    """Counts the bytes of fetched buffers let go and trims the heap every ``every`` of them.
+    """Counts the bytes of fetched buffers let go and trims the heap every ``every`` of them
+    (:data:`TRIM_EVERY` by default, at most ``at_most``); until then they are counted on
+    ``manager`` (where one is given).
 
     Examples
     --------
@@ -47,18 +56,38 @@ class HeapTrimmer:
     [False, True, False, True]
     """
 
-    def __init__(self, every: int | None = None) -> None:
+    def __init__(
+        self,
+        every: int | None = None,
+        manager: Manager | None = None,
+        at_most: int | None = None,
+    ) -> None:
         self._every = TRIM_EVERY if every is None else every
+        if at_most is not None:
+            self._every = min(self._every, at_most)
         self._since = 0
+        self._node = None if manager is None else manager._node
+        self._held: list[Any] = []  # the counts of the bytes let go since the last trim
         self._lock = threading.Lock()
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes let go since the last trim (resident until it)."""
+        return self._since
 
     def let_go(self, nbytes: int) -> bool:
         """Count ``nbytes`` let go; whether the heap was trimmed now."""
+        # Counted before the lock is taken: the count makes room first (it may drop pages).
+        count = _native.Counted(nbytes, self._node) if self._node is not None and nbytes else None
         with self._lock:
             self._since += nbytes
             if self._since < self._every:
+                if count is not None:
+                    self._held.append(count)
                 return False
             self._since = 0
+            held, self._held = self._held, []
         if _TRIM is not None:
             _TRIM(0)  # ctypes lets go of the GIL for the call
+        del held, count  # their bytes are back with the system now
         return True

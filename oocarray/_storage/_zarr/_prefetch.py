@@ -13,8 +13,9 @@ before.  Chunks behind the fills are let go.
 Memory: the window ahead is a quarter of what the budget of the manager the array was made in
 (above a workspace) has left then, at most 64 MiB.  The bytes handed over are counted on that
 manager as the array's pages are, pages filled longest ago dropped to make room; so are the
-fetch's own buffers (at most the window, freed as each chunk is handed over), though this
-thread has no manager active: it names the array's.
+fetch's own buffers (at most the window, freed as each chunk is handed over) and, until the C
+heap is trimmed (``_heap``), the memory they leave there, though this thread has no manager
+active: it names the array's.
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ class ReadAhead:
         self._lock = threading.Lock()
         self._stopping = False
         self._furthest = -1  # the furthest chunk the fills went to in this scan
-        self._trimmer = HeapTrimmer()  # the fetch's freed buffers returned as the scan goes
+        # The fetch's freed buffers, counted until given back, at least once a window: what
+        # the budget holds for them is then no more than the window.
+        self._trimmer = HeapTrimmer(manager=manager, at_most=self._window)
         pages.remote_progress(self._wake)
         # The first chunks before the array is returned: a scan's first touch often holds the
         # GIL (a reduction copies its first row), and would wait for the feeder's start.
