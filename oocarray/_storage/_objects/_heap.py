@@ -85,9 +85,22 @@ class HeapTrimmer:
                 if count is not None:
                     self._held.append(count)
                 return False
+        del count  # let go now: trimmed below
+        self._trim()
+        return True
+
+    def flush(self) -> bool:
+        """Trim now if anything was let go since the last trim (a pass that ended: nothing
+        stays counted after it); whether the heap was trimmed."""
+        if not self._since:
+            return False
+        self._trim()
+        return True
+
+    def _trim(self) -> None:
+        with self._lock:
             self._since = 0
             held, self._held = self._held, []
         if _TRIM is not None:
             _TRIM(0)  # ctypes lets go of the GIL for the call
-        del held, count  # their bytes are back with the system now
-        return True
+        del held  # their bytes are back with the system now

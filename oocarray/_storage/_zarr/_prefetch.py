@@ -107,6 +107,7 @@ class ReadAhead:
                 chunks = [(c, *rest) for c in range(start, self._nchunks)]
                 with self._store.read_ahead(chunks, self._window, self._manager):
                     at = self._run(start)
+                self._trimmer.flush()  # the run's buffers are freed: nothing left counted
             else:  # every chunk handed over, the fetch's buffers freed: wait for a new scan
                 at = self._wait_back()
             if at < 0:

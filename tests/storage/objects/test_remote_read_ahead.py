@@ -220,7 +220,13 @@ def test_bytes_let_go_are_counted_on_the_manager_until_the_heap_is_trimmed(monke
         assert trimmer.held_bytes == 0
         assert not trimmer.let_go(0)
         assert manager.stats().current_bytes == before
+        assert not trimmer.flush()  # nothing let go since the trim: no trim
+        assert not trimmer.let_go(10_000)
+        assert manager.stats().current_bytes - before == 10_000
+        assert trimmer.flush()  # a pass that ended: trimmed, nothing stays counted
+        assert manager.stats().current_bytes == before
+        assert trims == [0, 0]
     unmanaged = _heap.HeapTrimmer(every=100_000)  # no manager: nothing counted, still trims
     assert not unmanaged.let_go(60_000)
     assert unmanaged.let_go(60_000)
-    assert trims == [0, 0]
+    assert trims == [0, 0, 0]
