@@ -180,9 +180,12 @@ class Scan(Node):
         block = _full(self.part.evaluate(tuple(wider), reads), tuple(wider))
         with np.errstate(over="ignore", invalid="ignore"):
             local = self.ufunc.accumulate(block, axis=self.axis, dtype=self.dtype)
-            place = list(region)
-            place[self.axis] = slice(segment, segment + 1)
-            local = self.ufunc(local, self.carries[tuple(place)], dtype=self.dtype)
+            if segment:
+                # (The first segment's carry is the identity: combined with it, -0.0 would
+                # become 0.0 and a complex infinity 0+infj would become nan+infj.)
+                place = list(region)
+                place[self.axis] = slice(segment, segment + 1)
+                local = self.ufunc(local, self.carries[tuple(place)], dtype=self.dtype)
         keep = [slice(None)] * local.ndim
         keep[self.axis] = slice(span.start - start, None)
         result: np.ndarray = local[tuple(keep)]

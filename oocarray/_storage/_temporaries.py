@@ -20,6 +20,7 @@ from oocarray._memory import Manager, active_manager, system
 from oocarray._storage import _temp_dirs
 from oocarray._storage._chunked import StoredArray
 from oocarray._storage._create import create
+from oocarray._storage._zarr._create import unstable_dtypes_known
 
 __all__ = ["from_dask", "from_numpy", "temp"]
 
@@ -68,9 +69,12 @@ def temp(
     # array_type: the class of the result (oc.temp passes the compute layer's ChunkedArray).
     directory = _temp_dirs.new_temp_dir()
     try:
-        array = create(
-            directory, shape, dtype, chunks=chunks, codec=codec, mode="w", array_type=array_type
-        )
+        # Only oocarray reads a temporary array: zarr-python's warning that other libraries may
+        # not read a dtype without a zarr v3 specification (fixed-width strings) is moot.
+        with unstable_dtypes_known():
+            array = create(
+                directory, shape, dtype, chunks=chunks, codec=codec, mode="w", array_type=array_type
+            )
     except BaseException:
         _temp_dirs.remove_temp_dir(directory, os.getpid())
         raise

@@ -293,8 +293,15 @@ def test_functions_refuse_what_is_not_an_array_of_the_namespace() -> None:
 def test_astype(data: st.DataObject) -> None:
     a = data.draw(arrays(), label="x")
     dtype = data.draw(xps.scalar_dtypes(), label="dtype")
-    x = data.draw(chunked(a))
     target = _numpy_dtype(dtype)
+    values = np.asarray(a)
+    if target.kind in "iu" and values.dtype.kind == "f" and values.size:
+        # A float outside the integer dtype's range has no defined integer: C leaves it
+        # undefined, and NumPy's own loops give different ones (one element at a time, as a
+        # chunk of one is cast, 2**31 - 1 for -2**31 cast to uint32; a whole array 2**31).
+        info = np.iinfo(target)
+        assume(np.isfinite(values).all() and info.min <= values.min() <= values.max() <= info.max)
+    x = data.draw(chunked(a))
     differential(lambda: xp.astype(x, target), lambda: strict.astype(a, dtype), "astype")
 
 
@@ -516,6 +523,10 @@ def test_result_type_of_arrays_and_scalars(data: st.DataObject) -> None:
             expected: Any = _numpy_dtype(strict.result_type(a, b, *extra))
         except TypeError:
             expected = TypeError
+        except OverflowError:
+            # A Python int outside the integer dtype's range: the standard leaves the result
+            # unspecified (array-api-strict refuses it, NumPy promotes as for any int).
+            assume(False)
     if expected is TypeError:
         with pytest.raises(TypeError):
             xp.result_type(x1, x2, *extra)

@@ -139,6 +139,21 @@ def test_int8_sums_wrap_like_numpy() -> None:
     np.testing.assert_array_equal(products, np.cumprod(data, dtype=np.uint64))
 
 
+@pytest.mark.parametrize("chunks", [(2,), (4,)])
+def test_the_first_segment_is_numpys_own_scan(chunks: tuple[int, ...]) -> None:
+    # Combined with the identity, the first segment's -0.0 became 0.0 and a complex
+    # 0+infj became nan+infj (found by the long hypothesis profile).
+    signed = np.array([-0.0, -0.0, 1.0, -0.0])
+    got = _values(np.cumsum(oc.from_numpy(signed, chunks=chunks)))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(np.cumsum(signed)))
+    infinite = np.array([complex(0, np.inf), 1, 2, 3], dtype=np.complex64)
+    with np.errstate(invalid="ignore"):
+        want = np.cumulative_prod(infinite)
+        got = _values(np.cumulative_prod(oc.from_numpy(infinite, chunks=chunks)))
+    np.testing.assert_array_equal(got, want)  # the same NaNs too
+    assert got[0] == complex(0, np.inf)
+
+
 def test_a_part_of_a_scan_reads_only_what_it_needs() -> None:
     data = np.arange(1.0, 101.0)
     x = oc.from_numpy(data, chunks=(10,))
