@@ -133,7 +133,8 @@ static pg_given *given_new(size_t n)
     size_t size = sizeof(pg_given) + (n ? n : 1);
     pg_given *g;
     if (size >= GIVEN_MAPPED_FROM) {
-        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE; /* populated: the copy follows */
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0);
         if (p == MAP_FAILED) {
             return NULL;
         }
