@@ -44,7 +44,12 @@ PERCENTILE_COLUMNS = 4
 TIMEOUT = 900 if LONG else 300
 HAVE_SCIPY = importlib.util.find_spec("scipy") is not None
 
-pytestmark = pytest.mark.no_sanitizer  # a cgroup limit: a sanitizer's runtime needs more
+pytestmark = [
+    pytest.mark.no_sanitizer,  # a cgroup limit: a sanitizer's runtime needs more
+    # Every test on one worker: the module's fixtures (a 320 MiB store, its reference and the
+    # child's run, about 70 s) are then made once, not once per worker.
+    pytest.mark.xdist_group("paged-hard-limit"),
+]
 
 
 @pytest.fixture(scope="module")
