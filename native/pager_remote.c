@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 enum { GIVEN_MAPPED_FROM = 128 << 10 }; /* glibc's own least size for mapping on its own */
@@ -109,7 +108,7 @@ int oc_pager_remote_progress(pg_array *a, int fd)
 static void given_unmap(pg_given *g)
 {
     if (g->mapped) {
-        munmap(g, g->mapped);
+        oc_scratch_unmap(g, g->mapped);
     } else {
         free(g);
     }
@@ -124,29 +123,19 @@ static void given_free(pg_array *a, pg_given *g)
     given_unmap(g);
 }
 
-/* A home for n bytes handed over.  A large one is mapped on its own, so its memory goes back
- * to the system the moment it is freed: from the C heap it would stay resident as the heap's
- * free memory, counted by no budget, until the heap is trimmed (a scan of an array of 1 MiB
- * chunks in a 512 MiB budget held 100-150 MiB so). */
+/* A home for n bytes handed over.  A large one is scratch memory (scratch.c), mapped on its
+ * own, so its memory goes back to the system the moment it is freed: from the C heap it would
+ * stay resident as the heap's free memory, counted by no budget, until the heap is trimmed (a
+ * scan of an array of 1 MiB chunks in a 512 MiB budget held 100-150 MiB so). */
 static pg_given *given_new(size_t n)
 {
     size_t size = sizeof(pg_given) + (n ? n : 1);
-    pg_given *g;
-    if (size >= GIVEN_MAPPED_FROM) {
-        int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE; /* populated: the copy follows */
-        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0);
-        if (p == MAP_FAILED) {
-            return NULL;
-        }
-        g = p;
-        g->mapped = size;
-    } else {
-        g = malloc(size);
-        if (g == NULL) {
-            return NULL;
-        }
-        g->mapped = 0;
+    size_t mapped = size >= GIVEN_MAPPED_FROM ? size : 0;
+    pg_given *g = mapped ? oc_scratch_map(size) : malloc(size);
+    if (g == NULL) {
+        return NULL;
     }
+    g->mapped = mapped;
     g->n = n;
     g->refs = 0;
     g->dropped = 0;

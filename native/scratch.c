@@ -1,7 +1,8 @@
 /*
  * Scratch memory: the buffers oocarray's native code decodes, encodes and stages chunks in
- * (chunks.c's per-thread reader state, the pager's staging buffers).  Each is a mapping of its
- * own, so that freeing it gives the memory back to the system at once: malloc would keep
+ * (chunks.c's per-thread reader state, the pager's staging buffers, the chunks handed to a
+ * remote array's pager).  Each is a mapping of its own, so that freeing it gives the memory
+ * back to the system at once: malloc would keep
  * buffers this size in a thread's arena (glibc raises its mmap threshold to the size of the
  * last large block freed, and each thread has an arena), and a process that decoded chunks
  * on 16 threads kept well over 100 MiB that no manager counted.  Every byte is counted here

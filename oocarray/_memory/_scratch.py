@@ -52,5 +52,5 @@ def scratch_step() -> Iterator[None]:
 
 def scratch_bytes() -> int:
     """Bytes of native scratch mapped now: every thread's decode and encode buffers and zstd
-    contexts, and the pager's staging buffers."""
+    contexts, the pager's staging buffers and the chunks handed to a remote array's pager."""
     return _native.scratch()

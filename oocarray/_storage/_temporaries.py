@@ -71,7 +71,7 @@ def temp(
     try:
         # Only oocarray reads a temporary array: zarr-python's warning that other libraries may
         # not read a dtype without a zarr v3 specification (fixed-width strings) is moot.
-        with unstable_dtypes_known():
+        with unstable_dtypes_known(dtype):
             array = create(
                 directory, shape, dtype, chunks=chunks, codec=codec, mode="w", array_type=array_type
             )

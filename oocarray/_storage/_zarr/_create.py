@@ -76,16 +76,33 @@ def create_zarr(
     )
 
 
+# NumPy kinds whose zarr v3 data types have no specification yet (strings, bytes, raw and
+# structured): zarr-python warns when it writes their metadata.
+UNSTABLE_KINDS = "OSUV"
+
+
 @contextlib.contextmanager
-def unstable_dtypes_known() -> Iterator[None]:
+def unstable_dtypes_known(dtype: Any = None) -> Iterator[None]:
     """Arrays created inside are of dtypes the caller chose knowingly: zarr-python's warning
     that a dtype (fixed-width strings, ...) has no zarr v3 specification yet is not shown.
-    For the command line, whose output must not carry library warnings."""
+    For the command line, whose output must not carry library warnings.  With ``dtype``, only
+    where it is such a dtype: the warning filters are the whole process's (and swapping them is
+    not thread-safe), so they are left alone wherever zarr-python would not warn."""
     from zarr.errors import UnstableSpecificationWarning
 
+    if dtype is not None and not _unstable(dtype):
+        yield
+        return
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UnstableSpecificationWarning)
         yield
+
+
+def _unstable(dtype: Any) -> bool:
+    try:
+        return np.dtype(dtype).kind in UNSTABLE_KINDS
+    except (TypeError, ValueError):  # not a dtype: the array's creation says so
+        return False
 
 
 def _endian(dtype: np.dtype[Any]) -> str:
