@@ -661,11 +661,12 @@ static size_t zstd_tune(ZSTD_CCtx *cctx, int level, size_t tune_bytes)
 
 /* Writes one zstd frame of src (level, checksum; with crc, the frame's CRC-32C after it) to fd
  * from its position, compressed into this thread's buffer; with tune_bytes (0 < tune_bytes < n),
- * using the parameters the level picks for a source of that size (see zstd_tune).  0 with
- * *written the bytes written; OC_ZW_NOMEM; OC_ZW_ZSTD with *written zstd's error code; or the
- * errno of the write. */
+ * using the parameters the level picks for a source of that size (see zstd_tune).  With running
+ * (not NULL), the CRC-32C *running is extended over the frame's bytes: a chunk written as several
+ * frames is checksummed whole without reading it back.  0 with *written the bytes written;
+ * OC_ZW_NOMEM; OC_ZW_ZSTD with *written zstd's error code; or the errno of the write. */
 int oc_zstd_write(int fd, const char *src, size_t n, int level, int checksum, int crc,
-                  size_t tune_bytes, int direct, size_t *written)
+                  size_t tune_bytes, int direct, uint32_t *running, size_t *written)
 {
     size_t r = 0;
     int result = 0;
@@ -695,6 +696,9 @@ int oc_zstd_write(int fd, const char *src, size_t n, int level, int checksum, in
         if (oc_zstd.is_error(r)) {
             result = OC_ZW_ZSTD;
         } else {
+            if (running != NULL) {
+                *running = oc_crc32c_extend(*running, s->packed, r);
+            }
             if (crc) {
                 uint32_t sum = oc_crc32c(s->packed, r);
                 for (int i = 0; i < 4; i++) {

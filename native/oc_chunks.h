@@ -31,7 +31,7 @@ int oc_decode(int codec, const oc_source *src, int64_t offset, int64_t nbytes, s
 #define OC_ZW_NOMEM (-1) /* oc_zstd_write: out of memory */
 #define OC_ZW_ZSTD (-2)  /* oc_zstd_write: zstd refused (*written: its error code) */
 int oc_zstd_write(int fd, const char *src, size_t n, int level, int checksum, int crc,
-                  size_t tune_bytes, int direct, size_t *written);
+                  size_t tune_bytes, int direct, uint32_t *running, size_t *written);
 void oc_shuffle8(const char *src, size_t n, char *dst);
 void oc_unshuffle8(const char *src, size_t total, size_t skip, char *dst, size_t n);
 int oc_zstd_pack_shuffled(const char *src, size_t n, int level, char **out, size_t *out_n);

@@ -204,6 +204,48 @@ static PyObject *oc_py_pool_workers(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(
     return PyLong_FromLong(oc_pool_workers());
 }
 
+/* The frame of zstd_write and zstd_append: 0 with *r the bytes written, or -1 with an error set. */
+static int zstd_frame(int fd, PyObject *data, int level, int checksum, int crc,
+                      Py_ssize_t tune_bytes, int direct, uint32_t *running, size_t *r)
+{
+    if (tune_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "tune_bytes must be 0 or more");
+        return -1;
+    }
+    if (!oc_zstd_ready()) {
+        PyErr_SetString(PyExc_RuntimeError, "no libzstd is available");
+        return -1;
+    }
+    if (crc && !oc_codec_lib_ready(OC_LIB_CRC32C)) {
+        PyErr_SetString(PyExc_RuntimeError, "the CRC-32C library is not loaded");
+        return -1;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) != 0) {
+        return -1;
+    }
+    int result;
+    Py_BEGIN_ALLOW_THREADS
+    result = oc_zstd_write(fd, view.buf, (size_t)view.len, level, checksum, crc, (size_t)tune_bytes,
+                           direct, running, r);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (result == OC_ZW_NOMEM) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (result == OC_ZW_ZSTD) {
+        PyErr_Format(PyExc_ValueError, "zstd: %s", oc_zstd.error_name(*r));
+        return -1;
+    }
+    if (result != 0) {
+        errno = result;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
 /*
  * zstd_write(fd, data, level, checksum, crc32c=False, tune_bytes=0, direct=False) -> int: write
  * one zstd frame of data's bytes to fd (from its current position), with the content size in
@@ -224,42 +266,40 @@ static PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
                           &direct)) {
         return NULL;
     }
-    if (tune_bytes < 0) {
-        PyErr_SetString(PyExc_ValueError, "tune_bytes must be 0 or more");
-        return NULL;
-    }
-    if (!oc_zstd_ready()) {
-        PyErr_SetString(PyExc_RuntimeError, "no libzstd is available");
-        return NULL;
-    }
-    if (crc && !oc_codec_lib_ready(OC_LIB_CRC32C)) {
-        PyErr_SetString(PyExc_RuntimeError, "the CRC-32C library is not loaded");
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) != 0) {
-        return NULL;
-    }
     size_t r;
-    int result;
-    Py_BEGIN_ALLOW_THREADS
-    result = oc_zstd_write(fd, view.buf, (size_t)view.len, level, checksum, crc, (size_t)tune_bytes,
-                           direct, &r);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    if (result == OC_ZW_NOMEM) {
-        return PyErr_NoMemory();
-    }
-    if (result == OC_ZW_ZSTD) {
-        PyErr_Format(PyExc_ValueError, "zstd: %s", oc_zstd.error_name(r));
+    if (zstd_frame(fd, data, level, checksum, crc, tune_bytes, direct, NULL, &r) != 0) {
         return NULL;
-    }
-    if (result != 0) {
-        errno = result;
-        return PyErr_SetFromErrno(PyExc_OSError);
     }
     return PyLong_FromSize_t(r);
 }
+
+/*
+ * zstd_append(fd, data, level, checksum, tune_bytes, crc) -> (int, int): write one zstd frame of
+ * data's bytes to fd from its position, as zstd_write does (no CRC-32C after it), and return the
+ * bytes written with the CRC-32C crc extended over them: a chunk written as frames one after the
+ * other gets zarr's crc32c of all of them at its end without being read back.
+ */
+static PyObject *oc_py_zstd_append(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    int fd, level, checksum;
+    Py_ssize_t tune_bytes;
+    unsigned int crc;
+    PyObject *data;
+    if (!PyArg_ParseTuple(args, "iOipnI", &fd, &data, &level, &checksum, &tune_bytes, &crc)) {
+        return NULL;
+    }
+    if (!oc_codec_lib_ready(OC_LIB_CRC32C)) {
+        PyErr_SetString(PyExc_RuntimeError, "the CRC-32C library is not loaded");
+        return NULL;
+    }
+    uint32_t running = (uint32_t)crc;
+    size_t r;
+    if (zstd_frame(fd, data, level, checksum, 0, tune_bytes, 0, &running, &r) != 0) {
+        return NULL;
+    }
+    return Py_BuildValue("(nI)", (Py_ssize_t)r, (unsigned int)running);
+}
+
 
 /* ---- the codecs' libraries (codecs.c) ---- */
 
@@ -380,6 +420,7 @@ PyMethodDef oc_py_chunks_methods[] = {
     {"crc32c", oc_py_crc32c, METH_VARARGS,
      "crc32c(data, crc=0) -> int: the CRC-32C of a buffer's bytes, continuing crc."},
     {"zstd_write", oc_py_zstd_write, METH_VARARGS, "Write one zstd frame of a buffer's bytes to a file, compressed without the GIL."},
+    {"zstd_append", oc_py_zstd_append, METH_VARARGS, "Write one zstd frame as zstd_write does; return the bytes written and a CRC-32C extended over them."},
     {"zlib_available", oc_py_zlib_available, METH_NOARGS, "Whether libz.so.1 could be loaded (HDF5 deflate chunks)."},
     {"h5_masked", oc_py_h5_masked, METH_VARARGS, "h5_masked(codec, mask) -> int: an HDF5 codec without the filter steps a chunk's mask skips, as the pager applies it."},
     {"h5_decode", oc_py_h5_decode, METH_VARARGS, "h5_decode(codec, mask, stored, chunk_nbytes, skip, n) -> bytes: undo an HDF5 filter pipeline, as the pager does."},

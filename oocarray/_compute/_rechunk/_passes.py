@@ -5,7 +5,10 @@ projected peak memory.
 - :func:`block_pass`: blocks made of whole chunks, read and written once (the direct pass, and
   both passes of two-pass); :func:`direct_pass` streams the direct one where that does better;
 - :func:`scatter_pass`: groups of source chunks copied into a raw scatter buffer, with chunks
-  read and written as streams where they are large and that runs more threads;
+  read and written as streams where they are large and that runs more threads; or, where the
+  target chunks are runs of rows that strips of source chunks supply in order
+  (:func:`strip_geometry`), no buffer: each strip's runs appended to the target chunks' files
+  as zstd frames (:func:`frames_pass`, run by _frames);
 - :func:`grown_middle`: the intermediate chunks of a two-pass rechunk.
 """
 
@@ -25,9 +28,11 @@ __all__ = [
     "Pass",
     "block_pass",
     "direct_pass",
+    "frames_pass",
     "grown_middle",
     "lcm_block",
     "scatter_pass",
+    "strip_geometry",
 ]
 
 # A block is held while it is read (decode buffers) and again while it is encoded for writing.
@@ -54,6 +59,13 @@ SLAB_BYTES = 4 << 20
 
 # Between plans running as many threads, whether the streamed one is chosen.
 PREFER_STREAMS = False
+
+# A frames pass appends frames of at least this many bytes: smaller ones would cost their
+# chunks ratio (each frame starts its own window) and their readers a frame header each.
+MIN_FRAME_BYTES = 256 << 10
+# Strips of source chunks a frames pass holds at most: two let one be decoded while the
+# other's frames are encoded.
+MAX_STRIPS_HELD = 2
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,12 @@ class Pass:
     copies_frames: bool = False
     # The output's chunk files written past the page cache (Store.write_direct).
     direct_writes: bool = False
+    # A frames pass (see _frames): the strips of source chunks held at once (``block`` is a
+    # strip); 0 for any other pass.
+    frames: int = 0
+    # A frames pass: the scatter pass through a buffer, run where the output cannot take
+    # appended frames after all (a store the plan could not see).
+    fallback: Pass | None = None
 
 
 def lcm_block(a: tuple[int, ...], b: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -197,12 +215,36 @@ def scatter_pass(
     unit: tuple[int, ...] | None,
     streams: tuple[bool, bool],
     threads: int,
+    recompress: bool = False,
 ) -> Pass:
     """One pass through the scatter buffer, reading groups of source chunks (the pass's
     ``block``).  ``streams``: whether the source's chunks can be read, and the output's
     written, as streams (local unsharded zstd chunk files); they are where their chunks are
     large (see STREAM_FROM_BYTES) and where that runs more threads in the budget.  At most
-    ``threads`` where target chunks are not streamed, else the cores."""
+    ``threads`` where target chunks are not streamed, else the cores.  Where the output's
+    chunks can take appended frames (streamed, unsharded, not ``recompress``) and a
+    :func:`frames_pass` fits the budget, that pass instead, with this one to fall back on."""
+    buffered = _buffered_scatter(shape, itemsize, source, target, budget, unit, streams, threads)
+    if streams[1] and unit is None and not recompress:
+        # On the cores: its files are written through the page cache (no thread waits for
+        # the disk, see _plan).
+        frames = frames_pass(shape, itemsize, source, target, budget, cpu_workers())
+        if frames is not None and frames.peak_bytes <= budget:
+            return replace(frames, fallback=buffered)
+    return buffered
+
+
+def _buffered_scatter(
+    shape: tuple[int, ...],
+    itemsize: int,
+    source: tuple[int, ...],
+    target: tuple[int, ...],
+    budget: int,
+    unit: tuple[int, ...] | None,
+    streams: tuple[bool, bool],
+    threads: int,
+) -> Pass:
+    """The scatter pass through a raw buffer with the most threads in the budget."""
     source_bytes = math.prod(source) * itemsize
     target_bytes = math.prod(unit or target) * itemsize
     reads = streams[0] and source_bytes >= STREAM_FROM_BYTES
@@ -217,6 +259,66 @@ def scatter_pass(
     fits = [v for v in variants if v.peak_bytes <= budget] or variants
     sign = 1 if PREFER_STREAMS else -1
     return max(fits, key=lambda v: (v.workers, sign * (v.stream_reads + v.stream_writes)))
+
+
+def strip_geometry(
+    shape: tuple[int, ...], source: tuple[int, ...], target: tuple[int, ...]
+) -> tuple[int, tuple[int, ...]] | None:
+    """Where target chunks are runs of rows that strips of source chunks supply in order:
+    their axis (the first along which a target chunk is longer than one element, one before
+    it everywhere) and a strip's extent per axis (a source chunk's before and along it; after
+    it, whole target and source chunks: their lcm, at most the axis padded to whole target
+    chunks).  None where a target chunk along that axis is not a whole number of source
+    chunks, or no source chunk is shorter there (no run to append)."""
+    if not shape or 0 in shape:
+        return None
+    axis = next((i for i, u in enumerate(target) if u > 1), None)
+    if axis is None or source[axis] >= target[axis] or target[axis] % source[axis]:
+        return None
+    extent = list(source[: axis + 1])
+    for n, s, u in zip(shape[axis + 1 :], source[axis + 1 :], target[axis + 1 :], strict=True):
+        extent.append(min(math.lcm(s, u), -(-n // u) * u))
+    return axis, tuple(extent)
+
+
+def frames_pass(
+    shape: tuple[int, ...],
+    itemsize: int,
+    source: tuple[int, ...],
+    target: tuple[int, ...],
+    budget: int,
+    threads: int,
+) -> Pass | None:
+    """The scatter pass that appends each strip's runs to the target chunks' files as zstd
+    frames (see _frames), where :func:`strip_geometry` finds strips, the frames are at least
+    MIN_FRAME_BYTES and a strip fits the budget beside the codec's buffers: every core's
+    decoding (a source chunk's stored bytes and a scratch copy of it) and every thread's
+    encoding (a frame gathered, and its encoded bytes).  As many strips held as fit, at most
+    MAX_STRIPS_HELD."""
+    geometry = strip_geometry(shape, source, target)
+    if geometry is None:
+        return None
+    axis, strip = geometry
+    frame = source[axis] * math.prod(target[axis + 1 :]) * itemsize
+    if frame < MIN_FRAME_BYTES:
+        return None
+    strip_bytes = math.prod(strip) * itemsize
+    codec = cpu_workers() * 2 * math.prod(source) * itemsize + threads * 2 * frame
+    held = min(MAX_STRIPS_HELD, (budget - codec) // strip_bytes)
+    if held < 1:
+        return None
+    nbytes = math.prod(shape) * itemsize
+    return Pass(
+        "pass 1 (scatter as appended frames)",
+        strip,
+        source,
+        target,
+        nbytes,
+        nbytes,
+        held * strip_bytes + codec,
+        threads,
+        frames=int(held),
+    )
 
 
 def _scatter_variant(

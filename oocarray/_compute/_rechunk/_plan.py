@@ -6,7 +6,9 @@
 - **scatter**, one pass, when a source chunk and a target chunk fit: each source chunk is read
   once and its pieces copied into the partial target chunks of a raw scatter buffer (a
   temporary file, paged by the kernel); a target chunk is encoded and written once, when its
-  last piece arrives;
+  last piece arrives.  Where each target chunk is runs of rows that strips of source chunks
+  supply in order (series to time steps), the runs are instead appended to the target
+  chunks' files as zstd frames, strip after strip: no buffer (see :mod:`._frames`);
 - **two-pass** otherwise, through a temporary store whose chunks are, per axis, the smaller of
   the source and target chunk (as rechunker does).  With an output on local disk both passes
   are resumable: the temporary store is kept inside the output array's directory with a
@@ -150,6 +152,11 @@ class Plan:
                 scatter += " (the source chunks' zstd frames copied, none decoded)"
             elif streamed:
                 scatter += f" (chunks {' and '.join(streamed)} as streams)"
+            if p.frames:
+                scatter += (
+                    ", no buffer: each block's rows appended to the target chunks' files as"
+                    f" zstd frames ({p.frames} block(s) held)"
+                )
             if p.tiled:
                 scatter += " (slots in piece order)"
             if p.direct_writes:
@@ -239,7 +246,15 @@ def make_plan(
         recompress,
     )
     scatter = scatter_pass(
-        shape, itemsize, source_chunks, target_chunks, budget, write_unit, streams, threads
+        shape,
+        itemsize,
+        source_chunks,
+        target_chunks,
+        budget,
+        write_unit,
+        streams,
+        threads,
+        recompress,
     )
     candidates = [
         Plan(shape, dtype, source_chunks, target_chunks, "direct", (direct,), None),
@@ -280,7 +295,9 @@ def make_plan(
     fitting = [p for p in candidates if p.peak_bytes <= budget]
     if fitting and direct_writes:
         *first_passes, last = fitting[0].passes
-        if not last.stream_writes:  # streamed chunks are written by Python, buffered
+        # Streamed chunks are written by Python, and appended frames a piece at a time:
+        # through the page cache.
+        if not last.stream_writes and not last.frames:
             passes = (*first_passes, replace(last, direct_writes=True))
             fitting[0] = replace(fitting[0], passes=passes)
     if not fitting:

@@ -15,6 +15,7 @@ import numpy as np
 
 from oocarray._compute._limits import outgrows_page_cache, working_bytes
 from oocarray._compute._rechunk._direct_stream import stream_copy
+from oocarray._compute._rechunk._frames import append_frames
 from oocarray._compute._rechunk._passes import Pass
 from oocarray._compute._rechunk._plan import Plan, make_plan, normalize_chunks
 from oocarray._compute._rechunk._resume import Marker, units
@@ -121,9 +122,12 @@ def rechunk(
         Encode every target chunk as one zstd frame.  By default, where each target chunk is
         made of whole source chunks one after the other (merging chunks along the first
         axis, say) and both arrays are zstd, its file is their stored frames one after the
-        other, none decoded or encoded again, each checked as it is copied: zstd decodes
-        concatenated frames as one, as zarr-python (numcodecs 0.16.4 or later), zarrs and
-        tensorstore do; readers with an older numcodecs need ``recompress=True``.
+        other, none decoded or encoded again, each checked as it is copied; and where each
+        target chunk is runs of rows that strips of source chunks supply in order (time
+        series to time steps), each run is encoded as a frame and appended to its file, with
+        no scatter buffer.  zstd decodes concatenated frames as one, as zarr-python
+        (numcodecs 0.16.4 or later), zarrs and tensorstore do; readers with an older
+        numcodecs need ``recompress=True``.
 
     Returns
     -------
@@ -267,7 +271,10 @@ def _run_plan(x: Any, plan: Plan, result: Any, progress: bool, marker: Marker | 
 
 def _run_passes(x: Any, plan: Plan, result: Any, progress: bool, marker: Marker | None) -> None:
     if plan.strategy == "scatter":
-        scatter(x, result, plan.passes[0], progress, marker)
+        work = plan.passes[0]
+        if work.frames and append_frames(x, result, work, progress, marker):
+            return
+        scatter(x, result, work.fallback or work, progress, marker)
         return
     if plan.intermediate_chunks is None:
         work = plan.passes[0]

@@ -30,8 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from oocarray import _native
-from oocarray._compute._rechunk._buffer import PAGE, ScatterBuffer, flat_index
+from oocarray._compute._rechunk._buffer import PAGE, ScatterBuffer, copy_runs, flat_index
 from oocarray._compute._rechunk._passes import SLAB_BYTES, Pass
 from oocarray._compute._rechunk._resume import Marker
 from oocarray._compute._rechunk._threads import Outcome, run_blocks
@@ -146,7 +145,7 @@ def _write_runs(
                 part = row[first:last]
             else:
                 part = stage[: (last - first) * piece_elements].reshape(last - first, *widths)
-                _native.copy_runs(part, row[first:last])  # short rows: see copy_runs
+                copy_runs(part, row[first:last])  # short rows: see copy_runs
             offsets = at + np.arange(first, last, dtype=np.int64) * buffer.slot_bytes
             buffer.write_pieces(offsets, part)
     return True
@@ -341,7 +340,7 @@ def scatter(
         ]
         src.read_into(placed, stack)
         for k, p in enumerate(pieces):
-            _native.copy_runs(data[p.out], stack[k * lead : (k + 1) * lead])
+            copy_runs(data[p.out], stack[k * lead : (k + 1) * lead])
 
     def staging() -> np.ndarray:
         """This thread's array pieces are gathered in before they are written (the plan's

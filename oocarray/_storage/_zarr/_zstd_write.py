@@ -72,13 +72,24 @@ class ZstdChunkWriter:
         write raises ``OSError`` (ENOSPC on a full disk).  With ``direct`` the file's whole
         blocks go past the page cache where its file system allows (``O_DIRECT``), the rest
         through it."""
+        tune = self._tune(data)
+        return _native.zstd_write(fd, data, self.level, self.checksum, self.crc32c, tune, direct)
+
+    def append(self, fd: int, data: Any, crc: int) -> tuple[int, int]:
+        """Write ``data`` to ``fd`` from its position as one frame of a chunk written as
+        several (no CRC-32C after it): the bytes written, and ``crc`` (the CRC-32C of the
+        chunk's frames before it) extended over them."""
+        return _native.zstd_append(fd, data, self.level, self.checksum, self._tune(data), crc)
+
+    def _tune(self, data: Any) -> int:
+        """The source size whose parameters frames get, probed on the first one."""
         tune = self.tune_bytes
         if tune is None:
             with self._lock:  # the first chunks wait for the probe of one of them
                 if self.tune_bytes is None:
                     self.tune_bytes = self._probe(data)
             tune = self.tune_bytes
-        return _native.zstd_write(fd, data, self.level, self.checksum, self.crc32c, tune, direct)
+        return tune
 
     def _probe(self, data: Any) -> int:
         """Compress ``data`` with zstd's own and the block-sized parameters (to /dev/null,

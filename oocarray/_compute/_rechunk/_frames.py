@@ -1,0 +1,295 @@
+"""The scatter pass without a scatter buffer: target chunks written as zstd frames, appended
+strip by strip to their files.
+
+A complete transposition (series -> time: (T, 64, 64) chunks to (1, Y, X)) gives each target
+chunk a piece of every source chunk, so the raw scatter buffer (see _scatter) holds the whole
+array before the first target chunk is whole: every byte copied into the page cache, read
+back and put in order before it is encoded.  But a target chunk whose leading axes are one
+element long is, in C order, runs of whole rows along its first longer axis (its ``axis``):
+the rows that one row of source chunks along that axis holds, a *strip* of source chunks
+(whole along the later axes) supplies one contiguous run of every target chunk it touches.
+zstd decodes concatenated frames as one stream (as zarr-python, zarrs and tensorstore do), so
+each run is encoded as a frame of its own and appended to its target chunk's file, strip
+after strip in order: the partial target chunks live encoded, in their own files, and no byte
+is written twice.  A strip's source chunks are decoded together on every core, its frames
+encoded on the pass's threads; the frames of the next strip wait until the last ones are
+appended (their order is the chunk's).  zarr's crc32c codec's checksum goes at the end, the
+CRC-32C extended over each frame as it is written (``_native.zstd_append``).
+
+A target chunk's file is written beside its place under a name of its own and renamed there
+with its last frame: readers see no chunk or a whole one, and a rerun (after kill -9) starts
+the files it did not finish anew.  The plan (``_passes.frames_pass``) counts the strips held
+and the codec's buffers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from oocarray._compute._rechunk._buffer import copy_runs, flat_index
+from oocarray._compute._rechunk._passes import Pass, strip_geometry
+from oocarray._compute._rechunk._resume import Marker
+from oocarray._compute._rechunk._threads import Outcome, run_blocks
+from oocarray._compute._rechunk._zstd_stream import streamable
+from oocarray._storage._indexing import ChunkPiece, parse_key
+from oocarray._storage._zarr._chunk_files import as_encodable, new_file_mode
+
+__all__ = ["append_frames"]
+
+# A block of work: ("read", strip, source chunk's piece) or ("encode", strip, target block).
+Job = tuple[Any, ...]
+
+
+def _partial_path(chunk_path: str) -> str:
+    """Where a target chunk's frames are appended until it is whole: beside it, one name per
+    chunk, so that a rerun replaces what a killed run left."""
+    directory, name = os.path.split(chunk_path)
+    return os.path.join(directory, f".tmp-frames-{name}")
+
+
+class _Strips:
+    """The strips of source chunks of a pass, in C order, and the target blocks each feeds."""
+
+    def __init__(self, shape: tuple[int, ...], unit: tuple[int, ...], work: Pass) -> None:
+        geometry = strip_geometry(shape, work.source_chunks, unit)
+        assert geometry is not None and geometry[1] == tuple(work.block)
+        self.axis, self.extent = geometry
+        self.shape, self.unit = shape, unit
+        self.grid = tuple(-(-n // u) for n, u in zip(shape, unit, strict=True))
+        counts = [-(-n // e) for n, e in zip(shape, self.extent, strict=True)]
+        self.corners = list(itertools.product(*(range(c) for c in counts)))
+
+    def region(self, strip: int) -> tuple[slice, ...]:
+        """The array's elements a strip holds."""
+        return tuple(
+            slice(c * e, min(n, (c + 1) * e))
+            for c, e, n in zip(self.corners[strip], self.extent, self.shape, strict=True)
+        )
+
+    def targets(self, strip: int) -> list[tuple[int, ...]]:
+        """The target blocks a strip gives a frame."""
+        ranges = [
+            range(r.start // u, -(-r.stop // u))
+            for r, u in zip(self.region(strip), self.unit, strict=True)
+        ]
+        return list(itertools.product(*ranges))
+
+    def frame(self, strip: int, block: tuple[int, ...], held: np.ndarray) -> np.ndarray:
+        """A target block's run in the strip buffer ``held``: one element along the axes
+        before the strip's axis, the strip's rows along it, the block (padded) after it."""
+        region = self.region(strip)
+        k = self.axis
+        where = [
+            slice(b - r.start, b - r.start + 1) for b, r in zip(block[:k], region[:k], strict=True)
+        ]
+        where.append(slice(0, region[k].stop - region[k].start))
+        for b, r, u in zip(block[k + 1 :], region[k + 1 :], self.unit[k + 1 :], strict=True):
+            where.append(slice(b * u - r.start, (b + 1) * u - r.start))
+        return held[tuple(where)]
+
+    def last_for(self, strip: int, block: tuple[int, ...]) -> bool:
+        """Whether ``strip`` gives ``block`` its last frame (the strip reaches the block's end
+        along the strip's axis, or the array's)."""
+        k = self.axis
+        end = min(self.shape[k], (block[k] + 1) * self.unit[k])
+        return bool(self.region(strip)[k].stop >= end)
+
+    def padding_rows(self, block: tuple[int, ...]) -> int:
+        """Rows of fill value after the last frame of a block at the array's end."""
+        k = self.axis
+        return max(0, (block[k] + 1) * self.unit[k] - self.shape[k])
+
+
+def append_frames(
+    source: Any, out: Any, work: Pass, progress: bool, marker: Marker | None = None
+) -> bool:
+    """Run a frames pass from the stored array ``source`` into ``out``; False, with nothing
+    written, where ``out``'s chunks are not local zstd chunk files stored in its dtype."""
+    src, dst = source._store, out._store
+    if not streamable(dst) or dst._zstd_writer is None:
+        return False
+    shape = tuple(src.shape)
+    unit = tuple(dst.chunks)
+    strips = _Strips(shape, unit, work)
+    layout = dst._layout
+    writer = dst._zstd_writer
+    dtype = np.dtype(dst.dtype)
+    fill = np.asarray(dst.fill_value, dtype=dtype)
+    done = marker.done if marker is not None else set()
+    needed = [
+        s
+        for s in range(len(strips.corners))
+        if any(flat_index(b, strips.grid) not in done for b in strips.targets(s))
+    ]
+    depth = max(1, work.frames)
+    lock = threading.Lock()
+    buffers: list[np.ndarray | None] = [None] * depth
+    reads_left: dict[int, int] = {}
+    encodes_left: dict[int, int] = {}
+    decoded: set[int] = set()
+    encoded: set[int] = set()
+    crcs: dict[tuple[int, ...], int] = {}
+    partial: dict[tuple[int, ...], str] = {}  # the files of blocks begun and not yet whole
+    per_thread = threading.local()
+
+    def held(position: int) -> np.ndarray:
+        """The strip buffer of the ``position``-th needed strip (made on first use, in the
+        caller's manager: the threads run in its context; once, as several threads read
+        into it)."""
+        slot = position % depth
+        with lock:
+            flat = buffers[slot]
+            if flat is None:
+                flat = buffers[slot] = np.empty(math.prod(strips.extent), dtype=dtype)
+        return flat.reshape(strips.extent)
+
+    source_chunk = tuple(src.chunks)
+    whole = tuple(slice(0, c) for c in source_chunk)
+
+    def pieces_of(position: int) -> list[ChunkPiece]:
+        region = strips.region(needed[position])
+        return list(parse_key(region, shape, source_chunk).pieces())
+
+    def reads_of(position: int) -> list[Job]:
+        """A job per source chunk of a strip (lock held)."""
+        pieces = pieces_of(position)
+        reads_left[position] = len(pieces)
+        return [("read", position, piece) for piece in pieces]
+
+    def read(position: int, piece: ChunkPiece) -> Outcome[Job]:
+        region = strips.region(needed[position])
+        buffer = held(position)
+        inside = buffer[tuple(slice(0, r.stop - r.start) for r in region)]
+        if piece.covers_chunk and inside[piece.out].shape == source_chunk:
+            # Decoded whole into this thread's array (made once per pass), then put in
+            # place: into the strip it lands strided, which the store would decode into a
+            # fresh scratch buffer first, its pages faulted in at every read.
+            chunk = getattr(per_thread, "chunk", None)
+            if chunk is None:
+                chunk = per_thread.chunk = np.empty(source_chunk, dtype=src.dtype)
+            src.read_into([ChunkPiece(piece.chunk, piece.local, whole, True)], chunk)
+            copy_runs(inside[piece.out], chunk)
+        else:
+            src.read_into([piece], inside)
+        with lock:
+            reads_left[position] -= 1
+            if reads_left[position]:
+                return [], 0
+        # Past the array's edge along the later axes: the fill value, as the chunk pads.
+        for axis in range(strips.axis + 1, len(shape)):
+            width = region[axis].stop - region[axis].start
+            if width < strips.extent[axis]:
+                buffer[(slice(None),) * axis + (slice(width, None),)] = fill
+        with lock:
+            decoded.add(position)
+            return encodes_of(position), 0
+
+    def encodes_of(position: int) -> list[Job]:
+        """The encodes of a decoded strip once the one before is appended (lock held)."""
+        if position not in decoded or (position > 0 and position - 1 not in encoded):
+            return []
+        blocks = [
+            b for b in strips.targets(needed[position]) if flat_index(b, strips.grid) not in done
+        ]
+        encodes_left[position] = len(blocks)
+        return [("encode", position, b) for b in blocks]
+
+    def contiguous(frame: np.ndarray) -> np.ndarray:
+        """The frame's bytes in C order: itself where it is, else gathered into this
+        thread's array."""
+        if frame.flags.c_contiguous:
+            return as_encodable(frame)
+        flat = getattr(per_thread, "frame", None)
+        if flat is None or flat.size < frame.size:
+            flat = per_thread.frame = np.empty(frame.size, dtype=dtype)
+        gathered = flat[: frame.size].reshape(frame.shape)
+        np.copyto(gathered, frame)
+        return as_encodable(gathered)
+
+    def append(path: str, data: np.ndarray, crc: int, first: bool) -> int:
+        if first:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # what a killed run left
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            os.fchmod(fd, new_file_mode())
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            _, crc = writer.append(fd, data, crc)
+        finally:
+            os.close(fd)
+        return crc
+
+    def encode(position: int, block: tuple[int, ...]) -> Outcome[Job]:
+        strip = needed[position]
+        chunk_path = dst._chunk_path(block)
+        with lock:
+            path = partial.get(block)
+            first = path is None
+            if path is None:
+                os.makedirs(os.path.dirname(chunk_path), exist_ok=True)
+                path = partial[block] = _partial_path(chunk_path)
+            crc = crcs.get(block, 0)
+        frame = contiguous(strips.frame(strip, block, held(position)))
+        crc = append(path, frame, crc, first)
+        units = 0
+        if strips.last_for(strip, block):
+            rows = strips.padding_rows(block)
+            if rows:
+                k = strips.axis
+                pad = np.full((rows, *unit[k + 1 :]), fill, dtype=dtype)
+                crc = append(path, as_encodable(pad), crc, False)
+            if layout is not None and layout.crc32c:
+                with open(path, "ab") as f:
+                    f.write(int(crc).to_bytes(4, "little"))
+            os.replace(path, chunk_path)
+            if marker is not None:
+                marker.record(flat_index(block, strips.grid))
+            units = 1
+        follow: list[Job] = []
+        with lock:
+            crcs[block] = crc
+            if units:
+                partial.pop(block, None)
+                crcs.pop(block, None)
+            encodes_left[position] -= 1
+            if encodes_left[position] == 0:
+                encoded.add(position)
+                # The strip's buffer is free: the strip that takes it next is read.
+                if position + depth < len(needed):
+                    follow.extend(reads_of(position + depth))
+                follow.extend(encodes_of(position + 1))
+        return follow, units
+
+    def run(job: Job) -> Outcome[Job]:
+        return read(job[1], job[2]) if job[0] == "read" else encode(job[1], job[2])
+
+    def first_reads() -> Iterator[Job]:
+        for position in range(min(depth, len(needed))):
+            with lock:
+                jobs = reads_of(position)
+            yield from jobs
+
+    try:
+        run_blocks(
+            first_reads(),
+            run,
+            work.workers,
+            total=math.prod(strips.grid),
+            initial=len(done),
+            desc=f"rechunk {work.name}",
+            progress=progress,
+        )
+    finally:
+        for path in partial.values():  # interrupted or failed: no partial chunk left
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+    return True

@@ -1,0 +1,222 @@
+"""The scatter pass as appended frames (oocarray/_compute/_rechunk/_frames.py): target chunks
+that are runs of rows supplied strip by strip are written as zstd frames appended to their
+files, no scatter buffer; the output equals the input for oocarray, zarr-python and xarray,
+each chunk file is the frames and one CRC-32C, and failures and kill -9 leave no partial
+chunk behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from hypothesis import given
+from hypothesis import strategies as st
+
+import oocarray as oc
+from oocarray._compute._rechunk import _passes
+from oocarray._compute._rechunk._resume import MARKER, units
+from oocarray._storage._zarr._zstd_write import ZstdChunkWriter
+from oocarray.errors import MemoryBudgetError
+from testkit.children import start_python
+from tests.compute.strategies import examples
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _source(path: Path, values: np.ndarray, chunks: tuple[int, ...], codec: str = "zstd"):
+    x = oc.create(path, values.shape, values.dtype, chunks=chunks, codec=codec)
+    x[...] = values
+    return x
+
+
+def _leftovers(out: Path) -> list[str]:
+    return [p.name for p in out.rglob("*") if p.name.startswith(".tmp-frames-")]
+
+
+def test_series_to_time_steps_appends_a_frame_per_strip_and_reads_back_everywhere(tmp_path):
+    # (T, Y, X) chunked (T, 128, 128) -> (1, Y, X): each time step is 4 strips of 128 rows,
+    # 256 KiB each: four frames per target chunk.
+    values = np.random.default_rng(1).random((8, 512, 512)).astype("f4")  # 8 MiB
+    x = _source(tmp_path / "src.zarr", values, (8, 128, 128))
+    plan = oc.rechunk(x, (1, -1, -1), tmp_path / "out.zarr", max_mem="8M", dry_run=True)
+    work = plan.passes[0]
+    assert (plan.strategy, work.frames, work.block) == ("scatter", 2, (8, 128, 512))
+    assert "as zstd frames" in str(plan) and not work.scatter_bytes
+    assert work.peak_bytes <= 8 << 20
+    y = oc.rechunk(x, (1, -1, -1), tmp_path / "out.zarr", max_mem="8M", progress=False)
+    assert y.chunks == (1, 512, 512)
+    np.testing.assert_array_equal(y[...], values)
+    z = zarr.open_array(tmp_path / "out.zarr", mode="r")  # checks every chunk's CRC-32C
+    np.testing.assert_array_equal(z[...], values)
+    stored = (tmp_path / "out.zarr" / "c" / "5" / "0" / "0").read_bytes()
+    assert stored.count(ZSTD_MAGIC) == 4
+    assert MARKER not in z.attrs and not _leftovers(tmp_path / "out.zarr")
+
+
+def test_xarray_reads_a_dataset_variable_written_as_frames(tmp_path):
+    values = np.random.default_rng(4).random((8, 512, 512)).astype("f4")
+    x = _source(tmp_path / "src.zarr", values, (8, 128, 128))
+    oc.rechunk(
+        x,
+        (1, -1, -1),
+        tmp_path / "ds.zarr",
+        max_mem="8M",
+        out_dataset="t",
+        dimension_names=("time", "y", "x"),
+        progress=False,
+    )
+    ds = xr.open_zarr(tmp_path / "ds.zarr", consolidated=False)
+    np.testing.assert_array_equal(ds["t"].values, values)
+
+
+def test_rows_to_columns_gathers_each_frame_and_pads_the_last_chunk(tmp_path):
+    # (N, 64) in row blocks -> (512, 16) column blocks with N not a whole number of them:
+    # each target chunk gathers its 16 columns from a strip, the last ones end with fill rows.
+    values = np.arange(1000 * 64, dtype="i4").reshape(1000, 64)
+    x = _source(tmp_path / "src.zarr", values, (8, 64))
+    with mock.patch.object(_passes, "MIN_FRAME_BYTES", 0):
+        plan = oc.rechunk(x, (512, 16), tmp_path / "out.zarr", max_mem="64K", dry_run=True)
+        assert plan.passes[0].frames >= 1
+        y = oc.rechunk(x, (512, 16), tmp_path / "out.zarr", max_mem="64K", progress=False)
+    np.testing.assert_array_equal(y[...], values)
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "out.zarr", mode="r")[...], values)
+    assert not _leftovers(tmp_path / "out.zarr")
+
+
+@st.composite
+def _frame_cases(draw):
+    ndim = draw(st.integers(1, 3))
+    axis = draw(st.integers(0, ndim - 1))
+    shape = [draw(st.integers(1, 40)) for _ in range(ndim)]
+    shape[axis] = draw(st.integers(4, 40))
+    source = [draw(st.integers(1, n)) for n in shape]
+    source[axis] = draw(st.integers(1, shape[axis] // 2))
+    target = []
+    for i in range(ndim):
+        if i < axis:
+            target.append(1)
+        elif i == axis:  # a whole number of source chunks, within the axis
+            target.append(source[i] * draw(st.integers(2, shape[i] // source[i])))
+        else:
+            target.append(draw(st.integers(1, 48)))
+    dtype = draw(st.sampled_from(["f4", "f8", "i2", "u1", "c8", "?", "M8[s]"]))
+    codec = draw(st.sampled_from(["zstd", "lz4", "none"]))
+    budget = draw(st.sampled_from(["64K", "256K", None]))
+    return tuple(shape), tuple(source), tuple(target), dtype, codec, budget
+
+
+@examples(1.0, ci=25)
+@given(case=_frame_cases())
+def test_frames_equal_the_input_for_any_shape_chunks_and_dtype(tmp_path_factory, case):
+    shape, source, target, dtype, codec, budget = case
+    tmp = tmp_path_factory.mktemp("f")
+    values = (np.arange(int(np.prod(shape))) % 251).astype(dtype).reshape(shape)
+    x = _source(tmp / "src.zarr", values, source, codec)
+    asked = {"max_mem": budget, "strategy": "scatter"}  # direct would fit most of these
+    with mock.patch.object(_passes, "MIN_FRAME_BYTES", 0):
+        try:
+            plan = oc.rechunk(x, target, tmp / "out.zarr", dry_run=True, **asked)
+        except MemoryBudgetError:  # a target chunk and its strip or group outgrow the budget
+            return
+        y = oc.rechunk(x, target, tmp / "out.zarr", progress=False, **asked)
+    expected = tuple(min(t, n) for t, n in zip(target, shape, strict=True))
+    assert y.chunks == expected
+    np.testing.assert_array_equal(y[...], values)
+    np.testing.assert_array_equal(zarr.open_array(tmp / "out.zarr", mode="r")[...], values)
+    assert not _leftovers(tmp / "out.zarr")
+    if plan.passes[0].frames:  # what the frames were: the strips the geometry gives
+        assert _passes.strip_geometry(shape, source, expected) is not None
+
+
+def test_a_failed_append_leaves_no_partial_chunk_and_a_rerun_finishes(tmp_path):
+    values = np.random.default_rng(2).random((8, 512, 512)).astype("f4")
+    x = _source(tmp_path / "src.zarr", values, (8, 128, 128))
+    out = tmp_path / "out.zarr"
+    real = ZstdChunkWriter.append
+    calls = []
+
+    def failing(self, fd, data, crc):
+        calls.append(1)
+        if len(calls) > 20:  # past the first strip: some chunks begun, none whole
+            raise OSError(28, "No space left on device")
+        return real(self, fd, data, crc)
+
+    with (
+        mock.patch.object(ZstdChunkWriter, "append", failing),
+        pytest.raises(OSError, match="space"),
+    ):
+        oc.rechunk(x, (1, -1, -1), out, max_mem="8M", progress=False)
+    assert not _leftovers(out)
+    assert not [p for p in out.rglob("*") if p.is_file() and "c" in p.parts[-4:-1]]
+    y = oc.rechunk(x, (1, -1, -1), out, max_mem="8M", progress=False)
+    np.testing.assert_array_equal(y[...], values)
+    assert MARKER not in zarr.open_array(out, mode="r").attrs
+
+
+def test_outputs_that_cannot_take_frames_go_through_the_buffer(tmp_path):
+    # Big-endian values are stored little-endian: not the native writer's bytes.
+    values = np.random.default_rng(3).random((8, 512, 512)).astype(">f4")
+    x = _source(tmp_path / "src.zarr", values, (8, 128, 128))
+    y = oc.rechunk(x, (1, -1, -1), tmp_path / "out.zarr", max_mem="8M", progress=False)
+    np.testing.assert_array_equal(y[...], values)
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "out.zarr", mode="r")[...], values)
+    plan = oc.rechunk(x, (1, -1, -1), tmp_path / "o2.zarr", max_mem="8M", dry_run=True)
+    assert plan.passes[0].frames and plan.passes[0].fallback is not None
+    # Asked for one frame per chunk: the buffer, each target chunk encoded whole.
+    one = oc.rechunk(
+        x, (1, -1, -1), tmp_path / "o3.zarr", max_mem="8M", recompress=True, dry_run=True
+    )
+    assert not one.passes[0].frames and one.passes[0].scatter_bytes
+
+
+KILLED = """
+import sys, oocarray as oc
+from oocarray._compute._rechunk import _passes
+_passes.MIN_FRAME_BYTES = 0
+x = oc.open(sys.argv[1])
+print("ready", flush=True)
+oc.rechunk(x, (256, 16), sys.argv[2], max_mem="64K", progress=False)
+"""
+
+
+def test_kill_minus_nine_mid_pass_then_resume(tmp_path: Path) -> None:
+    values = np.arange(24000 * 64, dtype="f8").reshape(24000, 64)
+    x = _source(tmp_path / "src.zarr", values, (4, 64))
+    out = tmp_path / "out.zarr"
+    with mock.patch.object(_passes, "MIN_FRAME_BYTES", 0):
+        assert oc.rechunk(x, (256, 16), out, max_mem="64K", dry_run=True).passes[0].frames
+    child = start_python(KILLED, str(x.path), str(out))
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        for _ in range(3000):  # until a few target chunks are whole (not a timing check)
+            try:
+                done = units(zarr.open_array(out, mode="r").attrs.get(MARKER, {}).get("done"))
+            except Exception:  # the output not created yet
+                done = set()
+            if len(done) >= 3 or child.poll() is not None:
+                break
+            time.sleep(0.01)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=30)
+    marker = zarr.open_array(out, mode="r").attrs.get(MARKER)
+    if marker is None:
+        pytest.skip("the child finished before it was killed")
+    recorded = units(marker["done"])
+    files = {p: p.stat().st_mtime_ns for p in (out / "c").rglob("*") if p.is_file()}
+    with mock.patch.object(_passes, "MIN_FRAME_BYTES", 0):
+        y = oc.rechunk(x, (256, 16), out, max_mem="64K", progress=False)
+    np.testing.assert_array_equal(y[...], values)
+    for flat in recorded:  # a chunk whole before the kill is not written again
+        row, column = divmod(flat, 4)
+        path = out / "c" / str(row) / str(column)
+        assert path.stat().st_mtime_ns == files[path]
+    assert MARKER not in zarr.open_array(out, mode="r").attrs
+    assert not _leftovers(out), os.listdir(out / "c")
