@@ -7,8 +7,7 @@ chunk behind."""
 from __future__ import annotations
 
 import os
-import signal
-import time
+import subprocess
 from pathlib import Path
 from unittest import mock
 
@@ -24,7 +23,7 @@ from oocarray._compute._rechunk import _passes
 from oocarray._compute._rechunk._resume import MARKER, units
 from oocarray._storage._zarr._zstd_write import ZstdChunkWriter
 from oocarray.errors import MemoryBudgetError
-from testkit.children import start_python
+from tests.compute._rechunk_kill import killed_mid_rechunk
 from tests.compute.strategies import examples
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -160,6 +159,25 @@ def test_a_failed_append_leaves_no_partial_chunk_and_a_rerun_finishes(tmp_path):
     assert MARKER not in zarr.open_array(out, mode="r").attrs
 
 
+def test_a_full_disk_is_an_error_with_no_partial_chunk_and_a_rerun_with_space_resumes(
+    tiny_tmpfs: Path,
+) -> None:
+    values = np.random.default_rng(5).random((8, 512, 512)).astype("f4")  # 8 MiB, 4 MiB disk
+    x = _source(tiny_tmpfs.parent / "src.zarr", values, (8, 128, 128))
+    out = tiny_tmpfs / "out.zarr"
+    with pytest.raises(OSError, match="space"):
+        oc.rechunk(x, (1, -1, -1), out, max_mem="8M", progress=False)
+    assert not _leftovers(out)
+    z = zarr.open_array(out, mode="r")
+    done = units(z.attrs[MARKER]["done"])
+    for t in done:  # every chunk the marker names is whole
+        np.testing.assert_array_equal(z[t], values[t])
+    subprocess.run(["mount", "-o", "remount,size=16m", str(tiny_tmpfs)], check=True)
+    y = oc.rechunk(x, (1, -1, -1), out, max_mem="8M", progress=False)
+    np.testing.assert_array_equal(y[...], values)
+    assert MARKER not in zarr.open_array(out, mode="r").attrs
+
+
 def test_outputs_that_cannot_take_frames_go_through_the_buffer(tmp_path):
     # Big-endian values are stored little-endian: not the native writer's bytes.
     values = np.random.default_rng(3).random((8, 512, 512)).astype(">f4")
@@ -192,23 +210,7 @@ def test_kill_minus_nine_mid_pass_then_resume(tmp_path: Path) -> None:
     out = tmp_path / "out.zarr"
     with mock.patch.object(_passes, "MIN_FRAME_BYTES", 0):
         assert oc.rechunk(x, (256, 16), out, max_mem="64K", dry_run=True).passes[0].frames
-    child = start_python(KILLED, str(x.path), str(out))
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        for _ in range(3000):  # until a few target chunks are whole (not a timing check)
-            try:
-                done = units(zarr.open_array(out, mode="r").attrs.get(MARKER, {}).get("done"))
-            except Exception:  # the output not created yet
-                done = set()
-            if len(done) >= 3 or child.poll() is not None:
-                break
-            time.sleep(0.01)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.communicate(timeout=30)
-    marker = zarr.open_array(out, mode="r").attrs.get(MARKER)
-    if marker is None:
-        pytest.skip("the child finished before it was killed")
+    marker = killed_mid_rechunk(KILLED, str(x.path), out)
     recorded = units(marker["done"])
     files = {p: p.stat().st_mtime_ns for p in (out / "c").rglob("*") if p.is_file()}
     with mock.patch.object(_passes, "MIN_FRAME_BYTES", 0):

@@ -11,10 +11,11 @@ the rows that one row of source chunks along that axis holds, a *strip* of sourc
 zstd decodes concatenated frames as one stream (as zarr-python, zarrs and tensorstore do), so
 each run is encoded as a frame of its own and appended to its target chunk's file, strip
 after strip in order: the partial target chunks live encoded, in their own files, and no byte
-is written twice.  A strip's source chunks are decoded together on every core, its frames
-encoded on the pass's threads; the frames of the next strip wait until the last ones are
-appended (their order is the chunk's).  zarr's crc32c codec's checksum goes at the end, the
-CRC-32C extended over each frame as it is written (``_native.zstd_append``).
+is written twice.  A strip's source chunks are decoded, and its frames encoded, on the pass's
+threads; the frames of the next strip wait until the last ones are appended (their order is
+the chunk's), and with two strips held the next one is decoded meanwhile.  zarr's crc32c
+codec's checksum goes at the end, the CRC-32C extended over each frame as it is written
+(``_native.zstd_append``).
 
 A target chunk's file is written beside its place under a name of its own and renamed there
 with its last frame: readers see no chunk or a whole one, and a rerun (after kill -9) starts
