@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import oocarray as oc
-from oocarray._compute._rechunk import _passes
+from oocarray._compute._rechunk import _frames, _passes
 from oocarray._compute._rechunk._resume import MARKER, units
 from oocarray._storage._zarr._zstd_write import ZstdChunkWriter
 from oocarray.errors import MemoryBudgetError
@@ -75,15 +75,23 @@ def test_xarray_reads_a_dataset_variable_written_as_frames(tmp_path):
     np.testing.assert_array_equal(ds["t"].values, values)
 
 
-def test_rows_to_columns_gathers_each_frame_and_pads_the_last_chunk(tmp_path):
+@pytest.mark.parametrize("streamed", [False, True])
+def test_rows_to_columns_gathers_each_frame_and_pads_the_last_chunk(tmp_path, streamed):
     # (N, 64) in row blocks -> (512, 16) column blocks with N not a whole number of them:
     # each target chunk gathers its 16 columns from a strip, the last ones end with fill rows.
+    # Streamed: each source chunk decoded 3 rows at a time (large chunks are, in a budget).
     values = np.arange(1000 * 64, dtype="i4").reshape(1000, 64)
     x = _source(tmp_path / "src.zarr", values, (8, 64))
-    with mock.patch.object(_passes, "MIN_FRAME_BYTES", 0):
-        plan = oc.rechunk(x, (512, 16), tmp_path / "out.zarr", max_mem="64K", dry_run=True)
-        assert plan.passes[0].frames >= 1
-        y = oc.rechunk(x, (512, 16), tmp_path / "out.zarr", max_mem="64K", progress=False)
+    streams = {"STREAM_FROM_BYTES": 0} if streamed else {}
+    with (
+        mock.patch.multiple(_passes, MIN_FRAME_BYTES=0, **streams),
+        mock.patch.object(_frames, "SLAB_BYTES", 3 * 64 * 4),
+    ):
+        # Streamed decoding's contexts take more than a direct pass here: scatter asked.
+        asked = {"max_mem": "64M", "strategy": "scatter"}
+        plan = oc.rechunk(x, (512, 16), tmp_path / "out.zarr", dry_run=True, **asked)
+        assert plan.passes[0].frames >= 1 and plan.passes[0].stream_reads == streamed
+        y = oc.rechunk(x, (512, 16), tmp_path / "out.zarr", progress=False, **asked)
     np.testing.assert_array_equal(y[...], values)
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "out.zarr", mode="r")[...], values)
     assert not _leftovers(tmp_path / "out.zarr")
@@ -108,18 +116,23 @@ def _frame_cases(draw):
     dtype = draw(st.sampled_from(["f4", "f8", "i2", "u1", "c8", "?", "M8[s]"]))
     codec = draw(st.sampled_from(["zstd", "lz4", "none"]))
     budget = draw(st.sampled_from(["64K", "256K", None]))
-    return tuple(shape), tuple(source), tuple(target), dtype, codec, budget
+    streamed = draw(st.booleans())  # source chunks decoded as streams, a few rows at a time
+    return tuple(shape), tuple(source), tuple(target), dtype, codec, budget, streamed
 
 
 @examples(1.0, ci=25)
 @given(case=_frame_cases())
 def test_frames_equal_the_input_for_any_shape_chunks_and_dtype(tmp_path_factory, case):
-    shape, source, target, dtype, codec, budget = case
+    shape, source, target, dtype, codec, budget, streamed = case
     tmp = tmp_path_factory.mktemp("f")
     values = (np.arange(int(np.prod(shape))) % 251).astype(dtype).reshape(shape)
     x = _source(tmp / "src.zarr", values, source, codec)
     asked = {"max_mem": budget, "strategy": "scatter"}  # direct would fit most of these
-    with mock.patch.object(_passes, "MIN_FRAME_BYTES", 0):
+    streams = {"STREAM_FROM_BYTES": 0} if streamed else {}
+    with (
+        mock.patch.multiple(_passes, MIN_FRAME_BYTES=0, **streams),
+        mock.patch.object(_frames, "SLAB_BYTES", 64),  # slabs that cut the pieces
+    ):
         try:
             plan = oc.rechunk(x, target, tmp / "out.zarr", dry_run=True, **asked)
         except MemoryBudgetError:  # a target chunk and its strip or group outgrow the budget
@@ -196,7 +209,7 @@ def test_outputs_that_cannot_take_frames_go_through_the_buffer(tmp_path):
 
 KILLED = """
 import sys, oocarray as oc
-from oocarray._compute._rechunk import _passes
+from oocarray._compute._rechunk import _frames, _passes
 _passes.MIN_FRAME_BYTES = 0
 x = oc.open(sys.argv[1])
 print("ready", flush=True)

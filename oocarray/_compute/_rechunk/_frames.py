@@ -31,15 +31,15 @@ import math
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from oocarray._compute._rechunk._buffer import copy_runs, flat_index
-from oocarray._compute._rechunk._passes import Pass, strip_geometry
+from oocarray._compute._rechunk._passes import SLAB_BYTES, Pass, slabs, strip_geometry
 from oocarray._compute._rechunk._resume import Marker
 from oocarray._compute._rechunk._threads import Outcome, run_blocks
-from oocarray._compute._rechunk._zstd_stream import streamable
+from oocarray._compute._rechunk._zstd_stream import FrameReader, streamable
 from oocarray._storage._indexing import ChunkPiece, parse_key
 from oocarray._storage._zarr._chunk_files import as_encodable, new_file_mode
 
@@ -154,6 +154,11 @@ def append_frames(
 
     source_chunk = tuple(src.chunks)
     whole = tuple(slice(0, c) for c in source_chunk)
+    # Large source chunks decoded as streams where the plan counted on it and the store
+    # allows (else whole, as the plan would have counted: see _passes.frames_pass).
+    stream_reads = work.stream_reads and streamable(src)
+    itemsize = np.dtype(src.dtype).itemsize
+    chunk_slabs = slabs(source_chunk, itemsize, SLAB_BYTES) if stream_reads else []
 
     def pieces_of(position: int) -> list[ChunkPiece]:
         region = strips.region(needed[position])
@@ -165,11 +170,49 @@ def append_frames(
         reads_left[position] = len(pieces)
         return [("read", position, piece) for piece in pieces]
 
+    def read_streamed(piece: ChunkPiece, inside: np.ndarray) -> None:
+        """Decode a large source chunk a slab at a time into this thread's slab array, each
+        slab's part of the piece copied into the strip before the next (the codec's
+        buffers for a whole chunk are not needed)."""
+        flat = getattr(per_thread, "slab", None)
+        if flat is None:
+            largest = max(math.prod(s.stop - s.start for s in slab) for slab in chunk_slabs)
+            flat = per_thread.slab = np.empty(largest, dtype=src.dtype)
+        # A strip's region gives slices: the piece's place in the chunk and in the strip.
+        local = cast(tuple[slice, ...], piece.local)
+        out = cast(tuple[slice, ...], piece.out)
+        reader = FrameReader(src, piece.chunk)
+        try:
+            for slab in chunk_slabs:
+                data = flat[: math.prod(s.stop - s.start for s in slab)]
+                data = data.reshape([s.stop - s.start for s in slab])
+                reader.read_into(data)
+                # The slab's part of the piece (chunk coordinates), and where it goes.
+                have = [
+                    (max(s.start, p.start), min(s.stop, p.stop))
+                    for s, p in zip(slab, local, strict=True)
+                ]
+                if all(start < stop for start, stop in have):
+                    got = tuple(
+                        slice(a - s.start, b - s.start)
+                        for (a, b), s in zip(have, slab, strict=True)
+                    )
+                    put = tuple(
+                        slice(o.start + a - p.start, o.start + b - p.start)
+                        for (a, b), p, o in zip(have, local, out, strict=True)
+                    )
+                    copy_runs(inside[put], data[got])
+            reader.finish()
+        finally:
+            reader.close()
+
     def read(position: int, piece: ChunkPiece) -> Outcome[Job]:
         region = strips.region(needed[position])
         buffer = held(position)
         inside = buffer[tuple(slice(0, r.stop - r.start) for r in region)]
-        if piece.covers_chunk and inside[piece.out].shape == source_chunk:
+        if stream_reads:
+            read_streamed(piece, inside)
+        elif piece.covers_chunk and inside[piece.out].shape == source_chunk:
             # Decoded whole into this thread's array (made once per pass), then put in
             # place: into the strip it lands strided, which the store would decode into a
             # fresh scratch buffer first, its pages faulted in at every read.

@@ -14,6 +14,7 @@ projected peak memory.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 
@@ -32,6 +33,7 @@ __all__ = [
     "grown_middle",
     "lcm_block",
     "scatter_pass",
+    "slabs",
     "strip_geometry",
 ]
 
@@ -104,6 +106,27 @@ class Pass:
     # A frames pass: the scatter pass through a buffer, run where the output cannot take
     # appended frames after all (a store the plan could not see).
     fallback: Pass | None = None
+
+
+def slabs(chunk: tuple[int, ...], itemsize: int, nbytes: int) -> list[tuple[slice, ...]]:
+    """A chunk cut, in C order, into boxes of at most ``nbytes`` (at least one element): one
+    index along the leading axes, a run along one axis, whole along the rest."""
+    axis = 0
+    while axis < len(chunk) - 1 and math.prod(chunk[axis + 1 :]) * itemsize > nbytes:
+        axis += 1
+    row = math.prod(chunk[axis + 1 :]) * itemsize
+    rows = max(1, nbytes // max(row, 1))
+    out = []
+    for lead in itertools.product(*(range(n) for n in chunk[:axis])):
+        for start in range(0, chunk[axis], rows):
+            out.append(
+                (
+                    *(slice(i, i + 1) for i in lead),
+                    slice(start, min(chunk[axis], start + rows)),
+                    *(slice(0, n) for n in chunk[axis + 1 :]),
+                )
+            )
+    return out
 
 
 def lcm_block(a: tuple[int, ...], b: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -228,7 +251,7 @@ def scatter_pass(
     if streams[1] and unit is None and not recompress:
         # On the cores: its files are written through the page cache (no thread waits for
         # the disk, see _plan).
-        frames = frames_pass(shape, itemsize, source, target, budget, cpu_workers())
+        frames = frames_pass(shape, itemsize, source, target, budget, cpu_workers(), streams[0])
         if frames is not None and frames.peak_bytes <= budget:
             return replace(frames, fallback=buffered)
     return buffered
@@ -288,13 +311,15 @@ def frames_pass(
     target: tuple[int, ...],
     budget: int,
     threads: int,
+    streamable_source: bool = False,
 ) -> Pass | None:
     """The scatter pass that appends each strip's runs to the target chunks' files as zstd
     frames (see _frames), where :func:`strip_geometry` finds strips, the frames are at least
-    MIN_FRAME_BYTES and a strip fits the budget beside the codec's buffers: every core's
-    decoding (a source chunk's stored bytes and a scratch copy of it) and every thread's
-    encoding (a frame gathered, and its encoded bytes).  As many strips held as fit, at most
-    MAX_STRIPS_HELD."""
+    MIN_FRAME_BYTES and a strip fits the budget beside the codec's buffers: every thread's
+    decoding (a source chunk's stored bytes and a copy of it; where the source's chunks can
+    be read as streams and are large, STREAM_FROM_BYTES, its contexts and a slab of
+    SLAB_BYTES instead) and encoding (a frame gathered, and its encoded bytes).  As many
+    strips held as fit, at most MAX_STRIPS_HELD."""
     geometry = strip_geometry(shape, source, target)
     if geometry is None:
         return None
@@ -303,7 +328,10 @@ def frames_pass(
     if frame < MIN_FRAME_BYTES:
         return None
     strip_bytes = math.prod(strip) * itemsize
-    codec = cpu_workers() * 2 * math.prod(source) * itemsize + threads * 2 * frame
+    source_bytes = math.prod(source) * itemsize
+    streamed = streamable_source and source_bytes >= STREAM_FROM_BYTES
+    reading = SLAB_BYTES + CONTEXT_BYTES + PIECE_BYTES if streamed else 2 * source_bytes
+    codec = threads * (reading + 2 * frame)
     held = min(MAX_STRIPS_HELD, (budget - codec) // strip_bytes)
     if held < 1:
         return None
@@ -317,6 +345,7 @@ def frames_pass(
         nbytes,
         held * strip_bytes + codec,
         threads,
+        stream_reads=streamed,
         frames=int(held),
     )
 

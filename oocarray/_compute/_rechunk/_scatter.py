@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from oocarray._compute._rechunk._buffer import PAGE, ScatterBuffer, copy_runs, flat_index
-from oocarray._compute._rechunk._passes import SLAB_BYTES, Pass
+from oocarray._compute._rechunk._passes import SLAB_BYTES, Pass, slabs
 from oocarray._compute._rechunk._resume import Marker
 from oocarray._compute._rechunk._threads import Outcome, run_blocks
 from oocarray._compute._rechunk._tiles import Tiles, assemble, write_pieces
@@ -217,27 +217,6 @@ def _scatter_into(
                 target[part] = moved[part]
 
 
-def _slabs(chunk: tuple[int, ...], itemsize: int, nbytes: int) -> list[tuple[slice, ...]]:
-    """A chunk cut, in C order, into boxes of at most ``nbytes`` (at least one element): one
-    index along the leading axes, a run along one axis, whole along the rest."""
-    axis = 0
-    while axis < len(chunk) - 1 and math.prod(chunk[axis + 1 :]) * itemsize > nbytes:
-        axis += 1
-    row = math.prod(chunk[axis + 1 :]) * itemsize
-    rows = max(1, nbytes // max(row, 1))
-    out = []
-    for lead in itertools.product(*(range(n) for n in chunk[:axis])):
-        for start in range(0, chunk[axis], rows):
-            out.append(
-                (
-                    *(slice(i, i + 1) for i in lead),
-                    slice(start, min(chunk[axis], start + rows)),
-                    *(slice(0, n) for n in chunk[axis + 1 :]),
-                )
-            )
-    return out
-
-
 def scatter(
     source: Any, out: Any, work: Pass, progress: bool, marker: Marker | None = None
 ) -> None:
@@ -268,7 +247,7 @@ def scatter(
     # see, the output, is checked here; else the one-shot codec is used).
     stream_reads = work.stream_reads and streamable(src) and tuple(src.chunks) == chunks
     stream_writes = work.stream_writes and streamable(dst) and unit == tuple(dst.chunks)
-    slabs = _slabs(chunks, np.dtype(src.dtype).itemsize, SLAB_BYTES) if stream_reads else []
+    chunk_slabs = slabs(chunks, np.dtype(src.dtype).itemsize, SLAB_BYTES) if stream_reads else []
     tiles = Tiles(shape, unit, chunks) if work.tiled and not stream_reads else None
     itemsize = np.dtype(dst.dtype).itemsize
 
@@ -356,11 +335,11 @@ def scatter(
         flat = getattr(per_thread, "slab", None)
         if flat is None:
             flat = per_thread.slab = np.empty(
-                max(math.prod(s.stop - s.start for s in slab) for slab in slabs), src.dtype
+                max(math.prod(s.stop - s.start for s in slab) for slab in chunk_slabs), src.dtype
             )
         reader = FrameReader(src, chunk)
         try:
-            for slab in slabs:
+            for slab in chunk_slabs:
                 data = flat[: math.prod(s.stop - s.start for s in slab)]
                 data = data.reshape([s.stop - s.start for s in slab])
                 reader.read_into(data)
