@@ -255,7 +255,7 @@ def append_frames(
         if flat is None or flat.size < frame.size:
             flat = per_thread.frame = np.empty(frame.size, dtype=dtype)
         gathered = flat[: frame.size].reshape(frame.shape)
-        np.copyto(gathered, frame)
+        copy_runs(gathered, frame)  # short rows (16 columns): see copy_runs
         return as_encodable(gathered)
 
     def append(path: str, data: np.ndarray, crc: int, first: bool) -> int:
@@ -286,10 +286,12 @@ def append_frames(
         crc = append(path, frame, crc, first)
         units = 0
         if strips.last_for(strip, block):
-            rows = strips.padding_rows(block)
-            if rows:
-                k = strips.axis
-                pad = np.full((rows, *unit[k + 1 :]), fill, dtype=dtype)
+            # Fill rows past the array's end, a frame's rows at a time (the plan counts a
+            # frame, and the padding may be most of a target chunk).
+            k = strips.axis
+            rows, step = strips.padding_rows(block), strips.extent[k]
+            for done_rows in range(0, rows, step):
+                pad = np.full((min(step, rows - done_rows), *unit[k + 1 :]), fill, dtype=dtype)
                 crc = append(path, as_encodable(pad), crc, False)
             if layout is not None and layout.crc32c:
                 with open(path, "ab") as f:
