@@ -160,13 +160,10 @@ def append_frames(
     itemsize = np.dtype(src.dtype).itemsize
     chunk_slabs = slabs(source_chunk, itemsize, SLAB_BYTES) if stream_reads else []
 
-    def pieces_of(position: int) -> list[ChunkPiece]:
-        region = strips.region(needed[position])
-        return list(parse_key(region, shape, source_chunk).pieces())
-
     def reads_of(position: int) -> list[Job]:
         """A job per source chunk of a strip (lock held)."""
-        pieces = pieces_of(position)
+        region = strips.region(needed[position])
+        pieces = list(parse_key(region, shape, source_chunk).pieces())
         reads_left[position] = len(pieces)
         return [("read", position, piece) for piece in pieces]
 

@@ -5,10 +5,10 @@ projected peak memory.
 - :func:`block_pass`: blocks made of whole chunks, read and written once (the direct pass, and
   both passes of two-pass); :func:`direct_pass` streams the direct one where that does better;
 - :func:`scatter_pass`: groups of source chunks copied into a raw scatter buffer, with chunks
-  read and written as streams where they are large and that runs more threads; or, where the
-  target chunks are runs of rows that strips of source chunks supply in order
-  (:func:`strip_geometry`), no buffer: each strip's runs appended to the target chunks' files
-  as zstd frames (:func:`frames_pass`, run by _frames);
+  read and written as streams where they are large and that runs more threads;
+- :func:`frames_pass`: the scatter pass without a buffer, where the target chunks are runs of
+  rows that strips of source chunks supply in order (:func:`strip_geometry`): each strip's
+  runs appended to the target chunks' files as zstd frames (run by _frames);
 - :func:`grown_middle`: the intermediate chunks of a two-pass rechunk.
 """
 
@@ -238,36 +238,12 @@ def scatter_pass(
     unit: tuple[int, ...] | None,
     streams: tuple[bool, bool],
     threads: int,
-    recompress: bool = False,
 ) -> Pass:
     """One pass through the scatter buffer, reading groups of source chunks (the pass's
     ``block``).  ``streams``: whether the source's chunks can be read, and the output's
     written, as streams (local unsharded zstd chunk files); they are where their chunks are
     large (see STREAM_FROM_BYTES) and where that runs more threads in the budget.  At most
-    ``threads`` where target chunks are not streamed, else the cores.  Where the output's
-    chunks can take appended frames (streamed, unsharded, not ``recompress``) and a
-    :func:`frames_pass` fits the budget, that pass instead, with this one to fall back on."""
-    buffered = _buffered_scatter(shape, itemsize, source, target, budget, unit, streams, threads)
-    if streams[1] and unit is None and not recompress:
-        # On the cores: its files are written through the page cache (no thread waits for
-        # the disk, see _plan).
-        frames = frames_pass(shape, itemsize, source, target, budget, cpu_workers(), streams[0])
-        if frames is not None and frames.peak_bytes <= budget:
-            return replace(frames, fallback=buffered)
-    return buffered
-
-
-def _buffered_scatter(
-    shape: tuple[int, ...],
-    itemsize: int,
-    source: tuple[int, ...],
-    target: tuple[int, ...],
-    budget: int,
-    unit: tuple[int, ...] | None,
-    streams: tuple[bool, bool],
-    threads: int,
-) -> Pass:
-    """The scatter pass through a raw buffer with the most threads in the budget."""
+    ``threads`` where target chunks are not streamed, else the cores."""
     source_bytes = math.prod(source) * itemsize
     target_bytes = math.prod(unit or target) * itemsize
     reads = streams[0] and source_bytes >= STREAM_FROM_BYTES

@@ -41,6 +41,7 @@ from oocarray._compute._rechunk._passes import (
     Pass,
     block_pass,
     direct_pass,
+    frames_pass,
     grown_middle,
     lcm_block,
     scatter_pass,
@@ -246,16 +247,17 @@ def make_plan(
         recompress,
     )
     scatter = scatter_pass(
-        shape,
-        itemsize,
-        source_chunks,
-        target_chunks,
-        budget,
-        write_unit,
-        streams,
-        threads,
-        recompress,
+        shape, itemsize, source_chunks, target_chunks, budget, write_unit, streams, threads
     )
+    if streams[1] and write_unit is None and not recompress:
+        # Target chunks that can take appended frames: no buffer where that pass fits, the
+        # buffered one kept to fall back on.  On the cores: its files go through the page
+        # cache, so no thread waits for the disk.
+        frames = frames_pass(
+            shape, itemsize, source_chunks, target_chunks, budget, cpu_workers(), streams[0]
+        )
+        if frames is not None and frames.peak_bytes <= budget:
+            scatter = replace(frames, fallback=scatter)
     candidates = [
         Plan(shape, dtype, source_chunks, target_chunks, "direct", (direct,), None),
         Plan(shape, dtype, source_chunks, target_chunks, "scatter", (scatter,), None),
