@@ -6,6 +6,7 @@ chunk behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -22,7 +23,7 @@ import oocarray as oc
 from oocarray._compute._rechunk import _frames, _passes
 from oocarray._compute._rechunk._resume import MARKER, units
 from oocarray._storage._zarr._zstd_write import ZstdChunkWriter
-from oocarray.errors import MemoryBudgetError
+from oocarray.errors import CorruptChunkError, MemoryBudgetError
 from tests.compute._rechunk_kill import killed_mid_rechunk
 from tests.compute.strategies import examples
 
@@ -36,7 +37,7 @@ def _source(path: Path, values: np.ndarray, chunks: tuple[int, ...], codec: str 
 
 
 def _leftovers(out: Path) -> list[str]:
-    return [p.name for p in out.rglob("*") if p.name.startswith(".tmp-frames-")]
+    return [p.name for p in out.rglob("*") if p.name.startswith(_frames.PARTIAL_PREFIX)]
 
 
 def test_series_to_time_steps_appends_a_frame_per_strip_and_reads_back_everywhere(tmp_path):
@@ -235,3 +236,38 @@ def test_kill_minus_nine_mid_pass_then_resume(tmp_path: Path) -> None:
         assert path.stat().st_mtime_ns == files[path]
     assert MARKER not in zarr.open_array(out, mode="r").attrs
     assert not _leftovers(out), os.listdir(out / "c")
+
+
+def test_a_rerun_through_the_buffer_removes_what_a_killed_frames_pass_left(tmp_path: Path) -> None:
+    values = np.arange(24000 * 64, dtype="f8").reshape(24000, 64)
+    x = _source(tmp_path / "src.zarr", values, (4, 64))
+    out = tmp_path / "out.zarr"
+    killed_mid_rechunk(KILLED, str(x.path), out)
+    if not _leftovers(out):
+        pytest.skip("the child was killed between two target chunks: no partial file")
+    # recompress=True: one frame a chunk, so the rerun resumes through the scatter buffer.
+    asked = {"max_mem": "1M", "strategy": "scatter", "recompress": True}
+    plan = oc.rechunk(x, (256, 16), out, dry_run=True, **asked)
+    assert not plan.passes[0].frames and plan.passes[0].scatter_bytes
+    y = oc.rechunk(x, (256, 16), out, progress=False, **asked)
+    np.testing.assert_array_equal(y[...], values)
+    assert not _leftovers(out)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_damaged_source_chunk_is_an_error_with_no_chunk_written(tmp_path, streamed):
+    values = np.random.default_rng(6).random((8, 512, 512)).astype("f4")
+    x = _source(tmp_path / "src.zarr", values, (8, 128, 128))
+    damaged = tmp_path / "src.zarr" / "c" / "0" / "2" / "1"
+    raw = bytearray(damaged.read_bytes())
+    raw[len(raw) // 2 : len(raw) // 2 + 64] = bytes(64)
+    damaged.write_bytes(bytes(raw))
+    out = tmp_path / "out.zarr"
+    streams = {"STREAM_FROM_BYTES": 0} if streamed else {}
+    with mock.patch.multiple(_passes, **streams) if streams else contextlib.nullcontext():
+        plan = oc.rechunk(x, (1, -1, -1), out, max_mem="64M", strategy="scatter", dry_run=True)
+        assert plan.passes[0].frames and plan.passes[0].stream_reads == streamed
+        with pytest.raises(CorruptChunkError):
+            oc.rechunk(x, (1, -1, -1), out, max_mem="64M", strategy="scatter", progress=False)
+    assert not _leftovers(out)
+    assert not [p for p in (out / "c").rglob("*") if p.is_file()] if (out / "c").exists() else True

@@ -43,17 +43,30 @@ from oocarray._compute._rechunk._zstd_stream import FrameReader, streamable
 from oocarray._storage._indexing import ChunkPiece, parse_key
 from oocarray._storage._zarr._chunk_files import as_encodable, new_file_mode
 
-__all__ = ["append_frames"]
+__all__ = ["PARTIAL_PREFIX", "append_frames", "remove_partials"]
 
 # A block of work: ("read", strip, source chunk's piece) or ("encode", strip, target block).
 Job = tuple[Any, ...]
+
+
+PARTIAL_PREFIX = ".tmp-frames-"
 
 
 def _partial_path(chunk_path: str) -> str:
     """Where a target chunk's frames are appended until it is whole: beside it, one name per
     chunk, so that a rerun replaces what a killed run left."""
     directory, name = os.path.split(chunk_path)
-    return os.path.join(directory, f".tmp-frames-{name}")
+    return os.path.join(directory, f"{PARTIAL_PREFIX}{name}")
+
+
+def remove_partials(root: str) -> None:
+    """Remove the files of chunks a frames pass began and did not finish under ``root`` (an
+    output array's directory, once every chunk of it is whole)."""
+    for directory, _, names in os.walk(root):
+        for name in names:
+            if name.startswith(PARTIAL_PREFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, name))
 
 
 class _Strips:

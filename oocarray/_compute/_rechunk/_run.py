@@ -15,7 +15,7 @@ import numpy as np
 
 from oocarray._compute._limits import outgrows_page_cache, working_bytes
 from oocarray._compute._rechunk._direct_stream import stream_copy
-from oocarray._compute._rechunk._frames import append_frames
+from oocarray._compute._rechunk._frames import append_frames, remove_partials
 from oocarray._compute._rechunk._passes import Pass
 from oocarray._compute._rechunk._plan import Plan, make_plan, normalize_chunks
 from oocarray._compute._rechunk._resume import Marker, units
@@ -251,6 +251,10 @@ def _execute(
             marker.save()  # what is whole on disk, also when interrupted
     if marker is not None:
         marker.finish()
+        if found is not None:
+            # A killed frames pass left its unfinished chunks' files, which a rerun through
+            # another pass (another budget, recompress=True) would not replace.
+            remove_partials(array_path)
     return result
 
 
