@@ -204,9 +204,9 @@ static PyObject *oc_py_pool_workers(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(
     return PyLong_FromLong(oc_pool_workers());
 }
 
-/* The frame of zstd_write and zstd_append: 0 with *r the bytes written, or -1 with an error set. */
+/* The frame of zstd_write: 0 with *r the bytes written, or -1 with an error set. */
 static int zstd_frame(int fd, PyObject *data, int level, int checksum, int crc,
-                      Py_ssize_t tune_bytes, int direct, uint32_t *running, size_t *r)
+                      Py_ssize_t tune_bytes, int direct, size_t *r)
 {
     if (tune_bytes < 0) {
         PyErr_SetString(PyExc_ValueError, "tune_bytes must be 0 or more");
@@ -227,7 +227,7 @@ static int zstd_frame(int fd, PyObject *data, int level, int checksum, int crc,
     int result;
     Py_BEGIN_ALLOW_THREADS
     result = oc_zstd_write(fd, view.buf, (size_t)view.len, level, checksum, crc, (size_t)tune_bytes,
-                           direct, running, r);
+                           direct, NULL, r);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (result == OC_ZW_NOMEM) {
@@ -267,39 +267,11 @@ static PyObject *oc_py_zstd_write(PyObject *Py_UNUSED(m), PyObject *args)
         return NULL;
     }
     size_t r;
-    if (zstd_frame(fd, data, level, checksum, crc, tune_bytes, direct, NULL, &r) != 0) {
+    if (zstd_frame(fd, data, level, checksum, crc, tune_bytes, direct, &r) != 0) {
         return NULL;
     }
     return PyLong_FromSize_t(r);
 }
-
-/*
- * zstd_append(fd, data, level, checksum, tune_bytes, crc) -> (int, int): write one zstd frame of
- * data's bytes to fd from its position, as zstd_write does (no CRC-32C after it), and return the
- * bytes written with the CRC-32C crc extended over them: a chunk written as frames one after the
- * other gets zarr's crc32c of all of them at its end without being read back.
- */
-static PyObject *oc_py_zstd_append(PyObject *Py_UNUSED(m), PyObject *args)
-{
-    int fd, level, checksum;
-    Py_ssize_t tune_bytes;
-    unsigned int crc;
-    PyObject *data;
-    if (!PyArg_ParseTuple(args, "iOipnI", &fd, &data, &level, &checksum, &tune_bytes, &crc)) {
-        return NULL;
-    }
-    if (!oc_codec_lib_ready(OC_LIB_CRC32C)) {
-        PyErr_SetString(PyExc_RuntimeError, "the CRC-32C library is not loaded");
-        return NULL;
-    }
-    uint32_t running = (uint32_t)crc;
-    size_t r;
-    if (zstd_frame(fd, data, level, checksum, 0, tune_bytes, 0, &running, &r) != 0) {
-        return NULL;
-    }
-    return Py_BuildValue("(nI)", (Py_ssize_t)r, (unsigned int)running);
-}
-
 
 /* ---- the codecs' libraries (codecs.c) ---- */
 
@@ -420,7 +392,6 @@ PyMethodDef oc_py_chunks_methods[] = {
     {"crc32c", oc_py_crc32c, METH_VARARGS,
      "crc32c(data, crc=0) -> int: the CRC-32C of a buffer's bytes, continuing crc."},
     {"zstd_write", oc_py_zstd_write, METH_VARARGS, "Write one zstd frame of a buffer's bytes to a file, compressed without the GIL."},
-    {"zstd_append", oc_py_zstd_append, METH_VARARGS, "Write one zstd frame as zstd_write does; return the bytes written and a CRC-32C extended over them."},
     {"zlib_available", oc_py_zlib_available, METH_NOARGS, "Whether libz.so.1 could be loaded (HDF5 deflate chunks)."},
     {"h5_masked", oc_py_h5_masked, METH_VARARGS, "h5_masked(codec, mask) -> int: an HDF5 codec without the filter steps a chunk's mask skips, as the pager applies it."},
     {"h5_decode", oc_py_h5_decode, METH_VARARGS, "h5_decode(codec, mask, stored, chunk_nbytes, skip, n) -> bytes: undo an HDF5 filter pipeline, as the pager does."},

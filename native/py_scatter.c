@@ -7,6 +7,8 @@
  * pwrite each (time -> series at 4 GiB: 131,072 writes of 32 KiB); from Python each took a
  * loop step, a memoryview and a GIL hand-over between the two workers. */
 #include "py_module.h"
+#include "oc_chunks.h"
+#include "oc_codecs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -217,6 +219,160 @@ static PyObject *copy_runs(PyObject *Py_UNUSED(m), PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* Copies a strided array of `ndim` axes (at most OC_RUN_AXES) into `dst`, C order: its
+ * trailing contiguous axes as one run, the rest walked by an odometer. */
+static void gather(char *dst, const char *src, int ndim, const Py_ssize_t *shape,
+                   const Py_ssize_t *strides, size_t itemsize)
+{
+    size_t run = itemsize;
+    int last = ndim - 1;
+    while (last >= 0 && (shape[last] == 1 || strides[last] == (Py_ssize_t)run)) {
+        run *= (size_t)shape[last];
+        last--;
+    }
+    if (last < 0) {
+        memcpy(dst, src, run);
+        return;
+    }
+    Py_ssize_t row = shape[last] * (Py_ssize_t)run;
+    Py_ssize_t index[OC_RUN_AXES] = {0};
+    for (;;) {
+        const char *s = src;
+        for (int a = 0; a < last; a++) {
+            s += index[a] * strides[a];
+        }
+        copy_row(dst, s, shape[last], run, (Py_ssize_t)run, strides[last]);
+        dst += row;
+        int a = last - 1;
+        for (; a >= 0; a--) {
+            if (++index[a] < shape[a]) {
+                break;
+            }
+            index[a] = 0;
+        }
+        if (a < 0) {
+            return;
+        }
+    }
+}
+
+/* zstd_append_frames(fds, frames, level, checksum, tune_bytes, crcs, scratch): frames[j] (an
+ * array of any strides, one frame per index of its first axis) compressed as one zstd frame
+ * and appended to fds[j] (int64) from its position, with the content size in the header, and
+ * crcs[j] (uint32) extended over what was written; a frame that is not contiguous is gathered
+ * first into scratch (a writable buffer of a frame's bytes or more, the caller's: kept from
+ * call to call, its pages are not faulted in anew each time).  All of it without the GIL;
+ * the first failure stops it (OSError with its errno; the frames before it are written).
+ *
+ * Why by hand: a rechunk's frames pass (oocarray/_compute/_rechunk/_frames.py) appends a frame
+ * to every target chunk a strip touches (time -> series at 4 GiB: 262,144 of 16 KiB), and each
+ * call from Python cost tens of microseconds beside the frame's own work. */
+static PyObject *zstd_append_frames(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    PyObject *fds_obj, *frames_obj, *crcs_obj, *scratch_obj;
+    int level, checksum;
+    Py_ssize_t tune_bytes;
+    if (!PyArg_ParseTuple(args, "OOipnOO", &fds_obj, &frames_obj, &level, &checksum, &tune_bytes,
+                          &crcs_obj, &scratch_obj)) {
+        return NULL;
+    }
+    if (tune_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "tune_bytes must be 0 or more");
+        return NULL;
+    }
+    if (!oc_zstd_ready()) {
+        PyErr_SetString(PyExc_RuntimeError, "no libzstd is available");
+        return NULL;
+    }
+    if (!oc_codec_lib_ready(OC_LIB_CRC32C)) {
+        PyErr_SetString(PyExc_RuntimeError, "the CRC-32C library is not loaded");
+        return NULL;
+    }
+    Py_buffer fds, frames, crcs, scratch;
+    if (PyObject_GetBuffer(scratch_obj, &scratch, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(fds_obj, &fds, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+        PyBuffer_Release(&scratch);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(frames_obj, &frames, PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
+        PyBuffer_Release(&fds);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(crcs_obj, &crcs, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) !=
+        0) {
+        PyBuffer_Release(&frames);
+        PyBuffer_Release(&fds);
+        return NULL;
+    }
+    Py_ssize_t count = fds.len / 8;
+    const char *bad = NULL;
+    if (fds.itemsize != 8 || crcs.itemsize != 4 || crcs.len / 4 != count) {
+        bad = "zstd_append_frames: fds are int64 and crcs uint32, one each per frame";
+    } else if (frames.ndim < 1 || frames.ndim > OC_RUN_AXES || frames.shape[0] != count) {
+        bad = "zstd_append_frames: frames have one index of their first axis per fd (and at "
+              "most 30 axes)";
+    } else if (frames.format && strchr(frames.format, 'O')) {
+        bad = "zstd_append_frames: arrays of Python objects are not written";
+    }
+    int ndim = frames.ndim - 1;
+    const Py_ssize_t *shape = frames.shape + 1, *strides = frames.strides + 1;
+    size_t nbytes = (size_t)frames.itemsize;
+    int contiguous = 1;
+    for (int a = ndim - 1; bad == NULL && a >= 0; a--) {
+        contiguous = contiguous && (shape[a] == 1 || strides[a] == (Py_ssize_t)nbytes);
+        nbytes *= (size_t)shape[a];
+    }
+    if (bad == NULL && !contiguous && (size_t)scratch.len < nbytes) {
+        bad = "zstd_append_frames: scratch holds less than a frame";
+    }
+    if (bad != NULL) {
+        PyBuffer_Release(&crcs);
+        PyBuffer_Release(&frames);
+        PyBuffer_Release(&fds);
+        PyBuffer_Release(&scratch);
+        PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
+    }
+    char *gathered = contiguous ? NULL : scratch.buf;
+    const int64_t *fd_of = fds.buf;
+    uint32_t *crc_of = crcs.buf;
+    int result = 0;
+    size_t r = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < count && result == 0; j++) {
+        const char *frame = (const char *)frames.buf + j * frames.strides[0];
+        if (gathered != NULL) {
+            gather(gathered, frame, ndim, shape, strides, (size_t)frames.itemsize);
+            frame = gathered;
+        }
+        uint32_t running = crc_of[j];
+        result = oc_zstd_write((int)fd_of[j], frame, nbytes, level, checksum, 0,
+                               (size_t)tune_bytes, 0, &running, &r);
+        if (result == 0) {
+            crc_of[j] = running;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&crcs);
+    PyBuffer_Release(&frames);
+    PyBuffer_Release(&fds);
+    PyBuffer_Release(&scratch);
+    if (result == OC_ZW_NOMEM) {
+        return PyErr_NoMemory();
+    }
+    if (result == OC_ZW_ZSTD) {
+        PyErr_Format(PyExc_ValueError, "zstd: %s", oc_zstd.error_name(r));
+        return NULL;
+    }
+    if (result != 0) {
+        errno = result;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
 /* punch_hole(fd, offset, nbytes): free a file's blocks and page-cache pages in a range, dirty
  * ones unwritten (the file system may wait for the disk to discard them). */
 static PyObject *punch_hole(PyObject *Py_UNUSED(m), PyObject *args)
@@ -291,6 +447,8 @@ PyMethodDef oc_py_scatter_methods[] = {
      "Write data as pieces of one size, each at its own offset."},
     {"punch_hole", punch_hole, METH_VARARGS, "Free a file's blocks in a range, unwritten."},
     {"copy_runs", copy_runs, METH_VARARGS, "dst[...] = src, any strides, short runs inlined."},
+    {"zstd_append_frames", zstd_append_frames, METH_VARARGS,
+     "Append a zstd frame of each frames[j] to fds[j], extending crcs[j], without the GIL."},
     {"cached_pages", cached_pages, METH_VARARGS,
      "How many pages of a file's byte range are in the page cache."},
     {NULL, NULL, 0, NULL},

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from unittest import mock
 
+import numcodecs
 import numpy as np
 import pytest
 import xarray as xr
@@ -118,20 +119,21 @@ def _frame_cases(draw):
     codec = draw(st.sampled_from(["zstd", "lz4", "none"]))
     budget = draw(st.sampled_from(["64K", "256K", None]))
     streamed = draw(st.booleans())  # source chunks decoded as streams, a few rows at a time
-    return tuple(shape), tuple(source), tuple(target), dtype, codec, budget, streamed
+    least = draw(st.sampled_from([0, 64, 512, 4096]))  # frames this long: strips that deep
+    return tuple(shape), tuple(source), tuple(target), dtype, codec, budget, streamed, least
 
 
 @examples(1.0, ci=25)
 @given(case=_frame_cases())
 def test_frames_equal_the_input_for_any_shape_chunks_and_dtype(tmp_path_factory, case):
-    shape, source, target, dtype, codec, budget, streamed = case
+    shape, source, target, dtype, codec, budget, streamed, least = case
     tmp = tmp_path_factory.mktemp("f")
     values = (np.arange(int(np.prod(shape))) % 251).astype(dtype).reshape(shape)
     x = _source(tmp / "src.zarr", values, source, codec)
     asked = {"max_mem": budget, "strategy": "scatter"}  # direct would fit most of these
     streams = {"STREAM_FROM_BYTES": 0} if streamed else {}
     with (
-        mock.patch.multiple(_passes, MIN_FRAME_BYTES=0, **streams),
+        mock.patch.multiple(_passes, MIN_FRAME_BYTES=least, **streams),
         mock.patch.object(_frames, "SLAB_BYTES", 64),  # slabs that cut the pieces
     ):
         try:
@@ -144,25 +146,27 @@ def test_frames_equal_the_input_for_any_shape_chunks_and_dtype(tmp_path_factory,
     np.testing.assert_array_equal(y[...], values)
     np.testing.assert_array_equal(zarr.open_array(tmp / "out.zarr", mode="r")[...], values)
     assert not _leftovers(tmp / "out.zarr")
-    if plan.passes[0].frames:  # what the frames were: the strips the geometry gives
-        assert _passes.strip_geometry(shape, source, expected) is not None
+    work = plan.passes[0]
+    if work.frames:  # the strips the geometry gives, a whole number of them per target chunk
+        axis, _ = _passes.strip_geometry(shape, source, expected)
+        assert expected[axis] % work.block[axis] == 0 and work.block[axis] % source[axis] == 0
 
 
 def test_a_failed_append_leaves_no_partial_chunk_and_a_rerun_finishes(tmp_path):
     values = np.random.default_rng(2).random((8, 512, 512)).astype("f4")
     x = _source(tmp_path / "src.zarr", values, (8, 128, 128))
     out = tmp_path / "out.zarr"
-    real = ZstdChunkWriter.append
-    calls = []
+    real = ZstdChunkWriter.append_frames
+    frames = []
 
-    def failing(self, fd, data, crc):
-        calls.append(1)
-        if len(calls) > 20:  # past the first strip: some chunks begun, none whole
+    def failing(self, fds, data, crcs, scratch):
+        frames.append(len(data))
+        if sum(frames) > 20:  # past the first strip: some chunks begun, none whole
             raise OSError(28, "No space left on device")
-        return real(self, fd, data, crc)
+        return real(self, fds, data, crcs, scratch)
 
     with (
-        mock.patch.object(ZstdChunkWriter, "append", failing),
+        mock.patch.object(ZstdChunkWriter, "append_frames", failing),
         pytest.raises(OSError, match="space"),
     ):
         oc.rechunk(x, (1, -1, -1), out, max_mem="8M", progress=False)
@@ -271,3 +275,54 @@ def test_a_damaged_source_chunk_is_an_error_with_no_chunk_written(tmp_path, stre
             oc.rechunk(x, (1, -1, -1), out, max_mem="64M", strategy="scatter", progress=False)
     assert not _leftovers(out)
     assert not [p for p in (out / "c").rglob("*") if p.is_file()] if (out / "c").exists() else True
+
+
+@pytest.mark.parametrize(("least", "depth", "frames"), [(4 << 10, 4, 4), (8 << 10, 8, 2)])
+def test_time_steps_to_series_take_strips_as_deep_as_the_frames_need(
+    tmp_path, least, depth, frames
+):
+    # (T, Y, X) chunked (1, Y, X) -> (T, 16, 16): a time step gives each target chunk a run of
+    # 1 KiB, so a strip is as many time steps as make a frame of ``least`` bytes.
+    values = np.random.default_rng(6).random((16, 64, 64)).astype("f4")
+    x = _source(tmp_path / "src.zarr", values, (1, 64, 64))
+    out = tmp_path / "out.zarr"
+    with mock.patch.object(_passes, "MIN_FRAME_BYTES", least):
+        plan = oc.rechunk(x, (16, 16, 16), out, max_mem="256K", dry_run=True)
+        assert plan.passes[0].frames and plan.passes[0].block == (depth, 64, 64)
+        y = oc.rechunk(x, (16, 16, 16), out, max_mem="256K", progress=False)
+    np.testing.assert_array_equal(y[...], values)
+    np.testing.assert_array_equal(zarr.open_array(out, mode="r")[...], values)
+    stored = (out / "c" / "0" / "1" / "2").read_bytes()
+    assert stored.count(ZSTD_MAGIC) == frames
+    with mock.patch.object(_passes, "MIN_FRAME_BYTES", 32 << 10):  # no strip makes such frames
+        assert not oc.rechunk(x, (16, 16, 16), out, max_mem="256K", dry_run=True).passes[0].frames
+
+
+def test_append_frames_writes_strided_frames_and_extends_their_checksums(tmp_path):
+    values = np.random.default_rng(7).random((3, 8, 64)).astype("f4")
+    writer = ZstdChunkWriter(level=3, checksum=False, crc32c=True)
+    oc.create(tmp_path / "load.zarr", (1,), "f4")  # the codec libraries loaded
+    paths = [tmp_path / f"f{j}" for j in range(3)]
+    fds = np.array([os.open(p, os.O_WRONLY | os.O_CREAT) for p in paths], dtype=np.int64)
+    crcs = np.zeros(3, dtype=np.uint32)
+    scratch = np.empty(8 * 16 * 4, dtype=np.uint8)
+    try:
+        writer.append_frames(fds, values[:, :, 16:32], crcs, scratch)  # gathered
+        writer.append_frames(fds, np.ascontiguousarray(values[:, :, :16]), crcs, scratch)
+        with pytest.raises(ValueError, match="less than a frame"):
+            writer.append_frames(fds, values[:, :, 16:48], crcs, scratch)
+        with pytest.raises(ValueError, match="one each per frame"):
+            writer.append_frames(fds, values[:2, :, 16:32], crcs[:2], scratch)
+    finally:
+        for fd in fds:
+            os.close(int(fd))
+    for j, path in enumerate(paths):
+        stored = path.read_bytes()
+        crc = bytes(numcodecs.CRC32C().encode(stored)[-4:])  # zarr's crc32c codec's checksum
+        assert stored.count(ZSTD_MAGIC) == 2 and int.from_bytes(crc, "little") == crcs[j]
+        got = np.frombuffer(numcodecs.Zstd().decode(stored), dtype="f4").reshape(16, 16)
+        np.testing.assert_array_equal(got, np.concatenate([values[j, :, 16:32], values[j, :, :16]]))
+    closed = np.array([os.open(paths[0], os.O_RDONLY)], dtype=np.int64)
+    os.close(int(closed[0]))
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        writer.append_frames(closed, values[:1, :, :16].copy(), crcs[:1], scratch)

@@ -15,7 +15,7 @@ is written twice.  A strip's source chunks are decoded, and its frames encoded, 
 threads; the frames of the next strip wait until the last ones are appended (their order is
 the chunk's), and with two strips held the next one is decoded meanwhile.  zarr's crc32c
 codec's checksum goes at the end, the CRC-32C extended over each frame as it is written
-(``_native.zstd_append``).
+(``_native.zstd_append_frames``: a job's frames, neighbouring target chunks, in one call).
 
 A target chunk's file is written beside its place under a name of its own and renamed there
 with its last frame: readers see no chunk or a whole one, and a rerun (after kill -9) starts
@@ -73,9 +73,9 @@ class _Strips:
     """The strips of source chunks of a pass, in C order, and the target blocks each feeds."""
 
     def __init__(self, shape: tuple[int, ...], unit: tuple[int, ...], work: Pass) -> None:
-        geometry = strip_geometry(shape, work.source_chunks, unit)
-        assert geometry is not None and geometry[1] == tuple(work.block)
-        self.axis, self.extent = geometry
+        axis = strip_geometry(shape, work.source_chunks, unit)
+        assert axis is not None
+        self.axis, self.extent = axis[0], tuple(work.block)
         self.shape, self.unit = shape, unit
         self.grid = tuple(-(-n // u) for n, u in zip(shape, unit, strict=True))
         counts = [-(-n // e) for n, e in zip(shape, self.extent, strict=True)]
@@ -109,6 +109,16 @@ class _Strips:
             where.append(slice(b * u - r.start, (b + 1) * u - r.start))
         return held[tuple(where)]
 
+    def frames(self, strip: int, blocks: list[tuple[int, ...]], held: np.ndarray) -> np.ndarray:
+        """The runs of ``blocks`` (neighbours along the last axis, after the strip's axis, in
+        order) as one array, a frame per index of its first axis: each block's run is the
+        one before it moved along the last axis by a target chunk."""
+        first = self.frame(strip, blocks[0], held)
+        step = self.unit[-1] * held.strides[-1]
+        return np.lib.stride_tricks.as_strided(
+            first, (len(blocks), *first.shape), (step, *first.strides), writeable=False
+        )
+
     def last_for(self, strip: int, block: tuple[int, ...]) -> bool:
         """Whether ``strip`` gives ``block`` its last frame (the strip reaches the block's end
         along the strip's axis, or the array's)."""
@@ -120,6 +130,42 @@ class _Strips:
         """Rows of fill value after the last frame of a block at the array's end."""
         k = self.axis
         return max(0, (block[k] + 1) * self.unit[k] - self.shape[k])
+
+
+# A job appends the frames of neighbouring target chunks in one native call (see
+# _native.zstd_append_frames) up to this many bytes of frames: a call from Python per frame
+# cost tens of microseconds, a quarter of the work of a 128 KiB frame.
+GROUP_BYTES = 1 << 20
+# And each strip's frames make at least this many jobs per thread, to keep every thread busy.
+JOBS_PER_THREAD = 4
+
+
+def _groups(
+    blocks: list[tuple[int, ...]], strips: _Strips, threads: int, itemsize: int
+) -> list[list[tuple[int, ...]]]:
+    """``blocks`` (a strip's, in C order) cut into runs of neighbours along the last axis whose
+    frames one strided array holds (see _Strips.frames), of at most GROUP_BYTES of frames (at
+    least one) and few enough to make JOBS_PER_THREAD jobs per thread; one block per run where
+    the last axis is the strip's."""
+    k = strips.axis
+    if k == len(strips.unit) - 1:
+        return [[b] for b in blocks]
+    frame = strips.extent[k] * math.prod(strips.unit[k + 1 :]) * itemsize
+    most = min(GROUP_BYTES // frame, -(-len(blocks) // (JOBS_PER_THREAD * max(1, threads))))
+    most = max(1, most)
+    groups: list[list[tuple[int, ...]]] = []
+    for block in blocks:
+        last = groups[-1][-1] if groups else None
+        if (
+            last is not None
+            and len(groups[-1]) < most
+            and last[:-1] == block[:-1]
+            and last[-1] + 1 == block[-1]
+        ):
+            groups[-1].append(block)
+        else:
+            groups.append([block])
+    return groups
 
 
 def append_frames(
@@ -254,69 +300,86 @@ def append_frames(
             b for b in strips.targets(needed[position]) if flat_index(b, strips.grid) not in done
         ]
         encodes_left[position] = len(blocks)
-        return [("encode", position, b) for b in blocks]
+        return [
+            ("encode", position, group)
+            for group in _groups(blocks, strips, work.workers, dtype.itemsize)
+        ]
 
-    def contiguous(frame: np.ndarray) -> np.ndarray:
-        """The frame's bytes in C order: itself where it is, else gathered into this
-        thread's array."""
-        if frame.flags.c_contiguous:
-            return as_encodable(frame)
+    def scratch(frames: np.ndarray) -> np.ndarray:
+        """This thread's array a frame is gathered in (made once per pass, grown as needed)."""
+        nbytes = frames[0].nbytes
         flat = getattr(per_thread, "frame", None)
-        if flat is None or flat.size < frame.size:
-            flat = per_thread.frame = np.empty(frame.size, dtype=dtype)
-        gathered = flat[: frame.size].reshape(frame.shape)
-        copy_runs(gathered, frame)  # short rows (16 columns): see copy_runs
-        return as_encodable(gathered)
+        if flat is None or flat.nbytes < nbytes:
+            flat = per_thread.frame = np.empty(nbytes, dtype=np.uint8)
+        return flat
 
-    def append(path: str, data: np.ndarray, crc: int, first: bool) -> int:
+    def open_partial(path: str, first: bool) -> int:
         if first:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)  # what a killed run left
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             os.fchmod(fd, new_file_mode())
-        else:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        try:
-            _, crc = writer.append(fd, data, crc)
-        finally:
-            os.close(fd)
-        return crc
+            return fd
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
 
-    def encode(position: int, block: tuple[int, ...]) -> Outcome[Job]:
+    def append(paths: list[str], firsts: list[bool], frames: np.ndarray, crc: np.ndarray) -> None:
+        """Append ``frames[j]`` to ``paths[j]`` (begun anew where ``firsts[j]``), extending
+        ``crc[j]``: one native call for all of them."""
+        fds = np.empty(len(paths), dtype=np.int64)
+        opened = 0
+        try:
+            for path, first in zip(paths, firsts, strict=True):
+                fds[opened] = open_partial(path, first)
+                opened += 1
+            writer.append_frames(fds, as_encodable(frames), crc, scratch(frames))
+        finally:
+            for fd in fds[:opened]:
+                os.close(int(fd))
+
+    def finish(path: str, chunk_path: str, block: tuple[int, ...], crc: np.ndarray) -> None:
+        """Fill rows past the array's end, a frame's rows at a time (the plan counts a frame,
+        and the padding may be most of a target chunk); the CRC-32C; the file in its place."""
+        k = strips.axis
+        rows, step = strips.padding_rows(block), strips.extent[k]
+        for done_rows in range(0, rows, step):
+            pad = np.full((1, min(step, rows - done_rows), *unit[k + 1 :]), fill, dtype=dtype)
+            append([path], [False], pad, crc)
+        if layout is not None and layout.crc32c:
+            with open(path, "ab") as f:
+                f.write(int(crc[0]).to_bytes(4, "little"))
+        os.replace(path, chunk_path)
+        if marker is not None:
+            marker.record(flat_index(block, strips.grid))
+
+    def encode(position: int, blocks: list[tuple[int, ...]]) -> Outcome[Job]:
         strip = needed[position]
-        chunk_path = dst._chunk_path(block)
+        chunk_paths = [dst._chunk_path(block) for block in blocks]
+        crc = np.empty(len(blocks), dtype=np.uint32)
+        paths, firsts = [], []
         with lock:
-            path = partial.get(block)
-            first = path is None
-            if path is None:
-                os.makedirs(os.path.dirname(chunk_path), exist_ok=True)
-                path = partial[block] = _partial_path(chunk_path)
-            crc = crcs.get(block, 0)
-        frame = contiguous(strips.frame(strip, block, held(position)))
-        crc = append(path, frame, crc, first)
+            for j, (block, chunk_path) in enumerate(zip(blocks, chunk_paths, strict=True)):
+                path = partial.get(block)
+                firsts.append(path is None)
+                if path is None:
+                    os.makedirs(os.path.dirname(chunk_path), exist_ok=True)
+                    path = partial[block] = _partial_path(chunk_path)
+                paths.append(path)
+                crc[j] = crcs.get(block, 0)
+        append(paths, firsts, strips.frames(strip, blocks, held(position)), crc)
         units = 0
-        if strips.last_for(strip, block):
-            # Fill rows past the array's end, a frame's rows at a time (the plan counts a
-            # frame, and the padding may be most of a target chunk).
-            k = strips.axis
-            rows, step = strips.padding_rows(block), strips.extent[k]
-            for done_rows in range(0, rows, step):
-                pad = np.full((min(step, rows - done_rows), *unit[k + 1 :]), fill, dtype=dtype)
-                crc = append(path, as_encodable(pad), crc, False)
-            if layout is not None and layout.crc32c:
-                with open(path, "ab") as f:
-                    f.write(int(crc).to_bytes(4, "little"))
-            os.replace(path, chunk_path)
-            if marker is not None:
-                marker.record(flat_index(block, strips.grid))
-            units = 1
+        for j, block in enumerate(blocks):
+            if strips.last_for(strip, block):
+                finish(paths[j], chunk_paths[j], block, crc[j : j + 1])
+                units += 1
         follow: list[Job] = []
         with lock:
-            crcs[block] = crc
-            if units:
-                partial.pop(block, None)
-                crcs.pop(block, None)
-            encodes_left[position] -= 1
+            for j, block in enumerate(blocks):
+                if block in partial and not strips.last_for(strip, block):
+                    crcs[block] = int(crc[j])
+                else:
+                    partial.pop(block, None)
+                    crcs.pop(block, None)
+            encodes_left[position] -= len(blocks)
             if encodes_left[position] == 0:
                 encoded.add(position)
                 # The strip's buffer is free: the strip that takes it next is read.

@@ -25,6 +25,8 @@ import os
 import threading
 from typing import Any
 
+import numpy as np
+
 from oocarray import _native
 
 __all__ = [
@@ -75,11 +77,19 @@ class ZstdChunkWriter:
         tune = self._tune(data)
         return _native.zstd_write(fd, data, self.level, self.checksum, self.crc32c, tune, direct)
 
-    def append(self, fd: int, data: Any, crc: int) -> tuple[int, int]:
-        """Write ``data`` to ``fd`` from its position as one frame of a chunk written as
-        several (no CRC-32C after it): the bytes written, and ``crc`` (the CRC-32C of the
-        chunk's frames before it) extended over them."""
-        return _native.zstd_append(fd, data, self.level, self.checksum, self._tune(data), crc)
+    def append_frames(self, fds: Any, frames: Any, crcs: Any, scratch: Any) -> None:
+        """Write ``frames[j]`` (any strides) to ``fds[j]`` (int64) from its position as one
+        frame each of a chunk written as several (no CRC-32C after them), extending ``crcs[j]``
+        (uint32, the CRC-32C of the chunk's frames before it) in place over what was written:
+        one call, the GIL released.  A frame that is not contiguous is gathered into
+        ``scratch`` (a writable buffer of a frame's bytes or more) first.  A failed write
+        raises ``OSError`` (ENOSPC on a full disk)."""
+        if len(frames):
+            # A copy of the first frame only for the probe, once per array.
+            tune = self.tune_bytes
+            if tune is None:
+                tune = self._tune(np.ascontiguousarray(frames[0]))
+            _native.zstd_append_frames(fds, frames, self.level, self.checksum, tune, crcs, scratch)
 
     def _tune(self, data: Any) -> int:
         """The source size whose parameters frames get, probed on the first one."""
