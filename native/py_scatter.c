@@ -125,6 +125,46 @@ static int spans_overlap(const Py_buffer *x, const Py_buffer *y)
     return x_low < y_high && y_low < x_high;
 }
 
+/* dst[...] = src for two arrays of `ndim` axes (at most OC_RUN_AXES) of one shape and item
+ * size, any strides: the trailing axes both lie contiguous along copied as one run, axis
+ * `last` by copy_row, the axes before it walked by an odometer. */
+static void copy_strided(char *dst, const Py_ssize_t *d_strides, const char *src,
+                         const Py_ssize_t *s_strides, const Py_ssize_t *shape, int ndim,
+                         size_t itemsize)
+{
+    size_t run = itemsize;
+    int last = ndim - 1;
+    while (last >= 0 && (shape[last] == 1 || (d_strides[last] == (Py_ssize_t)run &&
+                                               s_strides[last] == (Py_ssize_t)run))) {
+        run *= (size_t)shape[last];
+        last--;
+    }
+    if (last < 0) {
+        memcpy(dst, src, run);
+        return;
+    }
+    Py_ssize_t index[OC_RUN_AXES] = {0};
+    for (;;) {
+        char *d = dst;
+        const char *s = src;
+        for (int a = 0; a < last; a++) {
+            d += index[a] * d_strides[a];
+            s += index[a] * s_strides[a];
+        }
+        copy_row(d, s, shape[last], run, d_strides[last], s_strides[last]);
+        int a = last - 1;
+        for (; a >= 0; a--) {
+            if (++index[a] < shape[a]) {
+                break;
+            }
+            index[a] = 0;
+        }
+        if (a < 0) {
+            return;
+        }
+    }
+}
+
 /* copy_runs(dst, src): dst[...] = src for two arrays of one shape and item size, any strides.
  *
  * Why by hand: NumPy copies a strided array one call per innermost run, which for short runs
@@ -175,85 +215,15 @@ static PyObject *copy_runs(PyObject *Py_UNUSED(m), PyObject *args)
         PyErr_SetString(PyExc_ValueError, "copy_runs: the arrays share memory");
         return NULL;
     }
-    /* the trailing axes both lie contiguous along: one run */
-    size_t run = (size_t)dst.itemsize;
-    int last = ndim - 1;
-    while (last >= 0 && (dst.shape[last] == 1 || (dst.strides[last] == (Py_ssize_t)run &&
-                                                   src.strides[last] == (Py_ssize_t)run))) {
-        run *= (size_t)dst.shape[last];
-        last--;
-    }
     Py_BEGIN_ALLOW_THREADS
-    if (total == 0) {
-        /* nothing to copy */
-    }
-    else if (last < 0) {
-        memcpy(dst.buf, src.buf, run);
-    }
-    else {
-        /* axes 0..last-1 walked by an odometer, axis `last` by copy_row */
-        Py_ssize_t index[OC_RUN_AXES] = {0};
-        for (;;) {
-            char *d = dst.buf;
-            const char *s = src.buf;
-            for (int a = 0; a < last; a++) {
-                d += index[a] * dst.strides[a];
-                s += index[a] * src.strides[a];
-            }
-            copy_row(d, s, dst.shape[last], run, dst.strides[last], src.strides[last]);
-            int a = last - 1;
-            for (; a >= 0; a--) {
-                if (++index[a] < dst.shape[a]) {
-                    break;
-                }
-                index[a] = 0;
-            }
-            if (a < 0) {
-                break;
-            }
-        }
+    if (total > 0) {
+        copy_strided(dst.buf, dst.strides, src.buf, src.strides, dst.shape, ndim,
+                     (size_t)dst.itemsize);
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&src);
     PyBuffer_Release(&dst);
     Py_RETURN_NONE;
-}
-
-/* Copies a strided array of `ndim` axes (at most OC_RUN_AXES) into `dst`, C order: its
- * trailing contiguous axes as one run, the rest walked by an odometer. */
-static void gather(char *dst, const char *src, int ndim, const Py_ssize_t *shape,
-                   const Py_ssize_t *strides, size_t itemsize)
-{
-    size_t run = itemsize;
-    int last = ndim - 1;
-    while (last >= 0 && (shape[last] == 1 || strides[last] == (Py_ssize_t)run)) {
-        run *= (size_t)shape[last];
-        last--;
-    }
-    if (last < 0) {
-        memcpy(dst, src, run);
-        return;
-    }
-    Py_ssize_t row = shape[last] * (Py_ssize_t)run;
-    Py_ssize_t index[OC_RUN_AXES] = {0};
-    for (;;) {
-        const char *s = src;
-        for (int a = 0; a < last; a++) {
-            s += index[a] * strides[a];
-        }
-        copy_row(dst, s, shape[last], run, (Py_ssize_t)run, strides[last]);
-        dst += row;
-        int a = last - 1;
-        for (; a >= 0; a--) {
-            if (++index[a] < shape[a]) {
-                break;
-            }
-            index[a] = 0;
-        }
-        if (a < 0) {
-            return;
-        }
-    }
 }
 
 /* zstd_append_frames(fds, frames, level, checksum, tune_bytes, crcs, scratch): frames[j] (an
@@ -298,12 +268,14 @@ static PyObject *zstd_append_frames(PyObject *Py_UNUSED(m), PyObject *args)
     }
     if (PyObject_GetBuffer(frames_obj, &frames, PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
         PyBuffer_Release(&fds);
+        PyBuffer_Release(&scratch);
         return NULL;
     }
     if (PyObject_GetBuffer(crcs_obj, &crcs, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) !=
         0) {
         PyBuffer_Release(&frames);
         PyBuffer_Release(&fds);
+        PyBuffer_Release(&scratch);
         return NULL;
     }
     Py_ssize_t count = fds.len / 8;
@@ -336,6 +308,10 @@ static PyObject *zstd_append_frames(PyObject *Py_UNUSED(m), PyObject *args)
         return NULL;
     }
     char *gathered = contiguous ? NULL : scratch.buf;
+    Py_ssize_t packed[OC_RUN_AXES]; /* a frame's strides in C order, in gathered */
+    for (int a = ndim - 1; a >= 0; a--) {
+        packed[a] = a == ndim - 1 ? frames.itemsize : packed[a + 1] * shape[a + 1];
+    }
     const int64_t *fd_of = fds.buf;
     uint32_t *crc_of = crcs.buf;
     int result = 0;
@@ -344,7 +320,7 @@ static PyObject *zstd_append_frames(PyObject *Py_UNUSED(m), PyObject *args)
     for (Py_ssize_t j = 0; j < count && result == 0; j++) {
         const char *frame = (const char *)frames.buf + j * frames.strides[0];
         if (gathered != NULL) {
-            gather(gathered, frame, ndim, shape, strides, (size_t)frames.itemsize);
+            copy_strided(gathered, packed, frame, strides, shape, ndim, (size_t)frames.itemsize);
             frame = gathered;
         }
         uint32_t running = crc_of[j];

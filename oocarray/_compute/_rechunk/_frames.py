@@ -136,6 +136,9 @@ class _Strips:
 # _native.zstd_append_frames) up to this many bytes of frames: a call from Python per frame
 # cost tens of microseconds, a quarter of the work of a 128 KiB frame.
 GROUP_BYTES = 1 << 20
+# And at most this many (a file open for each while the call runs: small frames must not
+# reach the process's limit of open files).
+GROUP_FILES = 64
 # And each strip's frames make at least this many jobs per thread, to keep every thread busy.
 JOBS_PER_THREAD = 4
 
@@ -144,15 +147,15 @@ def _groups(
     blocks: list[tuple[int, ...]], strips: _Strips, threads: int, itemsize: int
 ) -> list[list[tuple[int, ...]]]:
     """``blocks`` (a strip's, in C order) cut into runs of neighbours along the last axis whose
-    frames one strided array holds (see _Strips.frames), of at most GROUP_BYTES of frames (at
-    least one) and few enough to make JOBS_PER_THREAD jobs per thread; one block per run where
-    the last axis is the strip's."""
+    frames one strided array holds (see _Strips.frames), of at most GROUP_BYTES of frames and
+    GROUP_FILES frames (at least one) and few enough to make JOBS_PER_THREAD jobs per thread;
+    one block per run where the last axis is the strip's."""
     k = strips.axis
     if k == len(strips.unit) - 1:
         return [[b] for b in blocks]
     frame = strips.extent[k] * math.prod(strips.unit[k + 1 :]) * itemsize
-    most = min(GROUP_BYTES // frame, -(-len(blocks) // (JOBS_PER_THREAD * max(1, threads))))
-    most = max(1, most)
+    spread = -(-len(blocks) // (JOBS_PER_THREAD * max(1, threads)))
+    most = max(1, min(GROUP_BYTES // frame, GROUP_FILES, spread))
     groups: list[list[tuple[int, ...]]] = []
     for block in blocks:
         last = groups[-1][-1] if groups else None
@@ -366,19 +369,19 @@ def append_frames(
                 paths.append(path)
                 crc[j] = crcs.get(block, 0)
         append(paths, firsts, strips.frames(strip, blocks, held(position)), crc)
-        units = 0
+        whole = [strips.last_for(strip, block) for block in blocks]
         for j, block in enumerate(blocks):
-            if strips.last_for(strip, block):
+            if whole[j]:
                 finish(paths[j], chunk_paths[j], block, crc[j : j + 1])
-                units += 1
+        units = sum(whole)
         follow: list[Job] = []
         with lock:
             for j, block in enumerate(blocks):
-                if block in partial and not strips.last_for(strip, block):
-                    crcs[block] = int(crc[j])
-                else:
+                if whole[j]:
                     partial.pop(block, None)
                     crcs.pop(block, None)
+                else:
+                    crcs[block] = int(crc[j])
             encodes_left[position] -= len(blocks)
             if encodes_left[position] == 0:
                 encoded.add(position)
