@@ -229,36 +229,47 @@ def append_frames(
         reads_left[position] = len(pieces)
         return [("read", position, piece) for piece in pieces]
 
-    def read_streamed(piece: ChunkPiece, inside: np.ndarray) -> None:
-        """Decode a large source chunk a slab at a time into this thread's slab array, each
-        slab's part of the piece copied into the strip before the next (the codec's
-        buffers for a whole chunk are not needed)."""
+    def slab_array(slab: tuple[slice, ...]) -> np.ndarray:
+        """This thread's array a slab is decoded into (made once per pass)."""
         flat = getattr(per_thread, "slab", None)
         if flat is None:
             largest = max(math.prod(s.stop - s.start for s in slab) for slab in chunk_slabs)
             flat = per_thread.slab = np.empty(largest, dtype=src.dtype)
+        shape = [s.stop - s.start for s in slab]
+        return flat[: math.prod(shape)].reshape(shape)
+
+    def read_streamed(piece: ChunkPiece, inside: np.ndarray) -> None:
+        """Decode a large source chunk a slab at a time, each slab's part of the piece put
+        into the strip before the next (the codec's buffers for a whole chunk are not
+        needed): a slab the piece holds whole, where the strip holds it in C order, decoded
+        in place; any other through this thread's slab array."""
         # A strip's region gives slices: the piece's place in the chunk and in the strip.
         local = cast(tuple[slice, ...], piece.local)
         out = cast(tuple[slice, ...], piece.out)
         reader = FrameReader(src, piece.chunk)
         try:
             for slab in chunk_slabs:
-                data = flat[: math.prod(s.stop - s.start for s in slab)]
-                data = data.reshape([s.stop - s.start for s in slab])
-                reader.read_into(data)
                 # The slab's part of the piece (chunk coordinates), and where it goes.
                 have = [
                     (max(s.start, p.start), min(s.stop, p.stop))
                     for s, p in zip(slab, local, strict=True)
                 ]
+                put = tuple(
+                    slice(o.start + a - p.start, o.start + b - p.start)
+                    for (a, b), p, o in zip(have, local, out, strict=True)
+                )
+                whole_slab = all(
+                    (a, b) == (s.start, s.stop) for (a, b), s in zip(have, slab, strict=True)
+                )
+                if whole_slab and inside[put].flags.c_contiguous:
+                    reader.read_into(inside[put])
+                    continue
+                data = slab_array(slab)
+                reader.read_into(data)
                 if all(start < stop for start, stop in have):
                     got = tuple(
                         slice(a - s.start, b - s.start)
                         for (a, b), s in zip(have, slab, strict=True)
-                    )
-                    put = tuple(
-                        slice(o.start + a - p.start, o.start + b - p.start)
-                        for (a, b), p, o in zip(have, local, out, strict=True)
                     )
                     copy_runs(inside[put], data[got])
             reader.finish()
