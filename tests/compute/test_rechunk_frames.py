@@ -81,19 +81,22 @@ def test_xarray_reads_a_dataset_variable_written_as_frames(tmp_path):
 def test_rows_to_columns_gathers_each_frame_and_pads_the_last_chunk(tmp_path, streamed):
     # (N, 64) in row blocks -> (512, 16) column blocks with N not a whole number of them:
     # each target chunk gathers its 16 columns from a strip, the last ones end with fill rows.
-    # Streamed: each source chunk decoded 3 rows at a time (large chunks are, in a budget).
+    # Streamed: each source chunk decoded 3 rows at a time (large chunks are, in a budget),
+    # each slab straight into the strip (a strip is one source chunk, in C order).
     values = np.arange(1000 * 64, dtype="i4").reshape(1000, 64)
     x = _source(tmp_path / "src.zarr", values, (8, 64))
     streams = {"STREAM_FROM_BYTES": 0} if streamed else {}
     with (
         mock.patch.multiple(_passes, MIN_FRAME_BYTES=0, **streams),
         mock.patch.object(_frames, "SLAB_BYTES", 3 * 64 * 4),
+        mock.patch.object(_frames, "copy_runs", wraps=_frames.copy_runs) as copies,
     ):
         # Streamed decoding's contexts take more than a direct pass here: scatter asked.
         asked = {"max_mem": "64M", "strategy": "scatter"}
         plan = oc.rechunk(x, (512, 16), tmp_path / "out.zarr", dry_run=True, **asked)
         assert plan.passes[0].frames >= 1 and plan.passes[0].stream_reads == streamed
         y = oc.rechunk(x, (512, 16), tmp_path / "out.zarr", progress=False, **asked)
+    assert (copies.call_count == 0) == streamed  # whole chunks: copied into the strip
     np.testing.assert_array_equal(y[...], values)
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "out.zarr", mode="r")[...], values)
     assert not _leftovers(tmp_path / "out.zarr")
