@@ -233,7 +233,7 @@ def append_frames(
         """This thread's array a slab is decoded into (made once per pass)."""
         flat = getattr(per_thread, "slab", None)
         if flat is None:
-            largest = max(math.prod(s.stop - s.start for s in slab) for slab in chunk_slabs)
+            largest = max(math.prod(s.stop - s.start for s in each) for each in chunk_slabs)
             flat = per_thread.slab = np.empty(largest, dtype=src.dtype)
         shape = [s.stop - s.start for s in slab]
         return flat[: math.prod(shape)].reshape(shape)
@@ -254,24 +254,24 @@ def append_frames(
                     (max(s.start, p.start), min(s.stop, p.stop))
                     for s, p in zip(slab, local, strict=True)
                 ]
-                put = tuple(
-                    slice(o.start + a - p.start, o.start + b - p.start)
-                    for (a, b), p, o in zip(have, local, out, strict=True)
-                )
-                whole_slab = all(
-                    (a, b) == (s.start, s.stop) for (a, b), s in zip(have, slab, strict=True)
-                )
-                if whole_slab and inside[put].flags.c_contiguous:
-                    reader.read_into(inside[put])
+                if not all(start < stop for start, stop in have):
+                    reader.read_into(slab_array(slab))  # decoded past, none of it wanted
+                    continue
+                place = inside[
+                    tuple(
+                        slice(o.start + a - p.start, o.start + b - p.start)
+                        for (a, b), p, o in zip(have, local, out, strict=True)
+                    )
+                ]
+                if have == [(s.start, s.stop) for s in slab] and place.flags.c_contiguous:
+                    reader.read_into(place)
                     continue
                 data = slab_array(slab)
                 reader.read_into(data)
-                if all(start < stop for start, stop in have):
-                    got = tuple(
-                        slice(a - s.start, b - s.start)
-                        for (a, b), s in zip(have, slab, strict=True)
-                    )
-                    copy_runs(inside[put], data[got])
+                got = tuple(
+                    slice(a - s.start, b - s.start) for (a, b), s in zip(have, slab, strict=True)
+                )
+                copy_runs(place, data[got])
             reader.finish()
         finally:
             reader.close()
