@@ -563,9 +563,12 @@ int oc_zstd_pack(const char *src, size_t n, int level, int checksum, char **out,
 
 /* The stored bytes of a checked source (an entry of the chunk cache) read whole into this
  * thread's buffer and checked against the source's CRC-32C, as a source in memory in *whole:
- * a damaged entry fails here, before any of it is decoded.  0, or -1 with a message. */
+ * a damaged entry fails here, before any of it is decoded.  Where *codec ends in zarr's
+ * crc32c, that checksum is checked here too, from the same pass over the bytes (the entry's
+ * CRC-32C is combined from it, see oc_crc32c_combine), and *whole and *codec are the chunk
+ * without it.  0, or -1 with a message. */
 static int checked_bytes(reader_state *s, const oc_source *src, int64_t offset, int64_t nbytes,
-                         oc_source *whole, char *err, size_t err_n)
+                         int *codec, oc_source *whole, char *err, size_t err_n)
 {
     nbytes = stored_length(src, offset, nbytes, err, err_n);
     if (nbytes < 0) {
@@ -579,13 +582,29 @@ static int checked_bytes(reader_state *s, const oc_source *src, int64_t offset, 
     if (at == NULL) {
         return -1;
     }
-    uint32_t sum = oc_crc32c_extend(src->crc_seed, at, (size_t)nbytes);
+    int chunk_crc = (*codec & OC_CODEC_CRC32C) != 0 && OC_CODEC_KIND(*codec) != OC_CODEC_H5 &&
+                    nbytes >= 4;
+    size_t body = chunk_crc ? (size_t)nbytes - 4 : (size_t)nbytes;
+    uint32_t chunk_sum = oc_crc32c(at, body);
+    uint32_t sum = oc_crc32c_extend(oc_crc32c_combine(src->crc_seed, chunk_sum, body), at + body,
+                                    (size_t)nbytes - body);
     if (sum != src->crc) {
         snprintf(err, err_n, "the cache entry's CRC-32C does not match (stored %08x, computed %08x)",
                  src->crc, sum);
         return -1;
     }
-    *whole = (oc_source){.fd = -1, .path = NULL, .mem = at, .mem_len = nbytes, .checked = 0};
+    if (chunk_crc) {
+        const unsigned char *c = (const unsigned char *)at + body;
+        uint32_t stored = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 |
+                          (uint32_t)c[3] << 24;
+        if (stored != chunk_sum) {
+            snprintf(err, err_n, "the CRC-32C checksum does not match (stored %08x, computed %08x)",
+                     stored, chunk_sum);
+            return -1;
+        }
+        *codec &= ~OC_CODEC_CRC32C;
+    }
+    *whole = (oc_source){.fd = -1, .path = NULL, .mem = at, .mem_len = (int64_t)body, .checked = 0};
     return 0;
 }
 
@@ -616,7 +635,7 @@ int oc_decode(int codec, const oc_source *src, int64_t offset, int64_t nbytes, s
     }
     oc_source whole;
     if (src->checked) {
-        if (checked_bytes(s, src, offset, nbytes, &whole, err, err_n) != 0) {
+        if (checked_bytes(s, src, offset, nbytes, &codec, &whole, err, err_n) != 0) {
             state_put(s);
             return -1;
         }

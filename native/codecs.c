@@ -315,6 +315,42 @@ uint32_t oc_crc32c_extend(uint32_t crc, const void *data, size_t n)
     return lib.crc32c_extend(crc, data, n);
 }
 
+/* CRC-32C arithmetic in GF(2) modulo its reflected polynomial (the bits of x^0..x^31 from the
+ * top bit down), as zlib's crc32_combine does it for CRC-32; by hand, as the CRC-32C library
+ * gives no combine. */
+#define CRC32C_POLY 0x82f63b78u
+
+static uint32_t crc32c_multiply(uint32_t a, uint32_t b) /* a * b mod p */
+{
+    uint32_t m = (uint32_t)1 << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0) {
+                break;
+            }
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+    }
+    return p;
+}
+
+/* The CRC-32C of A then B, from crc1 (A's), crc2 (B's, computed from 0) and B's length: crc1
+ * moved on over len2 zero bytes (times x^(8 len2) mod p), plus crc2. */
+uint32_t oc_crc32c_combine(uint32_t crc1, uint32_t crc2, size_t len2)
+{
+    uint32_t power = (uint32_t)1 << 23; /* x^8: one byte */
+    uint32_t shift = (uint32_t)1 << 31; /* x^0 */
+    for (size_t n = len2; n > 0; n >>= 1) {
+        if (n & 1) {
+            shift = crc32c_multiply(power, shift);
+        }
+        power = crc32c_multiply(power, power);
+    }
+    return crc32c_multiply(shift, crc1) ^ crc2;
+}
+
 /* Check that the last 4 bytes of src (n bytes in all) are the CRC-32C of the others; 0, or -1
  * with a message. */
 int oc_crc32c_check(const char *src, size_t n, char *err, size_t err_n)

@@ -20,7 +20,8 @@ checksum against the bytes it read; a file that fails is removed and the running
 (its size may have changed behind the cache's back).  :meth:`ChunkCache.open_version` hands the
 entry over as an open :class:`~oocarray._storage._reader.CheckedFile` instead: the native reader
 checks the checksum as it reads the payload to decode it, and a payload that fails is fetched
-anew, never decoded.
+anew, never decoded (a chunk that ends in zarr's own CRC-32C is checked both ways in one pass
+over its bytes: the entry's checksum is combined from the chunk's).
 
 Several processes may share one directory (DataLoader workers, several notebooks):
 

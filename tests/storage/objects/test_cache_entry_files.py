@@ -135,7 +135,16 @@ def test_a_damaged_range_entry_of_a_shard_is_fetched_anew(s3, tmp_path):
     assert np.array_equal(y[...], data)
 
 
-def test_the_native_reader_checks_a_cache_entry_before_decoding_it(tmp_path):
+@pytest.fixture
+def codec_libraries():
+    """The native reader's codec libraries, as opening an array loads them (a test that
+    calls the reader directly may run first in its process)."""
+    from oocarray._storage._zarr._layout import _load_libraries
+
+    _load_libraries()
+
+
+def test_the_native_reader_checks_a_cache_entry_before_decoding_it(tmp_path, codec_libraries):
     import google_crc32c
 
     payload = np.arange(1024, dtype=np.uint8).tobytes()
@@ -157,6 +166,48 @@ def test_the_native_reader_checks_a_cache_entry_before_decoding_it(tmp_path):
             _native.read_chunks(table, [(fd, seed)], [out], 1)
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_a_cache_entry_of_a_chunk_with_a_crc32c_is_checked_both_ways_in_one_pass(
+    tmp_path, codec, codec_libraries
+):
+    # The entry's CRC-32C is combined from the chunk's own (one pass over the bytes): both
+    # still refuse their damage, and each says which failed.
+    import google_crc32c
+    import numcodecs
+
+    data = np.arange(4096, dtype=np.uint8)
+    body = data.tobytes() if codec == "raw" else numcodecs.Zstd(level=3).encode(data)
+    kind = _native.CODEC_RAW if codec == "raw" else _native.CODEC_ZSTD
+
+    def entry(trailer: int) -> tuple[bytes, int]:
+        payload = body + trailer.to_bytes(4, "little")
+        return payload, int(google_crc32c.extend(seed, payload))
+
+    seed = int(google_crc32c.value(b"etag-1"))
+    good = int(google_crc32c.value(body))
+    for trailer, entry_off, expected in [
+        (good, 0, None),
+        (good, 1, "cache entry's CRC-32C"),  # the entry damaged
+        (good ^ 1, 0, "the CRC-32C checksum does not match"),  # the chunk stored damaged
+    ]:
+        payload, crc = entry(trailer)
+        path = tmp_path / "entry"
+        path.write_bytes(b"header" + payload)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            row = [0, 6, len(payload), 0, 0, 0, 4096, kind | _native.CODEC_CRC32C, 4096]
+            out = np.zeros(4096, np.uint8)
+            failed, absent = _native.read_chunks(
+                np.array([row]), [(fd, seed, crc ^ entry_off)], [out], 1
+            )
+        finally:
+            os.close(fd)
+        if expected is None:
+            assert (failed, absent) == ([], []) and np.array_equal(out, data)
+        else:
+            assert len(failed) == 1 and expected in failed[0][1] and not out.any()
 
 
 @pytest.mark.skipif(not paging_available()[0], reason="as_ndarray() cannot page here")
