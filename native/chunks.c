@@ -594,12 +594,7 @@ static int checked_bytes(reader_state *s, const oc_source *src, int64_t offset, 
         return -1;
     }
     if (chunk_crc) {
-        const unsigned char *c = (const unsigned char *)at + body;
-        uint32_t stored = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 |
-                          (uint32_t)c[3] << 24;
-        if (stored != chunk_sum) {
-            snprintf(err, err_n, "the CRC-32C checksum does not match (stored %08x, computed %08x)",
-                     stored, chunk_sum);
+        if (oc_crc32c_trailer_check(at, (size_t)nbytes, chunk_sum, err, err_n) != 0) {
             return -1;
         }
         *codec &= ~OC_CODEC_CRC32C;

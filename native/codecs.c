@@ -359,10 +359,16 @@ int oc_crc32c_check(const char *src, size_t n, char *err, size_t err_n)
         snprintf(err, err_n, "%zu bytes stored, fewer than a CRC-32C checksum", n);
         return -1;
     }
+    return oc_crc32c_trailer_check(src, n, oc_crc32c(src, n - 4), err, err_n);
+}
+
+/* Check that the last 4 bytes of src (n >= 4 bytes in all) are sum, the CRC-32C of the others
+ * (computed by the caller); 0, or -1 with a message. */
+int oc_crc32c_trailer_check(const char *src, size_t n, uint32_t sum, char *err, size_t err_n)
+{
     const unsigned char *c = (const unsigned char *)src + n - 4;
     uint32_t stored = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 |
                       (uint32_t)c[3] << 24;
-    uint32_t sum = oc_crc32c(src, n - 4);
     if (sum != stored) {
         snprintf(err, err_n, "the CRC-32C checksum does not match (stored %08x, computed %08x)",
                  stored, sum);

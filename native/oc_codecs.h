@@ -109,6 +109,7 @@ uint32_t oc_crc32c_extend(uint32_t crc, const void *data, size_t n);
 /* The CRC-32C of A then B, from A's (crc1), B's (crc2, computed from 0) and B's length. */
 uint32_t oc_crc32c_combine(uint32_t crc1, uint32_t crc2, size_t len2);
 int oc_crc32c_check(const char *src, size_t n, char *err, size_t err_n);
+int oc_crc32c_trailer_check(const char *src, size_t n, uint32_t sum, char *err, size_t err_n);
 int oc_blosc_decode(int codec, const char *src, size_t n, char *dst, size_t chunk_n, char *err,
                     size_t err_n);
 int oc_lz4_decode(const char *src, size_t n, char *dst, size_t chunk_n, char *err, size_t err_n);

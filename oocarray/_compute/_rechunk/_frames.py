@@ -73,9 +73,9 @@ class _Strips:
     """The strips of source chunks of a pass, in C order, and the target blocks each feeds."""
 
     def __init__(self, shape: tuple[int, ...], unit: tuple[int, ...], work: Pass) -> None:
-        axis = strip_geometry(shape, work.source_chunks, unit)
-        assert axis is not None
-        self.axis, self.extent = axis[0], tuple(work.block)
+        geometry = strip_geometry(shape, work.source_chunks, unit)
+        assert geometry is not None
+        self.axis, self.extent = geometry[0], tuple(work.block)  # a strip may be deeper
         self.shape, self.unit = shape, unit
         self.grid = tuple(-(-n // u) for n, u in zip(shape, unit, strict=True))
         counts = [-(-n // e) for n, e in zip(shape, self.extent, strict=True)]

@@ -306,14 +306,16 @@ def frames_pass(
     # The fewest source chunks per strip whose frames reach MIN_FRAME_BYTES, among those that
     # cut a target chunk into whole strips.
     row = source[axis] * math.prod(target[axis + 1 :]) * itemsize
-    depths = [
-        d
-        for d in range(1, target[axis] // source[axis] + 1)
-        if target[axis] % (source[axis] * d) == 0 and d * row >= MIN_FRAME_BYTES
-    ]
-    if not depths:
+    depth = next(
+        (
+            d
+            for d in range(1, target[axis] // source[axis] + 1)
+            if target[axis] % (source[axis] * d) == 0 and d * row >= MIN_FRAME_BYTES
+        ),
+        None,
+    )
+    if depth is None:
         return None
-    depth = depths[0]
     geometry = strip_geometry(shape, source, target, depth)
     if geometry is None:
         return None
