@@ -49,9 +49,11 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     parser = commands.add_parser(
         "rechunk",
         help="copy an array into a zarr array with new chunks, in a RAM budget (resumable)",
-        description="Rechunk SRC (zarr, HDF5, .npy) into the zarr array DST in bounded memory: "
-        "one pass when the blocks fit, else two through a temporary store. The plan is "
-        "printed first; a rerun after a crash continues with the chunks not yet written.",
+        description="Rechunk SRC (zarr, HDF5, .npy, or an object-store URL) into the zarr "
+        "array DST in bounded memory: one pass, direct when the blocks fit or through a "
+        "scatter buffer (or as appended zstd frames), else two through a temporary store. "
+        "The plan is printed first; a rerun after a crash continues with the chunks not yet "
+        "written.",
     )
     parser.add_argument("src", help="the array to read: a zarr directory, an HDF5 or .npy file")
     parser.add_argument("dst", help="the zarr array to write (must not exist, unless resuming)")

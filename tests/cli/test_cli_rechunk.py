@@ -33,6 +33,31 @@ def test_rechunk_hdf5_to_zarr(tmp_path: Path, cli: Callable[..., Result]) -> Non
     assert zarr.open_array(dst, mode="r").chunks == (30, 40)
 
 
+def test_rechunk_with_a_codec_and_shards(tmp_path: Path, cli: Callable[..., Result]) -> None:
+    src = tmp_path / "in.npy"
+    np.save(src, VALUES)
+    dst = tmp_path / "out.zarr"
+    done = cli(
+        "rechunk",
+        src,
+        dst,
+        "--chunks",
+        "6,8",
+        "--shards",
+        "30,40",
+        "--codec",
+        "lz4",
+        "--max-ram",
+        "1M",
+        "--no-progress",
+    )
+    assert done.code == 0, done.err
+    z = zarr.open_array(dst, mode="r")
+    assert (z.chunks, z.shards) == ((6, 8), (30, 40))
+    assert "lz4" in str(z.metadata.to_dict()["codecs"]).lower()
+    np.testing.assert_array_equal(z[...], VALUES)
+
+
 def test_rechunk_usage_errors(tmp_path: Path, cli: Callable[..., Result]) -> None:
     src = tmp_path / "in.zarr"
     zarr.create_array(src, shape=(4, 4), dtype="i4", chunks=(1, 4))[...] = 1
