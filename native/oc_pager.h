@@ -53,17 +53,20 @@ int oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode);
  * (both duplicated); 0 or errno.  Before the array is first touched. */
 int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd);
 /* A remote array's chunks handed over in memory by the process that made it (see
- * pager_remote.c): chunk c's stored bytes, copied and counted on the array's node, clean units
- * dropped to make room (0; ENOSPC where none can be; or errno); every chunk outside [lo, hi)
- * let go (the bytes freed); the chunk of the latest fill (-1: none yet); and an eventfd
+ * pager_remote.c): chunk c's stored bytes [src, src + n), lent by `owner` (not copied, not
+ * counted here: the lender counts them) until they are handed back (0 or errno); every chunk
+ * outside [lo, hi) let go; the chunk of the latest fill (-1: none yet); and an eventfd
  * (duplicated) written when the fills move to another chunk (0 or errno). */
-int oc_pager_remote_give(pg_array *a, size_t c, const char *src, size_t n);
+int oc_pager_remote_lend(pg_array *a, size_t c, const char *src, size_t n, void *owner);
+void oc_pager_remote_keep(pg_array *a, size_t lo, size_t hi);
+long long oc_pager_remote_pos(pg_array *a);
+int oc_pager_remote_progress(pg_array *a, int fd);
+/* The owners of bytes lent that no fill reads any more, of every array (those gone too), each
+ * passed to give_back once, in the calling thread; the bytes handed back. */
+size_t oc_pager_remote_spent(void (*give_back)(void *owner));
 /* `bytes` counted on `node`: room made by dropping clean units of its paged arrays, least
  * recently filled first; counted over the budget where none is left (the bytes exist). */
 void oc_pager_count_room(oc_node *node, int64_t bytes);
-size_t oc_pager_remote_keep(pg_array *a, size_t lo, size_t hi);
-long long oc_pager_remote_pos(pg_array *a);
-int oc_pager_remote_progress(pg_array *a, int fd);
 int oc_pager_native_writeback(pg_array *a);
 int oc_pager_write_back(pg_array *a, size_t u, int *chunks, char *msg, size_t msg_n);
 void oc_pager_writeback_error(pg_array *a, char *out, size_t n);

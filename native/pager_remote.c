@@ -15,18 +15,22 @@
  * ever helps: a fill takes a chunk handed over if there is one, and otherwise asks the feeder
  * as before, waking as soon as either comes.  Each fill of a chunk writes its number on an
  * eventfd, so that thread knows where the reads are.
+ *
+ * The bytes handed over are lent, not copied: the fills decode from the buffer the network
+ * layer received them in.  Giving the buffer back needs the GIL, which no thread here may wait
+ * for, so bytes no fill reads any more go on one list (of every array) that the lender's thread
+ * empties whenever it calls in (oc_pager_remote_spent).
  */
 #include "pager_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-enum { GIVEN_MAPPED_FROM = 128 << 10 }; /* glibc's own least size for mapping on its own */
 
 enum { RQ_NONE = 0, RQ_ASKED = 1, RQ_READY = 2, RQ_ABSENT = 3, RQ_FAILED = 4 };
 
@@ -42,15 +46,19 @@ struct pg_remote {
     atomic_llong pos; /* the chunk of the latest fill, -1 before the first */
 };
 
-/* A chunk's stored bytes in memory, counted on the array's node while held. */
+/* A chunk's stored bytes in memory, lent by `owner` (counted by whoever lent them). */
 struct pg_given {
-    pg_given *next; /* in a list of those let go at once */
+    pg_given *next; /* in the list of those spent */
+    const char *data;
     size_t n;
-    size_t mapped; /* bytes mapped for it on its own, or 0: taken from the C heap */
+    void *owner;
     int refs;    /* fills decoding from it; under the remote's mutex */
-    int dropped; /* no longer in `given`: the last fill done with it frees it */
-    char data[];
+    int dropped; /* no longer in `given`: the last fill done with it spends it */
 };
+
+/* Bytes lent that no fill reads any more, of every array, until the lender takes them back: a
+ * stack pushed with compare-and-swap and emptied whole, so no lock is held across fork. */
+static _Atomic(pg_given *) spent;
 
 int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd)
 {
@@ -104,46 +112,30 @@ int oc_pager_remote_progress(pg_array *a, int fd)
     return 0;
 }
 
-/* The memory of g, given back as it was taken (see given_new). */
-static void given_unmap(pg_given *g)
-{
-    if (g->mapped) {
-        oc_scratch_unmap(g, g->mapped);
-    } else {
-        free(g);
-    }
-}
-
-static void given_free(pg_array *a, pg_given *g)
+/* No fill reads g any more: on the list for its lender. */
+static void given_spend(pg_array *a, pg_given *g)
 {
     atomic_fetch_sub(&a->given_bytes, (long long)g->n);
-    if (a->node != NULL) {
-        oc_release(a->node, (int64_t)g->n);
-    }
-    given_unmap(g);
+    pg_given *head = atomic_load(&spent);
+    do {
+        g->next = head;
+    } while (!atomic_compare_exchange_weak(&spent, &head, g));
 }
 
-/* A home for n bytes handed over.  A large one is scratch memory (scratch.c), mapped on its
- * own, so its memory goes back to the system the moment it is freed: from the C heap it would
- * stay resident as the heap's free memory, counted by no budget, until the heap is trimmed (a
- * scan of an array of 1 MiB chunks in a 512 MiB budget held 100-150 MiB so). */
-static pg_given *given_new(size_t n)
+size_t oc_pager_remote_spent(void (*give_back)(void *owner))
 {
-    size_t size = sizeof(pg_given) + (n ? n : 1);
-    size_t mapped = size >= GIVEN_MAPPED_FROM ? size : 0;
-    pg_given *g = mapped ? oc_scratch_map(size) : malloc(size);
-    if (g == NULL) {
-        return NULL;
+    size_t bytes = 0;
+    for (pg_given *g = atomic_exchange(&spent, NULL), *next; g != NULL; g = next) {
+        next = g->next;
+        bytes += g->n;
+        give_back(g->owner);
+        free(g);
     }
-    g->mapped = mapped;
-    g->n = n;
-    g->refs = 0;
-    g->dropped = 0;
-    return g;
+    return bytes;
 }
 
-/* Under the remote's mutex: chunk c's bytes in memory are let go (freed, or by the last fill
- * decoding from them). */
+/* Under the remote's mutex: chunk c's bytes in memory are let go (spent, now or by the last
+ * fill decoding from them). */
 static pg_given *given_take_out(pg_remote *r, size_t c)
 {
     pg_given *g = r->given[c];
@@ -155,28 +147,19 @@ static pg_given *given_take_out(pg_remote *r, size_t c)
     return g;
 }
 
-int oc_pager_remote_give(pg_array *a, size_t c, const char *src, size_t n)
+int oc_pager_remote_lend(pg_array *a, size_t c, const char *src, size_t n, void *owner)
 {
     pg_remote *r = a->remote;
     if (r == NULL || c >= a->nchunks) {
         return EINVAL;
     }
-    pg_given *g = given_new(n);
+    pg_given *g = calloc(1, sizeof *g);
     if (g == NULL) {
         return ENOMEM;
     }
-    /* Counted as a fill's unit is: room made by dropping the units filled longest ago (of a
-     * scan, those behind it); with none to drop, the fill asks the feeder as without it. */
-    while (a->node != NULL && oc_reserve(a->node, (int64_t)n) != NULL) {
-        if (pg_evict_lru(a->node, n, NULL) == 0) {
-            given_unmap(g);
-            return ENOSPC;
-        }
-    }
-    if (a->node != NULL) {
-        oc_raise_peaks(a->node);
-    }
-    memcpy(g->data, src, n);
+    g->data = src;
+    g->n = n;
+    g->owner = owner;
     atomic_fetch_add(&a->given_bytes, (long long)n);
     pthread_mutex_lock(&r->mu);
     pg_given *old = given_take_out(r, c);
@@ -184,19 +167,18 @@ int oc_pager_remote_give(pg_array *a, size_t c, const char *src, size_t n)
     pthread_cond_broadcast(&r->cv); /* fills waiting for the feeder take it now */
     pthread_mutex_unlock(&r->mu);
     if (old != NULL) {
-        given_free(a, old);
+        given_spend(a, old);
     }
     return 0;
 }
 
-size_t oc_pager_remote_keep(pg_array *a, size_t lo, size_t hi)
+void oc_pager_remote_keep(pg_array *a, size_t lo, size_t hi)
 {
     pg_remote *r = a->remote;
-    size_t freed = 0;
     if (r == NULL) {
-        return 0;
+        return;
     }
-    pg_given *out = NULL; /* freed after the mutex: once per move of the fills, not per chunk */
+    pg_given *out = NULL; /* spent after the mutex: once per move of the fills, not per chunk */
     pthread_mutex_lock(&r->mu);
     for (size_t c = 0; c < a->nchunks; c++) {
         pg_given *g = (c < lo || c >= hi) && r->given[c] != NULL ? given_take_out(r, c) : NULL;
@@ -209,10 +191,8 @@ size_t oc_pager_remote_keep(pg_array *a, size_t lo, size_t hi)
     while (out != NULL) {
         pg_given *g = out;
         out = g->next;
-        freed += g->n;
-        given_free(a, g);
+        given_spend(a, g);
     }
-    return freed;
 }
 
 long long oc_pager_remote_pos(pg_array *a)
@@ -241,7 +221,7 @@ void pg_remote_done(pg_array *a, pg_given *g)
     int last = --g->refs == 0 && g->dropped;
     pthread_mutex_unlock(&r->mu);
     if (last) {
-        given_free(a, g);
+        given_spend(a, g);
     }
 }
 
@@ -258,7 +238,7 @@ void pg_remote_free(pg_array *a)
     }
     for (size_t c = 0; c < a->nchunks; c++) {
         if (r->given[c] != NULL) {
-            given_free(a, r->given[c]); /* no fill runs any more */
+            given_spend(a, r->given[c]); /* no fill runs any more */
         }
     }
     pthread_mutex_destroy(&r->mu);

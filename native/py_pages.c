@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 
 typedef struct {
     PyObject_HEAD
@@ -179,6 +180,13 @@ static void Pages_finalize(PagesObject *self)
     PyErr_Restore(type, value, tb);
 }
 
+/* Bytes a remote array's fills no longer read: their buffers given back (the GIL held). */
+static void give_back(void *owner)
+{
+    PyBuffer_Release((Py_buffer *)owner);
+    PyMem_Free(owner);
+}
+
 static void Pages_dealloc(PagesObject *self)
 {
     if (PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0) {
@@ -194,6 +202,15 @@ static void Pages_dealloc(PagesObject *self)
         Py_BEGIN_ALLOW_THREADS
         oc_pager_destroy(p);
         Py_END_ALLOW_THREADS
+        if (oc_pager_remote_spent(give_back) > 0) { /* what it held of bytes lent */
+#ifdef __GLIBC__
+            /* The read-ahead's heap trims (oocarray/_storage/_objects/_heap.py) end with the
+             * array: what these buffers leave in the C heap goes back to the system now. */
+            Py_BEGIN_ALLOW_THREADS
+            malloc_trim(0);
+            Py_END_ALLOW_THREADS
+#endif
+        }
     }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -400,21 +417,30 @@ static PyObject *Pages_prefetch(PagesObject *self, PyObject *args)
 static PyObject *Pages_remote_give(PagesObject *self, PyObject *args)
 {
     Py_ssize_t c;
-    Py_buffer data;
-    if (!PyArg_ParseTuple(args, "ny*", &c, &data)) {
+    PyObject *data;
+    if (!PyArg_ParseTuple(args, "nO", &c, &data)) {
         return NULL;
     }
-    int e = EINVAL;
-    if (c >= 0) {
-        Py_BEGIN_ALLOW_THREADS
-        e = oc_pager_remote_give(self->pages, (size_t)c, data.buf, (size_t)data.len);
-        Py_END_ALLOW_THREADS
+    if (c < 0) {
+        return oc_py_errno_error(EINVAL);
     }
-    PyBuffer_Release(&data);
+    Py_buffer *view = PyMem_Malloc(sizeof *view);
+    if (view == NULL) {
+        return PyErr_NoMemory();
+    }
+    if (PyObject_GetBuffer(data, view, PyBUF_SIMPLE) < 0) {
+        PyMem_Free(view);
+        return NULL;
+    }
+    int e;
+    Py_BEGIN_ALLOW_THREADS
+    e = oc_pager_remote_lend(self->pages, (size_t)c, view->buf, (size_t)view->len, view);
+    Py_END_ALLOW_THREADS
     if (e) {
+        give_back(view);
         return oc_py_errno_error(e);
     }
-    Py_RETURN_NONE;
+    return PyLong_FromSize_t(oc_pager_remote_spent(give_back));
 }
 
 static PyObject *Pages_remote_keep(PagesObject *self, PyObject *args)
@@ -423,11 +449,10 @@ static PyObject *Pages_remote_keep(PagesObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "nn", &lo, &hi)) {
         return NULL;
     }
-    size_t freed;
     Py_BEGIN_ALLOW_THREADS
-    freed = oc_pager_remote_keep(self->pages, lo < 0 ? 0 : (size_t)lo, hi < 0 ? 0 : (size_t)hi);
+    oc_pager_remote_keep(self->pages, lo < 0 ? 0 : (size_t)lo, hi < 0 ? 0 : (size_t)hi);
     Py_END_ALLOW_THREADS
-    return PyLong_FromSize_t(freed);
+    return PyLong_FromSize_t(oc_pager_remote_spent(give_back));
 }
 
 static PyObject *Pages_remote_position(PagesObject *self, PyObject *Py_UNUSED(args))
@@ -485,8 +510,8 @@ static PyMethodDef Pages_methods[] = {
     {"move_end", (PyCFunction)Pages_move_end, METH_VARARGS, "move_end(id, (path, offset, stored) or None): the chunk is stored there."},
     {"trim", (PyCFunction)Pages_trim, METH_NOARGS, "Drop every clean resident unit; the bytes released."},
     {"prefetch", (PyCFunction)Pages_prefetch, METH_VARARGS, "Queue fills of units [first, last)."},
-    {"remote_give", (PyCFunction)Pages_remote_give, METH_VARARGS, "remote_give(chunk, data): a remote array's chunk's stored bytes, copied for its fills."},
-    {"remote_keep", (PyCFunction)Pages_remote_keep, METH_VARARGS, "remote_keep(lo, hi): let go of the chunks handed over outside [lo, hi); the bytes freed."},
+    {"remote_give", (PyCFunction)Pages_remote_give, METH_VARARGS, "remote_give(chunk, data): a remote array's chunk's stored bytes, lent to its fills (a buffer of data held, not copied, until they are done with it); the bytes of buffers given back."},
+    {"remote_keep", (PyCFunction)Pages_remote_keep, METH_VARARGS, "remote_keep(lo, hi): let go of the chunks handed over outside [lo, hi); the bytes of buffers given back."},
     {"remote_position", (PyCFunction)Pages_remote_position, METH_NOARGS, "The chunk of a remote array's latest fill, -1 before the first."},
     {"remote_progress", (PyCFunction)Pages_remote_progress, METH_O, "remote_progress(eventfd): written when a remote array's fills move to another chunk."},
     {NULL},

@@ -7,20 +7,19 @@ through a file (written, then read back), and it starts as a new interpreter, 0.
 first fetch on a 2-core machine.  This reader only helps, whenever the GIL lets it run: it
 follows the fills (the pager writes an eventfd when they move to another chunk) and, while
 they go forward, keeps the next chunks fetched and handed over (``Pages.remote_give``), so the
-fills decode them from memory.  A fill that finds nothing handed over asks the feeder as
-before.  Chunks behind the fills are let go.
+fills decode them from memory: from the fetch's own buffers, lent to the pager, not copied.
+A fill that finds nothing handed over asks the feeder as before.  Chunks behind the fills are
+let go, and the pager gives their buffers back whenever this thread calls it.
 
 Memory: the window ahead is a quarter of what the budget of the manager the array was made in
-(above a workspace) has left then, at most 64 MiB.  The bytes handed over are counted on that
-manager as the array's pages are, pages filled longest ago dropped to make room; so are the
-fetch's own buffers (at most the window, freed as each chunk is handed over) and, until the C
-heap is trimmed (``_heap``), the memory they leave there, though this thread has no manager
-active: it names the array's.
+(above a workspace) has left then, at most 64 MiB.  The fetch's buffers are counted on that
+manager, the array's pages filled longest ago dropped to make room, from the request until the
+pager gives them back; so, until the C heap is trimmed (``_heap``), is the memory they leave
+there, though this thread has no manager active: it names the array's.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
@@ -61,7 +60,7 @@ class ReadAhead:
         # and not the floor of a streaming pass's window: a small budget stays small.
         manager = self._manager = reader_manager()
         left = None if manager is None else budget_left(manager)
-        # The fetch reads no further ahead than the chunks are handed over (copied).
+        # The fetch reads no further ahead than the chunks are handed over.
         self._window = max(chunk_bytes, min(AHEAD_BYTES, MAX_WINDOW if left is None else left // 4))
         self._ahead = max(1, min(AHEAD_CHUNKS, self._window // max(1, chunk_bytes)), self._group)
         self._wake = os.eventfd(0, os.EFD_CLOEXEC)
@@ -160,7 +159,8 @@ class ReadAhead:
         # Kept a few chunks behind: the pager's threads fill units out of order (its own read-
         # ahead among them); and a group is handed over once its first chunk is in the window.
         behind = min(self._ahead, BEHIND_CHUNKS)
-        pages.remote_keep(max(pos - behind, 0), pos + 1 + self._ahead + self._group)
+        freed = pages.remote_keep(max(pos - behind, 0), pos + 1 + self._ahead + self._group)
+        self._trimmer.let_go(freed)
         return pos
 
     def _give(self, numbers: range, pos: int) -> None:
@@ -171,7 +171,7 @@ class ReadAhead:
             sources = self._store._chunk_sources([(c, *rest) for c in numbers])
         except Exception:
             return  # the feeder fetches these chunks when they are asked for, and says why
-        given = 0
+        freed = 0  # bytes of the fetch's buffers the pager gave back
         try:
             pages = self._pages()
             for c in numbers:
@@ -180,13 +180,7 @@ class ReadAhead:
                 data = sources.stored_bytes((c, *rest))
                 if data is None:
                     continue  # (never written: the feeder says so)
-                try:
-                    pages.remote_give(c, data)
-                except OSError as error:
-                    if error.errno != errno.ENOSPC:
-                        raise
-                    return  # nothing can be dropped to make room: the fills ask the feeder
-                given += memoryview(data).nbytes
+                freed += pages.remote_give(c, data)
         finally:
             sources.close()
-            self._trimmer.let_go(given)
+            self._trimmer.let_go(freed)
