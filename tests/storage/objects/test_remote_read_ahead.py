@@ -108,6 +108,32 @@ def test_bytes_handed_over_are_lent_to_the_fills_and_given_back(tmp_path):
     lent[1].append(0)  # given back with the array
 
 
+def test_a_forked_child_reads_the_chunks_its_parent_was_lent(s3):
+    """A child forked while chunks are lent to the pager has its copy of their buffers: its
+    fills decode from them (the rest come from the store), and the parent reads on."""
+    data = np.random.default_rng(5).standard_normal((8192, 32)).astype(np.float32)
+    y = remote_array(s3, "fork.zarr", data, (256, 32), codec="none")
+    a = y.as_ndarray()
+    assert np.array_equal(a[:10], data[:10])
+    _until(lambda: _stats(y)["handed_over_bytes"] >= 16 * 32768)
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest here, only its exit status
+        os._exit(0 if np.array_equal(a, data) else 1)
+    done, status = threading.Event(), None
+    for _ in range(int(WAIT_S / 0.01)):
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        if ended == pid:
+            break
+        done.wait(0.01)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        raise AssertionError("the forked child did not finish its scan")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert np.array_equal(a, data)
+    del a
+
+
 def _read_ahead_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "oocarray-read-ahead"]
 
