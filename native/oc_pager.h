@@ -54,7 +54,8 @@ int oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode);
 int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd);
 /* A remote array's chunks handed over in memory by the process that made it (see
  * pager_remote.c): chunk c's stored bytes [src, src + n), lent by `owner` (not copied, not
- * counted here: the lender counts them) until they are handed back (0 or errno); every chunk
+ * counted here: the lender counts them) until they are handed back, clean units dropped while
+ * the node is over its budget (0; ENOSPC where none is left to drop; or errno); every chunk
  * outside [lo, hi) let go; the chunk of the latest fill (-1: none yet); and an eventfd
  * (duplicated) written when the fills move to another chunk (0 or errno). */
 int oc_pager_remote_lend(pg_array *a, size_t c, const char *src, size_t n, void *owner);

@@ -147,11 +147,28 @@ static pg_given *given_take_out(pg_remote *r, size_t c)
     return g;
 }
 
+/* Lent bytes are counted already, by their lender.  Where that put the node over its budget,
+ * the units filled longest ago (of a scan, those behind it) are dropped; whether it is under
+ * it then (with nothing left to drop, the bytes are not taken: the fills ask the feeder). */
+static int room_for_lent(oc_node *node, size_t n)
+{
+    while (oc_reserve(node, 1) != NULL) { /* not a byte more fits */
+        if (pg_evict_lru(node, n, NULL) == 0) {
+            return 0;
+        }
+    }
+    oc_release(node, 1);
+    return 1;
+}
+
 int oc_pager_remote_lend(pg_array *a, size_t c, const char *src, size_t n, void *owner)
 {
     pg_remote *r = a->remote;
     if (r == NULL || c >= a->nchunks) {
         return EINVAL;
+    }
+    if (a->node != NULL && !room_for_lent(a->node, n)) {
+        return ENOSPC;
     }
     pg_given *g = calloc(1, sizeof *g);
     if (g == NULL) {

@@ -20,6 +20,7 @@ there, though this thread has no manager active: it names the array's.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -180,7 +181,12 @@ class ReadAhead:
                 data = sources.stored_bytes((c, *rest))
                 if data is None:
                     continue  # (never written: the feeder says so)
-                freed += pages.remote_give(c, data)
+                try:
+                    freed += pages.remote_give(c, data)
+                except OSError as error:
+                    if error.errno != errno.ENOSPC:
+                        raise
+                    return  # a full budget, nothing to drop: the fills ask the feeder
         finally:
             sources.close()
             self._trimmer.let_go(freed)

@@ -61,32 +61,40 @@ def test_a_forward_scan_decodes_chunks_handed_over_in_memory(s3, shards):
     del a
 
 
-def test_bytes_handed_over_are_lent_to_the_fills_and_given_back(tmp_path):
-    """The pager's fills decode from the very buffer handed over: it is held, not copied, so
-    its owner cannot resize it while lent, and it is given back (its bytes returned) once let
-    go, or when the array goes."""
-    chunk = np.arange(1024, dtype=np.float32)  # 4 KiB: a page, a unit per chunk
+def _lending_pages(tmp_path, node=None):
+    """A read-only paged array of 4 chunks of 4 KiB (raw float32) fetched on demand, with no
+    feeder behind it: only chunks handed over can be read."""
     table = np.zeros((4, 3), dtype=np.int64)
     table[:, 0] = np.arange(4)
     table[:, 2] = -1
     request_r, request_w = os.pipe()
     reply_r, reply_w = os.pipe()
-    pages = _native.Pages(
-        paths=[str(tmp_path / f"c{i}") for i in range(4)],  # never written: asked of a feeder
-        table=table,
-        codec=_native.CODEC_RAW,
-        chunk_nbytes=4096,
-        data_nbytes=4 * 4096,
-        unit_nbytes=4096,
-        fill=np.float32(0).tobytes(),
-        writable=False,
-        node=None,
-        readahead=0,
-        remote_request=request_w,
-        remote_reply=reply_r,
-    )
-    for fd in (request_r, request_w, reply_r, reply_w):
-        os.close(fd)  # the pager holds its own; a fill of chunks 2-3 would fail, none is made
+    try:
+        return _native.Pages(
+            paths=[str(tmp_path / f"c{i}") for i in range(4)],  # never written
+            table=table,
+            codec=_native.CODEC_RAW,
+            chunk_nbytes=4096,
+            data_nbytes=4 * 4096,
+            unit_nbytes=4096,
+            fill=np.float32(0).tobytes(),
+            writable=False,
+            node=node,
+            readahead=0,
+            remote_request=request_w,
+            remote_reply=reply_r,
+        )
+    finally:
+        for fd in (request_r, request_w, reply_r, reply_w):
+            os.close(fd)  # the pager holds its own
+
+
+def test_bytes_handed_over_are_lent_to_the_fills_and_given_back(tmp_path):
+    """The pager's fills decode from the very buffer handed over: it is held, not copied, so
+    its owner cannot resize it while lent, and it is given back (its bytes returned) once let
+    go, or when the array goes."""
+    chunk = np.arange(1024, dtype=np.float32)  # 4 KiB: a page, a unit per chunk
+    pages = _lending_pages(tmp_path)
     lent = [bytearray((chunk + i).tobytes()) for i in range(3)]
     with pytest.raises(OSError, match="Invalid argument"):
         pages.remote_give(4, lent[2])  # no such chunk: refused, the buffer not kept
@@ -106,6 +114,27 @@ def test_bytes_handed_over_are_lent_to_the_fills_and_given_back(tmp_path):
     del a, pages
     gc.collect()
     lent[1].append(0)  # given back with the array
+
+
+def test_bytes_are_not_lent_past_a_full_budget(tmp_path):
+    """Lent bytes are counted by their lender; where that leaves the budget full with no page
+    to drop, the pager does not take them (the fills would ask the feeder) and the buffer is
+    not kept."""
+    with oc.Manager(max_bytes="64K") as manager:
+        pages = _lending_pages(tmp_path, manager._node)
+        lent = bytearray(np.ones(1024, dtype=np.float32).tobytes())
+        full = _native.Counted(80_000, manager._node)  # over the budget, no page to drop
+        with pytest.raises(OSError, match="No space left"):
+            pages.remote_give(0, lent)
+        lent.append(0)  # not held
+        del lent[-1]
+        del full
+        assert pages.remote_give(0, lent) == 0
+        a = np.frombuffer(pages, dtype=np.float32)
+        assert a[:1024].sum() == 1024
+        del a, pages
+        gc.collect()
+        assert manager.stats().current_bytes == 0
 
 
 def test_a_forked_child_reads_the_chunks_its_parent_was_lent(s3):
