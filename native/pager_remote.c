@@ -13,8 +13,9 @@
  * are asked for (oocarray/_storage/_zarr/_prefetch.py: a scan read ahead without files or the
  * feeder's start-up).  That thread needs the GIL, which a faulting thread may hold, so it only
  * ever helps: a fill takes a chunk handed over if there is one, and otherwise asks the feeder
- * as before, waking as soon as either comes.  Each fill of a chunk writes its number on an
- * eventfd, so that thread knows where the reads are.
+ * as before, waking as soon as either comes (the worker reading the answer pipe waits on an
+ * eventfd too, which a chunk handed over writes).  Each fill of a chunk writes its number on
+ * another eventfd, so that thread knows where the reads are.
  *
  * The bytes handed over are lent, not copied: the fills decode from the buffer the network
  * layer received them in.  Giving the buffer back needs the GIL, which no thread here may wait
@@ -25,17 +26,20 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 enum { RQ_NONE = 0, RQ_ASKED = 1, RQ_READY = 2, RQ_ABSENT = 3, RQ_FAILED = 4 };
 
 struct pg_remote {
     int req_fd, rep_fd;
+    int wake_fd; /* an eventfd: a chunk was handed over while a worker read the answer pipe */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int reading; /* a worker is reading the answer pipe */
@@ -73,10 +77,12 @@ int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd)
     }
     r->req_fd = fcntl(req_fd, F_DUPFD_CLOEXEC, 0);
     r->rep_fd = fcntl(rep_fd, F_DUPFD_CLOEXEC, 0);
-    if (r->req_fd < 0 || r->rep_fd < 0) {
+    r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (r->req_fd < 0 || r->rep_fd < 0 || r->wake_fd < 0) {
         int e = errno;
         if (r->req_fd >= 0) close(r->req_fd);
         if (r->rep_fd >= 0) close(r->rep_fd);
+        if (r->wake_fd >= 0) close(r->wake_fd);
         free(r);
         free(status);
         free(given);
@@ -182,6 +188,10 @@ int oc_pager_remote_lend(pg_array *a, size_t c, const char *src, size_t n, void 
     pg_given *old = given_take_out(r, c);
     r->given[c] = g;
     pthread_cond_broadcast(&r->cv); /* fills waiting for the feeder take it now */
+    if (r->reading) {
+        uint64_t one = 1; /* and the one reading its answers (never fails usefully) */
+        (void)!write(r->wake_fd, &one, sizeof one);
+    }
     pthread_mutex_unlock(&r->mu);
     if (old != NULL) {
         given_spend(a, old);
@@ -250,6 +260,7 @@ void pg_remote_free(pg_array *a)
     }
     close(r->req_fd); /* the feeder reads end-of-file and exits */
     close(r->rep_fd);
+    close(r->wake_fd);
     if (r->progress_fd >= 0) {
         close(r->progress_fd);
     }
@@ -280,6 +291,31 @@ static int read_all(int fd, void *buf, size_t n)
         n -= (size_t)got;
     }
     return 0;
+}
+
+/* The feeder's next answer, or a chunk handed over meanwhile (the fills waiting for it must
+ * not wait for the feeder, which may still be starting): 1 with the answer, 0 when a chunk
+ * was handed over, -1 when the feeder is gone. */
+static int await_answer(pg_remote *r, int64_t answer[2])
+{
+    struct pollfd fds[2] = {{.fd = r->rep_fd, .events = POLLIN},
+                            {.fd = r->wake_fd, .events = POLLIN}};
+    for (;;) {
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -1;
+        }
+        if (fds[0].revents) { /* an answer, or the end of the pipe */
+            return read_all(r->rep_fd, answer, 2 * sizeof *answer) == 0 ? 1 : -1;
+        }
+        if (fds[1].revents & POLLIN) {
+            uint64_t count;
+            (void)!read(r->wake_fd, &count, sizeof count);
+            return 0;
+        }
+    }
 }
 
 /* Why chunk c could not be fetched: the feeder's message in the file beside it. */
@@ -333,13 +369,13 @@ int pg_remote_wait(pg_array *a, size_t c, const char *path, pg_given **given, ch
         r->reading = 1;
         pthread_mutex_unlock(&r->mu);
         int64_t answer[2];
-        int rc = read_all(r->rep_fd, answer, sizeof answer);
+        int rc = await_answer(r, answer);
         pthread_mutex_lock(&r->mu);
         r->reading = 0;
-        if (rc != 0) {
+        if (rc < 0) {
             r->broken = 1;
-        } else if (answer[0] >= 0 && (size_t)answer[0] < a->nchunks && answer[1] >= RQ_READY &&
-                   answer[1] <= RQ_FAILED) {
+        } else if (rc > 0 && answer[0] >= 0 && (size_t)answer[0] < a->nchunks &&
+                   answer[1] >= RQ_READY && answer[1] <= RQ_FAILED) {
             r->status[answer[0]] = (uint8_t)answer[1];
         }
         pthread_cond_broadcast(&r->cv);

@@ -64,6 +64,7 @@ class ReadAhead:
         # The fetch reads no further ahead than the chunks are handed over.
         self._window = max(chunk_bytes, min(AHEAD_BYTES, MAX_WINDOW if left is None else left // 4))
         self._ahead = max(1, min(AHEAD_CHUNKS, self._window // max(1, chunk_bytes)), self._group)
+        self._behind = min(self._ahead, BEHIND_CHUNKS)  # chunks kept behind the latest fill
         self._wake = os.eventfd(0, os.EFD_CLOEXEC)
         self._lock = threading.Lock()
         self._stopping = False
@@ -74,7 +75,7 @@ class ReadAhead:
         pages.remote_progress(self._wake)
         # The first chunks before the array is returned: a scan's first touch often holds the
         # GIL (a reduction copies its first row), and would wait for the feeder's start.
-        self._give(range(min(nchunks, self._group)), -1)
+        self._give(range(min(nchunks, self._group)))
         thread = threading.Thread(target=self._follow, name="oocarray-read-ahead", daemon=True)
         thread.start()
         weakref.finalize(pages, self.stop)
@@ -129,7 +130,7 @@ class ReadAhead:
                 if group[0] <= pos + self._ahead:
                     break
                 os.eventfd_read(self._wake)  # the fills moved on, or stop
-            self._give(group, pos)
+            self._give(group)
         return self._nchunks - 1
 
     def _wait_back(self) -> int:
@@ -159,14 +160,16 @@ class ReadAhead:
         pos = int(pages.remote_position())
         # Kept a few chunks behind: the pager's threads fill units out of order (its own read-
         # ahead among them); and a group is handed over once its first chunk is in the window.
-        behind = min(self._ahead, BEHIND_CHUNKS)
-        freed = pages.remote_keep(max(pos - behind, 0), pos + 1 + self._ahead + self._group)
+        freed = pages.remote_keep(max(pos - self._behind, 0), pos + 1 + self._ahead + self._group)
         self._trimmer.let_go(freed)
         return pos
 
-    def _give(self, numbers: range, pos: int) -> None:
-        """Fetch these chunks (taken from the read-ahead where one runs) and hand over those
-        the fills have not passed."""
+    def _give(self, numbers: range) -> None:
+        """Fetch these chunks (taken from the read-ahead where one runs) and hand them over,
+        those behind the latest fill too: the pager's threads fill out of order (its own
+        read-ahead among them), so a fill may be waiting for one of them, and would otherwise
+        wait for the feeder (which may still be starting).  Those the fills are done with go
+        at the next move of the fills; lending them costs no copy."""
         rest = self._store._rest
         try:
             sources = self._store._chunk_sources([(c, *rest) for c in numbers])
@@ -175,9 +178,9 @@ class ReadAhead:
         freed = 0  # bytes of the fetch's buffers the pager gave back
         try:
             pages = self._pages()
+            if pages is None:
+                return  # the array is gone
             for c in numbers:
-                if pages is None or c <= pos:
-                    continue
                 data = sources.stored_bytes((c, *rest))
                 if data is None:
                     continue  # (never written: the feeder says so)

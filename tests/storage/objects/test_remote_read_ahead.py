@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -61,9 +64,10 @@ def test_a_forward_scan_decodes_chunks_handed_over_in_memory(s3, shards):
     del a
 
 
-def _lending_pages(tmp_path, node=None):
+def _lending_pages(tmp_path, node=None, pipes=None):
     """A read-only paged array of 4 chunks of 4 KiB (raw float32) fetched on demand, with no
-    feeder behind it: only chunks handed over can be read."""
+    feeder behind it: only chunks handed over can be read.  ``pipes``: a list to get the
+    feeder's ends (the requests' read end, the answers' write end), kept open."""
     table = np.zeros((4, 3), dtype=np.int64)
     table[:, 0] = np.arange(4)
     table[:, 2] = -1
@@ -85,8 +89,13 @@ def _lending_pages(tmp_path, node=None):
             remote_reply=reply_r,
         )
     finally:
-        for fd in (request_r, request_w, reply_r, reply_w):
-            os.close(fd)  # the pager holds its own
+        os.close(request_w)  # the pager holds its own
+        os.close(reply_r)
+        if pipes is None:
+            os.close(request_r)
+            os.close(reply_w)
+        else:
+            pipes.extend([request_r, reply_w])
 
 
 def test_bytes_handed_over_are_lent_to_the_fills_and_given_back(tmp_path):
@@ -116,6 +125,34 @@ def test_bytes_handed_over_are_lent_to_the_fills_and_given_back(tmp_path):
     lent[1].append(0)  # given back with the array
 
 
+def test_a_fill_waiting_for_the_feeder_takes_a_chunk_handed_over_meanwhile(tmp_path):
+    """The worker that waits on the feeder's answers wakes when the chunk it asked for is
+    handed over: a scan's fills must not wait for a feeder that is still starting."""
+    pipes: list[int] = []
+    pages = _lending_pages(tmp_path, pipes=pipes)
+    request_r, reply_w = pipes
+    a = np.frombuffer(pages, dtype=np.float32).reshape(4, 1024)
+    # Touched by a copy, for which NumPy lets the GIL go (a thread holding it while the fill
+    # runs would hold what handing the chunk over needs).
+    out = np.empty(1024, dtype=np.float32)
+    touch = threading.Thread(target=np.copyto, args=(out, a[1]))
+    try:
+        touch.start()
+        (asked,) = np.frombuffer(os.read(request_r, 8), dtype="<i8")  # the fill asked for it
+        assert asked == 1
+        pages.remote_give(1, (np.arange(1024, dtype=np.float32) + 10).tobytes())
+        touch.join(WAIT_S)  # a bound, never reached when it works
+        assert not touch.is_alive()
+        assert out[5] == 15.0
+    finally:
+        if touch.is_alive():  # let the fill end: the chunk "was never written"
+            os.write(reply_w, np.array([1, 3], dtype="<i8").tobytes())
+            touch.join()
+        for fd in (request_r, reply_w):
+            os.close(fd)
+    del a, pages
+
+
 def test_bytes_are_not_lent_past_a_full_budget(tmp_path):
     """Lent bytes are counted by their lender; where that leaves the budget full with no page
     to drop, the pager does not take them (the fills would ask the feeder) and the buffer is
@@ -135,6 +172,41 @@ def test_bytes_are_not_lent_past_a_full_budget(tmp_path):
         del a, pages
         gc.collect()
         assert manager.stats().current_bytes == 0
+
+
+_QUIET_FEEDER_SCAN = """
+import subprocess, sys, types
+import numpy as np
+import oocarray as oc
+from oocarray._storage._zarr import _feeder
+
+# A feeder that takes every request and never answers: a fill that waits on it never ends.
+popen = subprocess.Popen
+quiet = [sys.executable, "-c", "import sys; sys.stdin.buffer.read()"]
+_feeder.subprocess = types.SimpleNamespace(
+    Popen=lambda args, **kwargs: popen(quiet, **kwargs),
+    PIPE=subprocess.PIPE,
+    TimeoutExpired=subprocess.TimeoutExpired,
+)
+x = oc.open(sys.argv[1], storage_options=eval(sys.argv[2]))
+a = x.as_ndarray()
+out = np.empty_like(a)
+np.copyto(out, a)  # NumPy lets the GIL go while it copies: the read-ahead runs meanwhile
+print(float(out.sum(dtype=np.float64)))
+"""
+
+
+def test_a_forward_scan_is_read_whole_from_the_chunks_handed_over(s3):
+    """The read-ahead hands over every chunk of a forward scan, those the pager's own
+    read-ahead filled out of order included: with a feeder that never answers, the scan still
+    ends (in a child process, which a fill waiting forever cannot take down with it)."""
+    data = np.random.default_rng(6).standard_normal((16384, 32)).astype(np.float32)
+    remote_array(s3, "quiet.zarr", data, (256, 32))
+    script = textwrap.dedent(_QUIET_FEEDER_SCAN)
+    args = [sys.executable, "-c", script, s3.url("quiet.zarr"), repr(s3.storage_options)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout) == pytest.approx(float(data.sum(dtype=np.float64)), rel=1e-6)
 
 
 def test_a_forked_child_reads_the_chunks_its_parent_was_lent(s3):
