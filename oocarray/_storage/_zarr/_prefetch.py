@@ -64,7 +64,6 @@ class ReadAhead:
         # The fetch reads no further ahead than the chunks are handed over.
         self._window = max(chunk_bytes, min(AHEAD_BYTES, MAX_WINDOW if left is None else left // 4))
         self._ahead = max(1, min(AHEAD_CHUNKS, self._window // max(1, chunk_bytes)), self._group)
-        self._behind = min(self._ahead, BEHIND_CHUNKS)  # chunks kept behind the latest fill
         self._wake = os.eventfd(0, os.EFD_CLOEXEC)
         self._lock = threading.Lock()
         self._stopping = False
@@ -160,7 +159,8 @@ class ReadAhead:
         pos = int(pages.remote_position())
         # Kept a few chunks behind: the pager's threads fill units out of order (its own read-
         # ahead among them); and a group is handed over once its first chunk is in the window.
-        freed = pages.remote_keep(max(pos - self._behind, 0), pos + 1 + self._ahead + self._group)
+        behind = min(self._ahead, BEHIND_CHUNKS)
+        freed = pages.remote_keep(max(pos - behind, 0), pos + 1 + self._ahead + self._group)
         self._trimmer.let_go(freed)
         return pos
 

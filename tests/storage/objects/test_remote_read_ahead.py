@@ -6,6 +6,7 @@ GIL through a whole scan included)."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -175,7 +176,7 @@ def test_bytes_are_not_lent_past_a_full_budget(tmp_path):
 
 
 _QUIET_FEEDER_SCAN = """
-import subprocess, sys, types
+import json, subprocess, sys, types
 import numpy as np
 import oocarray as oc
 from oocarray._storage._zarr import _feeder
@@ -188,7 +189,7 @@ _feeder.subprocess = types.SimpleNamespace(
     PIPE=subprocess.PIPE,
     TimeoutExpired=subprocess.TimeoutExpired,
 )
-x = oc.open(sys.argv[1], storage_options=eval(sys.argv[2]))
+x = oc.open(sys.argv[1], storage_options=json.loads(sys.argv[2]))
 a = x.as_ndarray()
 out = np.empty_like(a)
 np.copyto(out, a)  # NumPy lets the GIL go while it copies: the read-ahead runs meanwhile
@@ -203,7 +204,7 @@ def test_a_forward_scan_is_read_whole_from_the_chunks_handed_over(s3):
     data = np.random.default_rng(6).standard_normal((16384, 32)).astype(np.float32)
     remote_array(s3, "quiet.zarr", data, (256, 32))
     script = textwrap.dedent(_QUIET_FEEDER_SCAN)
-    args = [sys.executable, "-c", script, s3.url("quiet.zarr"), repr(s3.storage_options)]
+    args = [sys.executable, "-c", script, s3.url("quiet.zarr"), json.dumps(s3.storage_options)]
     done = subprocess.run(args, capture_output=True, text=True, timeout=WAIT_S)
     assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout) == pytest.approx(float(data.sum(dtype=np.float64)), rel=1e-6)
