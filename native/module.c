@@ -33,6 +33,7 @@ PyMODINIT_FUNC PyInit__native(void)
         PyModule_AddFunctions(m, oc_py_spill_methods) < 0 ||
         PyModule_AddFunctions(m, oc_py_scatter_methods) < 0 ||
         PyModule_AddFunctions(m, oc_py_pages_methods) < 0 ||
+        PyModule_AddFunctions(m, oc_py_pages_remote_methods) < 0 ||
         PyModule_AddFunctions(m, oc_py_chunks_methods) < 0 ||
         PyModule_AddFunctions(m, oc_py_moments_methods) < 0 ||
         PyModule_AddObjectRef(m, "Node", (PyObject *)&oc_py_NodeType) < 0 ||

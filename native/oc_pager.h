@@ -28,7 +28,7 @@ void oc_pager_destroy(pg_array *a);
 char *oc_pager_base(pg_array *a);
 size_t oc_pager_data_bytes(pg_array *a);
 int oc_pager_writable(pg_array *a);
-void oc_pager_stats(pg_array *a, long long out[14]);
+void oc_pager_stats(pg_array *a, long long out[16]);
 const char *oc_pager_error(pg_array *a);
 size_t oc_pager_dirty(pg_array *a, size_t *out, size_t n);
 int oc_pager_begin_writeback(pg_array *a, size_t u);
@@ -49,16 +49,32 @@ extern atomic_int oc_pager_threads;
  * budget pressure and by flush(), each chunk whole (pager_wb.c).  r+ arrays over HDF5 are
  * written by their store, from Python: begin, the store's write, end or abort. */
 int oc_pager_set_writeback(pg_array *a, int level, int checksum, int file_mode);
-/* Chunks not on disk yet are asked of a feeder process: requests on req_fd, answers on rep_fd
- * (both duplicated); 0 or errno.  Before the array is first touched. */
-int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd);
+/* Chunks not on disk yet are asked of a feeder process (pager_feeder.c), started from this
+ * (copied) the first time a fill needs one in this process: `argv[0]` (a path) run with
+ * `argv` and `envp`, `config` written on its stdin, its stderr appended to `log`.  Before the
+ * array is first touched; 0 or errno. */
+typedef struct {
+    char **argv, **envp;
+    char *config;
+    size_t config_n;
+    char *log;
+} oc_feeder_spec;
+int oc_pager_set_remote(pg_array *a, const oc_feeder_spec *spec);
+/* What names the array to oc_pager_stop_feeder: which kills and waits for its feeder (in this
+ * process) and starts no other, before the array is destroyed (0, or ESRCH when no array has
+ * that token any more); the requests made of feeders, and the feeders this process started. */
+unsigned long long oc_pager_remote_token(pg_array *a);
+int oc_pager_stop_feeder(unsigned long long token);
+void oc_pager_remote_counts(pg_array *a, long long *asked, long long *started);
 /* A remote array's chunks handed over in memory by the process that made it (see
  * pager_remote.c): chunk c's stored bytes [src, src + n), lent by `owner` (not copied, not
  * counted here: the lender counts them) until they are handed back, clean units dropped while
- * the node is over its budget (0; ENOSPC where none is left to drop; or errno); every chunk
- * outside [lo, hi) let go; the chunk of the latest fill (-1: none yet); and an eventfd
- * (duplicated) written when the fills move to another chunk (0 or errno). */
+ * the node is over its budget (0; ENOSPC where none is left to drop; or errno); chunk c never
+ * written (0 or errno); every chunk outside [lo, hi) let go; the chunk of the latest fill (-1:
+ * none yet); and an eventfd (duplicated) written when the fills move to another chunk, the
+ * sign that a lender follows them (-1: none does any more; 0 or errno). */
 int oc_pager_remote_lend(pg_array *a, size_t c, const char *src, size_t n, void *owner);
+int oc_pager_remote_absent(pg_array *a, size_t c);
 void oc_pager_remote_keep(pg_array *a, size_t lo, size_t hi);
 long long oc_pager_remote_pos(pg_array *a);
 int oc_pager_remote_progress(pg_array *a, int fd);

@@ -354,6 +354,7 @@ void oc_pager_atfork(int phase)
     if (phase == OC_FORK_PREPARE) {
         pthread_mutex_lock(&pg_life_lock);
         pthread_mutex_lock(&pg_lock);
+        pg_remote_atfork(phase);
         return;
     }
     if (phase == OC_FORK_CHILD) {
@@ -388,6 +389,7 @@ void oc_pager_atfork(int phase)
                 a->flags[u] = 0;
             }
         }
+        pg_remote_atfork(phase); /* its own feeder, started when a fill needs it */
         pthread_mutex_unlock(&pg_lock);
         if (pg_narrays > 0) {
             int err = pg_start_threads();
@@ -411,6 +413,7 @@ void oc_pager_atfork(int phase)
         pthread_mutex_unlock(&pg_life_lock);
         return;
     }
+    pg_remote_atfork(phase);
     pthread_mutex_unlock(&pg_lock);
     pthread_mutex_unlock(&pg_life_lock);
 }

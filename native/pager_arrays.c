@@ -175,7 +175,7 @@ char *oc_pager_base(pg_array *a) { return a->base; }
 size_t oc_pager_data_bytes(pg_array *a) { return a->data_bytes; }
 int oc_pager_writable(pg_array *a) { return a->writable; }
 
-void oc_pager_stats(pg_array *a, long long out[14])
+void oc_pager_stats(pg_array *a, long long out[16])
 {
     out[0] = atomic_load(&a->fills);
     out[1] = atomic_load(&a->zero_fills);
@@ -197,6 +197,7 @@ void oc_pager_stats(pg_array *a, long long out[14])
     out[11] = atomic_load(&a->wb_failures);
     out[12] = atomic_load(&a->given_reads);
     out[13] = atomic_load(&a->given_bytes);
+    oc_pager_remote_counts(a, &out[14], &out[15]);
 }
 
 const char *oc_pager_error(pg_array *a) { return a->error; }

@@ -155,6 +155,7 @@ void pg_remote_done(pg_array *a, pg_given *g);
 const char *pg_given_bytes(const pg_given *g, size_t *n);
 void pg_remote_note(pg_array *a, size_t c); /* a fill reads chunk c now */
 void pg_remote_free(pg_array *a);
+void pg_remote_atfork(int phase); /* pager_feeder.c: pg_lock held */
 int pg_withdraw(pg_array *a);
 /* pager_errors.c */
 extern atomic_int pg_failures_seen;

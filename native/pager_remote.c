@@ -9,20 +9,25 @@
  * fill then reads that file as it reads a local chunk.  Workers waiting for answers take turns
  * reading the answer pipe: the one reading records every answer it gets and wakes the others.
  *
+ * The feeder is started the first time a fill needs it in this process (pager_feeder.c).
+ *
  * A thread of the process that made the array may also hand chunks over in memory before they
  * are asked for (oocarray/_storage/_zarr/_prefetch.py: a scan read ahead without files or the
  * feeder's start-up).  That thread needs the GIL, which a faulting thread may hold, so it only
  * ever helps: a fill takes a chunk handed over if there is one, and otherwise asks the feeder
  * as before, waking as soon as either comes (the worker reading the answer pipe waits on an
  * eventfd too, which a chunk handed over writes).  Each fill of a chunk writes its number on
- * another eventfd, so that thread knows where the reads are.
+ * another eventfd, so that thread knows where the reads are.  While no feeder runs and that
+ * thread follows the fills, a fill waits for its chunk as long as chunks keep coming, a few
+ * tenths of a second after the last, before it starts the feeder: a scan read ahead in memory
+ * never needs one.  The thread also says which chunks were never written.
  *
  * The bytes handed over are lent, not copied: the fills decode from the buffer the network
  * layer received them in.  Giving the buffer back needs the GIL, which no thread here may wait
  * for, so bytes no fill reads any more go on one list (of every array) that the lender's thread
  * empties whenever it calls in (oc_pager_remote_spent).
  */
-#include "pager_int.h"
+#include "pager_remote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,63 +38,39 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
-enum { RQ_NONE = 0, RQ_ASKED = 1, RQ_READY = 2, RQ_ABSENT = 3, RQ_FAILED = 4 };
-
-struct pg_remote {
-    int req_fd, rep_fd;
-    int wake_fd; /* an eventfd: a chunk was handed over while a worker read the answer pipe */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int reading; /* a worker is reading the answer pipe */
-    int broken;  /* the feeder is gone: every wait fails */
-    uint8_t *status; /* per chunk */
-    pg_given **given; /* per chunk: its stored bytes handed over in memory, or NULL */
-    int progress_fd;  /* an eventfd written when fills move to another chunk, or -1 */
-    atomic_llong pos; /* the chunk of the latest fill, -1 before the first */
-};
-
-/* A chunk's stored bytes in memory, lent by `owner` (counted by whoever lent them). */
-struct pg_given {
-    pg_given *next; /* in the list of those spent */
-    const char *data;
-    size_t n;
-    void *owner;
-    int refs;    /* fills decoding from it; under the remote's mutex */
-    int dropped; /* no longer in `given`: the last fill done with it spends it */
-};
+/* How long, after the last chunk handed over (or since it began to wait), a fill waits for
+ * its chunk to be handed over before it starts the feeder. */
+#define LEND_GRACE_NS 300000000LL
 
 /* Bytes lent that no fill reads any more, of every array, until the lender takes them back: a
  * stack pushed with compare-and-swap and emptied whole, so no lock is held across fork. */
 static _Atomic(pg_given *) spent;
 
-int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd)
+int oc_pager_set_remote(pg_array *a, const oc_feeder_spec *spec)
 {
     pg_remote *r = calloc(1, sizeof *r);
     uint8_t *status = calloc(a->nchunks ? a->nchunks : 1, 1);
     pg_given **given = calloc(a->nchunks ? a->nchunks : 1, sizeof *given);
-    if (r == NULL || status == NULL || given == NULL) {
-        free(r);
-        free(status);
-        free(given);
-        return ENOMEM;
+    int e = r == NULL || status == NULL || given == NULL ? ENOMEM : 0;
+    e = e ? e : pg_feeder_spec_copy(&r->spec, spec);
+    if (!e && (r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        e = errno;
+        pg_feeder_spec_free(&r->spec);
     }
-    r->req_fd = fcntl(req_fd, F_DUPFD_CLOEXEC, 0);
-    r->rep_fd = fcntl(rep_fd, F_DUPFD_CLOEXEC, 0);
-    r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (r->req_fd < 0 || r->rep_fd < 0 || r->wake_fd < 0) {
-        int e = errno;
-        if (r->req_fd >= 0) close(r->req_fd);
-        if (r->rep_fd >= 0) close(r->rep_fd);
-        if (r->wake_fd >= 0) close(r->wake_fd);
+    if (e) {
         free(r);
         free(status);
         free(given);
         return e;
     }
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    pg_cond_init(&r->cv);
+    r->token = pg_feeder_token();
+    r->req_fd = r->rep_fd = -1;
+    r->nchunks = a->nchunks;
     r->status = status;
     r->given = given;
     r->progress_fd = -1;
@@ -98,19 +79,28 @@ int oc_pager_set_remote(pg_array *a, int req_fd, int rep_fd)
     return 0;
 }
 
+unsigned long long oc_pager_remote_token(pg_array *a) { return a->remote ? a->remote->token : 0; }
+
+void oc_pager_remote_counts(pg_array *a, long long *asked, long long *started)
+{
+    *asked = a->remote ? atomic_load(&a->remote->asked) : 0;
+    *started = a->remote ? atomic_load(&a->remote->starts) : 0;
+}
+
 int oc_pager_remote_progress(pg_array *a, int fd)
 {
     pg_remote *r = a->remote;
     if (r == NULL) {
         return EINVAL;
     }
-    int mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (mine < 0) {
+    int mine = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (fd >= 0 && mine < 0) {
         return errno;
     }
     pthread_mutex_lock(&r->mu);
     int old = r->progress_fd;
     r->progress_fd = mine;
+    pthread_cond_broadcast(&r->cv); /* no lender any more: fills waiting for one go on */
     pthread_mutex_unlock(&r->mu);
     if (old >= 0) {
         close(old);
@@ -167,6 +157,17 @@ static int room_for_lent(oc_node *node, size_t n)
     return 1;
 }
 
+/* Under r->mu: fills waiting for the feeder or a lender look again (the one reading the
+ * feeder's answers too). */
+static void wake_waiters(pg_remote *r)
+{
+    pthread_cond_broadcast(&r->cv);
+    if (r->reading) {
+        uint64_t one = 1; /* never fails usefully */
+        (void)!write(r->wake_fd, &one, sizeof one);
+    }
+}
+
 int oc_pager_remote_lend(pg_array *a, size_t c, const char *src, size_t n, void *owner)
 {
     pg_remote *r = a->remote;
@@ -174,6 +175,10 @@ int oc_pager_remote_lend(pg_array *a, size_t c, const char *src, size_t n, void 
         return EINVAL;
     }
     if (a->node != NULL && !room_for_lent(a->node, n)) {
+        pthread_mutex_lock(&r->mu);
+        r->refusals++; /* fills waiting for the lender ask the feeder */
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
         return ENOSPC;
     }
     pg_given *g = calloc(1, sizeof *g);
@@ -187,15 +192,27 @@ int oc_pager_remote_lend(pg_array *a, size_t c, const char *src, size_t n, void 
     pthread_mutex_lock(&r->mu);
     pg_given *old = given_take_out(r, c);
     r->given[c] = g;
-    pthread_cond_broadcast(&r->cv); /* fills waiting for the feeder take it now */
-    if (r->reading) {
-        uint64_t one = 1; /* and the one reading its answers (never fails usefully) */
-        (void)!write(r->wake_fd, &one, sizeof one);
-    }
+    r->lent_ns = pg_mono_ns();
+    wake_waiters(r);
     pthread_mutex_unlock(&r->mu);
     if (old != NULL) {
         given_spend(a, old);
     }
+    return 0;
+}
+
+int oc_pager_remote_absent(pg_array *a, size_t c)
+{
+    pg_remote *r = a->remote;
+    if (r == NULL || c >= a->nchunks) {
+        return EINVAL;
+    }
+    pthread_mutex_lock(&r->mu);
+    if (r->status[c] == RQ_NONE || r->status[c] == RQ_ASKED) {
+        r->status[c] = RQ_ABSENT; /* (a feeder asked answers the same) */
+        wake_waiters(r);
+    }
+    pthread_mutex_unlock(&r->mu);
     return 0;
 }
 
@@ -258,8 +275,7 @@ void pg_remote_free(pg_array *a)
     if (r == NULL) {
         return;
     }
-    close(r->req_fd); /* the feeder reads end-of-file and exits */
-    close(r->rep_fd);
+    pg_feeder_end(r); /* killed and waited for, where it runs */
     close(r->wake_fd);
     if (r->progress_fd >= 0) {
         close(r->progress_fd);
@@ -271,6 +287,7 @@ void pg_remote_free(pg_array *a)
     }
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
+    pg_feeder_spec_free(&r->spec);
     free(r->given);
     free(r->status);
     free(r);
@@ -318,8 +335,9 @@ static int await_answer(pg_remote *r, int64_t answer[2])
     }
 }
 
-/* Why chunk c could not be fetched: the feeder's message in the file beside it. */
-static void failure_reason(pg_array *a, const char *path, size_t c, char *err, size_t err_n)
+/* Why chunk c could not be fetched: the feeder's message in the file beside it, or `why`. */
+static void failure_reason(const char *path, size_t c, const char *why_else, char *err,
+                           size_t err_n)
 {
     char name[4096];
     snprintf(name, sizeof name, "%s.error", path);
@@ -330,9 +348,67 @@ static void failure_reason(pg_array *a, const char *path, size_t c, char *err, s
         why[got > 0 ? got : 0] = '\0';
         close(fd);
     }
-    (void)a;
     snprintf(err, err_n, "chunk %zu could not be fetched from the object store: %s", c,
-             why[0] ? why : "the fetching process ended");
+             why[0] ? why : why_else);
+}
+
+/* Under r->mu, no feeder started yet: while a lender follows the fills, wait for chunk c to be
+ * handed over (or said to be absent), as long as chunks keep coming. */
+static void await_lender(pg_remote *r, size_t c)
+{
+    long long since = pg_mono_ns();
+    unsigned refusals = r->refusals;
+    while (r->given[c] == NULL && r->status[c] == RQ_NONE && r->req_fd < 0 &&
+           r->progress_fd >= 0 && r->refusals == refusals && !r->stopped) {
+        long long deadline = (r->lent_ns > since ? r->lent_ns : since) + LEND_GRACE_NS;
+        if (pg_mono_ns() >= deadline) {
+            return;
+        }
+        struct timespec until = {.tv_sec = deadline / 1000000000LL,
+                                 .tv_nsec = deadline % 1000000000LL};
+        pthread_cond_timedwait(&r->cv, &r->mu, &until);
+    }
+}
+
+/* Under r->mu: chunk c asked of the feeder (started if need be); 0, or -1 with r->why. */
+static int ask(pg_remote *r, size_t c)
+{
+    if (pg_feeder_ready(r) != 0) {
+        return -1;
+    }
+    int64_t want = (int64_t)c; /* 8 bytes: one atomic write to a pipe */
+    ssize_t put;
+    do {
+        put = write(r->req_fd, &want, sizeof want);
+    } while (put < 0 && errno == EINTR);
+    if (put != (ssize_t)sizeof want) {
+        r->broken = 1; /* it ended: the next request starts another */
+        snprintf(r->why, sizeof r->why, "the fetching process ended");
+        return -1;
+    }
+    r->status[c] = RQ_ASKED;
+    atomic_fetch_add(&r->asked, 1);
+    return 0;
+}
+
+/* Under r->mu: one answer of the feeder read (recorded) or a wake-up taken, by the one worker
+ * reading them at a time. */
+static void read_answer(pg_array *a, pg_remote *r)
+{
+    r->reading = 1;
+    pthread_mutex_unlock(&r->mu);
+    int64_t answer[2];
+    int rc = await_answer(r, answer);
+    pthread_mutex_lock(&r->mu);
+    r->reading = 0;
+    if (rc < 0) {
+        r->broken = 1;
+        snprintf(r->why, sizeof r->why, "the fetching process ended (its log: %s)", r->spec.log);
+    } else if (rc > 0 && answer[0] >= 0 && (size_t)answer[0] < a->nchunks &&
+               answer[1] >= RQ_READY && answer[1] <= RQ_FAILED) {
+        r->status[answer[0]] = (uint8_t)answer[1];
+    }
+    pthread_cond_broadcast(&r->cv);
 }
 
 int pg_remote_wait(pg_array *a, size_t c, const char *path, pg_given **given, char *err,
@@ -340,57 +416,39 @@ int pg_remote_wait(pg_array *a, size_t c, const char *path, pg_given **given, ch
 {
     pg_remote *r = a->remote;
     pthread_mutex_lock(&r->mu);
-    if (r->given[c] != NULL) {
-        *given = r->given[c];
-        (*given)->refs++;
-        pthread_mutex_unlock(&r->mu);
-        return 2;
-    }
     if (r->status[c] == RQ_READY) {
         r->status[c] = RQ_NONE; /* the file went since (a retry): ask again */
     }
-    if (r->status[c] == RQ_NONE && !r->broken) {
-        int64_t want = (int64_t)c; /* 8 bytes: one atomic write to a pipe */
-        ssize_t put;
-        do {
-            put = write(r->req_fd, &want, sizeof want);
-        } while (put < 0 && errno == EINTR);
-        if (put != (ssize_t)sizeof want) {
-            r->broken = 1;
-        } else {
-            r->status[c] = RQ_ASKED;
-        }
+    if (r->given[c] == NULL && r->status[c] == RQ_NONE && r->req_fd < 0) {
+        await_lender(r, c);
     }
-    while (r->status[c] == RQ_ASKED && !r->broken && r->given[c] == NULL) {
-        if (r->reading) {
+    int failed = 0, again = 1; /* a feeder that ended is replaced once a wait */
+    while (r->given[c] == NULL && !failed &&
+           (r->status[c] == RQ_NONE || r->status[c] == RQ_ASKED)) {
+        if (r->status[c] == RQ_NONE) {
+            failed = ask(r, c) != 0 && !(r->broken && again-- > 0);
+        } else if (r->broken) { /* the feeder it was asked of ended */
+            failed = again-- <= 0;
+            r->status[c] = failed ? RQ_ASKED : RQ_NONE;
+        } else if (r->reading) {
             pthread_cond_wait(&r->cv, &r->mu);
-            continue;
+        } else {
+            read_answer(a, r);
         }
-        r->reading = 1;
-        pthread_mutex_unlock(&r->mu);
-        int64_t answer[2];
-        int rc = await_answer(r, answer);
-        pthread_mutex_lock(&r->mu);
-        r->reading = 0;
-        if (rc < 0) {
-            r->broken = 1;
-        } else if (rc > 0 && answer[0] >= 0 && (size_t)answer[0] < a->nchunks &&
-                   answer[1] >= RQ_READY && answer[1] <= RQ_FAILED) {
-            r->status[answer[0]] = (uint8_t)answer[1];
-        }
-        pthread_cond_broadcast(&r->cv);
     }
-    if (r->status[c] != RQ_READY && r->given[c] != NULL) {
-        *given = r->given[c]; /* handed over while the feeder fetched it (which it still
+    if (r->given[c] != NULL) {
+        *given = r->given[c]; /* handed over, maybe while the feeder fetched it (which it still
                                  answers: a later fill may open its file) */
         (*given)->refs++;
         pthread_mutex_unlock(&r->mu);
         return 2;
     }
-    int status = r->broken && r->status[c] == RQ_ASKED ? RQ_FAILED : r->status[c];
+    int status = failed ? RQ_FAILED : r->status[c];
     if (status == RQ_FAILED) {
         r->status[c] = RQ_NONE; /* a later fault asks again */
     }
+    char why[256];
+    snprintf(why, sizeof why, "%s", r->why[0] ? r->why : "the fetching process ended");
     pthread_mutex_unlock(&r->mu);
     if (status == RQ_READY) {
         return 0;
@@ -398,7 +456,7 @@ int pg_remote_wait(pg_array *a, size_t c, const char *path, pg_given **given, ch
     if (status == RQ_ABSENT) {
         return 1;
     }
-    failure_reason(a, path, c, err, err_n);
+    failure_reason(path, c, why, err, err_n);
     return -1;
 }
 

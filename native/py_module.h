@@ -23,6 +23,7 @@ extern PyMethodDef oc_py_handler_methods[];
 extern PyMethodDef oc_py_spill_methods[];
 extern PyMethodDef oc_py_scatter_methods[];
 extern PyMethodDef oc_py_pages_methods[];
+extern PyMethodDef oc_py_pages_remote_methods[];
 extern PyMethodDef oc_py_chunks_methods[];
 extern PyMethodDef oc_py_moments_methods[];
 

@@ -1,6 +1,6 @@
 /* The Python type Pages: the object that owns a chunk-backed range (pager.c) and is the base
  * of its ndarrays, with the pager's module functions. */
-#include "py_module.h"
+#include "py_pages.h"
 #include "oc_regions.h"
 #include "oc_chunks.h"
 #include "oc_codecs.h"
@@ -10,16 +10,10 @@
 #include <limits.h>
 #include <malloc.h>
 
-typedef struct {
-    PyObject_HEAD
-    pg_array *pages;
-    Py_ssize_t exports;
-    PyObject *on_release; /* called with the object once the last view is gone (write-back) */
-    PyObject *weakreflist;
-} PagesObject;
 
 /* Pages(paths, table, codec, chunk_nbytes, data_nbytes, unit_nbytes, fill, writable, node,
- *       readahead, fd=-1, zstd_level=0, zstd_checksum=False, file_mode=0o644): all checked
+ *       readahead, fd=-1, zstd_level=0, zstd_checksum=False, file_mode=0o644,
+ *       remote_feeder=None): all checked
  *       by the Python caller; table is int64 (nchunks, 3) (an HDF5 chunk's filter mask in bits
  *       32-47 of its path number); fd, when given, is the file every chunk is read from (the
  *       object keeps its own duplicate).  A writable one over chunk files of its own (zarr: no
@@ -27,25 +21,25 @@ typedef struct {
  *       pressure), zstd at that level and checksum (a CRC-32C after, when codec says so), each
  *       new file given file_mode; a writable
  *       one over one file (HDF5) is written back by its store (begin_writeback, the store's
- *       write, end_writeback or abort_writeback; move_begin and move_end around the write). */
+ *       write, end_writeback or abort_writeback; move_begin and move_end around the write).
+ *       remote_feeder: an array in an object store (py_pages_remote.c). */
 static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"paths", "table", "codec", "chunk_nbytes", "data_nbytes",
                              "unit_nbytes", "fill", "writable", "node", "readahead", "fd",
-                             "zstd_level", "zstd_checksum", "file_mode", "remote_request",
-                             "remote_reply", NULL};
+                             "zstd_level", "zstd_checksum", "file_mode", "remote_feeder", NULL};
     PyObject *paths, *table_obj, *node_obj;
     int codec, writable, readahead, fd = -1, level = 0, checksum = 0, file_mode = 0644;
-    int remote_request = -1, remote_reply = -1;
+    PyObject *remote_feeder = Py_None;
     Py_ssize_t chunk_n, data_n, unit_n;
     Py_buffer fill;
     if (oc_pager_errors_init() < 0) { /* what a chunk that cannot be read raises */
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi|iipiii", kwlist, &PyList_Type,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Oinnny*pOi|iipiO", kwlist, &PyList_Type,
                                      &paths, &table_obj, &codec, &chunk_n, &data_n, &unit_n,
                                      &fill, &writable, &node_obj, &readahead, &fd, &level,
-                                     &checksum, &file_mode, &remote_request, &remote_reply)) {
+                                     &checksum, &file_mode, &remote_feeder)) {
         return NULL;
     }
     oc_node *node = NULL;
@@ -150,14 +144,9 @@ static PyObject *Pages_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (writable) {
         oc_pager_set_writeback(self->pages, level, checksum, file_mode);
     }
-    if (remote_request >= 0 || remote_reply >= 0) {
-        int e = remote_request >= 0 && remote_reply >= 0
-                    ? oc_pager_set_remote(self->pages, remote_request, remote_reply)
-                    : EINVAL;
-        if (e) {
-            Py_DECREF(self);
-            return oc_py_errno_error(e);
-        }
+    if (remote_feeder != Py_None && oc_py_pages_set_remote(self, remote_feeder) < 0) {
+        Py_DECREF(self);
+        return NULL;
     }
     return (PyObject *)self;
 }
@@ -180,13 +169,6 @@ static void Pages_finalize(PagesObject *self)
     PyErr_Restore(type, value, tb);
 }
 
-/* Bytes a remote array's fills no longer read: their buffers given back (the GIL held). */
-static void give_back(void *owner)
-{
-    PyBuffer_Release((Py_buffer *)owner);
-    PyMem_Free(owner);
-}
-
 static void Pages_dealloc(PagesObject *self)
 {
     if (PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0) {
@@ -202,7 +184,7 @@ static void Pages_dealloc(PagesObject *self)
         Py_BEGIN_ALLOW_THREADS
         oc_pager_destroy(p);
         Py_END_ALLOW_THREADS
-        if (oc_pager_remote_spent(give_back) > 0) { /* what it held of bytes lent */
+        if (oc_pager_remote_spent(oc_py_give_back) > 0) { /* what it held of bytes lent */
 #ifdef __GLIBC__
             /* The read-ahead's heap trims (oocarray/_storage/_objects/_heap.py) end with the
              * array: what these buffers leave in the C heap goes back to the system now. */
@@ -237,13 +219,14 @@ static PyBufferProcs Pages_as_buffer = {
 
 static PyObject *Pages_stats(PagesObject *self, PyObject *Py_UNUSED(a))
 {
-    long long s[14];
+    long long s[16];
     oc_pager_stats(self->pages, s);
-    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "fills", s[0], "zero_fills", s[1],
+    return Py_BuildValue("{sLsLsLsLsLsLsLsLsLsLsLsLsLsLsLsL}", "fills", s[0], "zero_fills", s[1],
                          "readaheads", s[2], "evictions", s[3], "failures", s[4], "faults", s[5],
                          "decoded_bytes", s[6], "resident_bytes", s[7], "dirty_units", s[8],
                          "unit_bytes", s[9], "writebacks", s[10], "writeback_failures", s[11],
-                         "handed_over_reads", s[12], "handed_over_bytes", s[13]);
+                         "handed_over_reads", s[12], "handed_over_bytes", s[13],
+                         "feeder_requests", s[14], "feeder_starts", s[15]);
 }
 
 static PyObject *Pages_dirty_units(PagesObject *self, PyObject *Py_UNUSED(a))
@@ -414,68 +397,6 @@ static PyObject *Pages_prefetch(PagesObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *Pages_remote_give(PagesObject *self, PyObject *args)
-{
-    Py_ssize_t c;
-    PyObject *data;
-    if (!PyArg_ParseTuple(args, "nO", &c, &data)) {
-        return NULL;
-    }
-    if (c < 0) {
-        return oc_py_errno_error(EINVAL);
-    }
-    Py_buffer *view = PyMem_Malloc(sizeof *view);
-    if (view == NULL) {
-        return PyErr_NoMemory();
-    }
-    if (PyObject_GetBuffer(data, view, PyBUF_SIMPLE) < 0) {
-        PyMem_Free(view);
-        return NULL;
-    }
-    int e;
-    Py_BEGIN_ALLOW_THREADS
-    e = oc_pager_remote_lend(self->pages, (size_t)c, view->buf, (size_t)view->len, view);
-    Py_END_ALLOW_THREADS
-    if (e) {
-        give_back(view);
-        return oc_py_errno_error(e);
-    }
-    return PyLong_FromSize_t(oc_pager_remote_spent(give_back));
-}
-
-static PyObject *Pages_remote_keep(PagesObject *self, PyObject *args)
-{
-    Py_ssize_t lo, hi;
-    if (!PyArg_ParseTuple(args, "nn", &lo, &hi)) {
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    oc_pager_remote_keep(self->pages, lo < 0 ? 0 : (size_t)lo, hi < 0 ? 0 : (size_t)hi);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromSize_t(oc_pager_remote_spent(give_back));
-}
-
-static PyObject *Pages_remote_position(PagesObject *self, PyObject *Py_UNUSED(args))
-{
-    return PyLong_FromLongLong(oc_pager_remote_pos(self->pages));
-}
-
-static PyObject *Pages_remote_progress(PagesObject *self, PyObject *arg)
-{
-    long fd = PyLong_AsLong(arg);
-    if (fd == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (fd < 0 || fd > INT_MAX) {
-        return oc_py_errno_error(EBADF);
-    }
-    int e = oc_pager_remote_progress(self->pages, (int)fd);
-    if (e) {
-        return oc_py_errno_error(e);
-    }
-    Py_RETURN_NONE;
-}
-
 static PyObject *Pages_get_error(PagesObject *self, void *Py_UNUSED(c))
 {
     const char *e = oc_pager_error(self->pages);
@@ -510,10 +431,12 @@ static PyMethodDef Pages_methods[] = {
     {"move_end", (PyCFunction)Pages_move_end, METH_VARARGS, "move_end(id, (path, offset, stored) or None): the chunk is stored there."},
     {"trim", (PyCFunction)Pages_trim, METH_NOARGS, "Drop every clean resident unit; the bytes released."},
     {"prefetch", (PyCFunction)Pages_prefetch, METH_VARARGS, "Queue fills of units [first, last)."},
-    {"remote_give", (PyCFunction)Pages_remote_give, METH_VARARGS, "remote_give(chunk, data): a remote array's chunk's stored bytes, lent to its fills (a buffer of data held, not copied, until they are done with it); the bytes of buffers given back."},
-    {"remote_keep", (PyCFunction)Pages_remote_keep, METH_VARARGS, "remote_keep(lo, hi): let go of the chunks handed over outside [lo, hi); the bytes of buffers given back."},
-    {"remote_position", (PyCFunction)Pages_remote_position, METH_NOARGS, "The chunk of a remote array's latest fill, -1 before the first."},
-    {"remote_progress", (PyCFunction)Pages_remote_progress, METH_O, "remote_progress(eventfd): written when a remote array's fills move to another chunk."},
+    {"remote_token", (PyCFunction)oc_py_pages_remote_token, METH_NOARGS, "What names a remote array to pager_stop_feeder."},
+    {"remote_give", (PyCFunction)oc_py_pages_remote_give, METH_VARARGS, "remote_give(chunk, data): a remote array's chunk's stored bytes, lent to its fills (a buffer of data held, not copied, until they are done with it); the bytes of buffers given back."},
+    {"remote_keep", (PyCFunction)oc_py_pages_remote_keep, METH_VARARGS, "remote_keep(lo, hi): let go of the chunks handed over outside [lo, hi); the bytes of buffers given back."},
+    {"remote_position", (PyCFunction)oc_py_pages_remote_position, METH_NOARGS, "The chunk of a remote array's latest fill, -1 before the first."},
+    {"remote_progress", (PyCFunction)oc_py_pages_remote_progress, METH_O, "remote_progress(eventfd or -1): written when a remote array's fills move to another chunk; -1: no lender follows them any more."},
+    {"remote_absent", (PyCFunction)oc_py_pages_remote_absent, METH_O, "remote_absent(chunk): a remote array's chunk was never written (its fills read the fill value)."},
     {NULL},
 };
 

@@ -199,7 +199,7 @@ class PagedArrays:
 def _feed_options(feed: Any) -> dict[str, Any]:
     if feed is None:
         return {}
-    return {"remote_request": feed.request_fd, "remote_reply": feed.reply_fd}
+    return {"remote_feeder": feed.spec}
 
 
 def _plan(store: Store, mode: str) -> Plan | np.ndarray:

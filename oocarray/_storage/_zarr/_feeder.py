@@ -8,9 +8,11 @@ its own fetches: the pager asks it for a chunk on a pipe when the chunk's file i
 it, then renamed: whole or absent) and answers; the pager decodes the file as it decodes a
 local chunk, and evicts and refills pages under the budget as usual.  With each request the
 feeder also fetches the next chunks in the direction the reads go, several requests in flight,
-so a scan finds its chunks there.  The files live in a private temporary directory (on disk,
-not in RAM), removed with the array; a process killed meanwhile leaves it to the next one's
-clean-up of dead sessions (see ``_temp_dirs``).
+so a scan finds its chunks there.  The pager starts it (``native/pager_feeder.c``) the first
+time one of its fills needs it in a process: a scan that this process reads ahead in memory
+(``_prefetch``) never does, and a forked child starts one of its own.  The files live in a
+private temporary directory (on disk, not in RAM), removed with the array; a process killed
+meanwhile leaves it to the next one's clean-up of dead sessions (see ``_temp_dirs``).
 
 Run as ``python -m oocarray._storage._zarr._feeder``: the configuration (the location, with
 its options, and the cache) comes on stdin, never on the command line, where other users
@@ -28,7 +30,6 @@ import os
 import pickle
 import select
 import struct
-import subprocess
 import sys
 import threading
 import traceback
@@ -38,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from oocarray import _native
 from oocarray._storage._paged._plan import ChunkTable
 from oocarray._storage._temp_dirs import new_temp_dir, remove_temp_dir
 from oocarray._storage._zarr._prefetch import ReadAhead, row_chunks_together
@@ -55,32 +57,25 @@ HELPER_NICENESS = 10  # then its priority lowered by this
 
 def feeder_table(store: Any, nchunks: int, read_ahead: bool = False) -> ChunkTable:
     """The pager's table for a remote array: one file per row chunk in a private directory,
-    none there yet, and a feeder process started to fetch them (``request_fd`` and
-    ``reply_fd``: the pipes the pager takes; the process ends when the pager closes them).
-    With ``read_ahead`` (a read-only array), this process also fetches ahead of a forward
-    scan and hands the chunks over in memory (``_prefetch``), and the feeder reads ahead
-    only when it is asked for chunks one after another (that reader could not keep up)."""
+    none there yet, and how the pager starts a feeder process to fetch them (``spec``: it ends
+    when the pager closes its pipes, or is stopped with the array).  With ``read_ahead`` (a
+    read-only array), this process also fetches ahead of a forward scan and hands the chunks
+    over in memory (``_prefetch``), and the feeder reads ahead only when it is asked for chunks
+    one after another (that reader could not keep up)."""
     directory = new_temp_dir()
-    owner = os.getpid()
-    with open(os.path.join(directory, "feeder.log"), "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "oocarray._storage._zarr._feeder"]
-            + (["--helper"] if read_ahead else []),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            close_fds=True,
-        )
-    assert process.stdin is not None and process.stdout is not None
     chunk_bytes = math.prod(store.chunks) * store.dtype.itemsize
     config = pickle.dumps((store.reopen_remote(), directory, nchunks, chunk_bytes, read_ahead))
-    process.stdin.write(struct.pack("<q", len(config)) + config)
-    process.stdin.flush()
+    spec = (
+        feeder_command(read_ahead),
+        [key + b"=" + value for key, value in os.environb.items()],
+        _REQUEST.pack(len(config)) + config,
+        os.fsencode(os.path.join(directory, "feeder.log")),
+    )
     table = np.zeros((nchunks, 3), dtype=np.int64)
     table[:, 0] = np.arange(nchunks)
     table[:, 2] = -1
     paths = [os.path.join(directory, str(c)) for c in range(nchunks)]
-    feed = _Feed(process, directory, owner)
+    feed = _Feed(spec, directory, os.getpid())
     if read_ahead:
         feed.read_ahead = functools.partial(
             ReadAhead, store, nchunks=nchunks, chunk_bytes=chunk_bytes
@@ -88,15 +83,20 @@ def feeder_table(store: Any, nchunks: int, read_ahead: bool = False) -> ChunkTab
     return ChunkTable(paths, table, feed=feed)
 
 
-class _Feed:
-    """The feeder process of one paged array: its pipes (given to the pager, then closed here)
-    and its directory, removed once the process has ended."""
+def feeder_command(helper: bool) -> list[bytes]:
+    """The command line of a feeder process (nothing secret: its configuration comes on
+    stdin)."""
+    command = [sys.executable, "-m", "oocarray._storage._zarr._feeder"]
+    return [os.fsencode(part) for part in command + (["--helper"] if helper else [])]
 
-    def __init__(self, process: subprocess.Popen[bytes], directory: str, owner: int) -> None:
-        assert process.stdin is not None and process.stdout is not None
-        self.process = process
-        self.request_fd = process.stdin.fileno()
-        self.reply_fd = process.stdout.fileno()
+
+class _Feed:
+    """How the pager starts the feeder process of one paged array (``spec``, the Pages
+    object's ``remote_feeder``), and its directory, removed once the array has gone and its
+    feeder was stopped."""
+
+    def __init__(self, spec: tuple[Any, ...], directory: str, owner: int) -> None:
+        self.spec = spec
         self.directory = directory
         self._owner = owner
         # Set when a put of written-back chunks failed: their files are the only copy, and the
@@ -106,11 +106,9 @@ class _Feed:
         self.read_ahead: Any = None
 
     def handed_over(self, pages: Any) -> None:
-        """The pager has its own copies of the pipes: close these, and clean up after it."""
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.close()
-        self.process.stdout.close()
-        weakref.finalize(pages, _finish, self.process, self.directory, self._owner, self._unsent)
+        """The pager has the array: clean up after it, and start the read-ahead."""
+        token = pages.remote_token()
+        weakref.finalize(pages, _finish, token, self.directory, self._owner, self._unsent)
         if self.read_ahead is not None:
             self.read_ahead(pages)
 
@@ -148,24 +146,15 @@ class _Feed:
         return len(objects)
 
     def abandon(self) -> None:
-        """The pager was not made: stop the process and remove the directory."""
-        _finish(self.process, self.directory, self._owner, self._unsent)
+        """The pager was not made: remove the directory."""
+        _finish(None, self.directory, self._owner, self._unsent)
 
 
-def _finish(
-    process: subprocess.Popen[bytes], directory: str, owner: int, unsent: list[bool]
-) -> None:
-    for stream in (process.stdin, process.stdout):
-        if stream is not None and not stream.closed:
-            stream.close()
-    # No view of the array is left, so no fill will ask for a chunk again: stop the feeder
-    # now rather than wait for the pager to drop its pipes.
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+def _finish(token: int | None, directory: str, owner: int, unsent: list[bool]) -> None:
+    # No view of the array is left, so no fill will ask for a chunk again: stop this process's
+    # feeder now (it writes no file after this), rather than when the pager frees the array.
+    if token is not None:
+        _native.pager_stop_feeder(token)
     if unsent:
         warnings.warn(
             f"chunks written into an array in an object store could not be put there; they "

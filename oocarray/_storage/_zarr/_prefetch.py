@@ -3,13 +3,16 @@ process that made it: the next chunks fetched and handed to the pager in memory.
 
 The feeder process (``_feeder``) is what every fill can count on: the pager's threads never
 wait for Python, and the thread that faulted may hold the GIL.  But every chunk it fetches goes
-through a file (written, then read back), and it starts as a new interpreter, 0.4 s before its
-first fetch on a 2-core machine.  This reader only helps, whenever the GIL lets it run: it
-follows the fills (the pager writes an eventfd when they move to another chunk) and, while
-they go forward, keeps the next chunks fetched and handed over (``Pages.remote_give``), so the
-fills decode them from memory: from the fetch's own buffers, lent to the pager, not copied.
-A fill that finds nothing handed over asks the feeder as before.  Chunks behind the fills are
-let go, and the pager gives their buffers back whenever this thread calls it.
+through a file (written, then read back), and it starts as a new interpreter, a second of CPU
+on a 2-core machine.  This reader only helps, whenever the GIL lets it run: it follows the
+fills (the pager writes an eventfd when they move to another chunk) and, while they go forward,
+keeps the next chunks fetched and handed over (``Pages.remote_give``; those never written said
+to be absent), so the fills decode them from memory: from the fetch's own buffers, lent to the
+pager, not copied.  A fill that finds nothing handed over waits while chunks keep coming, then
+asks the feeder (which the pager starts then: a scan read ahead here never starts one).
+Chunks behind the fills are let go, and the pager gives their buffers back whenever this
+thread calls it.  When this thread ends, it tells the pager, whose fills then ask the feeder at
+once.
 
 Memory: the window ahead is a quarter of what the budget of the manager the array was made in
 (above a workspace) has left then, at most 64 MiB.  The fetch's buffers are counted on that
@@ -98,6 +101,9 @@ class ReadAhead:
         finally:
             with self._lock:
                 self._stopping = True  # no write to the eventfd after this
+            pages = self._pages()
+            if pages is not None:
+                pages.remote_progress(-1)  # no fill waits for this thread any more
             os.close(self._wake)
 
     def _runs(self, start: int) -> None:
@@ -183,7 +189,8 @@ class ReadAhead:
             for c in numbers:
                 data = sources.stored_bytes((c, *rest))
                 if data is None:
-                    continue  # (never written: the feeder says so)
+                    pages.remote_absent(c)  # never written: its fills read the fill value
+                    continue
                 try:
                     freed += pages.remote_give(c, data)
                 except OSError as error:

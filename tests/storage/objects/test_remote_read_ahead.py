@@ -65,38 +65,56 @@ def test_a_forward_scan_decodes_chunks_handed_over_in_memory(s3, shards):
     del a
 
 
-def _lending_pages(tmp_path, node=None, pipes=None):
-    """A read-only paged array of 4 chunks of 4 KiB (raw float32) fetched on demand, with no
-    feeder behind it: only chunks handed over can be read.  ``pipes``: a list to get the
-    feeder's ends (the requests' read end, the answers' write end), kept open."""
+# Feeders that take the pager's requests and never answer: a fill that waits on one never ends.
+_QUIET = "import sys; sys.stdin.buffer.read()"
+# This one also copies everything it reads (its configuration, then the requests) to argv[1].
+_FORWARDING = """
+import os, sys
+out = os.open(sys.argv[1], os.O_WRONLY)
+while data := os.read(0, 4096):
+    os.write(out, data)
+"""
+_CONFIG = b"{}"  # what the feeder reads first, after its length (8 bytes)
+
+
+def _feeder_spec(tmp_path, code: str, *args: str):
+    return (
+        [os.fsencode(sys.executable), b"-c", code.encode(), *map(os.fsencode, args)],
+        [key + b"=" + value for key, value in os.environb.items()],
+        len(_CONFIG).to_bytes(8, "little") + _CONFIG,
+        os.fsencode(tmp_path / "feeder.log"),
+    )
+
+
+def _lending_pages(tmp_path, node=None, feeder=None):
+    """A read-only paged array of 4 chunks of 4 KiB (raw float32) fetched on demand, whose
+    feeder (started by the pager when a fill first needs it) never answers: only chunks
+    handed over can be read.  ``feeder``: its spec (``_feeder_spec``), a quiet one if None."""
     table = np.zeros((4, 3), dtype=np.int64)
     table[:, 0] = np.arange(4)
     table[:, 2] = -1
-    request_r, request_w = os.pipe()
-    reply_r, reply_w = os.pipe()
-    try:
-        return _native.Pages(
-            paths=[str(tmp_path / f"c{i}") for i in range(4)],  # never written
-            table=table,
-            codec=_native.CODEC_RAW,
-            chunk_nbytes=4096,
-            data_nbytes=4 * 4096,
-            unit_nbytes=4096,
-            fill=np.float32(0).tobytes(),
-            writable=False,
-            node=node,
-            readahead=0,
-            remote_request=request_w,
-            remote_reply=reply_r,
-        )
-    finally:
-        os.close(request_w)  # the pager holds its own
-        os.close(reply_r)
-        if pipes is None:
-            os.close(request_r)
-            os.close(reply_w)
-        else:
-            pipes.extend([request_r, reply_w])
+    return _native.Pages(
+        paths=[str(tmp_path / f"c{i}") for i in range(4)],  # never written
+        table=table,
+        codec=_native.CODEC_RAW,
+        chunk_nbytes=4096,
+        data_nbytes=4 * 4096,
+        unit_nbytes=4096,
+        fill=np.float32(0).tobytes(),
+        writable=False,
+        node=node,
+        readahead=0,
+        remote_feeder=feeder or _feeder_spec(tmp_path, _QUIET),
+    )
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        more = os.read(fd, n - len(data))
+        assert more, "the feeder ended"
+        data += more
+    return data
 
 
 def test_bytes_handed_over_are_lent_to_the_fills_and_given_back(tmp_path):
@@ -129,9 +147,9 @@ def test_bytes_handed_over_are_lent_to_the_fills_and_given_back(tmp_path):
 def test_a_fill_waiting_for_the_feeder_takes_a_chunk_handed_over_meanwhile(tmp_path):
     """The worker that waits on the feeder's answers wakes when the chunk it asked for is
     handed over: a scan's fills must not wait for a feeder that is still starting."""
-    pipes: list[int] = []
-    pages = _lending_pages(tmp_path, pipes=pipes)
-    request_r, reply_w = pipes
+    requests = str(tmp_path / "requests")
+    os.mkfifo(requests)
+    pages = _lending_pages(tmp_path, feeder=_feeder_spec(tmp_path, _FORWARDING, requests))
     a = np.frombuffer(pages, dtype=np.float32).reshape(4, 1024)
     # Touched by a copy, for which NumPy lets the GIL go (a thread holding it while the fill
     # runs would hold what handing the chunk over needs).
@@ -139,18 +157,34 @@ def test_a_fill_waiting_for_the_feeder_takes_a_chunk_handed_over_meanwhile(tmp_p
     touch = threading.Thread(target=np.copyto, args=(out, a[1]))
     try:
         touch.start()
-        (asked,) = np.frombuffer(os.read(request_r, 8), dtype="<i8")  # the fill asked for it
+        seen = os.open(requests, os.O_RDONLY)  # once the feeder the fill started opens it
+        try:
+            assert _read_exactly(seen, 8 + len(_CONFIG))[8:] == _CONFIG
+            (asked,) = np.frombuffer(_read_exactly(seen, 8), dtype="<i8")  # the fill asked
+        finally:
+            os.close(seen)
         assert asked == 1
+        assert pages.stats()["feeder_starts"] == 1 and pages.stats()["feeder_requests"] == 1
         pages.remote_give(1, (np.arange(1024, dtype=np.float32) + 10).tobytes())
         touch.join(WAIT_S)  # a bound, never reached when it works
         assert not touch.is_alive()
         assert out[5] == 15.0
     finally:
-        if touch.is_alive():  # let the fill end: the chunk "was never written"
-            os.write(reply_w, np.array([1, 3], dtype="<i8").tobytes())
+        if touch.is_alive():  # let the fill end: it fails once its feeder is gone
+            _native.pager_stop_feeder(pages.remote_token())
             touch.join()
-        for fd in (request_r, reply_w):
-            os.close(fd)
+    del a, pages
+
+
+def test_a_chunk_said_to_be_absent_reads_as_the_fill_value_without_a_feeder(tmp_path):
+    pages = _lending_pages(tmp_path)
+    pages.remote_give(0, np.ones(1024, dtype=np.float32).tobytes())
+    pages.remote_absent(2)
+    with pytest.raises(OSError, match="Invalid argument"):
+        pages.remote_absent(4)  # no such chunk
+    a = np.frombuffer(pages, dtype=np.float32).reshape(4, 1024)
+    assert a[0].sum() == 1024 and not a[2].any()
+    assert pages.stats()["feeder_starts"] == 0 and pages.stats()["feeder_requests"] == 0
     del a, pages
 
 
@@ -176,19 +210,14 @@ def test_bytes_are_not_lent_past_a_full_budget(tmp_path):
 
 
 _QUIET_FEEDER_SCAN = """
-import json, subprocess, sys, types
+import json, os, sys
 import numpy as np
 import oocarray as oc
 from oocarray._storage._zarr import _feeder
 
 # A feeder that takes every request and never answers: a fill that waits on it never ends.
-popen = subprocess.Popen
-quiet = [sys.executable, "-c", "import sys; sys.stdin.buffer.read()"]
-_feeder.subprocess = types.SimpleNamespace(
-    Popen=lambda args, **kwargs: popen(quiet, **kwargs),
-    PIPE=subprocess.PIPE,
-    TimeoutExpired=subprocess.TimeoutExpired,
-)
+quiet = [os.fsencode(sys.executable), b"-c", b"import sys; sys.stdin.buffer.read()"]
+_feeder.feeder_command = lambda helper: quiet
 x = oc.open(sys.argv[1], storage_options=json.loads(sys.argv[2]))
 a = x.as_ndarray()
 out = np.empty_like(a)
