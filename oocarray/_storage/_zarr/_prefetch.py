@@ -41,6 +41,7 @@ _log = logging.getLogger(__name__)
 AHEAD_BYTES = 64 << 20  # stored bytes handed over ahead of the fills, at most
 AHEAD_CHUNKS = 256  # and chunks
 BEHIND_CHUNKS = 8  # kept behind the latest fill, at most
+SHARD_RUN_WINDOWS = 4  # windows a run of chunks in shards reads ahead, its indexes first
 
 
 def row_chunks_together(store: Any) -> int:
@@ -67,6 +68,10 @@ class ReadAhead:
         # The fetch reads no further ahead than the chunks are handed over.
         self._window = max(chunk_bytes, min(AHEAD_BYTES, MAX_WINDOW if left is None else left // 4))
         self._ahead = max(1, min(AHEAD_CHUNKS, self._window // max(1, chunk_bytes)), self._group)
+        # Chunks in shards are read ahead a few windows at a time: a run fetches the indexes of
+        # all its shards before the first range (a second for 64 shards, the server's time).
+        shards_ahead = -(-self._ahead // self._group)
+        self._span = nchunks if self._group == 1 else SHARD_RUN_WINDOWS * shards_ahead * self._group
         self._wake = os.eventfd(0, os.EFD_CLOEXEC)
         self._lock = threading.Lock()
         self._stopping = False
@@ -110,9 +115,10 @@ class ReadAhead:
         rest = self._store._rest
         while True:
             if start < self._nchunks:
-                chunks = [(c, *rest) for c in range(start, self._nchunks)]
+                stop = min(self._nchunks, start + self._span)
+                chunks = [(c, *rest) for c in range(start, stop)]
                 with self._store.read_ahead(chunks, self._window, self._manager):
-                    at = self._run(start)
+                    at = self._run(start, stop)
                 self._trimmer.flush()  # the run's buffers are freed: nothing left counted
             else:  # every chunk handed over, the fetch's buffers freed: wait for a new scan
                 at = self._wait_back()
@@ -120,12 +126,12 @@ class ReadAhead:
                 return
             start = at + 1
 
-    def _run(self, start: int) -> int:
-        """Hands over chunks from ``start`` on while the fills go forward; the chunk the
-        fills are at when a new run must start after it (they went back, or far past the
-        window; the last chunk when every one is handed over), or -1 to stop."""
-        for first in range(start, self._nchunks, self._group):
-            group = range(first, min(self._nchunks, first + self._group))
+    def _run(self, start: int, stop: int) -> int:
+        """Hands over chunks from ``start`` to ``stop`` while the fills go forward; the chunk
+        the fills are at when a new run must start after it (they went back, or far past the
+        window; the last chunk of the run when every one is handed over), or -1 to stop."""
+        for first in range(start, stop, self._group):
+            group = range(first, min(stop, first + self._group))
             while True:
                 pos = self._position()
                 if pos is None:
@@ -136,7 +142,7 @@ class ReadAhead:
                     break
                 os.eventfd_read(self._wake)  # the fills moved on, or stop
             self._give(group)
-        return self._nchunks - 1
+        return stop - 1
 
     def _wait_back(self) -> int:
         """Waits for a new scan from behind; where the fills are then, or -1 to stop."""
