@@ -197,6 +197,9 @@ static int start(pg_remote *r)
 
 int pg_feeder_ready(pg_remote *r)
 {
+    if (!r->stopped && r->req_fd >= 0 && !r->broken) {
+        return 0;
+    }
     while (r->reading) { /* a worker reading the answers of one that ended sees their end */
         pthread_cond_wait(&r->cv, &r->mu);
     }
@@ -205,7 +208,7 @@ int pg_feeder_ready(pg_remote *r)
         return -1;
     }
     if (r->req_fd >= 0 && !r->broken) {
-        return 0;
+        return 0; /* another worker started one meanwhile */
     }
     if (r->req_fd >= 0) { /* it ended: waited for, and its requests made again of the next */
         pg_feeder_end(r);

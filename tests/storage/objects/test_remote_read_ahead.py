@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import select
 import subprocess
 import sys
 import textwrap
@@ -111,6 +112,8 @@ def _lending_pages(tmp_path, node=None, feeder=None):
 def _read_exactly(fd: int, n: int) -> bytes:
     data = b""
     while len(data) < n:
+        ready, _, _ = select.select([fd], [], [], WAIT_S)  # a bound, never reached when it works
+        assert ready, f"the feeder was asked for {len(data) // 8} chunks, no more"
         more = os.read(fd, n - len(data))
         assert more, "the feeder ended"
         data += more
@@ -173,6 +176,39 @@ def test_a_fill_waiting_for_the_feeder_takes_a_chunk_handed_over_meanwhile(tmp_p
         if touch.is_alive():  # let the fill end: it fails once its feeder is gone
             _native.pager_stop_feeder(pages.remote_token())
             touch.join()
+    del a, pages
+
+
+def test_fills_ask_the_feeder_while_another_waits_for_its_answer(tmp_path):
+    """Each fill asks for its chunk at once: none waits for the answer another is waiting on
+    (two: the pager has at least two workers)."""
+    requests = str(tmp_path / "requests")
+    os.mkfifo(requests)
+    pages = _lending_pages(tmp_path, feeder=_feeder_spec(tmp_path, _FORWARDING, requests))
+    a = np.frombuffer(pages, dtype=np.float32).reshape(4, 1024)
+    outs = [np.empty(1024, dtype=np.float32) for _ in range(2)]
+    touches = [threading.Thread(target=np.copyto, args=(outs[i], a[i + 1])) for i in range(2)]
+    try:
+        for touch in touches:
+            touch.start()
+        seen = os.open(requests, os.O_RDONLY)
+        try:
+            _read_exactly(seen, 8 + len(_CONFIG))
+            asked = np.frombuffer(_read_exactly(seen, 2 * 8), dtype="<i8")
+        finally:
+            os.close(seen)
+        assert sorted(asked) == [1, 2]  # neither answered yet
+        for c in (1, 2):
+            pages.remote_give(c, np.full(1024, c, dtype=np.float32).tobytes())
+        for touch in touches:
+            touch.join(WAIT_S)
+            assert not touch.is_alive()
+        assert [out[0] for out in outs] == [1, 2]
+    finally:
+        if any(touch.is_alive() for touch in touches):
+            _native.pager_stop_feeder(pages.remote_token())
+            for touch in touches:
+                touch.join()
     del a, pages
 
 
