@@ -55,7 +55,8 @@
  * has finished.  The threads stop when the last such array is gone, and start again with the
  * next.  fork: the child's copy of a range is no longer registered (no EVENT_FORK, which needs
  * CAP_SYS_PTRACE), so the child opens its own descriptor, registers every range again and
- * starts its own threads; units not yet filled are filled in the child from the store.
+ * starts its own threads; units not yet filled are filled in the child from the store (for
+ * an array in an object store, through a feeder process of the child's own: pager_feeder.c).
  *
  * This file holds the descriptor, the queue, starting and stopping the threads, and fork; the
  * rest of the pager is in pager_reader.c (the fault reader), pager_fill.c (the workers),

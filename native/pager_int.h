@@ -3,8 +3,9 @@
  * the threads, fork), pager_reader.c (the fault reader), pager_fill.c (the fill workers),
  * pager_evict.c (budget and eviction), pager_arrays.c (arrays made and withdrawn),
  * pager_errors.c (units that cannot be filled), pager_wb.c (write-back: the native writer's
- * glue, the store's begin/end/abort protocol, and chunk moves) and pager_spill.c (compressed
- * spill's arrays).  Not for any other file: they go through the oc_pager_* functions.
+ * glue, the store's begin/end/abort protocol, and chunk moves), pager_spill.c (compressed
+ * spill's arrays), and pager_remote.c and pager_feeder.c (arrays in object stores, which also
+ * share pager_remote.h).  Not for any other file: they go through the oc_pager_* functions.
  */
 #ifndef OC_PAGER_INT_H
 #define OC_PAGER_INT_H
