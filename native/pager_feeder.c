@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,8 +105,43 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-static void reap(pid_t pid)
+#define PG_P_PIDFD 3 /* waitid()'s idtype for a pidfd (Linux 5.4) */
+
+/* A pidfd of this process's child `pid`, or -1 (a kernel before 5.3). */
+static int open_pidfd(pid_t pid)
 {
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void)pid;
+    return -1;
+#endif
+}
+
+/* Killed and waited for.  Through its pidfd where there is one: a process that reaped it
+ * behind our back (os.wait(), SIGCHLD ignored) leaves its pid free for another process, which
+ * a kill by pid would hit. */
+static void reap(pid_t pid, int pidfd)
+{
+#ifdef SYS_pidfd_send_signal
+    if (pidfd >= 0) {
+        syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+        siginfo_t info;
+        int rc;
+        while ((rc = waitid((idtype_t)PG_P_PIDFD, (id_t)pidfd, &info, WEXITED)) < 0 &&
+               errno == EINTR) {
+        }
+        int e = rc == 0 ? 0 : errno;
+        close(pidfd);
+        if (e != EINVAL) {
+            return; /* (EINVAL: a kernel before 5.4, which waits by pid) */
+        }
+        pidfd = -1;
+    }
+#endif
+    if (pidfd >= 0) {
+        close(pidfd);
+    }
     kill(pid, SIGKILL);
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
     }
@@ -121,9 +157,10 @@ void pg_feeder_end(pg_remote *r)
     }
     r->req_fd = r->rep_fd = -1;
     if (r->pid > 0) {
-        reap(r->pid);
-        r->pid = 0;
+        reap(r->pid, r->pidfd);
     }
+    r->pid = 0;
+    r->pidfd = -1;
 }
 
 static int spawn(pg_remote *r, int in, int out, pid_t *pid)
@@ -180,7 +217,7 @@ static int start(pg_remote *r)
             close(rep[0]);
         }
         if (pid > 0) {
-            reap(pid);
+            reap(pid, -1); /* not waited for by anyone else yet */
         }
         snprintf(r->why, sizeof r->why, "the fetching process could not start (%s)",
                  strerror(e ? e : fed));
@@ -189,6 +226,7 @@ static int start(pg_remote *r)
     r->req_fd = req[1];
     r->rep_fd = rep[0];
     r->pid = pid;
+    r->pidfd = open_pidfd(pid);
     r->broken = 0;
     r->why[0] = '\0';
     atomic_fetch_add(&r->starts, 1);
@@ -231,7 +269,7 @@ unsigned long long pg_feeder_token(void) { return atomic_fetch_add(&tokens, 1) +
 int oc_pager_stop_feeder(unsigned long long token)
 {
     pid_t pid = 0;
-    int found = 0;
+    int pidfd = -1, found = 0;
     pthread_mutex_lock(&pg_lock); /* the array cannot be freed meanwhile */
     for (pg_array *a = pg_arrays; a != NULL && !found; a = a->next) {
         pg_remote *r = a->remote;
@@ -240,14 +278,16 @@ int oc_pager_stop_feeder(unsigned long long token)
             pthread_mutex_lock(&r->mu);
             r->stopped = 1;
             pid = r->pid;
+            pidfd = r->pidfd;
             r->pid = 0; /* its pipes are closed with the array */
+            r->pidfd = -1;
             pthread_cond_broadcast(&r->cv);
             pthread_mutex_unlock(&r->mu);
         }
     }
     pthread_mutex_unlock(&pg_lock);
     if (pid > 0) {
-        reap(pid); /* a worker reading its answers reads their end */
+        reap(pid, pidfd); /* a worker reading its answers reads their end */
     }
     return found ? 0 : ESRCH;
 }
@@ -273,7 +313,11 @@ static void child_reset(pg_remote *r)
         close(r->rep_fd);
     }
     r->req_fd = r->rep_fd = -1;
+    if (r->pidfd >= 0) {
+        close(r->pidfd); /* the parent's feeder */
+    }
     r->pid = 0;
+    r->pidfd = -1;
     r->reading = 0;
     r->broken = 0;
     close(r->wake_fd);

@@ -69,7 +69,7 @@ int oc_pager_set_remote(pg_array *a, const oc_feeder_spec *spec)
     pthread_mutex_init(&r->mu, NULL);
     pg_cond_init(&r->cv);
     r->token = pg_feeder_token();
-    r->req_fd = r->rep_fd = -1;
+    r->req_fd = r->rep_fd = r->pidfd = -1;
     r->nchunks = a->nchunks;
     r->status = status;
     r->given = given;

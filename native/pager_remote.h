@@ -17,6 +17,7 @@ struct pg_remote {
     unsigned long long token; /* names the array to oc_pager_stop_feeder */
     int req_fd, rep_fd; /* the pipes of this process's feeder, -1 before it starts */
     pid_t pid;          /* this process's feeder, 0 when none was started or it was reaped */
+    int pidfd;          /* and its pidfd (signalled and waited for through it), or -1 */
     int stopped;        /* no feeder starts again: the array is going */
     int wake_fd; /* an eventfd: a chunk was handed over while a worker read the answer pipe */
     pthread_mutex_t mu;

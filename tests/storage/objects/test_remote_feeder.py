@@ -139,3 +139,18 @@ def test_a_child_forked_while_a_fill_waits_on_the_feeder_starts_its_own(writable
     assert np.array_equal(out, data[_rows(y, 5)])
     assert _feeders() == [feeder]  # the child's was its own
     del a
+
+
+def test_a_feeder_reaped_by_someone_else_ends_the_array_quietly(writable):
+    """A program that waits for every child reaps the feeder too: the pager then neither
+    waits forever for it nor signals whatever process has its pid since (it holds a pidfd)."""
+    y, data = writable
+    a = y.as_ndarray("r+")
+    assert np.array_equal(a[_rows(y, 0)], data[_rows(y, 0)])
+    (feeder,) = _feeders()
+    os.kill(feeder, signal.SIGKILL)
+    os.waitpid(feeder, 0)  # behind the pager's back
+    assert np.array_equal(a[_rows(y, 2)], data[_rows(y, 2)])  # its successor serves
+    del a
+    gc.collect()
+    assert not _feeders()
