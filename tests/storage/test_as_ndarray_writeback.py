@@ -11,6 +11,8 @@ import errno
 import os
 import random
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -320,6 +322,26 @@ def test_closing_the_manager_writes_the_dirty_chunks_back(tmp_path: Path) -> Non
     view[0] = 7
     model[0] = 7
     assert x.flush() >= 1
+    assert np.array_equal(zarr.open_array(str(path), mode="r")[...], model)
+
+
+def test_an_array_alive_at_exit_is_written_back(tmp_path: Path) -> None:
+    """No flush(), no manager closed: the process ends with the view alive, and its writes
+    are in the store."""
+    path = tmp_path / "e.zarr"
+    model = _create(path, 1024, 128, zarr_format=3, codec="zstd")
+    script = (
+        "import sys, oocarray as oc\n"
+        "view = oc.open(sys.argv[1], mode='r+').as_ndarray('r+')\n"
+        "view[5] = 7.0\n"
+        "view[-1] = 9.0\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    model[5] = 7.0
+    model[-1] = 9.0
     assert np.array_equal(zarr.open_array(str(path), mode="r")[...], model)
 
 

@@ -43,6 +43,7 @@ makes them pageable.  Each format's checks and chunk table are a :class:`Plan`
 
 from __future__ import annotations
 
+import atexit
 import functools
 import math
 import mmap
@@ -176,6 +177,8 @@ class PagedArrays:
         if mode == "r+":
             writer = _Writer(store, (unit, chunk_bytes, nbytes, dtype, shape), chunk_table.feed)
             pages.on_release = writer  # called with pages: no reference cycle
+            _alive_at_exit[pages] = writer
+            _write_back_at_exit_registered()
             if manager is not system():
                 pages_ref, writer_ref = weakref.ref(pages), weakref.ref(writer)
                 manager._add_close_hook(
@@ -393,6 +396,35 @@ def _write_back_through_store(pages: Any, store: Any, geometry: Geometry) -> int
         pages.end_writeback(u)  # stored: the unit may be dropped again
         written += len(blocks)
     return written
+
+
+# "r+" arrays alive, each with its writer: written back at interpreter exit
+_alive_at_exit: weakref.WeakKeyDictionary[Any, _Writer] = weakref.WeakKeyDictionary()
+
+
+@functools.cache
+def _write_back_at_exit_registered() -> None:
+    # Registered with the first "r+" array, after its chunk files' finalizer (weakref.finalize
+    # registers its own exit hook with the first finalizer): atexit runs the newest first.
+    atexit.register(_write_back_at_exit)
+
+
+def _write_back_at_exit() -> None:
+    """Every "r+" array still alive at interpreter exit is written back while the interpreter
+    still starts threads (an array in an object store uploads through its event loop's) and
+    before the finalizers remove its chunk files: at module teardown, its last release would
+    hang or find them gone.  A failure is a warning (where chunks could not be put in an
+    object store, their files are kept and named)."""
+    for pages, writer in list(_alive_at_exit.items()):
+        pages.on_release = None  # not again at teardown
+        try:
+            writer(pages, 1)
+        except Exception as error:
+            warnings.warn(
+                f"a chunk-backed array's dirty chunks could not be written back at exit ({error})",
+                ResourceWarning,
+                stacklevel=1,
+            )
 
 
 def _write_back_at_close(pages_ref: weakref.ref[Any], writer_ref: weakref.ref[_Writer]) -> None:

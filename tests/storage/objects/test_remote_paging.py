@@ -6,7 +6,10 @@ the thread that touched it (the feeder's start and end: ``test_remote_feeder``).
 from __future__ import annotations
 
 import gc
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -150,3 +153,24 @@ def test_chunks_that_cannot_be_put_are_kept_and_named(s3, monkeypatch):
         assert os.path.exists(os.path.join(kept, "0"))  # the written chunk's file, not lost
     finally:
         shutil.rmtree(kept, ignore_errors=True)
+
+
+def test_an_r_plus_array_alive_at_exit_is_put_and_the_process_ends(s3):
+    """No flush(), no manager closed: at exit its chunks are put (through the event loop's
+    thread, which module teardown could no longer start) before its chunk files go."""
+    data = np.zeros((4096, 16), dtype=np.float32)
+    remote_array(s3, "exit.zarr", data, (256, 16))
+    script = (
+        "import json, sys, oocarray as oc\n"
+        "x = oc.open(sys.argv[1], 'r+', storage_options=json.loads(sys.argv[2]))\n"
+        "view = x.as_ndarray('r+')\n"
+        "view[5] = 7.0\n"
+        "view[4000] = 9.0\n"
+    )
+    args = [sys.executable, "-c", script, s3.url("exit.zarr"), json.dumps(s3.storage_options)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Exception ignored" not in done.stderr, done.stderr[-2000:]
+    y = oc.open(s3.url("exit.zarr"), storage_options=s3.storage_options)
+    data[5], data[4000] = 7.0, 9.0
+    assert np.array_equal(y[...], data)
