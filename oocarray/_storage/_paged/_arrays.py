@@ -177,7 +177,7 @@ class PagedArrays:
         if mode == "r+":
             writer = _Writer(store, (unit, chunk_bytes, nbytes, dtype, shape), chunk_table.feed)
             pages.on_release = writer  # called with pages: no reference cycle
-            _alive_at_exit[pages] = writer
+            _alive_at_exit[pages] = (writer, os.getpid())
             _write_back_at_exit_registered()
             if manager is not system():
                 pages_ref, writer_ref = weakref.ref(pages), weakref.ref(writer)
@@ -398,8 +398,8 @@ def _write_back_through_store(pages: Any, store: Any, geometry: Geometry) -> int
     return written
 
 
-# "r+" arrays alive, each with its writer: written back at interpreter exit
-_alive_at_exit: weakref.WeakKeyDictionary[Any, _Writer] = weakref.WeakKeyDictionary()
+# "r+" arrays alive, each with its writer and the process that made it: written back at exit
+_alive_at_exit: weakref.WeakKeyDictionary[Any, tuple[_Writer, int]] = weakref.WeakKeyDictionary()
 
 
 @functools.cache
@@ -414,8 +414,11 @@ def _write_back_at_exit() -> None:
     still starts threads (an array in an object store uploads through its event loop's) and
     before the finalizers remove its chunk files: at module teardown, its last release would
     hang or find them gone.  A failure is a warning (where chunks could not be put in an
-    object store, their files are kept and named)."""
-    for pages, writer in list(_alive_at_exit.items()):
+    object store, their files are kept and named).  A forked child that exits normally writes
+    back nothing of its parent's arrays."""
+    for pages, (writer, maker) in list(_alive_at_exit.items()):
+        if maker != os.getpid():
+            continue
         pages.on_release = None  # not again at teardown
         try:
             writer(pages, 1)
