@@ -16,6 +16,7 @@
  * it.
  */
 #include "pager_remote.h"
+#include "oc_files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -86,22 +87,6 @@ int pg_feeder_spec_copy(oc_feeder_spec *to, const oc_feeder_spec *from)
     }
     memcpy(to->config, from->config, from->config_n);
     to->config_n = from->config_n;
-    return 0;
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t put = write(fd, p, n);
-        if (put < 0 && errno == EINTR) {
-            continue;
-        }
-        if (put <= 0) {
-            return put < 0 ? errno : EIO;
-        }
-        p += put;
-        n -= (size_t)put;
-    }
     return 0;
 }
 
@@ -208,7 +193,7 @@ static int start(pg_remote *r)
     }
     /* Its configuration: a few hundred bytes, which the pipe takes whole; a longer one is
      * read by the feeder as it starts. */
-    int fed = e ? e : write_all(req[1], r->spec.config, r->spec.config_n);
+    int fed = e ? e : oc_write_all(req[1], r->spec.config, r->spec.config_n);
     if (e || fed) {
         if (req[1] >= 0) {
             close(req[1]);

@@ -10,9 +10,11 @@ timeout that only guards against a hang (no test depends on how long a child tak
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -132,3 +134,19 @@ def start(
 def start_python(code: str, *args: str, **kwargs: Any) -> subprocess.Popen[str]:
     """Start ``code`` (dedented) in a fresh interpreter; keywords as for :func:`start`."""
     return start(["-c", textwrap.dedent(code), *args], **kwargs)
+
+
+def wait_forked(pid: int, what: str, timeout: float = HANG_GUARD_S) -> int:
+    """The exit code of a child this process forked (``os.fork()``), waited for without
+    blocking a signal or the GIL for long; killed, and an AssertionError naming ``what``, when
+    it is still running after ``timeout`` (a guard against a hang, never reached when it
+    works)."""
+    pause = threading.Event()
+    for _ in range(int(timeout / 0.01)):
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        if ended == pid:
+            return os.waitstatus_to_exitcode(status)
+        pause.wait(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError(f"the forked child did not {what}")

@@ -16,6 +16,7 @@ import pytest
 
 import oocarray as oc
 from oocarray._storage._paged._arrays import paging_available
+from testkit.children import wait_forked
 from testkit.stores import remote_array
 
 PAGING, WHY_NOT = paging_available()
@@ -135,18 +136,7 @@ def test_a_child_forked_while_a_fill_waits_on_the_feeder_starts_its_own(writable
         if pid == 0:  # the child: no pytest here, only its exit status
             ok = np.array_equal(a[rows], data[rows]) and np.array_equal(a, data)
             os._exit(0 if ok else 1)
-        status = None
-        done = threading.Event()
-        for _ in range(int(WAIT_S / 0.01)):
-            ended, status = os.waitpid(pid, os.WNOHANG)
-            if ended == pid:
-                break
-            done.wait(0.01)
-        else:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise AssertionError("the forked child did not read its array")
-        assert os.waitstatus_to_exitcode(status) == 0
+        assert wait_forked(pid, "read its array", WAIT_S) == 0
     finally:
         os.kill(feeder, signal.SIGCONT)
         touch.join(WAIT_S)

@@ -22,6 +22,7 @@ from oocarray import _native
 from oocarray._memory import active_manager
 from oocarray._storage._paged._arrays import paging_available
 from oocarray.errors import PagedChunkError
+from testkit.children import wait_forked
 from testkit.stores import remote_array
 
 PAGING, WHY_NOT = paging_available()
@@ -286,17 +287,7 @@ def test_a_forked_child_reads_the_chunks_its_parent_was_lent(s3):
     pid = os.fork()
     if pid == 0:  # the child: no pytest here, only its exit status
         os._exit(0 if np.array_equal(a, data) else 1)
-    done, status = threading.Event(), None
-    for _ in range(int(WAIT_S / 0.01)):
-        ended, status = os.waitpid(pid, os.WNOHANG)
-        if ended == pid:
-            break
-        done.wait(0.01)
-    else:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        raise AssertionError("the forked child did not finish its scan")
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert wait_forked(pid, "finish its scan", WAIT_S) == 0
     assert np.array_equal(a, data)
     del a
 
