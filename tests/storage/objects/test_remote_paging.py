@@ -36,10 +36,12 @@ def test_a_scan_and_random_rows_of_a_remote_array_in_a_budget(s3, shards):
         assert np.array_equal(a[::-1][:1000], data[::-1][:1000])  # a backward scan
         # A fill that finds nothing it may drop (the other units being filled just then) is
         # counted over the budget rather than made to wait (pg_charge): at most a chunk
-        # (32 KiB) per pager worker, one per CPU from 2 to 8.  Seen in CI with two busy jobs
-        # beside it: 9.4 KiB over.
+        # (32 KiB) per pager worker, one per CPU from 2 to 8.  So are the bytes the read-ahead
+        # receives while the pages and the chunks lent fill the budget: at most its window, a
+        # quarter of the budget.  Seen with two busy jobs beside it: 78 KiB over (shards).
         workers = min(8, max(2, os.cpu_count() or 1))
-        assert m.stats().peak_bytes <= (2 << 20) + workers * data[:256].nbytes
+        window = (2 << 20) // 4
+        assert m.stats().peak_bytes <= (2 << 20) + workers * data[:256].nbytes + window
         del a
 
 
