@@ -132,15 +132,31 @@ static void reap(pid_t pid, int pidfd)
     }
 }
 
-void pg_feeder_end(pg_remote *r)
+/* This process's ends of the feeder's pipes closed (the feeder reads end-of-file). */
+static void close_pipes(pg_remote *r)
 {
     if (r->req_fd >= 0) {
-        close(r->req_fd); /* it reads end-of-file */
+        close(r->req_fd);
     }
     if (r->rep_fd >= 0) {
         close(r->rep_fd);
     }
     r->req_fd = r->rep_fd = -1;
+}
+
+/* Requests made of a feeder that is gone: made again of the next. */
+static void forget_requests(pg_remote *r)
+{
+    for (size_t c = 0; c < r->nchunks; c++) {
+        if (r->status[c] == RQ_ASKED) {
+            r->status[c] = RQ_NONE;
+        }
+    }
+}
+
+void pg_feeder_end(pg_remote *r)
+{
+    close_pipes(r);
     if (r->pid > 0) {
         reap(r->pid, r->pidfd);
     }
@@ -235,11 +251,7 @@ int pg_feeder_ready(pg_remote *r)
     }
     if (r->req_fd >= 0) { /* it ended: waited for, and its requests made again of the next */
         pg_feeder_end(r);
-        for (size_t c = 0; c < r->nchunks; c++) {
-            if (r->status[c] == RQ_ASKED) {
-                r->status[c] = RQ_NONE;
-            }
-        }
+        forget_requests(r);
         pthread_cond_broadcast(&r->cv);
     }
     return start(r);
@@ -291,13 +303,7 @@ void pg_cond_init(pthread_cond_t *cv)
  * their buffers); no fill of the parent's reads them here. */
 static void child_reset(pg_remote *r)
 {
-    if (r->req_fd >= 0) {
-        close(r->req_fd);
-    }
-    if (r->rep_fd >= 0) {
-        close(r->rep_fd);
-    }
-    r->req_fd = r->rep_fd = -1;
+    close_pipes(r);
     if (r->pidfd >= 0) {
         close(r->pidfd); /* the parent's feeder */
     }
@@ -311,12 +317,10 @@ static void child_reset(pg_remote *r)
         close(r->progress_fd);
         r->progress_fd = -1;
     }
+    forget_requests(r);
     for (size_t c = 0; c < r->nchunks; c++) {
-        if (r->status[c] == RQ_ASKED) {
-            r->status[c] = RQ_NONE;
-        }
         if (r->given[c] != NULL) {
-            r->given[c]->refs = 0;
+            r->given[c]->refs = 0; /* no fill of the parent's runs here */
         }
     }
     pg_cond_init(&r->cv);

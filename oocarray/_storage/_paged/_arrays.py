@@ -420,14 +420,7 @@ def _write_back_at_exit() -> None:
         if maker != os.getpid():
             continue
         pages.on_release = None  # not again at teardown
-        try:
-            writer(pages, 1)
-        except Exception as error:
-            warnings.warn(
-                f"a chunk-backed array's dirty chunks could not be written back at exit ({error})",
-                ResourceWarning,
-                stacklevel=1,
-            )
+        _write_back_or_warn(pages, writer, "at exit", "", stacklevel=2)
 
 
 def _write_back_at_close(pages_ref: weakref.ref[Any], writer_ref: weakref.ref[_Writer]) -> None:
@@ -437,12 +430,23 @@ def _write_back_at_close(pages_ref: weakref.ref[Any], writer_ref: weakref.ref[_W
     pages, writer = pages_ref(), writer_ref()  # the writer lives as long as the pages
     if pages is None or writer is None:
         return
+    _write_back_or_warn(
+        pages,
+        writer,
+        "when its manager closed",
+        "; they stay in memory: call flush() on the ChunkedArray again",
+        stacklevel=3,
+    )
+
+
+def _write_back_or_warn(pages: Any, writer: _Writer, when: str, then: str, stacklevel: int) -> None:
+    """Written back in this thread alone (the pool may be gone, or its lock held); a failure
+    is a warning, as the manager's close or the interpreter's exit goes on."""
     try:
-        writer(pages, 1)  # under the manager tree's lock: no other thread is needed
+        writer(pages, 1)
     except Exception as error:  # OSError (a full disk), or the store's own (a closed file)
         warnings.warn(
-            f"a chunk-backed array's dirty chunks could not be written back when its manager "
-            f"closed ({error}); they stay in memory: call flush() on the ChunkedArray again",
+            f"a chunk-backed array's dirty chunks could not be written back {when} ({error}){then}",
             ResourceWarning,
-            stacklevel=2,
+            stacklevel=stacklevel,
         )
