@@ -35,6 +35,7 @@ class _Fetches(Protocol):
     """What a read-ahead asks of its :class:`~._fetcher.Fetcher`."""
 
     object_bytes: int
+    whole_bytes: int
 
     async def listed_versions(self, requests: Iterable[Request]) -> dict[str, str]: ...
 
@@ -151,8 +152,8 @@ class FetchAhead:
         return run
 
     def _size(self, request: Request) -> int:
-        """What a request will hold: its range, or a typical object."""
-        return request.end - request.start if request.end >= 0 else self._fetcher.object_bytes
+        """What a request will hold: its range, or a whole object's bytes at most."""
+        return request.end - request.start if request.end >= 0 else self._fetcher.whole_bytes
 
     async def _run(self, run: list[Request], futures: list[asyncio.Future[Any]]) -> None:
         try:

@@ -29,7 +29,7 @@ import contextlib
 import os
 import posixpath
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,10 @@ from oocarray._storage._objects._requests import (
 )
 from oocarray._storage._reader import CheckedFile
 
-__all__ = ["Fetcher"]
+__all__ = ["Fetcher", "Parts"]
+
+# The byte ranges of the parts of an object fetched whole (key, body, version)
+Parts = Callable[[str, np.ndarray, "str | None"], list[tuple[int, int]]]
 
 # A read-ahead of at least this many whole objects, with a cache, validates its cached objects
 # by one listing; it lists at most LIST_SLACK times the objects it reads (plus a page), so a
@@ -68,10 +71,20 @@ class Fetcher:
     objects and shard ranges between passes under ``namespace``."""
 
     def __init__(
-        self, backend: Backend, object_bytes: int, cache: Any = None, namespace: str = ""
+        self,
+        backend: Backend,
+        object_bytes: int,
+        cache: Any = None,
+        namespace: str = "",
+        parts: Parts | None = None,
+        whole_bytes: int = 0,
     ) -> None:
         self.backend = backend
         self.object_bytes = max(1, object_bytes)  # a typical object's size (a stored chunk)
+        # Objects read for their parts (shards, for their inner chunks): ``parts`` finds the
+        # parts' byte ranges in a body; a cache keeps those, never the whole object.
+        self._parts = parts
+        self.whole_bytes = max(self.object_bytes, whole_bytes)  # such an object's size, at most
         self.cache = cache
         self.namespace = namespace
         self.requests = 0  # requests made, for tests and reports
@@ -134,8 +147,8 @@ class Fetcher:
         """With a cache, the versions of the whole objects of ``requests``, from one listing
         of their keys (where they are enough to be worth it), so that their cached copies
         need no request each; what it misses is validated by a conditional request."""
-        if self.cache is None:  # (every read of an uncached array passes here)
-            return {}
+        if self.cache is None or self._parts is not None:  # (every uncached read passes here)
+            return {}  # objects read for their parts are not cached whole
         keys = sorted({r.key for r in requests if r.end < 0})
         if len(keys) < LIST_VALIDATION_MIN:
             return {}
@@ -194,6 +207,8 @@ class Fetcher:
         """The bytes of a group of requests: one object, or neighbouring ranges of one.
         ``known``: versions listed at the start of the pass (see :meth:`FetchAhead.listed`)."""
         first = group[0][1]
+        if first.end < 0 and self._parts is not None:
+            return [await self._get_in_parts(first.key, buffers)]
         if first.end < 0:
             return [await self._get_object(first.key, buffers, known)]
         start, end = first.start, max(r.end for _, r in group)
@@ -252,6 +267,41 @@ class Fetcher:
         data = buffers.counted(fetched.data)
         await self._keep(key, fetched.version, data)
         return data
+
+    async def _get_in_parts(self, key: str, buffers: ReadBuffers) -> Stored | None:
+        """An object read for its parts, fetched whole; with a cache, each part is kept as a
+        range of the body's version, then a marker that says they all were (see
+        :meth:`has_parts`)."""
+        self.requests += 1
+        receiving = buffers.in_flight(self.whole_bytes)
+        try:
+            fetched = await self.backend.get(key)
+        finally:
+            del receiving  # now: a traceback would keep the frame, and the count, alive
+        if fetched is None:
+            return None
+        assert isinstance(fetched, Fetched)
+        data = buffers.counted(fetched.data)
+        assert self._parts is not None
+        ranges = self._parts(key, data, fetched.version)
+        cache, version = self.cache, fetched.version
+        if cache is not None and version is not None:
+
+            def keep() -> None:
+                for start, end in ranges:
+                    request = Request(key, start, end, version)
+                    cache.store(self.namespace, _range_key(request), version, data[start:end])
+                cache.store(self.namespace, key + _PARTS_MARK, version, _MARKER)
+
+            await asyncio.to_thread(keep)
+        return data
+
+    def has_parts(self, key: str) -> bool:
+        """Whether the cache kept the parts of ``key`` (of some version) when it was fetched
+        whole: a read of them then asks for the ranges, which it may find there."""
+        return self.cache is not None and (
+            self.cache.lookup(self.namespace, key + _PARTS_MARK) is not None
+        )
 
     # ---- the cache (its files are read and written off the loop's thread) ------------------
 
@@ -320,6 +370,10 @@ class Fetcher:
 
     async def _discard(self, key: str) -> None:
         await asyncio.to_thread(self.cache.discard, self.namespace, key)
+
+
+_PARTS_MARK = "#parts"  # the cache's marker of an object whose parts it kept
+_MARKER = np.frombuffer(b"parts", dtype=np.uint8)
 
 
 def _range_key(request: Request) -> str:

@@ -4,9 +4,9 @@ zarr-python reads and writes the metadata, over the backend's zarr ``Store`` (co
 metadata is used where a group has it).  Chunks take the local directory's path where the
 layout allows (see :mod:`._layout`): a read fetches the stored bytes of every chunk it needs at
 once, many requests in flight (:mod:`oocarray._storage._objects._fetcher`), and the native
-reader decodes them from the fetched buffers straight into the destination.  A shard's index
-is fetched once (with its version) and kept; inner chunks are then byte ranges of that version,
-neighbours fetched together.  Unsharded chunks are written as one object each (one PUT: a
+reader decodes them from the fetched buffers straight into the destination.  Inner chunks of
+shards are fetched as :mod:`._remote_shards` says: whole shards, or ranges after the shard's
+index.  Unsharded chunks are written as one object each (one PUT: a
 reader sees the old chunk or the new one, whole), shards through zarr-python; the metadata of
 an append is written last.
 """
@@ -33,7 +33,7 @@ from oocarray._storage._objects._urls import Remote
 from oocarray._storage._reader import CheckedFile, Source
 from oocarray._storage._zarr._chunk_files import encoded_parts
 from oocarray._storage._zarr._groups import array_member
-from oocarray._storage._zarr._shards import ShardIndex
+from oocarray._storage._zarr._remote_shards import ShardFetches
 from oocarray._storage._zarr._store import _METADATA_DAMAGE, ZarrStore
 from oocarray.errors import StoreNotFoundError
 
@@ -70,9 +70,19 @@ class RemoteZarrStore(ZarrStore):
         self.supports_paging = self._layout is not None
         layout = self._layout
         inner = self._chunk_nbytes if layout is not None else 1 << 20
-        self.fetcher = Fetcher(backend, inner, cache, remote.cache_namespace + prefix)
-        self._indexes: dict[tuple[int, ...], tuple[ShardIndex, str | None] | None] = {}
-        self._indexes_lock = threading.Lock()
+        namespace = remote.cache_namespace + prefix
+        self._shards: ShardFetches | None = None
+        if layout is not None and layout.shard is not None:
+            grid = tuple(-(-n // c) for n, c in zip(self.shape, self.chunks, strict=True))
+            shards = self._shards = ShardFetches(
+                layout.shard, self._key, backend.where, grid, inner, self.path
+            )
+            self.fetcher = Fetcher(
+                backend, inner, cache, namespace, shards.parts, shards.whole_nbytes
+            )
+            shards.fetcher = self.fetcher
+        else:
+            self.fetcher = Fetcher(backend, inner, cache, namespace)
         self._wave = threading.local()
 
     @classmethod
@@ -161,77 +171,26 @@ class RemoteZarrStore(ZarrStore):
     ) -> Iterator[None]:
         """Fetch these chunks in this order ahead of the reads inside (a pass's plan), within
         the budget's read-ahead window or ``window`` bytes, the bytes counted on the reader's
-        manager (or ``manager``).  In shards, the indexes of every shard the pass reads are
-        fetched first (together), then the inner chunks' ranges go ahead as whole chunks do."""
+        manager (or ``manager``).  Inner chunks of shards: see :class:`ShardFetches`."""
         layout = self._layout
         if layout is None:
             yield
             return
-        if layout.shard is None:
-            requests: Iterable[Request] = (Request(self._key(c)) for c in chunks)
-        else:
-            requests = self._inner_requests(list(chunks))
-        with self.fetcher.read_ahead(requests, window, manager):
-            yield
-
-    def _inner_requests(self, chunks: list[tuple[int, ...]]) -> list[Request]:
-        """The byte ranges of inner chunks, in order, their shards' indexes read first; what
-        a read of them then asks for, request for request."""
-        layout = self._layout
-        assert layout is not None and layout.shard is not None
-        places = {c: layout.shard.locate(c) for c in chunks}
-        firsts: dict[tuple[int, ...], tuple[int, ...]] = {}
-        for chunk, (key, _) in places.items():
-            firsts.setdefault(key, chunk)
-        self._shard_index(list(firsts), firsts)
-        requests = []
-        for chunk in chunks:
-            key, number = places[chunk]
-            known = self._indexes.get(key)
-            entry = None if known is None else known[0].entry(number, chunk, self._chunk_nbytes)
-            if known is not None and entry is not None:
-                offset, nbytes = entry
-                requests.append(Request(self._key(key), offset, offset + nbytes, known[1]))
-        return requests
-
-    def _shard_index(
-        self, keys: list[tuple[int, ...]], first_chunks: dict[tuple[int, ...], tuple[int, ...]]
-    ) -> None:
-        """Fetch the indexes of these shards (at once) that are not known yet."""
-        layout = self._layout
-        assert layout is not None and layout.shard is not None
-        shard = layout.shard
-        with self._indexes_lock:
-            missing = [k for k in keys if k not in self._indexes]
-        if not missing:
+        if self._shards is None:
+            requests = [Request(self._key(c)) for c in chunks]
+            with self.fetcher.read_ahead(requests, window, manager):
+                yield
             return
-
-        async def one(key: tuple[int, ...]) -> tuple[Any, Any]:
-            name = self._key(key)
-            self.fetcher.requests += 1
-            if shard.index_at_end:
-                return key, await self.backend.get_suffix(name, shard.index_bytes)
-            found = await self.backend.get(name)
-            if found is None:
-                return key, None
-            data = np.frombuffer(found.data, dtype=np.uint8)  # type: ignore[union-attr]
-            return key, (type(found)(data[: shard.index_bytes], found.version), len(data))  # type: ignore[union-attr, call-arg]
-
-        for key, found in _loop.run_all((one(k) for k in missing), MAX_REQUESTS):
-            if found is None:
-                index = None
-            else:
-                fetched, size = found
-                where = self.backend.where(self._key(key))
-                parsed = ShardIndex(fetched.data, size, where, self.path, shard, first_chunks[key])
-                index = (parsed, fetched.version)
-            with self._indexes_lock:
-                self._indexes[key] = index
+        with (
+            self._shards.planned(list(chunks)) as planned,
+            self.fetcher.read_ahead(planned, window, manager),
+        ):
+            yield
 
     def forget_shards(self) -> None:
         """Drop the shard indexes kept: a shard changed since they were read."""
-        with self._indexes_lock:
-            self._indexes.clear()
+        if self._shards is not None:
+            self._shards.forget()
 
     # ---- writing --------------------------------------------------------------------------
 
@@ -242,6 +201,7 @@ class RemoteZarrStore(ZarrStore):
         layout = self._layout
         if layout is None or layout.shard is not None:
             super().write_blocks(blocks)
+            self.forget_shards()  # their indexes changed
             return
         encoded: list[Any] = [None] * len(blocks)
 
@@ -251,8 +211,6 @@ class RemoteZarrStore(ZarrStore):
 
         _pool.run_spread(len(blocks), encode, _pool.workers())
         self._put_all([(self._key(c), e) for (c, _), e in zip(blocks, encoded, strict=True)])
-        with self._indexes_lock:
-            self._indexes.clear()
 
     def _put_all(self, objects: list[tuple[str, Any]]) -> None:
         _loop.run_all((self.backend.put(key, data) for key, data in objects), MAX_REQUESTS)
@@ -313,31 +271,11 @@ class _FetchedChunks:
 
     def _fetch(self, chunks: list[tuple[int, ...]]) -> None:
         store = self._store
-        layout = store._layout
-        assert layout is not None
-        if layout.shard is None:
-            found = store.fetcher.fetch([Request(store._key(c)) for c in chunks])
-            self._data = dict(zip(chunks, found, strict=True))
+        if store._shards is not None:
+            self._data = store._shards.fetch(chunks)
             return
-        shard = layout.shard
-        places = {c: shard.locate(c) for c in chunks}
-        firsts: dict[tuple[int, ...], tuple[int, ...]] = {}
-        for chunk, (key, _) in places.items():
-            firsts.setdefault(key, chunk)
-        store._shard_index(list(firsts), firsts)
-        requests: list[Request] = []
-        wanted: list[tuple[int, ...]] = []
-        for chunk, (key, number) in places.items():
-            known = store._indexes.get(key)
-            entry = None if known is None else known[0].entry(number, chunk, store._chunk_nbytes)
-            if known is None or entry is None:
-                self._data[chunk] = None  # never written: the fill value
-                continue
-            offset, nbytes = entry
-            requests.append(Request(store._key(key), offset, offset + nbytes, known[1]))
-            wanted.append(chunk)
-        for chunk, data in zip(wanted, store.fetcher.fetch(requests), strict=True):
-            self._data[chunk] = data
+        found = store.fetcher.fetch([Request(store._key(c)) for c in chunks])
+        self._data = dict(zip(chunks, found, strict=True))
 
     def has(self, chunks: Sequence[tuple[int, ...]]) -> bool:
         return all(c in self._data for c in chunks)

@@ -17,6 +17,7 @@ class _Requests:
     """Stands in for a Fetcher: a request completes at once, or when the test releases it."""
 
     object_bytes = 1
+    whole_bytes = 1
     cache = None
 
     def __init__(self, held: set[str]) -> None:

@@ -20,6 +20,7 @@ import zarr.storage
 import oocarray as oc
 from oocarray._storage._objects import _fetch_ahead, _requests
 from oocarray._storage._objects._urls import locate, redact
+from oocarray._storage._zarr._remote_shards import ShardFetches
 
 FAST_RETRIES = {
     "max_retries": 3,
@@ -187,24 +188,64 @@ def test_reductions_and_batches_in_a_budget(s3):
     assert seen.min() == seen.max() == 2  # every row exactly once per epoch
 
 
-def test_a_sharded_read_fetches_each_shard_index_once_and_ranges_together(s3):
-    data = _data((4000, 8))
+def test_a_sharded_read_fetches_whole_shards_or_ranges_after_the_index(s3):
+    data = _data((3520, 8))  # 4 shards, the last with 11 of its 20 inner chunks in the array
     _written(s3, "s.zarr", data, (50, 8), shards=(1000, 8))
     y = oc.open(s3.url("s.zarr"), storage_options=s3.storage_options)
     fetcher = y._store.fetcher
+    # part of a shard: its index, then the inner chunks' ranges in one request (neighbours)
+    assert np.array_equal(y[100:400], data[100:400])
+    assert fetcher.requests == 2
+    # every inner chunk of a shard: the shard whole, its index read from its end
     assert np.array_equal(y[...], data)
-    # 4 shard indexes, then each shard's 20 inner chunks in one ranged request (neighbours)
-    assert fetcher.requests == 4 + 4
+    assert fetcher.requests == 2 + 4
     before = fetcher.requests
-    assert np.array_equal(y[[5, 1005, 2005]], data[[5, 1005, 2005]])
+    assert np.array_equal(y[[5, 1005, 3505]], data[[5, 1005, 3505]])
     assert fetcher.requests == before + 3  # the indexes are kept: one range per shard
 
 
-def test_a_shuffled_epoch_of_a_sharded_array_fetches_each_shard_in_few_requests(s3, monkeypatch):
+def test_a_whole_shard_with_a_damaged_index_is_an_error_naming_it(s3):
+    data = _data((2000, 4))
+    _written(s3, "d.zarr", data, (50, 4), shards=(1000, 4))
+    client = s3.server.boto3()
+    key = next(
+        o["Key"] for o in client.list_objects_v2(Bucket=s3.name, Prefix="d.zarr/c")["Contents"]
+    )
+    body = bytearray(client.get_object(Bucket=s3.name, Key=key)["Body"].read())
+    body[-10] ^= 0xFF  # in the index, under its checksum
+    client.put_object(Bucket=s3.name, Key=key, Body=bytes(body))
+    y = oc.open(s3.url("d.zarr"), storage_options=s3.storage_options)
+    with pytest.raises(oc.CorruptChunkError, match="index of shard .*CRC-32C"):
+        y[...]
+
+
+def test_a_shard_never_written_and_inner_chunks_never_written_read_as_the_fill_value(s3):
+    x = oc.create(
+        s3.url("f.zarr"),
+        (4000, 4),
+        "int32",
+        chunks=(50, 4),
+        shards=(1000, 4),
+        storage_options=s3.storage_options,
+    )
+    x[1000:1050] = 7  # one inner chunk of the second shard; the other shards never written
+    y = oc.open(s3.url("f.zarr"), storage_options=s3.storage_options)
+    expected = np.zeros((4000, 4), dtype=np.int32)
+    expected[1000:1050] = 7
+    assert np.array_equal(y[...], expected)
+    assert np.array_equal(y[990:1110], expected[990:1110])
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-shards", "ranges"])
+def test_a_shuffled_epoch_of_a_sharded_array_fetches_each_shard_in_few_requests(
+    s3, monkeypatch, whole
+):
     # Chunks of real data (1 MiB) lie far apart in a shard: here, ranges are coalesced only
     # where they touch, and only among the next shard's worth of queued requests.
     monkeypatch.setattr(_requests, "COALESCE_GAP", 0)
     monkeypatch.setattr(_fetch_ahead, "COALESCE_LOOKAHEAD", 20)
+    if not whole:  # as for shards whose ranges a cache keeps
+        monkeypatch.setattr(ShardFetches, "_whole", lambda self, shard, wanted: False)
     data = _data((8000, 4))
     data[:, 0] = np.arange(len(data))
     _written(s3, "e.zarr", data, (50, 4), shards=(1000, 4))  # 8 shards of 20 inner chunks
@@ -217,10 +258,30 @@ def test_a_shuffled_epoch_of_a_sharded_array_fetches_each_shard_in_few_requests(
             assert np.array_equal(batch, data[rows])
             seen[rows] += 1
     assert seen.min() == seen.max() == 1
-    # 8 indexes and about one ranged GET per shard (its 20 inner chunks, asked for over five
-    # windows in random order, coalesced), where one GET per inner chunk would make 160; a
-    # window the reader asks for before the read-ahead has requested it may make a few more.
-    assert fetcher.requests <= 8 + 8 + 6
+    if whole:
+        # the epoch reads each shard's inner chunks one after another (over five windows, in
+        # random order): the read-ahead fetches the shard whole, and the reads share it
+        assert fetcher.requests == 8
+    else:
+        # 8 indexes and about one ranged GET per shard (coalesced), where one GET per inner
+        # chunk would make 160; a window the reader asks for before the read-ahead has
+        # requested it may make a few more
+        assert fetcher.requests <= 8 + 8 + 6
+
+
+def test_a_pass_over_whole_shards_lets_each_go_once_its_chunks_are_read(s3):
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((16000, 32)).astype(np.float32)  # 2 MiB that do not compress
+    _written(s3, "g.zarr", data, (50, 32), shards=(1000, 32))  # 16 shards of 125 KiB
+    y = oc.open(s3.url("g.zarr"), storage_options=s3.storage_options)
+    seen = 0
+    with oc.Manager() as m:
+        for batch in oc.batches(y, 400, shuffle="chunks", seed=3):
+            seen += len(batch)
+            if seen == len(data):  # the last batch: every shard fetched, one still in use
+                held = m.stats().current_bytes
+    assert y._store.fetcher.requests == 16
+    assert held < data.nbytes // 4, held
 
 
 def test_a_remote_array_pickles_with_its_location_and_reopens_in_another_process(s3):
@@ -340,6 +401,37 @@ def test_a_cached_pass_validates_its_chunks_by_one_listing_and_refetches_changed
     before = fetcher.requests
     assert y.sum(dtype=np.float64) == pytest.approx(expected.sum(dtype=np.float64), rel=1e-6)
     assert fetcher.requests - before == 2  # the listing and the changed chunk
+
+
+def test_a_shard_fetched_whole_is_cached_as_its_inner_chunks(s3, tmp_path):
+    options = s3.storage_options
+    data = _data((4000, 8))
+    _written(s3, "cs.zarr", data, (50, 8), shards=(1000, 8))  # 4 shards of 20 inner chunks
+    total = float(data.sum(dtype=np.float64))
+
+    def epoch(y) -> float:
+        return sum(float(b.sum(dtype=np.float64)) for b in oc.batches(y, 300, shuffle="chunks"))
+
+    y = oc.open(s3.url("cs.zarr"), storage_options=options, cache=tmp_path)
+    fetcher = y._store.fetcher
+    assert epoch(y) == pytest.approx(total, rel=1e-6)
+    assert fetcher.requests == 4  # each shard whole, once
+    entries = [n for _, _, names in os.walk(tmp_path) for n in names if len(n) == 64]
+    assert len(entries) == 4 * 20 + 4  # the inner chunks' ranges and a marker per shard
+    before, hits = fetcher.requests, fetcher.cache_hits
+    assert epoch(y) == pytest.approx(total, rel=1e-6)
+    assert (fetcher.requests, fetcher.cache_hits) == (before, hits + 80)  # versions known
+    z = oc.open(s3.url("cs.zarr"), storage_options=options, cache=tmp_path)
+    assert epoch(z) == pytest.approx(total, rel=1e-6)
+    # as in another process: each shard's index (its version), its ranges from the cache
+    assert (z._store.fetcher.requests, z._store.fetcher.cache_hits) == (4, 80)
+    w = oc.open(s3.url("cs.zarr"), "r+", storage_options=options)
+    w[0:50] = -1.0  # the first shard is rewritten: a new version
+    expected = data.copy()
+    expected[0:50] = -1.0
+    u = oc.open(s3.url("cs.zarr"), storage_options=options, cache=tmp_path)
+    assert np.array_equal(u[...], expected)  # never a range of the old version
+    assert u._store.fetcher.cache_hits == 60
 
 
 def test_cached_chunks_read_in_workspace_cycles_are_counted_by_the_manager_above(s3, tmp_path):
