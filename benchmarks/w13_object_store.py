@@ -416,6 +416,19 @@ def _check_rows(got: Any, rows: np.ndarray) -> None:
         raise RuntimeError(f"wrong rows: shape {got.shape}")
 
 
+def _counting_feeders(run: Callable[[], Any], x: Any) -> Callable[[], Any]:
+    """``run``, which also says how many feeder processes its ``as_ndarray()`` started (the
+    fills the read-ahead in the process did not serve in time start one)."""
+
+    def counted() -> Any:
+        value = run()
+        stats = x._paged.stats() if x._paged is not None else []
+        counted.feeders = sum(s.get("feeder_starts", 0) for s in stats)  # type: ignore[attr-defined]
+        return value
+
+    return counted
+
+
 def _reader(job: Job) -> Callable[[], Any]:
     """The reader of ``job.side`` for workloads (a) and (b): returns what the check takes."""
     side, n = job.side, job.n_rows
@@ -440,7 +453,7 @@ def _reader(job: Job) -> Callable[[], Any]:
                     a = x.as_ndarray()
                     return np.asarray(a.mean(axis=0, dtype=np.float64)).tolist()
 
-            return run
+            return _counting_feeders(run, x)
         rows = _rows(n)
         if side == "oocarray x[rows]":
 
@@ -458,7 +471,7 @@ def _reader(job: Job) -> Callable[[], Any]:
             _check_rows(got, rows)
             return None
 
-        return run
+        return _counting_feeders(run, x)
 
     if side.startswith("zarr"):
         z = _zarr_array(job, "obstore" if "obstore" in side else "fsspec", "zarrs" in side)
@@ -647,6 +660,8 @@ def _child(job_json: str) -> None:
             got = run()
             seconds = clock() - start
             phases = {"main": {"seconds": seconds, "value": got}}
+            if hasattr(run, "feeders"):
+                phases["main"]["feeders"] = run.feeders
     except BaseException as error:  # reported, never dropped
         kind = "not supported yet" if isinstance(error, NotImplementedError) else "failed"
         print(
@@ -863,6 +878,12 @@ def run(
                     if o.error and not o.error.startswith("not supported"):
                         print(o.stderr, file=log, flush=True)
                         notes.append(f"W13 {workload} {layout} {side}, round {r + 1}: {o.error}")
+                    feeders = (o.phases or {}).get("main", {}).get("feeders")
+                    if feeders is not None:
+                        notes.append(
+                            f"W13 {workload} {layout} {side}, round {r + 1}: {feeders} feeder "
+                            "process(es) started"
+                        )
                     busy = (after[2] - before[2]) / (o.wall * (os.cpu_count() or 1))
                     server_cpu.setdefault(key, []).append(
                         (after[0] - before[0], after[1] - before[1], busy)
