@@ -117,15 +117,17 @@ class ShardFetches:
         the others as ranges, their indexes fetched first."""
         places = self._places(chunks)
         positions: dict[Chunk, list[int]] = {}
-        for i, (shard, _) in enumerate(places.values()):
+        members: dict[Chunk, set[Chunk]] = {}
+        for i, (chunk, (shard, _)) in enumerate(places.items()):
             positions.setdefault(shard, []).append(i)
+            members.setdefault(shard, set()).add(chunk)
         whole: dict[Chunk, _WholeShard] = {}
         for shard, where in positions.items():
             # near one another (a window of a shuffled pass may straddle two shards): the
             # body is held no longer than the reads of about two shards
             together = where[-1] - where[0] < 2 * len(where)
             if together and self._whole(shard, len(where)):
-                whole[shard] = _WholeShard({c for c, (s, _) in places.items() if s == shard})
+                whole[shard] = _WholeShard(members[shard])
         with self._lock:
             mine = {s: w for s, w in whole.items() if self._planned.setdefault(s, w) is w}
         try:
@@ -213,8 +215,10 @@ class ShardFetches:
         with self._lock:
             for shard, w in ordered:
                 w.remaining.difference_update(by_shard[shard])
-                if not w.remaining and self._planned.get(shard) is w:
+                planned = self._planned.get(shard) is w
+                if planned and not w.remaining:
                     del self._planned[shard]
+                if not planned or not w.remaining:  # (left the plan while this read waited)
                     done.append(w)
         for w in done:  # (not under the plan's lock: a read holding w's waits for the loop)
             w.drop()
