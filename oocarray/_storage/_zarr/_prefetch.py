@@ -41,7 +41,6 @@ _log = logging.getLogger(__name__)
 AHEAD_BYTES = 64 << 20  # stored bytes handed over ahead of the fills, at most
 AHEAD_CHUNKS = 256  # and chunks
 BEHIND_CHUNKS = 8  # kept behind the latest fill, at most
-SHARD_RUN_WINDOWS = 4  # windows a run of chunks in shards reads ahead
 
 
 def row_chunks_together(store: Any) -> int:
@@ -68,11 +67,6 @@ class ReadAhead:
         # The fetch reads no further ahead than the chunks are handed over.
         self._window = max(chunk_bytes, min(AHEAD_BYTES, MAX_WINDOW if left is None else left // 4))
         self._ahead = max(1, min(AHEAD_CHUNKS, self._window // max(1, chunk_bytes)), self._group)
-        # Chunks in shards are read ahead a few windows at a time: a run first fetches the
-        # indexes of the shards it reads in part (a second for 64 shards, the server's time);
-        # it fetches the others whole.
-        shards_ahead = -(-self._ahead // self._group)
-        self._span = nchunks if self._group == 1 else SHARD_RUN_WINDOWS * shards_ahead * self._group
         self._wake = os.eventfd(0, os.EFD_CLOEXEC)
         self._lock = threading.Lock()
         self._stopping = False
@@ -116,7 +110,7 @@ class ReadAhead:
         rest = self._store._rest
         while True:
             if start < self._nchunks:
-                stop = min(self._nchunks, start + self._span)
+                stop = self._nchunks
                 chunks = [(c, *rest) for c in range(start, stop)]
                 with self._store.read_ahead(chunks, self._window, self._manager):
                     at = self._run(start, stop)
