@@ -215,7 +215,7 @@ def test_a_whole_shard_with_a_damaged_index_is_an_error_naming_it(s3):
     body[-10] ^= 0xFF  # in the index, under its checksum
     client.put_object(Bucket=s3.name, Key=key, Body=bytes(body))
     y = oc.open(s3.url("d.zarr"), storage_options=s3.storage_options)
-    with pytest.raises(oc.CorruptChunkError, match="index of shard .*CRC-32C"):
+    with pytest.raises(oc.CorruptChunkError, match=r"index of shard .*CRC-32C"):
         y[...]
 
 
