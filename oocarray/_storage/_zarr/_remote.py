@@ -28,7 +28,13 @@ from oocarray._storage._objects import _loop
 from oocarray._storage._objects._backend import Backend, VersionChanged, translate
 from oocarray._storage._objects._backend_choice import backend_for
 from oocarray._storage._objects._fetcher import Fetcher
-from oocarray._storage._objects._requests import MAX_REQUESTS, Request, read_window
+from oocarray._storage._objects._requests import (
+    MAX_REQUESTS,
+    Request,
+    read_window,
+    reader_manager,
+    window_for,
+)
 from oocarray._storage._objects._urls import Remote
 from oocarray._storage._reader import CheckedFile, Source
 from oocarray._storage._zarr._chunk_files import encoded_parts
@@ -181,8 +187,10 @@ class RemoteZarrStore(ZarrStore):
             with self.fetcher.read_ahead(requests, window, manager):
                 yield
             return
+        if window is None:
+            window = window_for(manager if manager is not None else reader_manager())
         with (
-            self._shards.planned(list(chunks)) as planned,
+            self._shards.planned(list(chunks), window) as planned,
             self.fetcher.read_ahead(planned, window, manager),
         ):
             yield

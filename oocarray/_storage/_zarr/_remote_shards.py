@@ -8,8 +8,10 @@ inner chunks they want, of that version; neighbouring ranges go in one GET.
 
 A read-ahead plans whole shards too, where a pass reads a shard's inner chunks one after
 another (a scan, a reduction, a shuffled epoch, which permutes shards and then the chunks of
-each): the reads that take them share the shard's body (:class:`_WholeShard`), which goes when
-the last of its chunks is taken or the read-ahead ends.
+each) and a shard fits the read-ahead's window (else its ranges go in runs of a quarter of
+the window, so a small budget never holds a large shard): the reads that take them share the
+shard's body (:class:`_WholeShard`), which goes when the last of its chunks is taken or the
+read-ahead ends.  A read's own whole shards fit, as the chunks it decodes at once do.
 
 With a chunk cache, a shard fetched whole is kept as the ranges of its inner chunks, at the
 body's version, and a marker saying so (see :meth:`Fetcher.has_parts`).  A shard the cache has
@@ -111,10 +113,11 @@ class ShardFetches:
     # ---- a read-ahead ---------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def planned(self, chunks: Sequence[Chunk]) -> Iterator[list[Request]]:
-        """The requests of a read-ahead of ``chunks``, in their order: a shard all of whose
-        inner chunks come near one another as one whole object (the reads inside share it),
-        the others as ranges, their indexes fetched first."""
+    def planned(self, chunks: Sequence[Chunk], window: int) -> Iterator[list[Request]]:
+        """The requests of a read-ahead of ``chunks`` within ``window`` bytes, in their order:
+        a shard all of whose inner chunks come near one another as one whole object (the
+        reads inside share it) where a shard fits the window, the others as ranges, their
+        indexes fetched first (a run of ranges is at most a quarter of the window)."""
         places = self._places(chunks)
         positions: dict[Chunk, list[int]] = {}
         members: dict[Chunk, set[Chunk]] = {}
@@ -122,11 +125,12 @@ class ShardFetches:
             positions.setdefault(shard, []).append(i)
             members.setdefault(shard, set()).add(chunk)
         whole: dict[Chunk, _WholeShard] = {}
+        fits = self.whole_nbytes <= window
         for shard, where in positions.items():
             # near one another (a window of a shuffled pass may straddle two shards): the
             # body is held no longer than the reads of about two shards
             together = where[-1] - where[0] < 2 * len(where)
-            if together and self._whole(shard, len(where)):
+            if together and fits and self._whole(shard, len(where)):
                 whole[shard] = _WholeShard(members[shard])
         with self._lock:
             mine = {s: w for s, w in whole.items() if self._planned.setdefault(s, w) is w}

@@ -284,6 +284,24 @@ def test_a_pass_over_whole_shards_lets_each_go_once_its_chunks_are_read(s3):
     assert held < data.nbytes // 4, held
 
 
+def test_a_read_ahead_whose_window_a_shard_does_not_fit_reads_it_by_ranges(s3, monkeypatch):
+    monkeypatch.setattr(_requests, "MIN_WINDOW", 64 << 10)
+    rng = np.random.default_rng(6)
+    data = rng.standard_normal((4000, 32)).astype(np.float32)  # 500 KiB that do not compress
+    _written(s3, "w.zarr", data, (50, 32), shards=(1000, 32))  # 4 shards of 125 KiB
+    for budget, whole in (("64M", True), ("512K", False)):
+        y = oc.open(s3.url("w.zarr"), storage_options=s3.storage_options)
+        seen = 0
+        with oc.Manager(max_bytes=budget):  # read-ahead windows of 16 MiB and 128 KiB
+            for batch in oc.batches(y, 100, shuffle="chunks", seed=2, window=2):
+                seen += len(batch)
+        assert seen == len(data)
+        requests = y._store.fetcher.requests
+        # whole: one GET a shard; else each shard's index, then its ranges in runs of at
+        # most a quarter of the window (32 KiB: a few inner chunks of 6.4 KiB)
+        assert requests == 4 if whole else requests > 8, (budget, requests)
+
+
 def test_a_remote_array_pickles_with_its_location_and_reopens_in_another_process(s3):
     data = _data((100, 4))
     x = oc.create(
