@@ -17,7 +17,9 @@ fetched only when their version (ETag) changed (a conditional request answers 30
 and ranges of a shard whose version the read already knows are not requested at all.  A
 read-ahead over many cached objects validates them together: one listing of their keys gives
 every version at the start of the pass (a thousand per request), so an unchanged cached object
-costs no request of its own.  A cached object is handed to the reader as its open entry file
+costs no request of its own.  An object read for its parts (a shard, for its inner chunks: the
+``parts`` hook finds them in its body) is fetched whole and cached as those ranges, never
+whole.  A cached object is handed to the reader as its open entry file
 (a :class:`~oocarray._storage._reader.CheckedFile`), which the native reader checks and decodes
 as it does a local chunk file: its bytes are never copied into Python.
 """
