@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._harness import checkout_env
+from benchmarks._processes import descendants
 from benchmarks._timing import (
     ROW_HEADERS,
     Result,
@@ -690,36 +691,6 @@ class Outcome:
     stderr: str = ""
 
 
-def _descendants(pid: int) -> list[int]:
-    """The processes below ``pid``, from the kernel's list of each thread's children: a few
-    small reads, where psutil's ``children()`` reads every process on the machine (1.2 ms of
-    CPU a call here, 12 % of a core at the sampler's 100 calls a second, taken from the side
-    it measures).  Without that list (a kernel built without it), psutil's way."""
-    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
-        import psutil
-
-        with contextlib.suppress(psutil.Error):
-            return [p.pid for p in psutil.Process(pid).children(recursive=True)]
-        return []
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{parent}/task/{tid}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except (OSError, ValueError):
-                continue
-            found += kids
-            todo += kids
-    return found
-
-
 def run_job(job: Job) -> Outcome:
     import psutil
 
@@ -748,7 +719,7 @@ def run_job(job: Job) -> Outcome:
                 total = me.memory_info().rss
             except psutil.Error:
                 break
-            for pid in _descendants(proc.pid):
+            for pid in descendants(proc.pid):
                 with contextlib.suppress(psutil.Error):
                     total += psutil.Process(pid).memory_full_info().uss
             peak = max(peak, total)

@@ -50,11 +50,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-import psutil
 
 import oocarray as oc
 from benchmarks._compute_data import warm
 from benchmarks._harness import Peer, Sides, checkout_env, marked_cold
+from benchmarks._processes import descendants
 from benchmarks._timing import Result, Table, TextRow, clock, format_mib
 from datasets import w8_data
 
@@ -102,10 +102,7 @@ class _Sampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> None:
-        me = psutil.Process()
-        pids = [me.pid]
-        with contextlib.suppress(psutil.Error):
-            pids += [p.pid for p in me.children(recursive=True)]
+        pids = [os.getpid(), *descendants(os.getpid())]
         rss = pss = 0
         for pid in pids:
             r, p = _memory(pid)
