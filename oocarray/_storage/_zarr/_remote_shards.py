@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -80,6 +81,16 @@ class ShardFetches:
         self._shard_of_key: dict[str, Chunk] = {}
         self._planned: dict[Chunk, _WholeShard] = {}
         self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _in_this_process(self) -> None:
+        """In a forked child, forget the parent's plan: its read-ahead does not run here, and
+        a lock of it (this one, or a planned shard's) may be held by a thread that does not
+        exist here.  The indexes kept stay: the objects they describe are the same."""
+        if os.getpid() != self._pid:
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+            self._planned = {}
 
     @property
     def whole_nbytes(self) -> int:
@@ -88,6 +99,7 @@ class ShardFetches:
 
     def forget(self) -> None:
         """Drop the indexes kept: a shard changed since they were read."""
+        self._in_this_process()
         with self._lock:
             self._indexes.clear()
 
@@ -118,6 +130,8 @@ class ShardFetches:
         a shard all of whose inner chunks come near one another as one whole object (the
         reads inside share it) where a shard fits the window, the others as ranges, their
         indexes fetched first (a run of ranges is at most a quarter of the window)."""
+        self._in_this_process()
+        planner = os.getpid()
         places = self._places(chunks)
         positions: dict[Chunk, list[int]] = {}
         members: dict[Chunk, set[Chunk]] = {}
@@ -149,18 +163,24 @@ class ShardFetches:
                         requests.append(request)
             yield requests
         finally:
-            with self._lock:
-                for shard, held in mine.items():
-                    if self._planned.get(shard) is held:
-                        del self._planned[shard]
-            for held in mine.values():
-                held.drop()
+            if os.getpid() == planner:  # (a forked child leaves its parent's plan alone)
+                self._unplan(mine)
+
+    def _unplan(self, mine: dict[Chunk, _WholeShard]) -> None:
+        """A read-ahead's planned shards leave the plan, and their bodies go."""
+        with self._lock:
+            for shard, held in mine.items():
+                if self._planned.get(shard) is held:
+                    del self._planned[shard]
+        for held in mine.values():
+            held.drop()
 
     # ---- a read ---------------------------------------------------------------------------
 
     def fetch(self, chunks: Sequence[Chunk]) -> dict[Chunk, Stored | None]:
         """The stored bytes of each inner chunk (None: never written): from the shards a
         read-ahead fetches whole, from shards this read wants whole, else from ranges."""
+        self._in_this_process()
         places = self._places(chunks)
         by_shard: dict[Chunk, list[Chunk]] = {}
         for chunk, (shard, _) in places.items():

@@ -10,6 +10,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import threading
 import warnings
 
 import numpy as np
@@ -21,6 +22,7 @@ import oocarray as oc
 from oocarray._storage._objects import _fetch_ahead, _requests
 from oocarray._storage._objects._urls import locate, redact
 from oocarray._storage._zarr._remote_shards import ShardFetches
+from testkit.children import wait_forked
 
 FAST_RETRIES = {
     "max_retries": 3,
@@ -282,6 +284,36 @@ def test_a_pass_over_whole_shards_lets_each_go_once_its_chunks_are_read(s3):
                 held = m.stats().current_bytes
     assert y._store.fetcher.requests == 16
     assert held < data.nbytes // 4, held
+
+
+def test_a_child_forked_while_a_planned_shard_is_locked_reads_and_ends_its_read_ahead(s3):
+    data = _data((4000, 8))
+    _written(s3, "k.zarr", data, (50, 8), shards=(1000, 8))  # 4 shards of 20 inner chunks
+    y = oc.open(s3.url("k.zarr"), storage_options=s3.storage_options)
+    store = y._store
+    locked, release = threading.Event(), threading.Event()
+
+    def hold(shard) -> None:  # as a reader does while the read-ahead fetches the shard
+        with shard.lock:
+            locked.set()
+            release.wait()
+
+    ok = False
+    with store.read_ahead([(c, 0) for c in range(80)]):
+        planned = next(iter(store._shards._planned.values()))
+        holder = threading.Thread(target=hold, args=(planned,))
+        holder.start()
+        locked.wait()
+        pid = os.fork()
+        if pid == 0:  # the child: the lock's holder does not exist here
+            ok = np.array_equal(y[...], data)
+        else:
+            release.set()
+            holder.join()
+    if pid == 0:  # the child's read-ahead ended too
+        os._exit(0 if ok else 1)
+    assert wait_forked(pid, "read the array and end its read-ahead") == 0
+    assert np.array_equal(y[...], data)
 
 
 def test_a_read_ahead_whose_window_a_shard_does_not_fit_reads_it_by_ranges(s3, monkeypatch):
