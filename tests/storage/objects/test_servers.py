@@ -6,7 +6,10 @@ fault it is.  Counts, never timings: the proxy counts what it received and what 
 from __future__ import annotations
 
 import http.client
+import os
 import socket
+import socketserver
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +23,7 @@ from obstore.exceptions import (
     PreconditionError,
 )
 
-from testkit.objects import FAST_RETRY, Bucket, GCSServer, Match, ProxiedBucket
+from testkit.objects import FAST_RETRY, Bucket, FaultProxy, GCSServer, Match, ProxiedBucket
 
 DATA = bytes(range(256)) * 400  # 100 KiB
 RETRIES = FAST_RETRY["max_retries"]
@@ -151,6 +154,52 @@ def test_proxy_keep_alive_and_chunked_request(fault_proxy: ProxiedBucket) -> Non
     assert bytes(obs.get(direct, "d").bytes()) == b"hij"
     assert fault_proxy.proxy.requests == {"PUT": 2}
     assert fault_proxy.proxy.connections == 1
+
+
+def test_proxy_relays_large_bodies_whole(fault_proxy: ProxiedBucket) -> None:
+    """Bodies larger than the proxy's pipe and than http.client's buffer, whole and in ranges,
+    one after another on a kept-alive connection."""
+    big = os.urandom(5 << 20) + b"end"
+    obs.put(store(fault_proxy.direct), "big", big)
+    st = store(fault_proxy)
+    for _ in range(3):
+        assert bytes(obs.get(st, "big").bytes()) == big
+    assert bytes(obs.get_range(st, "big", start=1000, end=3_000_001)) == big[1000:3_000_001]
+    assert bytes(obs.get_range(st, "big", start=len(big) - 10, end=len(big))) == big[-10:]
+    assert fault_proxy.proxy.requests == {"GET": 5}
+    assert fault_proxy.proxy.connections == 1
+
+
+def test_upstream_cut_short_is_a_short_body_to_the_client() -> None:
+    """An upstream that closes before the length it announced: the client gets the bytes sent,
+    then the end of the connection (a short body it can tell), never a hang."""
+    announced, sent = 3 << 20, (1 << 20) + 5
+
+    class CutShort(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(65536)
+            self.request.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % announced
+                + b"x" * sent
+            )
+
+    upstream = socketserver.ThreadingTCPServer(("127.0.0.1", 0), CutShort)
+    threading.Thread(target=upstream.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        with FaultProxy(f"http://127.0.0.1:{upstream.server_address[1]}") as proxy:
+            conn = http.client.HTTPConnection("127.0.0.1", int(proxy.endpoint.split(":")[-1]))
+            try:
+                conn.request("GET", "/any")
+                answer = conn.getresponse()
+                assert answer.getheader("Content-Length") == str(announced)
+                with pytest.raises(http.client.IncompleteRead) as short:
+                    answer.read()
+                assert len(short.value.partial) == sent
+            finally:
+                conn.close()
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
 
 
 def test_503_below_the_retries_is_retried(fault_proxy: ProxiedBucket) -> None:
