@@ -5,11 +5,13 @@ fault it is.  Counts, never timings: the proxy counts what it received and what 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import socket
 import socketserver
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -157,8 +159,8 @@ def test_proxy_keep_alive_and_chunked_request(fault_proxy: ProxiedBucket) -> Non
 
 
 def test_proxy_relays_large_bodies_whole(fault_proxy: ProxiedBucket) -> None:
-    """Bodies larger than the proxy's pipe and than http.client's buffer, whole and in ranges,
-    one after another on a kept-alive connection."""
+    """Bodies larger than the proxy's pipe and than http.client's buffer, whole and in
+    ranges, as obstore reads them."""
     big = os.urandom(5 << 20) + b"end"
     obs.put(store(fault_proxy.direct), "big", big)
     st = store(fault_proxy)
@@ -167,39 +169,58 @@ def test_proxy_relays_large_bodies_whole(fault_proxy: ProxiedBucket) -> None:
     assert bytes(obs.get_range(st, "big", start=1000, end=3_000_001)) == big[1000:3_000_001]
     assert bytes(obs.get_range(st, "big", start=len(big) - 10, end=len(big))) == big[-10:]
     assert fault_proxy.proxy.requests == {"GET": 5}
-    assert fault_proxy.proxy.connections == 1
+
+
+@contextlib.contextmanager
+def raw_upstream(body: bytes, announced: int) -> Iterator[FaultProxy]:
+    """A proxy in front of a server that answers every request with ``body`` under a
+    Content-Length of ``announced``, then closes (as moto does)."""
+
+    class Answer(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(65536)
+            head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+            self.request.sendall(head % announced + body)
+
+    upstream = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=upstream.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        with FaultProxy(f"http://127.0.0.1:{upstream.server_address[1]}") as proxy:
+            yield proxy
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+
+
+def test_proxy_keeps_the_connection_after_large_bodies() -> None:
+    """Three 3 MiB answers one after another on one kept-alive connection to the proxy."""
+    body = os.urandom(3 << 20)
+    with raw_upstream(body, len(body)) as proxy:
+        conn = http.client.HTTPConnection("127.0.0.1", int(proxy.endpoint.split(":")[-1]))
+        try:
+            for _ in range(3):
+                conn.request("GET", "/any")
+                assert conn.getresponse().read() == body
+        finally:
+            conn.close()
+        assert (proxy.requests, proxy.connections) == ({"GET": 3}, 1)
 
 
 def test_upstream_cut_short_is_a_short_body_to_the_client() -> None:
     """An upstream that closes before the length it announced: the client gets the bytes sent,
     then the end of the connection (a short body it can tell), never a hang."""
     announced, sent = 3 << 20, (1 << 20) + 5
-
-    class CutShort(socketserver.BaseRequestHandler):
-        def handle(self) -> None:
-            self.request.recv(65536)
-            self.request.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % announced
-                + b"x" * sent
-            )
-
-    upstream = socketserver.ThreadingTCPServer(("127.0.0.1", 0), CutShort)
-    threading.Thread(target=upstream.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        with FaultProxy(f"http://127.0.0.1:{upstream.server_address[1]}") as proxy:
-            conn = http.client.HTTPConnection("127.0.0.1", int(proxy.endpoint.split(":")[-1]))
-            try:
-                conn.request("GET", "/any")
-                answer = conn.getresponse()
-                assert answer.getheader("Content-Length") == str(announced)
-                with pytest.raises(http.client.IncompleteRead) as short:
-                    answer.read()
-                assert len(short.value.partial) == sent
-            finally:
-                conn.close()
-    finally:
-        upstream.shutdown()
-        upstream.server_close()
+    with raw_upstream(b"x" * sent, announced) as proxy:
+        conn = http.client.HTTPConnection("127.0.0.1", int(proxy.endpoint.split(":")[-1]))
+        try:
+            conn.request("GET", "/any")
+            answer = conn.getresponse()
+            assert answer.getheader("Content-Length") == str(announced)
+            with pytest.raises(http.client.IncompleteRead) as short:
+                answer.read()
+            assert len(short.value.partial) == sent
+        finally:
+            conn.close()
 
 
 def test_503_below_the_retries_is_retried(fault_proxy: ProxiedBucket) -> None:
