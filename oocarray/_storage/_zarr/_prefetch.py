@@ -165,9 +165,13 @@ class ReadAhead:
             return None
         pos = int(pages.remote_position())
         # Kept a few chunks behind: the pager's threads fill units out of order (its own read-
-        # ahead among them); and a group is handed over once its first chunk is in the window.
+        # ahead among them).  Ahead, all that was handed over for the furthest fill of this
+        # scan: a group is handed over once its first chunk is in the window of a fill, and a
+        # later fill a few chunks behind that one would otherwise let go of the group's last
+        # chunks before any fill read them (which then waited for the feeder to start).
         behind = min(self._ahead, BEHIND_CHUNKS)
-        freed = pages.remote_keep(max(pos - behind, 0), pos + 1 + self._ahead + self._group)
+        front = max(pos, self._furthest)
+        freed = pages.remote_keep(max(pos - behind, 0), front + 1 + self._ahead + self._group)
         self._trimmer.let_go(freed)
         return pos
 

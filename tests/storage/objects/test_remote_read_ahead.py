@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -20,7 +21,9 @@ import pytest
 import oocarray as oc
 from oocarray import _native
 from oocarray._memory import active_manager
+from oocarray._storage._objects._heap import HeapTrimmer
 from oocarray._storage._paged._arrays import paging_available
+from oocarray._storage._zarr._prefetch import ReadAhead
 from oocarray.errors import PagedChunkError
 from testkit.children import wait_forked
 from testkit.stores import remote_array
@@ -119,6 +122,50 @@ def _read_exactly(fd: int, n: int) -> bytes:
         assert more, "the feeder ended"
         data += more
     return data
+
+
+def test_a_fill_behind_the_furthest_keeps_the_newest_group_handed_over(tmp_path):
+    """The pager's threads fill out of order: a fill a few chunks behind the furthest one must
+    not let go of the last chunks of the group handed over for the furthest (they were let go,
+    unread, and their fills then waited for the feeder to start: 1.5 s in a scan)."""
+    n, size = 16, 4096
+    table = np.zeros((n, 3), dtype=np.int64)
+    table[:, 0] = np.arange(n)
+    table[:, 2] = -1
+    pages = _native.Pages(
+        paths=[str(tmp_path / f"c{i}") for i in range(n)],  # never written: no feeder answers
+        table=table,
+        codec=_native.CODEC_RAW,
+        chunk_nbytes=size,
+        data_nbytes=n * size,
+        unit_nbytes=size,
+        fill=np.float32(0).tobytes(),
+        writable=False,
+        node=None,
+        readahead=0,
+        remote_feeder=_feeder_spec(tmp_path, _QUIET),
+    )
+    # The read-ahead's rule of what it keeps, as a scan in groups of 4 chunks runs it.
+    reader = object.__new__(ReadAhead)
+    reader._pages = weakref.ref(pages)
+    reader._stopping = False
+    reader._ahead, reader._group, reader._furthest = 4, 4, -1
+    reader._trimmer = HeapTrimmer()
+    for c in range(12):
+        pages.remote_give(c, np.full(1024, c, dtype=np.float32).tobytes())
+    a = np.frombuffer(pages, dtype=np.float32).reshape(n, 1024)
+    assert a[8, 0] == 8  # the furthest fill: chunk 8
+    assert not reader._went_back(reader._position())
+    for c in range(12, 16):  # the group in its window
+        pages.remote_give(c, np.full(1024, c, dtype=np.float32).tobytes())
+    assert a[6, 0] == 6  # a fill behind it, out of order
+    assert reader._position() == 6
+    # Kept: chunks 4 to 15, all that chunk 8's position kept (4 behind it, the window) and the
+    # newest group; its last chunk went with a window counted from chunk 6.
+    assert pages.stats()["handed_over_bytes"] == (n - 4) * size
+    assert [a[c, 0] for c in range(12, 16)] == [12, 13, 14, 15]  # from memory: no feeder
+    assert pages.stats()["feeder_starts"] == 0
+    del a, pages
 
 
 def test_bytes_handed_over_are_lent_to_the_fills_and_given_back(tmp_path):
